@@ -1,0 +1,96 @@
+package projection
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/ctxd/ctxd/pkg/record"
+	"github.com/stretchr/testify/require"
+)
+
+// fixtureCase is one case of the spec fixtures: records in, messages out.
+type fixtureCase struct {
+	Name    string
+	Rules   string
+	Records []any
+	Expect  []any
+}
+
+func loadFixtures(t testing.TB) map[string][]fixtureCase {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join("testdata", "fixtures", "*.json"))
+	require.NoError(t, err)
+	require.NotEmpty(t, files, "no fixtures in testdata/fixtures")
+	out := map[string][]fixtureCase{}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		require.NoError(t, err)
+		v, err := record.DecodeJSON(data)
+		require.NoError(t, err, f)
+		for _, c := range v.([]any) {
+			m := c.(*record.Map)
+			name, _ := m.String("name")
+			rules, _ := m.String("rules")
+			recs, _ := m.Get("records")
+			exp, _ := m.Get("expect")
+			out[filepath.Base(f)] = append(out[filepath.Base(f)], fixtureCase{
+				Name: name, Rules: rules, Records: recs.([]any), Expect: exp.([]any),
+			})
+		}
+	}
+	return out
+}
+
+// requireMessages compares contexts structurally and prints both as JSON
+// when they differ.
+func requireMessages(t testing.TB, want, got []any, msgAndArgs ...any) {
+	t.Helper()
+	if record.Equal(want, got) {
+		return
+	}
+	w, _ := record.MarshalJSON(want)
+	g, _ := record.MarshalJSON(got)
+	require.Fail(t, "context differs", "want: %s\n got: %s\n%v", w, g, msgAndArgs)
+}
+
+func TestBuild_Fixtures(t *testing.T) {
+	for file, cases := range loadFixtures(t) {
+		for _, c := range cases {
+			t.Run(file+"/"+c.Name, func(t *testing.T) {
+				got := Build(Numbered(c.Records), Options{})
+				require.NotNil(t, got.Messages)
+				requireMessages(t, c.Expect, got.Messages)
+			})
+		}
+	}
+}
+
+func TestSession_Fixtures(t *testing.T) {
+	for file, cases := range loadFixtures(t) {
+		for _, c := range cases {
+			t.Run(file+"/"+c.Name, func(t *testing.T) {
+				s := New(Options{})
+				for i, r := range c.Records {
+					s.Apply(uint64(i+1), r)
+					want := Build(Numbered(c.Records[:i+1]), Options{})
+					requireSameResult(t, want, s)
+				}
+				requireMessages(t, c.Expect, s.Messages())
+			})
+		}
+	}
+}
+
+// requireSameResult checks every rendering of a session against Build.
+func requireSameResult(t testing.TB, want Result, s *Session) {
+	t.Helper()
+	requireMessages(t, want.Messages, s.Messages())
+	require.Equal(t, want.Dropped, s.Dropped())
+	wantJSON, err := record.MarshalJSON(want.Messages)
+	require.NoError(t, err)
+	require.Equal(t, string(wantJSON), string(s.AppendJSON(nil)))
+	wantMP, err := record.MarshalMsgpack(want.Messages)
+	require.NoError(t, err)
+	require.Equal(t, wantMP, s.AppendMsgpack(nil))
+}

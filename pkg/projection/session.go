@@ -1,0 +1,285 @@
+package projection
+
+import (
+	"github.com/ctxd/ctxd/pkg/record"
+)
+
+// Session is the incremental projection of one session: Apply takes the
+// session's records in stream order and Result answers, at any moment,
+// exactly what Build answers over every record applied so far.
+//
+// Apply costs time in proportion to the record, never to the history: it
+// keeps, per tool-call id, where its first call and first result are, so
+// pairing and screenshot trimming change only the messages they touch.
+// Rendering re-renders only those messages and serves an unchanged view
+// from cache.
+//
+// A Session is not safe for concurrent use; its owner serializes access.
+type Session struct {
+	browser map[string]bool
+	seq     uint64 // last stream sequence applied or skipped
+
+	entries []*entry
+	ids     map[string]*idState
+
+	// latest is the browser result with images that keeps them; every
+	// other browser result with images is trimmed.
+	latest        site
+	browserImages int // image blocks in all browser results with images
+
+	unpaired []pendingCall // calls not paired when last looked at, in order
+	orphans  []OrphanResult
+
+	version uint64 // bumped by every change to the view
+
+	// The cached renderings: the message list and its JSON and msgpack
+	// encodings, each rebuilt from the first entry that changed.
+	list, json, msgpack cache
+	dropped             *Dropped // nil when stale
+}
+
+type site struct{ entry, block int }
+
+var noSite = site{-1, -1}
+
+func (a site) after(b site) bool {
+	return a.entry > b.entry || (a.entry == b.entry && a.block > b.block)
+}
+
+// entry is one pass-1 message and its current rendering.
+type entry struct {
+	seq     uint64
+	msg     *record.Map
+	calls   []call
+	results []result
+	out     *record.Map // the rendering; nil when the passes drop it
+	stale   bool        // out must be recomputed
+	changed uint64      // the session version at which out last changed
+}
+
+type idState struct {
+	firstCall, firstResult int   // entry indexes, -1 when none yet
+	callEntries            []int // entries holding calls with this id
+	browser                bool  // some call with this id is a browser call
+	imageResults           []site
+}
+
+func (st *idState) paired() bool {
+	return st.firstCall >= 0 && st.firstResult > st.firstCall
+}
+
+type pendingCall struct {
+	UnpairedCall
+	id string
+}
+
+// New returns an empty session projection.
+func New(opt Options) *Session {
+	s := &Session{browser: opt.browserSet()}
+	s.reset()
+	return s
+}
+
+func (s *Session) reset() {
+	s.entries = nil
+	s.ids = map[string]*idState{}
+	s.latest = noSite
+	s.browserImages = 0
+	s.unpaired = nil
+	s.orphans = nil
+	s.version++
+	s.list.reset()
+	s.json.reset()
+	s.msgpack.reset()
+	s.dropped = nil
+}
+
+// Seq returns the stream sequence of the last record applied or skipped.
+func (s *Session) Seq() uint64 { return s.seq }
+
+// Len returns the number of pass-1 messages since the last checkpoint.
+func (s *Session) Len() int { return len(s.entries) }
+
+// Apply applies the record at stream sequence seq. A sequence at or below
+// the last one applied is ignored, so a redelivered or replayed record is
+// never applied twice; Apply reports whether it applied the record.
+func (s *Session) Apply(seq uint64, v any) bool {
+	if seq <= s.seq {
+		return false
+	}
+	s.seq = seq
+	msg, snapshot, reset := classify(v)
+	if reset {
+		s.reset()
+		for _, m := range snapshot {
+			s.append(seq, m)
+		}
+		return true
+	}
+	if msg != nil {
+		s.append(seq, msg)
+	}
+	return true
+}
+
+// Skip advances the session past a record that could not be decoded: the
+// view stays the same, but Seq moves on. It reports whether seq was new.
+func (s *Session) Skip(seq uint64) bool {
+	if seq <= s.seq {
+		return false
+	}
+	s.seq = seq
+	return true
+}
+
+func (s *Session) id(id string) *idState {
+	st := s.ids[id]
+	if st == nil {
+		st = &idState{firstCall: -1, firstResult: -1}
+		s.ids[id] = st
+	}
+	return st
+}
+
+// touch marks entry i for re-rendering.
+func (s *Session) touch(i int) {
+	s.version++
+	e := s.entries[i]
+	e.stale = true
+	e.changed = s.version
+	s.list.dirty(i)
+	s.json.dirty(i)
+	s.msgpack.dirty(i)
+	s.dropped = nil
+}
+
+// append adds one pass-1 message: the incremental passes 2 and 3.
+func (s *Session) append(seq uint64, m *record.Map) {
+	i := len(s.entries)
+	s.version++
+	e := &entry{seq: seq, msg: m, calls: callsOf(m), results: resultsOf(m), stale: true, changed: s.version}
+	s.entries = append(s.entries, e)
+	s.dropped = nil
+
+	for _, c := range e.calls {
+		if c.id == "" {
+			s.unpaired = append(s.unpaired, pendingCall{UnpairedCall{Tool: c.tool, Seq: seq}, ""})
+			continue
+		}
+		st := s.id(c.id)
+		if st.firstCall < 0 {
+			st.firstCall = i
+		}
+		if n := len(st.callEntries); n == 0 || st.callEntries[n-1] != i {
+			st.callEntries = append(st.callEntries, i)
+		}
+		if !st.paired() {
+			s.unpaired = append(s.unpaired, pendingCall{UnpairedCall{ID: c.id, Tool: c.tool, Seq: seq}, c.id})
+		}
+		if s.browser[c.tool] && !st.browser {
+			// Results already seen for this id become browser results.
+			st.browser = true
+			for _, r := range st.imageResults {
+				s.addBrowserImages(r, s.entries[r.entry].resultAt(r.block).images)
+			}
+		}
+	}
+	for _, r := range e.results {
+		if r.id == "" {
+			s.orphans = append(s.orphans, OrphanResult{Seq: seq})
+			continue
+		}
+		st := s.id(r.id)
+		if st.firstResult < 0 {
+			st.firstResult = i
+			if st.paired() {
+				// The calls asked for this result: they stay from now on.
+				for _, ci := range st.callEntries {
+					s.touch(ci)
+				}
+			}
+		}
+		if !st.paired() {
+			s.orphans = append(s.orphans, OrphanResult{ID: r.id, Seq: seq})
+			continue
+		}
+		if r.images > 0 {
+			at := site{i, r.block}
+			st.imageResults = append(st.imageResults, at)
+			if st.browser {
+				s.addBrowserImages(at, r.images)
+			}
+		}
+	}
+}
+
+func (e *entry) resultAt(block int) result {
+	for _, r := range e.results {
+		if r.block == block {
+			return r
+		}
+	}
+	return result{}
+}
+
+// addBrowserImages records a kept browser result holding n images: the
+// latest such result keeps its images, every earlier one is trimmed.
+func (s *Session) addBrowserImages(at site, n int) {
+	s.browserImages += n
+	if s.latest == noSite || at.after(s.latest) {
+		if s.latest != noSite {
+			s.touch(s.latest.entry)
+		}
+		s.latest = at
+	}
+	s.touch(at.entry)
+}
+
+// keep reports, for rendering, whether an id is paired.
+func (s *Session) paired(id string) bool {
+	st := s.ids[id]
+	return st != nil && st.paired()
+}
+
+// render brings entry i's rendering up to date.
+func (s *Session) render(i int) {
+	e := s.entries[i]
+	if !e.stale {
+		return
+	}
+	e.stale = false
+	e.out = rewrite(e.msg, e.calls, e.results,
+		func(c call) bool { return s.paired(c.id) },
+		func(r result) bool { return s.paired(r.id) },
+		func(r result) bool {
+			st := s.ids[r.id]
+			return st != nil && st.browser && (site{i, r.block}) != s.latest
+		})
+}
+
+// Dropped returns what the passes remove from the current view. The
+// slices are shared with the cache: read them, don't modify them.
+func (s *Session) Dropped() Dropped {
+	if s.dropped != nil {
+		return *s.dropped
+	}
+	d := Dropped{
+		UnpairedCalls: []UnpairedCall{},
+		OrphanResults: append([]OrphanResult{}, s.orphans...),
+	}
+	// A call once paired stays paired: forget it for good.
+	kept := s.unpaired[:0]
+	for _, c := range s.unpaired {
+		if c.id != "" && s.paired(c.id) {
+			continue
+		}
+		kept = append(kept, c)
+		d.UnpairedCalls = append(d.UnpairedCalls, c.UnpairedCall)
+	}
+	s.unpaired = kept
+	if s.latest != noSite {
+		d.ImagesOmitted = s.browserImages - s.entries[s.latest.entry].resultAt(s.latest.block).images
+	}
+	s.dropped = &d
+	return d
+}

@@ -1,0 +1,90 @@
+package record
+
+// Default limits of a Decoder.
+const (
+	DefaultMaxBytes = 64 << 20 // 64 MiB: a record with several screenshots
+	DefaultMaxDepth = 128
+)
+
+// Decoder decodes records with limits. The zero value uses the defaults.
+type Decoder struct {
+	// MaxBytes is the largest input accepted; 0 means DefaultMaxBytes.
+	MaxBytes int
+	// MaxDepth is the deepest nesting of maps and arrays accepted; 0 means
+	// DefaultMaxDepth.
+	MaxDepth int
+}
+
+func (d Decoder) limits() (maxBytes, maxDepth int) {
+	maxBytes, maxDepth = d.MaxBytes, d.MaxDepth
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxBytes
+	}
+	if maxDepth <= 0 {
+		maxDepth = DefaultMaxDepth
+	}
+	return maxBytes, maxDepth
+}
+
+// IsJSON reports whether a payload is JSON rather than msgpack: a JSON
+// object starts with '{' or white space, which no msgpack map does.
+func IsJSON(data []byte) bool {
+	if len(data) == 0 {
+		return false
+	}
+	switch data[0] {
+	case '{', ' ', '\t', '\n', '\r':
+		return true
+	}
+	return false
+}
+
+// Decode decodes one record, a JSON object or a msgpack map told apart by
+// the first byte, and returns it as a *Map.
+func (d Decoder) Decode(data []byte) (*Map, error) {
+	var v any
+	var err error
+	format := "msgpack"
+	if IsJSON(data) {
+		format = "json"
+		v, err = d.DecodeJSON(data)
+	} else {
+		v, err = d.DecodeMsgpack(data)
+	}
+	if err != nil {
+		return nil, err
+	}
+	m, ok := v.(*Map)
+	if !ok {
+		return nil, &DecodeError{Format: format, Offset: 0, Err: ErrNotMap, Detail: "got " + TypeName(v)}
+	}
+	return m, nil
+}
+
+// Decode decodes one record with the default limits.
+func Decode(data []byte) (*Map, error) { return Decoder{}.Decode(data) }
+
+// DecodeJSON decodes any JSON value with the default limits.
+func DecodeJSON(data []byte) (any, error) { return Decoder{}.DecodeJSON(data) }
+
+// DecodeMsgpack decodes any msgpack value with the default limits.
+func DecodeMsgpack(data []byte) (any, error) { return Decoder{}.DecodeMsgpack(data) }
+
+// TypeName names the JSON type of a record value, for error messages.
+func TypeName(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "boolean"
+	case string:
+		return "string"
+	case int64, uint64, float64, Number:
+		return "number"
+	case []any:
+		return "array"
+	case *Map:
+		return "map"
+	}
+	return "unknown"
+}

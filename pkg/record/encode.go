@@ -1,0 +1,251 @@
+package record
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"strconv"
+	"unicode/utf8"
+)
+
+// MarshalJSON encodes a record value as JSON.
+func MarshalJSON(v any) ([]byte, error) { return AppendJSON(nil, v) }
+
+// MarshalMsgpack encodes a record value as msgpack.
+func MarshalMsgpack(v any) ([]byte, error) { return AppendMsgpack(nil, v) }
+
+// AppendJSON appends the JSON encoding of a record value to dst. Map keys
+// keep their order and numbers their exact value.
+func AppendJSON(dst []byte, v any) ([]byte, error) {
+	switch x := v.(type) {
+	case nil:
+		return append(dst, "null"...), nil
+	case bool:
+		if x {
+			return append(dst, "true"...), nil
+		}
+		return append(dst, "false"...), nil
+	case string:
+		return AppendJSONString(dst, x), nil
+	case int64:
+		return strconv.AppendInt(dst, x, 10), nil
+	case uint64:
+		return strconv.AppendUint(dst, x, 10), nil
+	case float64:
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return dst, fmt.Errorf("encode json: %w: non-finite float", ErrUnsupported)
+		}
+		return appendFloat(dst, x), nil
+	case Number:
+		return append(dst, x...), nil
+	case []any:
+		dst = append(dst, '[')
+		for i, e := range x {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			var err error
+			if dst, err = AppendJSON(dst, e); err != nil {
+				return dst, err
+			}
+		}
+		return append(dst, ']'), nil
+	case *Map:
+		dst = append(dst, '{')
+		for i, m := range x.Members {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = AppendJSONString(dst, m.Key)
+			dst = append(dst, ':')
+			var err error
+			if dst, err = AppendJSON(dst, m.Value); err != nil {
+				return dst, err
+			}
+		}
+		return append(dst, '}'), nil
+	}
+	return dst, fmt.Errorf("encode json: %w: Go type %T", ErrUnsupported, v)
+}
+
+// appendFloat writes the shortest text that reads back as the same float64.
+func appendFloat(dst []byte, f float64) []byte {
+	abs := math.Abs(f)
+	format := byte('f')
+	if abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+		format = 'e'
+	}
+	return strconv.AppendFloat(dst, f, format, -1, 64)
+}
+
+const hexDigits = "0123456789abcdef"
+
+// AppendJSONString appends s as a JSON string literal.
+func AppendJSONString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
+			i++
+			continue
+		}
+		if c >= utf8.RuneSelf {
+			r, size := utf8.DecodeRuneInString(s[i:])
+			if r == utf8.RuneError && size == 1 {
+				// Decoders never produce invalid UTF-8; a Go caller might.
+				dst = append(dst, s[start:i]...)
+				dst = append(dst, `\ufffd`...)
+				i += size
+				start = i
+				continue
+			}
+			i += size
+			continue
+		}
+		dst = append(dst, s[start:i]...)
+		switch c {
+		case '"', '\\':
+			dst = append(dst, '\\', c)
+		case '\n':
+			dst = append(dst, '\\', 'n')
+		case '\r':
+			dst = append(dst, '\\', 'r')
+		case '\t':
+			dst = append(dst, '\\', 't')
+		default:
+			dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+		}
+		i++
+		start = i
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
+
+// AppendMsgpack appends the msgpack encoding of a record value to dst,
+// using the smallest encoding of each value. A Number literal becomes an
+// integer when it is one that fits 64 bits, else a float64 (msgpack has no
+// wider number).
+func AppendMsgpack(dst []byte, v any) ([]byte, error) {
+	switch x := v.(type) {
+	case nil:
+		return append(dst, 0xc0), nil
+	case bool:
+		if x {
+			return append(dst, 0xc3), nil
+		}
+		return append(dst, 0xc2), nil
+	case string:
+		return AppendMsgpackString(dst, x), nil
+	case int64:
+		return AppendMsgpackInt(dst, x), nil
+	case uint64:
+		if x <= math.MaxInt64 {
+			return AppendMsgpackInt(dst, int64(x)), nil
+		}
+		return binary.BigEndian.AppendUint64(append(dst, 0xcf), x), nil
+	case float64:
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return dst, fmt.Errorf("encode msgpack: %w: non-finite float", ErrUnsupported)
+		}
+		return binary.BigEndian.AppendUint64(append(dst, 0xcb), math.Float64bits(x)), nil
+	case Number:
+		if s, ok := IntegerString(x); ok {
+			if i, err := strconv.ParseInt(s, 10, 64); err == nil {
+				return AppendMsgpackInt(dst, i), nil
+			}
+			if u, err := strconv.ParseUint(s, 10, 64); err == nil {
+				return binary.BigEndian.AppendUint64(append(dst, 0xcf), u), nil
+			}
+		}
+		f, _ := Float(x)
+		if math.IsInf(f, 0) {
+			return dst, fmt.Errorf("encode msgpack: %w: number %.40s is beyond float64", ErrUnsupported, string(x))
+		}
+		return binary.BigEndian.AppendUint64(append(dst, 0xcb), math.Float64bits(f)), nil
+	case []any:
+		dst = AppendMsgpackArrayLen(dst, len(x))
+		for _, e := range x {
+			var err error
+			if dst, err = AppendMsgpack(dst, e); err != nil {
+				return dst, err
+			}
+		}
+		return dst, nil
+	case *Map:
+		dst = AppendMsgpackMapLen(dst, len(x.Members))
+		for _, m := range x.Members {
+			dst = AppendMsgpackString(dst, m.Key)
+			var err error
+			if dst, err = AppendMsgpack(dst, m.Value); err != nil {
+				return dst, err
+			}
+		}
+		return dst, nil
+	}
+	return dst, fmt.Errorf("encode msgpack: %w: Go type %T", ErrUnsupported, v)
+}
+
+// AppendMsgpackInt appends an integer in its smallest msgpack form.
+func AppendMsgpackInt(dst []byte, i int64) []byte {
+	switch {
+	case i >= 0 && i <= 0x7f:
+		return append(dst, byte(i))
+	case i < 0 && i >= -32:
+		return append(dst, byte(int8(i)))
+	case i >= 0 && i <= math.MaxUint8:
+		return append(dst, 0xcc, byte(i))
+	case i >= 0 && i <= math.MaxUint16:
+		return binary.BigEndian.AppendUint16(append(dst, 0xcd), uint16(i))
+	case i >= 0 && i <= math.MaxUint32:
+		return binary.BigEndian.AppendUint32(append(dst, 0xce), uint32(i))
+	case i >= 0:
+		return binary.BigEndian.AppendUint64(append(dst, 0xcf), uint64(i))
+	case i >= math.MinInt8:
+		return append(dst, 0xd0, byte(int8(i)))
+	case i >= math.MinInt16:
+		return binary.BigEndian.AppendUint16(append(dst, 0xd1), uint16(int16(i)))
+	case i >= math.MinInt32:
+		return binary.BigEndian.AppendUint32(append(dst, 0xd2), uint32(int32(i)))
+	}
+	return binary.BigEndian.AppendUint64(append(dst, 0xd3), uint64(i))
+}
+
+// AppendMsgpackString appends a msgpack str.
+func AppendMsgpackString(dst []byte, s string) []byte {
+	n := len(s)
+	switch {
+	case n <= 31:
+		dst = append(dst, 0xa0|byte(n))
+	case n <= math.MaxUint8:
+		dst = append(dst, 0xd9, byte(n))
+	case n <= math.MaxUint16:
+		dst = binary.BigEndian.AppendUint16(append(dst, 0xda), uint16(n))
+	default:
+		dst = binary.BigEndian.AppendUint32(append(dst, 0xdb), uint32(n))
+	}
+	return append(dst, s...)
+}
+
+// AppendMsgpackArrayLen appends a msgpack array header.
+func AppendMsgpackArrayLen(dst []byte, n int) []byte {
+	switch {
+	case n <= 15:
+		return append(dst, 0x90|byte(n))
+	case n <= math.MaxUint16:
+		return binary.BigEndian.AppendUint16(append(dst, 0xdc), uint16(n))
+	}
+	return binary.BigEndian.AppendUint32(append(dst, 0xdd), uint32(n))
+}
+
+// AppendMsgpackMapLen appends a msgpack map header.
+func AppendMsgpackMapLen(dst []byte, n int) []byte {
+	switch {
+	case n <= 15:
+		return append(dst, 0x80|byte(n))
+	case n <= math.MaxUint16:
+		return binary.BigEndian.AppendUint16(append(dst, 0xde), uint16(n))
+	}
+	return binary.BigEndian.AppendUint32(append(dst, 0xdf), uint32(n))
+}
