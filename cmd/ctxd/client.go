@@ -1,0 +1,197 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/ctxd/ctxd/pkg/record"
+	"github.com/ctxd/ctxd/pkg/subject"
+)
+
+const publishAbout = `Publishes records to transcripts.SESSION and prints the stream sequence
+of the last one. Records are read from FILE, or standard input when FILE is
+absent or "-", as JSON lines (blank lines skipped). Every line is checked to
+be a JSON object before anything is published; a bad line publishes nothing.`
+
+func runPublish(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "publish", "publish --session SESSION [flags] [FILE]", publishAbout)
+	url := fs.String("nats", natsURL(e), "NATS server URL")
+	session := fs.String("session", "", "session id: 1 to 128 of A-Z a-z 0-9 _ - (required)")
+	asMsgpack := fs.Bool("msgpack", false, "publish each record as msgpack instead of JSON")
+	msgIDPrefix := fs.String("msg-id-prefix", "", "send Nats-Msg-Id PREFIX-N for the N-th record, so a re-run within the duplicate window stores nothing twice")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if *session == "" {
+		fmt.Fprintln(e.stderr, "ctxd publish: --session is required")
+		return errUsage
+	}
+	subj, err := subject.Transcript(*session)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 1 {
+		fmt.Fprintf(e.stderr, "ctxd publish: at most one FILE, got %d arguments\n", len(pos))
+		return errUsage
+	}
+	in := e.stdin
+	if len(pos) == 1 && pos[0] != "-" {
+		f, err := os.Open(pos[0])
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		in = f
+	}
+	data, err := readAll(in)
+	if err != nil {
+		return err
+	}
+	var payloads [][]byte
+	for n, line := range bytes.Split(data, []byte{'\n'}) {
+		line = bytes.TrimSpace(line)
+		if len(line) == 0 {
+			continue
+		}
+		v, err := record.DecodeJSON(line)
+		if err != nil {
+			return newLineError(n+1, err)
+		}
+		if _, ok := v.(*record.Map); !ok {
+			return &lineError{line: n + 1, err: fmt.Errorf("a record must be a JSON object, got %s", record.TypeName(v))}
+		}
+		if *asMsgpack {
+			if line, err = record.MarshalMsgpack(v); err != nil {
+				return newLineError(n+1, err)
+			}
+		}
+		payloads = append(payloads, line)
+	}
+	if len(payloads) == 0 {
+		return errors.New("no records to publish")
+	}
+	nc, err := connect(*url)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	var futures []jetstream.PubAckFuture
+	for i, p := range payloads {
+		var opts []jetstream.PublishOpt
+		if *msgIDPrefix != "" {
+			opts = append(opts, jetstream.WithMsgID(fmt.Sprintf("%s-%d", *msgIDPrefix, i+1)))
+		}
+		f, err := js.PublishAsync(subj, p, opts...)
+		if err != nil {
+			return fmt.Errorf("record %d: %w", i+1, err)
+		}
+		futures = append(futures, f)
+	}
+	var last uint64
+	for i, f := range futures {
+		select {
+		case ack := <-f.Ok():
+			last = max(last, ack.Sequence)
+		case err := <-f.Err():
+			return fmt.Errorf("record %d of %d not stored: %w", i+1, len(futures), err)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	fmt.Fprintln(e.stdout, last)
+	return nil
+}
+
+const contextAbout = `Requests ctxd.context.SESSION and prints the reply as JSON:
+  {"session": ..., "seq": ..., "messages": [...], "dropped": {...}}
+With --min-seq N the reply waits until the projection has applied every
+record up to stream sequence N (pass the sequence ctxd publish printed).`
+
+func runContext(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "context", "context SESSION [flags]", contextAbout)
+	url := fs.String("nats", natsURL(e), "NATS server URL")
+	minSeq := fs.Uint64("min-seq", 0, "wait until the projection has applied this stream sequence")
+	waitMS := fs.Int("wait-ms", 2000, "how long the service may wait for --min-seq, in ms (at most 30000)")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		fmt.Fprintln(e.stderr, "ctxd context: want exactly one SESSION")
+		return errUsage
+	}
+	subj, err := subject.Context(pos[0])
+	if err != nil {
+		return err
+	}
+	nc, err := connect(*url)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	body := fmt.Sprintf(`{"min_seq":%d,"wait_ms":%d}`, *minSeq, *waitMS)
+	timeout := time.Duration(min(max(*waitMS, 0), 30000))*time.Millisecond + 5*time.Second
+	msg, err := request(ctx, nc, subj, []byte(body), timeout)
+	if err != nil {
+		return err
+	}
+	_, err = e.stdout.Write(append(msg.Data, '\n'))
+	return err
+}
+
+func runRejected(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "rejected", "rejected [flags]", "Lists the records the projections skipped (undecodable, not a map, or on a\nsubject that is not a valid session), oldest first, as a JSON array.\nThey stay in the stream.")
+	url := fs.String("nats", natsURL(e), "NATS server URL")
+	if _, err := parse(fs, args); err != nil {
+		return err
+	}
+	nc, err := connect(*url)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	msg, err := request(ctx, nc, "ctxd.rejected", nil, 5*time.Second)
+	if err != nil {
+		return err
+	}
+	_, err = e.stdout.Write(append(msg.Data, '\n'))
+	return err
+}
+
+func connect(url string) (*nats.Conn, error) {
+	nc, err := nats.Connect(url, nats.Name("ctxd-cli"))
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", url, err)
+	}
+	return nc, nil
+}
+
+// request sends a request and turns a service error reply into an error.
+func request(ctx context.Context, nc *nats.Conn, subj string, body []byte, timeout time.Duration) (*nats.Msg, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	msg, err := nc.RequestWithContext(ctx, subj, body)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return nil, fmt.Errorf("no ctxd service answers on %s (is ctxd serve running?)", subj)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("request %s: %w", subj, err)
+	}
+	if code := msg.Header.Get(micro.ErrorCodeHeader); code != "" {
+		return nil, fmt.Errorf("%s %s", code, msg.Header.Get(micro.ErrorHeader))
+	}
+	return msg, nil
+}

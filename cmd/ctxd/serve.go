@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/ctxd/ctxd/pkg/app"
+)
+
+const serveAbout = `Runs the whole service: records published to transcripts.<session> are
+applied to each session's live projection, and ctxd.context.<session>
+answers the session's model context.
+
+With no --nats, ctxd starts an embedded NATS server with JetStream (store
+under --data, client port --port on --host). With --nats it uses that
+server or cluster instead. Either way it creates the TRANSCRIPTS stream
+when it is missing. Once it serves it prints one line:
+  ctxd ready nats://HOST:PORT
+and it shuts down cleanly on SIGINT or SIGTERM (exit 0).
+
+Every flag can also be set in the environment: CTXD_ and the flag's name in
+upper case with '-' as '_' (CTXD_DATA, CTXD_SYNC, ...); --nats also reads
+NATS_URL. A flag on the command line wins.
+
+--sync chooses when the embedded server fsyncs JetStream's files:
+  always    before acknowledging each write: an acknowledged record survives
+            power loss and OS crashes; slower publishes.
+  DURATION  every DURATION (NATS's default is 2m): an acknowledged record
+            survives a crash of ctxd or of the NATS process, but an OS crash
+            or power loss can lose what was acknowledged since the last sync.`
+
+func runServe(ctx context.Context, e *env, args []string) error {
+	cfg := app.DefaultConfig()
+	fs := newFlags(e, "serve", "serve [flags]", serveAbout)
+	url := fs.String("nats", e.getenv("NATS_URL"), "use the NATS server or cluster at this URL instead of the embedded one")
+	fs.StringVar(&cfg.DataDir, "data", cfg.DataDir, "embedded server: JetStream store directory")
+	fs.StringVar(&cfg.Host, "host", cfg.Host, "embedded server: address to listen on")
+	fs.IntVar(&cfg.Port, "port", cfg.Port, "embedded server: client port (-1 picks a free one)")
+	maxPayload := fs.Int("max-payload", int(cfg.MaxPayload), "embedded server: largest message in bytes")
+	sync := fs.String("sync", cfg.SyncInterval.String(), "embedded server: fsync policy, `always` or an interval such as 2m or 1s")
+	fs.IntVar(&cfg.Replicas, "replicas", cfg.Replicas, "replicas of the TRANSCRIPTS stream when ctxd creates it (3 on a 3-node cluster)")
+	browser := fs.String("browser-tools", strings.Join(cfg.BrowserTools, ","), "comma-separated tool names whose screenshots are trimmed to the latest")
+	fs.IntVar(&cfg.MaxRecordBytes, "max-record-bytes", cfg.MaxRecordBytes, "largest record decoded; larger ones are skipped and reported")
+	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	if err := envDefaults(fs, e); err != nil {
+		return err
+	}
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		fmt.Fprintf(e.stderr, "ctxd serve: takes no arguments, got %q\n", pos)
+		return errUsage
+	}
+	cfg.NATSURL = *url
+	cfg.MaxPayload = int32(*maxPayload)
+	cfg.BrowserTools = splitList(*browser)
+	if *sync == "always" {
+		cfg.SyncAlways = true
+	} else {
+		d, err := time.ParseDuration(*sync)
+		if err != nil || d <= 0 {
+			return fmt.Errorf("--sync: want \"always\" or a positive duration such as 2m, got %q", *sync)
+		}
+		cfg.SyncInterval = d
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: lvl}))
+
+	a := app.New(cfg)
+	if err := a.Open(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "ctxd ready %s\n", a.URL())
+	<-ctx.Done()
+	cfg.Logger.Info("shutting down")
+	return a.Close()
+}
+
+// envDefaults sets each flag not given on the command line from
+// CTXD_<NAME>, before parsing, so the command line still wins.
+func envDefaults(fs *flag.FlagSet, e *env) error {
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := "CTXD_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v := e.getenv(name); v != "" && err == nil {
+			if serr := f.Value.Set(v); serr != nil {
+				err = fmt.Errorf("%s=%q: %w", name, v, serr)
+			}
+			f.DefValue = v
+		}
+	})
+	return err
+}

@@ -1,0 +1,236 @@
+// Package app wires ctxd together: the NATS server (embedded or not), the
+// JetStream stream and ingest consumer, the live projections and the
+// request-reply service. cmd/ctxd and the integration tests both run it.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ctxd/ctxd/pkg/bus"
+	"github.com/ctxd/ctxd/pkg/natsd"
+	"github.com/ctxd/ctxd/pkg/projection"
+	"github.com/ctxd/ctxd/pkg/record"
+	"github.com/ctxd/ctxd/pkg/server"
+	"github.com/ctxd/ctxd/pkg/store"
+	"github.com/ctxd/ctxd/pkg/subject"
+	"github.com/ctxd/ctxd/streams"
+)
+
+// Config is everything ctxd serve can be told.
+type Config struct {
+	// NATSURL connects to an existing server or cluster; empty starts the
+	// embedded server.
+	NATSURL string
+	// Embedded server settings, used when NATSURL is empty.
+	DataDir      string
+	Host         string
+	Port         int
+	MaxPayload   int32
+	SyncAlways   bool
+	SyncInterval time.Duration
+
+	// Replicas of the TRANSCRIPTS stream when ctxd creates it.
+	Replicas int
+	// BrowserTools name the tools whose screenshots are trimmed.
+	BrowserTools []string
+	// MaxRecordBytes is the largest record decoded.
+	MaxRecordBytes int
+	// Logger receives ctxd's log lines; nil discards them.
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the defaults of ctxd serve.
+func DefaultConfig() Config {
+	return Config{
+		DataDir:        "./data",
+		Host:           natsd.DefaultHost,
+		Port:           natsd.DefaultPort,
+		MaxPayload:     natsd.DefaultMaxPayload,
+		SyncInterval:   natsd.DefaultSyncInterval,
+		Replicas:       1,
+		BrowserTools:   projection.DefaultBrowserTools,
+		MaxRecordBytes: record.DefaultMaxBytes,
+	}
+}
+
+// App is a running ctxd.
+type App struct {
+	Config
+
+	ns     *natsd.Server
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	store  *store.Store
+	ingest *bus.Ingest
+	svc    *server.Service
+	closed chan struct{} // closed when the connection is
+}
+
+// New returns an app with the configuration; Open starts it.
+func New(cfg Config) *App { return &App{Config: cfg} }
+
+// Open starts everything, in order: server, connection, stream, the
+// projections caught up with the stream, the ingest consumer, and the
+// service. When it returns nil, ctxd serves.
+func (a *App) Open(ctx context.Context) (err error) {
+	defer func() {
+		if err != nil {
+			a.Close()
+		}
+	}()
+	url := a.NATSURL
+	if url == "" {
+		a.ns = natsd.New(a.DataDir)
+		a.ns.Host, a.ns.Port = a.Host, a.Port
+		a.ns.MaxPayload = a.MaxPayload
+		a.ns.SyncAlways, a.ns.SyncInterval = a.SyncAlways, a.SyncInterval
+		if a.Logger != nil {
+			a.ns.Logger = a.Logger.With("component", "nats-server")
+		}
+		if err := a.ns.Open(); err != nil {
+			return err
+		}
+		url = a.ns.ClientURL()
+	}
+	closed := make(chan struct{})
+	a.closed = closed
+	a.nc, err = nats.Connect(url, nats.Name("ctxd"), nats.MaxReconnects(-1),
+		nats.ReconnectWait(250*time.Millisecond),
+		nats.ClosedHandler(func(*nats.Conn) { close(closed) }))
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w", url, err)
+	}
+	if a.js, err = jetstream.New(a.nc); err != nil {
+		return err
+	}
+	want, err := streams.Transcripts()
+	if err != nil {
+		return err
+	}
+	if a.Replicas > 0 {
+		want.Replicas = a.Replicas
+	}
+	if _, err := bus.EnsureStream(ctx, a.js, want); err != nil {
+		return err
+	}
+
+	a.store = store.New()
+	a.store.Options = projection.Options{BrowserTools: a.BrowserTools}
+	a.store.Decoder = record.Decoder{MaxBytes: a.MaxRecordBytes}
+	a.store.Logger = a.Logger
+
+	// Catch up with the stream before serving, so no request pays for it.
+	start := time.Now()
+	n, last, err := bus.Replay(ctx, a.js, want.Name, 1, a.handle)
+	if err != nil {
+		return err
+	}
+	a.logInfo("projections caught up", "records", n, "last_seq", last, "took", time.Since(start).Round(time.Millisecond))
+
+	cons, err := a.ensureConsumer(ctx, want.Name, last)
+	if err != nil {
+		return err
+	}
+	if a.ingest, err = bus.StartIngest(cons, a.handle, a.Logger); err != nil {
+		return err
+	}
+	a.svc = server.New(a.nc, a.store)
+	a.svc.Logger = a.Logger
+	return a.svc.Open()
+}
+
+// ensureConsumer opens the ingest consumer; a new one starts after the
+// records the projections already hold.
+func (a *App) ensureConsumer(ctx context.Context, stream string, last uint64) (jetstream.Consumer, error) {
+	cfg, err := streams.Ingest()
+	if err != nil {
+		return nil, err
+	}
+	st, err := a.js.Stream(ctx, stream)
+	if err != nil {
+		return nil, err
+	}
+	c, err := st.Consumer(ctx, cfg.Durable)
+	if err == nil {
+		info := c.CachedInfo().Config
+		if info.AckPolicy != cfg.AckPolicy || info.FilterSubject != cfg.FilterSubject {
+			return nil, fmt.Errorf("consumer %s: ack_policy %s and filter_subject %q, need %s and %q",
+				cfg.Durable, info.AckPolicy, info.FilterSubject, cfg.AckPolicy, cfg.FilterSubject)
+		}
+		return c, nil
+	}
+	if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil, fmt.Errorf("consumer %s: %w", cfg.Durable, err)
+	}
+	if last > 0 {
+		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
+		cfg.OptStartSeq = last + 1
+	}
+	return bus.EnsureConsumer(ctx, st, cfg)
+}
+
+// handle applies one stored record to its session.
+func (a *App) handle(m bus.Msg) {
+	session, err := subject.SessionOf(m.Subject, subject.TranscriptsPrefix)
+	if err != nil {
+		a.store.Reject(store.Rejection{Subject: m.Subject, Seq: m.Seq, Size: len(m.Data), Reason: err.Error()})
+		return
+	}
+	a.store.Apply(session, m.Seq, m.Data)
+}
+
+// URL returns the NATS client URL ctxd is connected to.
+func (a *App) URL() string {
+	if a.nc == nil {
+		return ""
+	}
+	return a.nc.ConnectedUrl()
+}
+
+// Store returns the live projections.
+func (a *App) Store() *store.Store { return a.store }
+
+// Close stops everything Open started, in reverse order: the service
+// (requests in hand are answered), the ingest (the record in hand is
+// applied and acknowledged), the connection, the server.
+func (a *App) Close() error {
+	var errs []error
+	if a.svc != nil {
+		errs = append(errs, a.svc.Close())
+		a.svc = nil
+	}
+	if a.ingest != nil {
+		errs = append(errs, a.ingest.Close())
+		a.ingest = nil
+	}
+	if a.nc != nil {
+		if err := a.nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+			errs = append(errs, err)
+		}
+		select {
+		case <-a.closed:
+		case <-time.After(10 * time.Second):
+			errs = append(errs, errors.New("nats connection did not drain in 10s"))
+		}
+		a.nc.Close()
+		a.nc = nil
+	}
+	if a.ns != nil {
+		errs = append(errs, a.ns.Close())
+		a.ns = nil
+	}
+	return errors.Join(errs...)
+}
+
+func (a *App) logInfo(msg string, args ...any) {
+	if a.Logger != nil {
+		a.Logger.Info(msg, args...)
+	}
+}

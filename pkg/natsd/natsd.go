@@ -1,0 +1,131 @@
+// Package natsd runs an embedded NATS server with JetStream, the
+// single-binary default of ctxd and the server of its tests.
+//
+// The server is hardened for embedding: it installs no signal handlers
+// (the process owns its signals), never calls os.Exit, keeps its store in
+// an explicit directory, and its fsync policy is an explicit choice.
+package natsd
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// Defaults of a Server.
+const (
+	DefaultHost       = "127.0.0.1"
+	DefaultPort       = 4222
+	DefaultMaxPayload = 8 << 20 // a 5 MiB screenshot in a base64 JSON record fits
+	// DefaultSyncInterval is how often JetStream fsyncs its files when
+	// SyncAlways is off: NATS's own default.
+	DefaultSyncInterval = 2 * time.Minute
+)
+
+// Server is an embedded NATS server with JetStream.
+type Server struct {
+	// Host and Port to listen on for clients; Port -1 picks a free port.
+	Host string
+	Port int
+	// StoreDir holds JetStream's files.
+	StoreDir string
+	// MaxPayload is the largest message a client may publish.
+	MaxPayload int32
+	// SyncAlways makes JetStream fsync every write before acknowledging
+	// it: an acknowledged record survives a power loss, at a cost in
+	// throughput. When false, files are fsynced every SyncInterval and an
+	// operating-system crash can lose what was acknowledged since.
+	SyncAlways   bool
+	SyncInterval time.Duration
+	// Logger receives the server's log lines; nil discards them.
+	Logger *slog.Logger
+
+	ns *server.Server
+}
+
+// New returns a server with the defaults, storing under storeDir.
+func New(storeDir string) *Server {
+	return &Server{
+		Host:         DefaultHost,
+		Port:         DefaultPort,
+		StoreDir:     storeDir,
+		MaxPayload:   DefaultMaxPayload,
+		SyncInterval: DefaultSyncInterval,
+	}
+}
+
+// Open starts the server and waits until it accepts connections.
+func (s *Server) Open() error {
+	if s.StoreDir == "" {
+		return errors.New("natsd: no store directory")
+	}
+	dir, err := filepath.Abs(s.StoreDir)
+	if err != nil {
+		return fmt.Errorf("natsd: store directory: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("natsd: store directory: %w", err)
+	}
+	opts := &server.Options{
+		ServerName:   "ctxd-embedded",
+		Host:         s.Host,
+		Port:         s.Port,
+		JetStream:    true,
+		StoreDir:     dir,
+		MaxPayload:   s.MaxPayload,
+		SyncAlways:   s.SyncAlways,
+		SyncInterval: s.SyncInterval,
+		NoSigs:       true,
+		NoLog:        s.Logger == nil,
+	}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		return fmt.Errorf("natsd: %w", err)
+	}
+	if s.Logger != nil {
+		ns.SetLoggerV2(&logAdapter{s.Logger}, false, false, false)
+	}
+	ns.Start()
+	if !ns.ReadyForConnections(30 * time.Second) {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+		return fmt.Errorf("natsd: server on %s:%d not ready after 30s (is the port in use?)", s.Host, s.Port)
+	}
+	s.ns = ns
+	return nil
+}
+
+// ClientURL returns the URL clients connect to, nats://HOST:PORT.
+func (s *Server) ClientURL() string {
+	if s.ns == nil {
+		return ""
+	}
+	return s.ns.ClientURL()
+}
+
+// Close shuts the server down and waits for it to stop.
+func (s *Server) Close() error {
+	if s.ns == nil {
+		return nil
+	}
+	s.ns.Shutdown()
+	s.ns.WaitForShutdown()
+	s.ns = nil
+	return nil
+}
+
+// logAdapter routes nats-server log lines to slog.
+type logAdapter struct{ l *slog.Logger }
+
+// Noticef lines (banner, listen addresses) are routine: debug level.
+func (a *logAdapter) Noticef(format string, v ...any) { a.l.Debug(fmt.Sprintf(format, v...)) }
+func (a *logAdapter) Warnf(format string, v ...any)   { a.l.Warn(fmt.Sprintf(format, v...)) }
+func (a *logAdapter) Fatalf(format string, v ...any)  { a.l.Error(fmt.Sprintf(format, v...)) }
+func (a *logAdapter) Errorf(format string, v ...any)  { a.l.Error(fmt.Sprintf(format, v...)) }
+func (a *logAdapter) Debugf(format string, v ...any)  { a.l.Debug(fmt.Sprintf(format, v...)) }
+func (a *logAdapter) Tracef(format string, v ...any)  { a.l.Debug(fmt.Sprintf(format, v...)) }

@@ -1,0 +1,127 @@
+package server
+
+import (
+	"strconv"
+
+	"github.com/ctxd/ctxd/pkg/projection"
+	"github.com/ctxd/ctxd/pkg/record"
+)
+
+// appendReplyJSON encodes a context reply:
+// {"session":S,"seq":N,"messages":[...],"dropped":{...}}.
+func appendReplyJSON(dst []byte, session string, p *projection.Session) []byte {
+	var body []byte
+	if p != nil {
+		body, _ = p.JSONBody()
+	}
+	dst = grow(dst, len(body)+len(session)+512)
+	dst = append(dst, `{"session":`...)
+	dst = record.AppendJSONString(dst, session)
+	dst = append(dst, `,"seq":`...)
+	var d projection.Dropped
+	if p == nil {
+		dst = append(dst, `0,"messages":[]`...)
+	} else {
+		dst = strconv.AppendUint(dst, p.Seq(), 10)
+		dst = append(dst, `,"messages":[`...)
+		dst = append(dst, body...)
+		dst = append(dst, ']')
+		d = p.Dropped()
+	}
+	dst = append(dst, `,"dropped":`...)
+	dst = appendDroppedJSON(dst, d)
+	return append(dst, '}')
+}
+
+func appendDroppedJSON(dst []byte, d projection.Dropped) []byte {
+	dst = append(dst, `{"unpaired_calls":[`...)
+	for i, c := range d.UnpairedCalls {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, `{"id":`...)
+		dst = record.AppendJSONString(dst, c.ID)
+		dst = append(dst, `,"tool":`...)
+		dst = record.AppendJSONString(dst, c.Tool)
+		dst = append(dst, `,"seq":`...)
+		dst = strconv.AppendUint(dst, c.Seq, 10)
+		dst = append(dst, '}')
+	}
+	dst = append(dst, `],"orphan_results":[`...)
+	for i, r := range d.OrphanResults {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, `{"id":`...)
+		dst = record.AppendJSONString(dst, r.ID)
+		dst = append(dst, `,"seq":`...)
+		dst = strconv.AppendUint(dst, r.Seq, 10)
+		dst = append(dst, '}')
+	}
+	dst = append(dst, `],"images_omitted":`...)
+	dst = strconv.AppendInt(dst, int64(d.ImagesOmitted), 10)
+	return append(dst, '}')
+}
+
+// appendReplyMsgpack encodes the same reply as a msgpack map.
+func appendReplyMsgpack(dst []byte, session string, p *projection.Session) []byte {
+	var body []byte
+	var n int
+	if p != nil {
+		body, n = p.MsgpackBody()
+	}
+	dst = grow(dst, len(body)+len(session)+512)
+	dst = record.AppendMsgpackMapLen(dst, 4)
+	dst = record.AppendMsgpackString(dst, "session")
+	dst = record.AppendMsgpackString(dst, session)
+	dst = record.AppendMsgpackString(dst, "seq")
+	var d projection.Dropped
+	if p == nil {
+		dst = record.AppendMsgpackInt(dst, 0)
+		dst = record.AppendMsgpackString(dst, "messages")
+		dst = record.AppendMsgpackArrayLen(dst, 0)
+	} else {
+		dst = appendMsgpackUint(dst, p.Seq())
+		dst = record.AppendMsgpackString(dst, "messages")
+		dst = record.AppendMsgpackArrayLen(dst, n)
+		dst = append(dst, body...)
+		d = p.Dropped()
+	}
+	dst = record.AppendMsgpackString(dst, "dropped")
+	dst = record.AppendMsgpackMapLen(dst, 3)
+	dst = record.AppendMsgpackString(dst, "unpaired_calls")
+	dst = record.AppendMsgpackArrayLen(dst, len(d.UnpairedCalls))
+	for _, c := range d.UnpairedCalls {
+		dst = record.AppendMsgpackMapLen(dst, 3)
+		dst = record.AppendMsgpackString(dst, "id")
+		dst = record.AppendMsgpackString(dst, c.ID)
+		dst = record.AppendMsgpackString(dst, "tool")
+		dst = record.AppendMsgpackString(dst, c.Tool)
+		dst = record.AppendMsgpackString(dst, "seq")
+		dst = appendMsgpackUint(dst, c.Seq)
+	}
+	dst = record.AppendMsgpackString(dst, "orphan_results")
+	dst = record.AppendMsgpackArrayLen(dst, len(d.OrphanResults))
+	for _, r := range d.OrphanResults {
+		dst = record.AppendMsgpackMapLen(dst, 2)
+		dst = record.AppendMsgpackString(dst, "id")
+		dst = record.AppendMsgpackString(dst, r.ID)
+		dst = record.AppendMsgpackString(dst, "seq")
+		dst = appendMsgpackUint(dst, r.Seq)
+	}
+	dst = record.AppendMsgpackString(dst, "images_omitted")
+	return record.AppendMsgpackInt(dst, int64(d.ImagesOmitted))
+}
+
+func appendMsgpackUint(dst []byte, n uint64) []byte {
+	v, _ := record.AppendMsgpack(dst, n)
+	return v
+}
+
+// grow makes room for n more bytes in one allocation.
+func grow(dst []byte, n int) []byte {
+	if cap(dst)-len(dst) >= n {
+		return dst
+	}
+	return append(make([]byte, 0, len(dst)+n), dst...)
+}

@@ -1,0 +1,92 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/ctxd/ctxd/pkg/record"
+)
+
+// Request limits and defaults of the context endpoint (PROTOCOL.md).
+const (
+	DefaultWait    = 2 * time.Second
+	MaxWait        = 30 * time.Second
+	MaxRequestSize = 64 << 10
+)
+
+// errBadBody is wrapped by every request-body error: a 400.
+var errBadBody = errors.New("bad request body")
+
+// contextRequest is a parsed request of the context endpoint.
+type contextRequest struct {
+	minSeq  uint64
+	wait    time.Duration
+	msgpack bool // reply in msgpack
+}
+
+// parseRequest reads the optional body: empty, a JSON object or a msgpack
+// map with optional min_seq and wait_ms; unknown fields are ignored.
+func parseRequest(body []byte, accept string) (contextRequest, error) {
+	req := contextRequest{wait: DefaultWait}
+	if len(body) == 0 {
+		req.msgpack = accept == "application/msgpack"
+		return req, nil
+	}
+	if len(body) > MaxRequestSize {
+		return req, fmt.Errorf("%w: %d bytes, at most %d", errBadBody, len(body), MaxRequestSize)
+	}
+	req.msgpack = !record.IsJSON(body)
+	dec := record.Decoder{MaxBytes: MaxRequestSize, MaxDepth: 16}
+	m, err := dec.Decode(body)
+	if err != nil {
+		var de *record.DecodeError
+		if errors.As(err, &de) && errors.Is(err, record.ErrNotMap) {
+			return req, fmt.Errorf("%w: not a JSON object or msgpack map", errBadBody)
+		}
+		return req, fmt.Errorf("%w: not a JSON object or msgpack map (%v)", errBadBody, err)
+	}
+	if v, ok := m.Get("min_seq"); ok {
+		n, err := nonNegative("min_seq", v)
+		if err != nil {
+			return req, err
+		}
+		req.minSeq = n
+	}
+	if v, ok := m.Get("wait_ms"); ok {
+		n, err := nonNegative("wait_ms", v)
+		if err != nil {
+			return req, err
+		}
+		req.wait = time.Duration(min(n, uint64(MaxWait/time.Millisecond))) * time.Millisecond
+	}
+	return req, nil
+}
+
+// nonNegative reads a non-negative integer; values beyond uint64 clamp.
+func nonNegative(field string, v any) (uint64, error) {
+	s, ok := record.IntegerString(v)
+	if !ok && record.IsInteger(v) {
+		// Whole but too long to spell: only a positive one is acceptable.
+		if f, _ := record.Float(v); f > 0 {
+			return ^uint64(0), nil
+		}
+	}
+	if !ok || (len(s) > 0 && s[0] == '-') {
+		return 0, fmt.Errorf("%w: %s must be a non-negative integer, got %s", errBadBody, field, describe(v))
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return ^uint64(0), nil // larger than any sequence
+	}
+	return n, nil
+}
+
+func describe(v any) string {
+	b, err := record.MarshalJSON(v)
+	if err != nil || len(b) > 40 {
+		return "a " + record.TypeName(v)
+	}
+	return string(b)
+}

@@ -1,0 +1,187 @@
+// Package server is ctxd's request-reply service: the NATS service named
+// ctxd (nats.go micro), with the endpoint ctxd.context.<session> that
+// answers a session's model context, and ctxd.rejected that lists the
+// records the projections skipped.
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/ctxd/ctxd/pkg/projection"
+	"github.com/ctxd/ctxd/pkg/store"
+	"github.com/ctxd/ctxd/pkg/subject"
+)
+
+// Version is the service version $SRV.INFO reports.
+const Version = "0.1.0"
+
+// Projections is what the service reads: the live projections.
+type Projections interface {
+	// Wait returns once every stream sequence up to seq is applied, or an
+	// error wrapping store.ErrWaitExpired after timeout.
+	Wait(ctx context.Context, seq uint64, timeout time.Duration) error
+	// View calls fn with a session's projection under its lock, or with
+	// nil for a session without records.
+	View(session string, fn func(p *projection.Session))
+	// Rejected lists the records the projections skipped.
+	Rejected() []store.Rejection
+	// Stats returns counters for $SRV.STATS.
+	Stats() store.Stats
+}
+
+// Service is the ctxd NATS service.
+type Service struct {
+	// Name of the service, for $SRV discovery.
+	Name string
+	// QueueGroup the endpoints subscribe in; instances share requests.
+	QueueGroup string
+	// Logger receives errors; nil discards them.
+	Logger *slog.Logger
+
+	nc   *nats.Conn
+	proj Projections
+
+	svc    micro.Service
+	ctx    context.Context // cancelled by Close: ends every wait
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // requests waiting for min_seq
+}
+
+// New returns a service over the projections, with the defaults.
+func New(nc *nats.Conn, proj Projections) *Service {
+	return &Service{Name: "ctxd", QueueGroup: "ctxd", nc: nc, proj: proj}
+}
+
+// Open registers the service and its endpoints.
+func (s *Service) Open() error {
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	svc, err := micro.AddService(s.nc, micro.Config{
+		Name:        s.Name,
+		Version:     Version,
+		Description: "model context of agent transcripts: request ctxd.context.<session>",
+		QueueGroup:  s.QueueGroup,
+		StatsHandler: func(*micro.Endpoint) any {
+			return s.proj.Stats()
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("server: %w", err)
+	}
+	err = svc.AddEndpoint("context", micro.HandlerFunc(s.handleContext),
+		micro.WithEndpointSubject(subject.ContextPrefix+"*"),
+		micro.WithEndpointMetadata(map[string]string{
+			"description": "model context of a session; body: optional {min_seq, wait_ms}",
+		}))
+	if err == nil {
+		err = svc.AddEndpoint("rejected", micro.HandlerFunc(s.handleRejected),
+			micro.WithEndpointSubject("ctxd.rejected"),
+			micro.WithEndpointMetadata(map[string]string{
+				"description": "records the projections skipped, oldest first",
+			}))
+	}
+	if err != nil {
+		svc.Stop()
+		return fmt.Errorf("server: %w", err)
+	}
+	s.svc = svc
+	return nil
+}
+
+// Close stops taking requests, lets the ones in hand finish (a waiting
+// request is answered 504), and waits for them.
+func (s *Service) Close() error {
+	if s.svc == nil {
+		return nil
+	}
+	err := s.svc.Stop()
+	s.cancel()
+	s.wg.Wait()
+	s.svc = nil
+	return err
+}
+
+func (s *Service) handleContext(r micro.Request) {
+	session := strings.TrimPrefix(r.Subject(), subject.ContextPrefix)
+	if err := subject.CheckSession(session); err != nil {
+		s.fail(r, err)
+		return
+	}
+	req, err := parseRequest(r.Data(), r.Headers().Get("Accept"))
+	if err != nil {
+		s.fail(r, err)
+		return
+	}
+	if req.minSeq == 0 || s.proj.Wait(s.ctx, req.minSeq, 0) == nil {
+		s.reply(r, session, req) // the common case: no wait, no goroutine
+		return
+	}
+	// Wait off the endpoint's goroutine, so a waiting request never delays
+	// another.
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := s.proj.Wait(s.ctx, req.minSeq, req.wait); err != nil {
+			if errors.Is(err, context.Canceled) {
+				err = fmt.Errorf("%w: shutting down", store.ErrWaitExpired)
+			}
+			s.fail(r, err)
+			return
+		}
+		s.reply(r, session, req)
+	}()
+}
+
+func (s *Service) reply(r micro.Request, session string, req contextRequest) {
+	var out []byte
+	s.proj.View(session, func(p *projection.Session) {
+		if req.msgpack {
+			out = appendReplyMsgpack(nil, session, p)
+		} else {
+			out = appendReplyJSON(nil, session, p)
+		}
+	})
+	if max := s.nc.MaxPayload(); max > 0 && int64(len(out)) > max {
+		s.fail(r, fmt.Errorf("%w: %d bytes, max payload %d", errTooLarge, len(out), max))
+		return
+	}
+	if err := r.Respond(out); err != nil {
+		s.log("respond", "session", session, "err", err)
+	}
+}
+
+func (s *Service) handleRejected(r micro.Request) {
+	data, err := json.Marshal(s.proj.Rejected())
+	if err != nil {
+		s.fail(r, err)
+		return
+	}
+	if err := r.Respond(data); err != nil {
+		s.log("respond", "err", err)
+	}
+}
+
+func (s *Service) fail(r micro.Request, err error) {
+	code, desc := errorReply(err)
+	if code == CodeInternal {
+		s.log("request failed", "subject", r.Subject(), "err", err)
+	}
+	if rerr := r.Error(code, desc, nil); rerr != nil {
+		s.log("respond", "err", rerr)
+	}
+}
+
+func (s *Service) log(msg string, args ...any) {
+	if s.Logger != nil {
+		s.Logger.Warn(msg, args...)
+	}
+}

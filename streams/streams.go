@@ -1,0 +1,48 @@
+// Package streams holds the JetStream definitions ctxd runs on, as JSON
+// in the NATS API format: the same files `nats stream add --config` and
+// `nats consumer add --config` accept. ctxd embeds them and creates what
+// is missing at start.
+package streams
+
+import (
+	"embed"
+	"encoding/json"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+//go:embed *.json
+var files embed.FS
+
+// Files of the definitions.
+const (
+	TranscriptsFile = "transcripts.stream.json"
+	IngestFile      = "ctxd.consumer.json"
+)
+
+// Transcripts returns the TRANSCRIPTS stream definition.
+func Transcripts() (jetstream.StreamConfig, error) {
+	var cfg jetstream.StreamConfig
+	return cfg, load(TranscriptsFile, &cfg)
+}
+
+// Ingest returns the durable consumer definition the projections are fed by.
+func Ingest() (jetstream.ConsumerConfig, error) {
+	var cfg jetstream.ConsumerConfig
+	return cfg, load(IngestFile, &cfg)
+}
+
+// Raw returns a definition file's bytes.
+func Raw(name string) ([]byte, error) { return files.ReadFile(name) }
+
+func load(name string, v any) error {
+	data, err := files.ReadFile(name)
+	if err != nil {
+		return fmt.Errorf("streams: %w", err)
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("streams: %s: %w", name, err)
+	}
+	return nil
+}
