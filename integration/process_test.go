@@ -1,0 +1,165 @@
+package integration
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// ctxdBinary builds cmd/ctxd once per test run.
+func ctxdBinary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "ctxd-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "ctxd")
+		out, err := exec.Command("go", "build", "-o", binPath, "../cmd/ctxd").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	require.NoError(t, buildErr)
+	return binPath
+}
+
+// proc is ctxd serve running as a separate process.
+type proc struct {
+	cmd    *exec.Cmd
+	url    string
+	stderr *strings.Builder
+	done   chan error
+}
+
+var readyLine = regexp.MustCompile(`^ctxd ready (nats://[^ ]+:\d+)$`)
+
+// startProcess runs `ctxd serve` with args and waits for its ready line.
+func startProcess(t testing.TB, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(ctxdBinary(t), append([]string{"serve"}, args...)...)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	p := &proc{cmd: cmd, stderr: &strings.Builder{}, done: make(chan error, 1)}
+	cmd.Stderr = &syncWriter{b: p.stderr}
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	lines := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+		p.done <- cmd.Wait()
+	}()
+	select {
+	case line, ok := <-lines:
+		require.True(t, ok, "ctxd exited before ready: %s", p.stderr)
+		m := readyLine.FindStringSubmatch(line)
+		require.NotNil(t, m, "first line %q is not the ready line", line)
+		p.url = m[1]
+	case <-time.After(60 * time.Second):
+		t.Fatalf("ctxd not ready after 60s: %s", p.stderr)
+	}
+	return p
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	b  *strings.Builder
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+// wait returns the process's exit error once it exits.
+func (p *proc) wait(t testing.TB) error {
+	t.Helper()
+	select {
+	case err := <-p.done:
+		return err
+	case <-time.After(30 * time.Second):
+		t.Fatalf("ctxd did not exit within 30s")
+		return nil
+	}
+}
+
+// SIGTERM drains the service and exits 0; the records it acknowledged are
+// served after a restart on the same store.
+func TestProcess_SIGTERMDrainsAndExitsZero(t *testing.T) {
+	dir := t.TempDir()
+	p := startProcess(t, "--port", "-1", "--data", dir)
+	c := newClient(t, p.url)
+	var last uint64
+	for i := 0; i < 50; i++ {
+		last = c.publish("term", []byte(fmt.Sprintf(`{"role":"user","content":"m%d"}`, i)))
+	}
+	r := c.fetchSeq("term", last, false)
+	require.Len(t, r.Messages, 50)
+
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, p.wait(t), "stderr: %s", p.stderr)
+	require.Equal(t, 0, p.cmd.ProcessState.ExitCode())
+
+	p2 := startProcess(t, "--port", "-1", "--data", dir)
+	c2 := newClient(t, p2.url)
+	r2 := c2.fetchSeq("term", last, true)
+	require.Equal(t, last, r2.Seq)
+	require.Len(t, r2.Messages, 50)
+	require.NoError(t, p2.cmd.Process.Signal(syscall.SIGINT))
+	require.NoError(t, p2.wait(t))
+}
+
+// A killed ctxd, restarted on the same store, serves exactly what it
+// served before.
+func TestProcess_KilledAndRestartedServesTheSame(t *testing.T) {
+	dir := t.TempDir()
+	p := startProcess(t, "--port", "-1", "--data", dir)
+	c := newClient(t, p.url)
+	before := map[string]string{}
+	for i, fc := range loadFixtures(t) {
+		s := sessionName("k", i, fc.Name)
+		var seq uint64
+		for _, r := range fc.Records {
+			seq = c.publishValue(s, r, i%2 == 1)
+		}
+		if seq > 0 {
+			c.fetchSeq(s, seq, false)
+		}
+		before[s] = string(c.request("ctxd.context."+s, nil, nil).Data)
+	}
+	require.NoError(t, p.cmd.Process.Kill())
+	p.wait(t)
+
+	p2 := startProcess(t, "--port", "-1", "--data", dir)
+	c2 := newClient(t, p2.url)
+	for s, want := range before {
+		require.Equal(t, want, string(c2.request("ctxd.context."+s, nil, nil).Data), s)
+	}
+}
