@@ -1,0 +1,38 @@
+GO ?= go
+FUZZTIME ?= 1m
+
+.PHONY: all build test race fuzz bench serve lint ci
+
+all: lint test
+
+build:
+	$(GO) build -o bin/ctxd ./cmd/ctxd
+
+## test: the whole suite, as CI runs it (README's test command)
+test:
+	$(GO) test ./...
+
+## race: the concurrent packages under the race detector
+race:
+	$(GO) test -race -short ./pkg/store/... ./pkg/server/... ./pkg/bus/... ./integration/...
+
+## fuzz: each fuzz target for FUZZTIME
+fuzz:
+	$(GO) test ./pkg/record -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./pkg/record -run '^$$' -fuzz '^FuzzDecodeJSON$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./pkg/projection -run '^$$' -fuzz '^FuzzSession_EquivalentToBuild$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./pkg/projection -run '^$$' -fuzz '^FuzzBuild$$' -fuzztime $(FUZZTIME)
+
+## bench: the benchmarks of the core and of the service
+bench:
+	$(GO) test ./pkg/record ./pkg/projection ./integration -run '^$$' -bench . -benchmem
+
+serve:
+	$(GO) run ./cmd/ctxd serve
+
+lint:
+	@test -z "$$(gofmt -l .)" || (gofmt -l . && exit 1)
+	$(GO) vet ./...
+
+ci:
+	CI=true bash .ci/run
