@@ -1,6 +1,8 @@
 package projection
 
 import (
+	"fmt"
+
 	"github.com/ctxd/ctxd/pkg/record"
 )
 
@@ -17,6 +19,14 @@ type cache struct {
 	bytes []byte // the encoded renderings: each kept message, then a separator
 	offs  []int  // offs[i]: where entry i starts in msgs or bytes
 	count int    // messages rendered
+
+	failed []failure // entries whose message did not encode, in order
+}
+
+// failure is a message an encoding has no form for.
+type failure struct {
+	entry int
+	err   error
 }
 
 func (c *cache) reset() { *c = cache{} }
@@ -74,7 +84,8 @@ func (s *Session) AppendJSON(dst []byte) []byte {
 
 // JSONBody returns the JSON encodings of the context's messages, joined
 // by commas, without the enclosing brackets, and the number of messages.
-// The bytes are shared with the cache: read them, don't modify them.
+// Record values always have a JSON form. The bytes are shared with the
+// cache: read them, don't modify them.
 func (s *Session) JSONBody() ([]byte, int) {
 	b := s.encoded(&s.json, appendMessageJSON)
 	if len(b) > 0 {
@@ -86,40 +97,64 @@ func (s *Session) JSONBody() ([]byte, int) {
 // MsgpackBody returns the msgpack encodings of the context's messages,
 // concatenated (a msgpack array's elements), and their number. The bytes
 // are shared with the cache: read them, don't modify them.
-func (s *Session) MsgpackBody() ([]byte, int) {
+//
+// A JSON record may hold a number msgpack cannot carry (1E400 is beyond
+// float64); a context with such a number has no msgpack form, and
+// MsgpackBody returns an error wrapping record.ErrUnsupported. The body
+// then holds only the messages that encode: it is not the context and
+// must not be served as it.
+func (s *Session) MsgpackBody() ([]byte, int, error) {
 	b := s.encoded(&s.msgpack, appendMessageMsgpack)
-	return b[:len(b):len(b)], s.msgpack.count
+	var err error
+	if len(s.msgpack.failed) > 0 {
+		f := s.msgpack.failed[0]
+		err = fmt.Errorf("message from seq %d: %w", s.entries[f.entry].seq, f.err)
+	}
+	return b[:len(b):len(b)], s.msgpack.count, err
 }
 
-// AppendMsgpack appends the model context as a msgpack array to dst.
+// AppendMsgpack appends the model context as a msgpack array to dst. When
+// the context has no msgpack form (see MsgpackBody) it returns dst
+// unchanged: a partial array would be read as a different context.
 func (s *Session) AppendMsgpack(dst []byte) []byte {
-	body, n := s.MsgpackBody()
+	body, n, err := s.MsgpackBody()
+	if err != nil {
+		return dst
+	}
 	dst = record.AppendMsgpackArrayLen(dst, n)
 	return append(dst, body...)
 }
 
-func appendMessageJSON(dst []byte, m *record.Map) []byte {
-	// Pass-1 messages are decoded values: they always encode.
-	dst, _ = record.AppendJSON(dst, m)
-	return append(dst, ',')
+func appendMessageJSON(dst []byte, m *record.Map) ([]byte, error) {
+	dst, err := record.AppendJSON(dst, m)
+	return append(dst, ','), err
 }
 
-func appendMessageMsgpack(dst []byte, m *record.Map) []byte {
-	dst, _ = record.AppendMsgpack(dst, m)
-	return dst
+func appendMessageMsgpack(dst []byte, m *record.Map) ([]byte, error) {
+	return record.AppendMsgpack(dst, m)
 }
 
-func (s *Session) encoded(c *cache, enc func([]byte, *record.Map) []byte) []byte {
+// encoded brings an encoded rendering up to date and returns its bytes. A
+// message that fails to encode leaves no bytes and is listed in
+// c.failed.
+func (s *Session) encoded(c *cache, enc func([]byte, *record.Map) ([]byte, error)) []byte {
 	if c.built == s.version && c.bytes != nil {
 		return c.bytes
 	}
 	from := min(c.from, len(c.offs))
-	old, oldOffs := c.bytes, c.offs
+	old, oldOffs, oldFailed := c.bytes, c.offs, c.failed
 	buf := c.bytes
 	count := c.count
+	failed := c.failed
 	if from < len(c.offs) {
 		cut := c.offs[from]
 		buf = append(make([]byte, 0, max(len(old)+len(old)/4, 1024)), old[:cut]...)
+		failed = nil
+		for _, f := range oldFailed {
+			if f.entry < from {
+				failed = append(failed, f)
+			}
+		}
 		// Count the messages kept in the prefix.
 		count = 0
 		for i := 0; i < from; i++ {
@@ -127,6 +162,7 @@ func (s *Session) encoded(c *cache, enc func([]byte, *record.Map) []byte) []byte
 				count++
 			}
 		}
+		count -= len(failed)
 	}
 	if buf == nil {
 		buf = make([]byte, 0, 1024)
@@ -147,16 +183,32 @@ func (s *Session) encoded(c *cache, enc func([]byte, *record.Map) []byte) []byte
 			buf = append(buf, old[oldOffs[i]:end]...)
 			if end > oldOffs[i] {
 				count++
+			} else if f, ok := failureOf(oldFailed, i); ok {
+				failed = append(failed, f)
 			}
 		} else {
 			s.render(i)
 			if e.out != nil {
-				buf = enc(buf, e.out)
-				count++
+				var err error
+				if buf, err = enc(buf, e.out); err != nil {
+					buf = buf[:start] // no partial message
+					failed = append(failed, failure{entry: i, err: err})
+				} else {
+					count++
+				}
 			}
 		}
 		offs = append(offs, start)
 	}
-	c.bytes, c.offs, c.built, c.from, c.count = buf, offs, s.version, len(s.entries), count
+	c.bytes, c.offs, c.built, c.from, c.count, c.failed = buf, offs, s.version, len(s.entries), count, failed
 	return buf
+}
+
+func failureOf(failed []failure, entry int) (failure, bool) {
+	for _, f := range failed {
+		if f.entry == entry {
+			return f, true
+		}
+	}
+	return failure{}, false
 }

@@ -15,8 +15,12 @@ const (
 	CodeInternal    = "500"
 )
 
-// errTooLarge: the reply would exceed the connection's max payload.
-var errTooLarge = errors.New("context larger than the max payload")
+var (
+	// errTooLarge: the reply would exceed the connection's max payload.
+	errTooLarge = errors.New("context larger than the max payload")
+	// errNotMsgpack: the context holds a number msgpack cannot carry.
+	errNotMsgpack = errors.New("context has no msgpack form")
+)
 
 // errorReply maps an error to its code and description: the one place
 // errors become wire codes. Only errors the client caused are described;
@@ -29,6 +33,8 @@ func errorReply(err error) (code, description string) {
 		return CodeWaitExpired, "min_seq not reached within wait_ms"
 	case errors.Is(err, errTooLarge):
 		return CodeInternal, "context larger than the max payload"
+	case errors.Is(err, errNotMsgpack):
+		return CodeInternal, "context holds a number msgpack cannot carry; request JSON"
 	}
 	return CodeInternal, "internal error"
 }

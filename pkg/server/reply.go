@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"strconv"
 
 	"github.com/ctxd/ctxd/pkg/projection"
@@ -63,12 +64,16 @@ func appendDroppedJSON(dst []byte, d projection.Dropped) []byte {
 	return append(dst, '}')
 }
 
-// appendReplyMsgpack encodes the same reply as a msgpack map.
-func appendReplyMsgpack(dst []byte, session string, p *projection.Session) []byte {
+// appendReplyMsgpack encodes the same reply as a msgpack map. A context
+// holding a number msgpack cannot carry has no msgpack form: errNotMsgpack.
+func appendReplyMsgpack(dst []byte, session string, p *projection.Session) ([]byte, error) {
 	var body []byte
 	var n int
 	if p != nil {
-		body, n = p.MsgpackBody()
+		var err error
+		if body, n, err = p.MsgpackBody(); err != nil {
+			return dst, fmt.Errorf("%w: %w", errNotMsgpack, err)
+		}
 	}
 	dst = grow(dst, len(body)+len(session)+512)
 	dst = record.AppendMsgpackMapLen(dst, 4)
@@ -110,7 +115,7 @@ func appendReplyMsgpack(dst []byte, session string, p *projection.Session) []byt
 		dst = appendMsgpackUint(dst, r.Seq)
 	}
 	dst = record.AppendMsgpackString(dst, "images_omitted")
-	return record.AppendMsgpackInt(dst, int64(d.ImagesOmitted))
+	return record.AppendMsgpackInt(dst, int64(d.ImagesOmitted)), nil
 }
 
 func appendMsgpackUint(dst []byte, n uint64) []byte {

@@ -143,13 +143,18 @@ func (s *Service) handleContext(r micro.Request) {
 
 func (s *Service) reply(r micro.Request, session string, req contextRequest) {
 	var out []byte
+	var err error
 	s.proj.View(session, func(p *projection.Session) {
 		if req.msgpack {
-			out = appendReplyMsgpack(nil, session, p)
+			out, err = appendReplyMsgpack(nil, session, p)
 		} else {
 			out = appendReplyJSON(nil, session, p)
 		}
 	})
+	if err != nil {
+		s.fail(r, err)
+		return
+	}
 	if max := s.nc.MaxPayload(); max > 0 && int64(len(out)) > max {
 		s.fail(r, fmt.Errorf("%w: %d bytes, max payload %d", errTooLarge, len(out), max))
 		return

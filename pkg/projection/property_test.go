@@ -1,0 +1,384 @@
+package projection
+
+import (
+	"bytes"
+	"flag"
+	"math/rand/v2"
+	"reflect"
+	"strconv"
+	"testing"
+
+	"github.com/ctxd/ctxd/pkg/record"
+	"github.com/stretchr/testify/require"
+)
+
+// The property test runs equivN generated sessions, seeded equivBase,
+// equivBase+1, ...; under -short it runs equivShortN unless -equiv.n is
+// given. The seeds are fixed so that a run is reproducible; pass another
+// -equiv.base to explore new sessions, and -equiv.seed to rerun the one
+// session a failure names (seed 0 means none).
+//
+// Sessions are 5 to 60 records long, one in a hundred 100 to 250. Three
+// in four short ones are compared with Build after every record; the
+// rest now and then, with partial renderings between. The full run takes
+// 15 to 30 seconds on two shared cores, -short under a second.
+var (
+	equivN    = flag.Int("equiv.n", 10000, "generated sessions TestSession_EquivalentToBuild checks")
+	equivBase = flag.Uint64("equiv.base", 1, "seed of the first generated session")
+	equivSeed = flag.Uint64("equiv.seed", 0, "check only the generated session with this seed")
+)
+
+const equivShortN = 300
+
+// TestSession_EquivalentToBuild checks the contract of Session: after
+// every record applied, its messages, dropped report and encodings equal
+// Build over the records so far. Renderings are requested in random order
+// and at random moments, several applies apart in some sessions, since
+// incremental bugs hide in caches.
+func TestSession_EquivalentToBuild(t *testing.T) {
+	if *equivSeed != 0 {
+		checkEquivalence(t, *equivSeed)
+		return
+	}
+	n := *equivN
+	if testing.Short() && !flagSet("equiv.n") {
+		n = equivShortN
+	}
+	for i := range n {
+		checkEquivalence(t, *equivBase+uint64(i))
+		if t.Failed() {
+			return
+		}
+	}
+}
+
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+// heldView is a rendering handed out earlier, with a copy of what it
+// said then: the session must never write it again.
+type heldView struct {
+	what string
+	got  func() []byte // encodes the held rendering as it is now
+	then []byte
+}
+
+// equivalence drives one generated session through a Session, checking
+// it against Build.
+type equivalence struct {
+	t    *testing.T
+	r    *rand.Rand
+	opt  Options
+	s    *Session
+	recs []Record
+	// want is Build over recs (nil Messages when not yet computed), with
+	// its encodings (nil when not yet computed; wantMP stays nil when the
+	// messages have no msgpack form).
+	want           Result
+	wantJSON       []byte
+	wantMP         []byte
+	wantMPComputed bool
+	held           []heldView
+}
+
+func checkEquivalence(t *testing.T, seed uint64) {
+	r := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
+	g := newGen(r)
+	e := &equivalence{t: t, r: r, opt: g.options()}
+	e.s = New(e.opt)
+	// Sessions are short, 5 to 60 records, so that thousands of them can
+	// be checked after every record; one in a hundred is long, 100 to 250
+	// records, and checked sparsely.
+	long := r.IntN(100) == 0
+	n := 5 + r.IntN(56)
+	if long {
+		n = 100 + r.IntN(151)
+	}
+	values := g.session(n)
+	before := encodeAll(t, values)
+	defer func() {
+		if t.Failed() {
+			t.Logf("seed %d; rerun with: go test ./pkg/projection -run '^TestSession_EquivalentToBuild$' -equiv.seed=%d\noptions: %+v\nrecords (seq: value):\n%s",
+				seed, seed, e.opt, recordLines(e.recs))
+		}
+	}()
+
+	// Most sessions are compared after every record; the others only now
+	// and then, with partial renderings between, so that the caches see
+	// several changes at once.
+	sparse := long || r.IntN(4) == 0
+	var skipped []uint64
+	seq := uint64(0)
+	for _, v := range values {
+		seq += 1 + uint64(r.IntN(8)/7) // sequences may have gaps
+		if r.IntN(12) == 0 {
+			// A record that could not be decoded: the view stays the same.
+			if !e.s.Skip(seq) || e.s.Seq() != seq || e.s.Skip(seq) {
+				t.Fatalf("Skip(%d) twice: Seq %d", seq, e.s.Seq())
+			}
+			skipped = append(skipped, seq)
+			e.maybeCheck(sparse)
+			seq++
+		}
+		if r.IntN(12) == 0 {
+			// A redelivered or replayed record is ignored.
+			last := e.s.Seq()
+			old := r.Uint64N(last + 1)
+			if e.s.Apply(old, g.record()) || e.s.Seq() != last {
+				t.Fatalf("Apply(%d) after %d was applied: Seq %d", old, last, e.s.Seq())
+			}
+			e.maybeCheck(sparse)
+		}
+		if last := e.s.Seq(); !e.s.Apply(seq, v) || e.s.Seq() != seq {
+			t.Fatalf("Apply(%d) after %d was ignored: Seq %d", seq, last, e.s.Seq())
+		}
+		e.recs = append(e.recs, Record{Seq: seq, Value: v})
+		e.invalidate()
+		e.maybeCheck(sparse)
+	}
+	e.checkAll()
+
+	// Applying everything again changes nothing.
+	for _, rec := range e.recs {
+		require.False(t, e.s.Apply(rec.Seq, rec.Value), "Apply(%d) again", rec.Seq)
+	}
+	for _, sq := range skipped {
+		require.False(t, e.s.Skip(sq), "Skip(%d) again", sq)
+	}
+	e.checkAll()
+
+	// Renderings handed out earlier still say what they said.
+	for _, h := range e.held {
+		require.Equal(t, string(h.then), string(h.got()), "a held %s changed", h.what)
+	}
+
+	// A fresh session fed the same records, rendered only at the end, gives
+	// the same bytes.
+	replay := New(e.opt)
+	next := 0
+	for _, rec := range e.recs {
+		for next < len(skipped) && skipped[next] < rec.Seq {
+			replay.Skip(skipped[next])
+			next++
+		}
+		replay.Apply(rec.Seq, rec.Value)
+	}
+	for _, sq := range skipped[next:] {
+		replay.Skip(sq)
+	}
+	require.Equal(t, e.s.Seq(), replay.Seq(), "replay: Seq")
+	require.Equal(t, string(e.s.AppendJSON(nil)), string(replay.AppendJSON(nil)), "replay: JSON")
+	require.Equal(t, e.s.AppendMsgpack(nil), replay.AppendMsgpack(nil), "replay: msgpack")
+	require.Equal(t, e.s.Dropped(), replay.Dropped(), "replay: dropped")
+	requireMessages(t, e.s.Messages(), replay.Messages(), "replay: messages")
+
+	// Neither Build nor Session changes the records.
+	require.Equal(t, before, encodeAll(t, values), "records were modified")
+}
+
+// invalidate forgets what Build answered: a record was applied.
+func (e *equivalence) invalidate() {
+	e.want, e.wantJSON, e.wantMP, e.wantMPComputed = Result{}, nil, nil, false
+}
+
+// expected returns Build over the records so far, computing it once per
+// prefix.
+func (e *equivalence) expected() Result {
+	if e.want.Messages == nil {
+		e.want = Build(e.recs, e.opt)
+	}
+	return e.want
+}
+
+// expectedJSON returns the JSON encoding of Build's messages.
+func (e *equivalence) expectedJSON() []byte {
+	if e.wantJSON == nil {
+		e.wantJSON = mustJSON(e.t, e.expected().Messages)
+	}
+	return e.wantJSON
+}
+
+// expectedMsgpack returns the msgpack encoding of Build's messages; ok is
+// false when they have none (a JSON number beyond float64).
+func (e *equivalence) expectedMsgpack() (b []byte, ok bool) {
+	if !e.wantMPComputed {
+		b, err := record.MarshalMsgpack(e.expected().Messages)
+		if err != nil {
+			require.ErrorIs(e.t, err, record.ErrUnsupported)
+			b = nil
+		}
+		e.wantMP, e.wantMPComputed = b, true
+	}
+	return e.wantMP, e.wantMP != nil
+}
+
+// maybeCheck compares the session with Build after a step: always, or in
+// a sparse session now and then, with a partial rendering in between.
+func (e *equivalence) maybeCheck(sparse bool) {
+	if !sparse {
+		e.checkAll()
+		return
+	}
+	switch n := e.r.IntN(6); {
+	case n == 0:
+		e.checkAll()
+	case n <= 2:
+		e.checkOne(e.r.IntN(len(renderings)))
+	}
+}
+
+// checkAll compares every rendering, in random order.
+func (e *equivalence) checkAll() {
+	for _, i := range e.r.Perm(len(renderings)) {
+		e.checkOne(i)
+	}
+}
+
+// renderings are the ways a session can be read, each checked against
+// Build.
+var renderings = []func(e *equivalence){
+	(*equivalence).checkMessages,
+	(*equivalence).checkDropped,
+	(*equivalence).checkResult,
+	(*equivalence).checkAppendJSON,
+	(*equivalence).checkJSONBody,
+	(*equivalence).checkAppendMsgpack,
+	(*equivalence).checkMsgpackBody,
+}
+
+func (e *equivalence) checkOne(i int) { renderings[i](e) }
+
+func (e *equivalence) hold(what string, got func() []byte) {
+	if e.r.IntN(8) == 0 {
+		e.held = append(e.held, heldView{what: what, got: got, then: bytes.Clone(got())})
+	}
+}
+
+// The checks compare first and call require only on a difference: they
+// run after every record of thousands of sessions, and require's helpers
+// walk the stack on every call.
+
+func (e *equivalence) checkMessages() {
+	want := e.expected()
+	got := e.s.Messages()
+	if !record.Equal(want.Messages, got) {
+		requireMessages(e.t, want.Messages, got, "Messages")
+	}
+	e.hold("Messages", func() []byte { return mustJSON(e.t, got) })
+}
+
+func (e *equivalence) checkDropped() {
+	if want, got := e.expected().Dropped, e.s.Dropped(); !reflect.DeepEqual(want, got) {
+		require.Equal(e.t, want, got, "Dropped")
+	}
+}
+
+func (e *equivalence) checkResult() {
+	want := e.expected()
+	got := e.s.Result()
+	if !record.Equal(want.Messages, got.Messages) {
+		requireMessages(e.t, want.Messages, got.Messages, "Result")
+	}
+	if !reflect.DeepEqual(want.Dropped, got.Dropped) {
+		require.Equal(e.t, want.Dropped, got.Dropped, "Result")
+	}
+}
+
+func (e *equivalence) checkAppendJSON() {
+	want := append([]byte("prefix"), e.expectedJSON()...)
+	if got := e.s.AppendJSON([]byte("prefix")); !bytes.Equal(want, got) {
+		require.Equal(e.t, string(want), string(got), "AppendJSON")
+	}
+}
+
+func (e *equivalence) checkJSONBody() {
+	want := e.expectedJSON()
+	body, n := e.s.JSONBody()
+	if got := append(append([]byte("["), body...), ']'); !bytes.Equal(want, got) {
+		require.Equal(e.t, string(want), string(got), "JSONBody")
+	}
+	if len(e.expected().Messages) != n {
+		require.Equal(e.t, len(e.expected().Messages), n, "JSONBody count")
+	}
+	e.hold("JSONBody", func() []byte { return body })
+}
+
+func (e *equivalence) checkAppendMsgpack() {
+	want, ok := e.expectedMsgpack()
+	got := e.s.AppendMsgpack([]byte("prefix"))
+	if !ok {
+		// No msgpack form: nothing is appended.
+		want = nil
+	}
+	if want = append([]byte("prefix"), want...); !bytes.Equal(want, got) {
+		require.Equal(e.t, want, got, "AppendMsgpack")
+	}
+}
+
+func (e *equivalence) checkMsgpackBody() {
+	want, ok := e.expectedMsgpack()
+	body, n, err := e.s.MsgpackBody()
+	wantN := len(e.expected().Messages)
+	if ok {
+		if err != nil {
+			require.NoError(e.t, err, "MsgpackBody")
+		}
+	} else {
+		// No msgpack form: an error, and a body of the messages that have
+		// one.
+		require.ErrorIs(e.t, err, record.ErrUnsupported, "MsgpackBody without a msgpack form")
+		var encodable []any
+		for _, m := range e.expected().Messages {
+			if _, err := record.MarshalMsgpack(m); err == nil {
+				encodable = append(encodable, m)
+			}
+		}
+		wantN = len(encodable)
+		want, err = record.MarshalMsgpack(append([]any{}, encodable...))
+		require.NoError(e.t, err)
+	}
+	if got := append(record.AppendMsgpackArrayLen(nil, n), body...); !bytes.Equal(want, got) {
+		require.Equal(e.t, want, got, "MsgpackBody")
+	}
+	if wantN != n {
+		require.Equal(e.t, wantN, n, "MsgpackBody count")
+	}
+	e.hold("MsgpackBody", func() []byte { return body })
+}
+
+func mustJSON(t testing.TB, v any) []byte {
+	t.Helper()
+	b, err := record.MarshalJSON(v)
+	require.NoError(t, err)
+	return b
+}
+
+// encodeAll encodes records to compare them before and after use.
+func encodeAll(t testing.TB, values []any) []byte {
+	t.Helper()
+	var b []byte
+	for _, v := range values {
+		b = append(append(b, mustJSON(t, v)...), '\n')
+	}
+	return b
+}
+
+// recordLines prints records one a line, to reproduce a failure by hand
+// or to turn it into a fixture.
+func recordLines(recs []Record) string {
+	var b []byte
+	for _, r := range recs {
+		b = strconv.AppendUint(b, r.Seq, 10)
+		b = append(b, ": "...)
+		line, err := record.MarshalJSON(r.Value)
+		if err != nil {
+			line = []byte(err.Error())
+		}
+		b = append(b, line...)
+		b = append(b, '\n')
+	}
+	return string(b)
+}
