@@ -1,0 +1,141 @@
+package integration
+
+import (
+	"encoding/base64"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ctxd/ctxd/pkg/record"
+)
+
+// sessionRecords makes a realistic session of n records: user turns,
+// assistant turns with tool calls, tool results, and one browser result
+// holding a screenshot of shotBytes bytes.
+func sessionRecords(n, shotBytes int, seed uint64) []any {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	text := func(words int) string {
+		b := make([]byte, 0, words*6)
+		for i := 0; i < words; i++ {
+			b = append(b, "lorem ipsum dolor sit amet consectetur adipiscing elit"[rng.IntN(40):][:5]...)
+			b = append(b, ' ')
+		}
+		return string(b)
+	}
+	shot := make([]byte, shotBytes*3/4)
+	for i := range shot {
+		shot[i] = byte(rng.Uint32())
+	}
+	var recs []any
+	for i := 0; len(recs) < n; i++ {
+		switch {
+		case i%4 == 0:
+			recs = append(recs, record.NewMap("role", "user", "content", text(30), "timestamp", int64(1764493200000+i)))
+		case i%4 == 1:
+			id := fmt.Sprintf("call-%d", i)
+			tool := "read"
+			if len(recs) == n/2 {
+				tool = "browser_use"
+			}
+			recs = append(recs, record.NewMap("role", "assistant", "content", []any{
+				record.NewMap("type", "text", "text", text(20)),
+				record.NewMap("type", "toolCall", "id", id, "name", tool, "arguments", record.NewMap("path", "src/main.go")),
+			}, "timestamp", int64(1764493200000+i)))
+			content := []any{record.NewMap("type", "text", "text", text(40))}
+			if tool == "browser_use" {
+				content = append(content, record.NewMap("type", "image", "data", base64.StdEncoding.EncodeToString(shot), "mimeType", "image/png"))
+			}
+			recs = append(recs, record.NewMap("role", "toolResult", "toolCallId", id, "toolName", tool, "content", content))
+		default:
+			recs = append(recs, record.NewMap("role", "assistant", "content", []any{record.NewMap("type", "text", "text", text(25))}))
+		}
+	}
+	return recs[:n]
+}
+
+// BenchmarkFetch compares a context fetch for a 200-message session with
+// one 200 KB screenshot against a bare NATS request-reply returning the
+// same bytes over the same loopback connection, interleaved request by
+// request so both see the same machine. It reports the p50 and p99 of
+// each and their ratios (goal: p50 within 1.5x, p99 within 2x).
+func BenchmarkFetch(b *testing.B) {
+	for _, format := range []string{"json", "msgpack"} {
+		b.Run(format, func(b *testing.B) { benchmarkFetch(b, format == "msgpack") })
+	}
+}
+
+func benchmarkFetch(b *testing.B, asMsgpack bool) {
+	a := startApp(b, b.TempDir())
+	c := newClient(b, a.URL())
+	var last uint64
+	for _, r := range sessionRecords(200, 200<<10, 1) {
+		last = c.publishValue("bench", r, false)
+	}
+	c.fetchSeq("bench", last, false)
+	var hdr nats.Header
+	if asMsgpack {
+		hdr = nats.Header{"Accept": []string{"application/msgpack"}}
+	}
+	body := c.request("ctxd.context.bench", nil, hdr).Data
+	require.Greater(b, len(body), 200<<10)
+
+	// The baseline: a responder that returns the same bytes.
+	server, err := nats.Connect(a.URL())
+	require.NoError(b, err)
+	defer server.Close()
+	sub, err := server.Subscribe("bare.bench", func(m *nats.Msg) { m.Respond(body) })
+	require.NoError(b, err)
+	defer sub.Unsubscribe()
+	require.NoError(b, server.Flush())
+
+	ctxdMsg := &nats.Msg{Subject: "ctxd.context.bench", Header: hdr}
+	bareMsg := &nats.Msg{Subject: "bare.bench"}
+	ctxdLat := make([]time.Duration, 0, b.N)
+	bareLat := make([]time.Duration, 0, b.N)
+	b.SetBytes(int64(len(body)))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for j, m := range []*nats.Msg{ctxdMsg, bareMsg} {
+			if i%2 == 1 { // alternate which goes first
+				m = []*nats.Msg{bareMsg, ctxdMsg}[j]
+			}
+			start := time.Now()
+			reply, err := c.nc.RequestMsg(m, 10*time.Second)
+			d := time.Since(start)
+			if err != nil || len(reply.Data) != len(body) {
+				b.Fatalf("request %s: %v", m.Subject, err)
+			}
+			if m == ctxdMsg {
+				ctxdLat = append(ctxdLat, d)
+			} else {
+				bareLat = append(bareLat, d)
+			}
+		}
+	}
+	b.StopTimer()
+	cp50, cp99 := percentiles(ctxdLat)
+	bp50, bp99 := percentiles(bareLat)
+	b.ReportMetric(us(cp50), "ctxd-p50-µs")
+	b.ReportMetric(us(cp99), "ctxd-p99-µs")
+	b.ReportMetric(us(bp50), "bare-p50-µs")
+	b.ReportMetric(us(bp99), "bare-p99-µs")
+	b.ReportMetric(float64(cp50)/float64(bp50), "p50-ratio")
+	b.ReportMetric(float64(cp99)/float64(bp99), "p99-ratio")
+	b.ReportMetric(float64(len(body)), "reply-bytes")
+}
+
+func percentiles(d []time.Duration) (p50, p99 time.Duration) {
+	if len(d) == 0 {
+		return 0, 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)*50/100], s[min(len(s)-1, len(s)*99/100)]
+}
+
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
