@@ -8,12 +8,6 @@ import (
 	"github.com/ctxd/ctxd/pkg/record"
 )
 
-// passThroughRoles are the roles whose records enter the context unchanged
-// (CONTEXT.md section 2, rule 5).
-var passThroughRoles = map[string]bool{
-	"user": true, "assistant": true, "system": true, "tool": true, "toolResult": true,
-}
-
 // IsValidCompaction reports whether v is a valid compaction checkpoint
 // (CONTEXT.md section 4).
 func IsValidCompaction(v any) bool {
@@ -91,21 +85,41 @@ func IsValidCompaction(v any) bool {
 // snapshot messages, already converted, and reset true; any other record
 // returns the message it contributes, or nil.
 func classify(v any) (msg *record.Map, snapshot []*record.Map, reset bool) {
-	if IsValidCompaction(v) {
-		raw, _ := v.(*record.Map).Get("messages")
+	m, ok := v.(*record.Map)
+	if !ok {
+		return nil, nil, false // rule 6: not a map
+	}
+	kind, role, typ := keyFields(m)
+	if typ == "compaction" && IsValidCompaction(m) {
+		raw, _ := m.Get("messages")
 		elems := raw.([]any)
 		snapshot = make([]*record.Map, 0, len(elems))
 		for _, e := range elems {
 			if IsValidCompaction(e) {
 				continue // a nested checkpoint is dropped
 			}
-			if m := Convert(e); m != nil {
-				snapshot = append(snapshot, m)
+			if c := Convert(e); c != nil {
+				snapshot = append(snapshot, c)
 			}
 		}
 		return nil, snapshot, true
 	}
-	return Convert(v), nil, false
+	return convertMap(m, kind, role, typ), nil, false
+}
+
+// keyFields reads the fields pass 1 decides on, in one scan.
+func keyFields(m *record.Map) (kind, role, typ any) {
+	for i := range m.Members {
+		switch mem := &m.Members[i]; mem.Key {
+		case "kind":
+			kind = mem.Value
+		case "role":
+			role = mem.Value
+		case "type":
+			typ = mem.Value
+		}
+	}
+	return kind, role, typ
 }
 
 // Convert applies rules 2 to 6 of pass 1 to one value: it returns the
@@ -116,17 +130,11 @@ func Convert(v any) *record.Map {
 	if !ok {
 		return nil // rule 6: not a map
 	}
-	var kind, role, typ any
-	for _, mem := range m.Members {
-		switch mem.Key {
-		case "kind":
-			kind = mem.Value
-		case "role":
-			role = mem.Value
-		case "type":
-			typ = mem.Value
-		}
-	}
+	kind, role, typ := keyFields(m)
+	return convertMap(m, kind, role, typ)
+}
+
+func convertMap(m *record.Map, kind, role, typ any) *record.Map {
 	switch {
 	case kind == "context":
 		return nil
@@ -135,7 +143,8 @@ func Convert(v any) *record.Map {
 	case role == "custom" || typ == "custom_message":
 		return convertExtension(m)
 	}
-	if r, ok := role.(string); ok && passThroughRoles[r] {
+	switch role {
+	case "user", "assistant", "system", "tool", "toolResult": // rule 5
 		return m
 	}
 	return nil

@@ -19,8 +19,9 @@ type Session struct {
 	browser map[string]bool
 	seq     uint64 // last stream sequence applied or skipped
 
-	entries []*entry
-	ids     map[string]*idState
+	entries []entry
+	ids     map[string]int32 // index into idStates
+	idSlab  []idState
 
 	// latest is the browser result with images that keeps them; every
 	// other browser result with images is trimmed.
@@ -58,20 +59,20 @@ type entry struct {
 }
 
 type idState struct {
-	firstCall, firstResult int   // entry indexes, -1 when none yet
-	callEntries            []int // entries holding calls with this id
-	browser                bool  // some call with this id is a browser call
-	imageResults           []site
+	firstCall, firstResult int // entry indexes, -1 when none yet
+	// moreCalls lists the entries after firstCall that held calls with
+	// this id while it was not yet paired: pairing re-renders them all.
+	moreCalls    []int32
+	browser      bool   // some call with this id is a browser call
+	imageResults []site // kept results with images
 }
 
 func (st *idState) paired() bool {
 	return st.firstCall >= 0 && st.firstResult > st.firstCall
 }
 
-type pendingCall struct {
-	UnpairedCall
-	id string
-}
+// pendingCall locates a call that was not paired when last looked at.
+type pendingCall struct{ entry, call int32 }
 
 // New returns an empty session projection.
 func New(opt Options) *Session {
@@ -82,7 +83,8 @@ func New(opt Options) *Session {
 
 func (s *Session) reset() {
 	s.entries = nil
-	s.ids = map[string]*idState{}
+	s.ids = map[string]int32{}
+	s.idSlab = nil
 	s.latest = noSite
 	s.browserImages = 0
 	s.unpaired = nil
@@ -132,19 +134,29 @@ func (s *Session) Skip(seq uint64) bool {
 	return true
 }
 
+// id returns the state of a tool-call id, creating it; the pointer is
+// valid until the next id is created.
 func (s *Session) id(id string) *idState {
-	st := s.ids[id]
-	if st == nil {
-		st = &idState{firstCall: -1, firstResult: -1}
-		s.ids[id] = st
+	if k, ok := s.ids[id]; ok {
+		return &s.idSlab[k]
 	}
-	return st
+	s.ids[id] = int32(len(s.idSlab))
+	s.idSlab = append(s.idSlab, idState{firstCall: -1, firstResult: -1})
+	return &s.idSlab[len(s.idSlab)-1]
+}
+
+// lookup returns the state of an id, or nil.
+func (s *Session) lookup(id string) *idState {
+	if k, ok := s.ids[id]; ok {
+		return &s.idSlab[k]
+	}
+	return nil
 }
 
 // touch marks entry i for re-rendering.
 func (s *Session) touch(i int) {
 	s.version++
-	e := s.entries[i]
+	e := &s.entries[i]
 	e.stale = true
 	e.changed = s.version
 	s.list.dirty(i)
@@ -157,24 +169,23 @@ func (s *Session) touch(i int) {
 func (s *Session) append(seq uint64, m *record.Map) {
 	i := len(s.entries)
 	s.version++
-	e := &entry{seq: seq, msg: m, calls: callsOf(m), results: resultsOf(m), stale: true, changed: s.version}
-	s.entries = append(s.entries, e)
+	s.entries = append(s.entries, entry{seq: seq, msg: m, calls: callsOf(m), results: resultsOf(m), stale: true, changed: s.version})
+	e := &s.entries[i]
 	s.dropped = nil
 
-	for _, c := range e.calls {
+	for ci, c := range e.calls {
 		if c.id == "" {
-			s.unpaired = append(s.unpaired, pendingCall{UnpairedCall{Tool: c.tool, Seq: seq}, ""})
+			s.unpaired = append(s.unpaired, pendingCall{int32(i), int32(ci)})
 			continue
 		}
 		st := s.id(c.id)
-		if st.firstCall < 0 {
-			st.firstCall = i
-		}
-		if n := len(st.callEntries); n == 0 || st.callEntries[n-1] != i {
-			st.callEntries = append(st.callEntries, i)
-		}
 		if !st.paired() {
-			s.unpaired = append(s.unpaired, pendingCall{UnpairedCall{ID: c.id, Tool: c.tool, Seq: seq}, c.id})
+			s.unpaired = append(s.unpaired, pendingCall{int32(i), int32(ci)})
+			if st.firstCall < 0 {
+				st.firstCall = i
+			} else if n := len(st.moreCalls); st.firstResult < 0 && st.firstCall != i && (n == 0 || st.moreCalls[n-1] != int32(i)) {
+				st.moreCalls = append(st.moreCalls, int32(i))
+			}
 		}
 		if s.browser[c.tool] && !st.browser {
 			// Results already seen for this id become browser results.
@@ -194,9 +205,11 @@ func (s *Session) append(seq uint64, m *record.Map) {
 			st.firstResult = i
 			if st.paired() {
 				// The calls asked for this result: they stay from now on.
-				for _, ci := range st.callEntries {
-					s.touch(ci)
+				s.touch(st.firstCall)
+				for _, ci := range st.moreCalls {
+					s.touch(int(ci))
 				}
+				st.moreCalls = nil
 			}
 		}
 		if !st.paired() {
@@ -235,15 +248,15 @@ func (s *Session) addBrowserImages(at site, n int) {
 	s.touch(at.entry)
 }
 
-// keep reports, for rendering, whether an id is paired.
+// paired reports whether an id is paired.
 func (s *Session) paired(id string) bool {
-	st := s.ids[id]
+	st := s.lookup(id)
 	return st != nil && st.paired()
 }
 
 // render brings entry i's rendering up to date.
 func (s *Session) render(i int) {
-	e := s.entries[i]
+	e := &s.entries[i]
 	if !e.stale {
 		return
 	}
@@ -252,7 +265,7 @@ func (s *Session) render(i int) {
 		func(c call) bool { return s.paired(c.id) },
 		func(r result) bool { return s.paired(r.id) },
 		func(r result) bool {
-			st := s.ids[r.id]
+			st := s.lookup(r.id)
 			return st != nil && st.browser && (site{i, r.block}) != s.latest
 		})
 }
@@ -269,12 +282,14 @@ func (s *Session) Dropped() Dropped {
 	}
 	// A call once paired stays paired: forget it for good.
 	kept := s.unpaired[:0]
-	for _, c := range s.unpaired {
+	for _, p := range s.unpaired {
+		e := &s.entries[p.entry]
+		c := e.calls[p.call]
 		if c.id != "" && s.paired(c.id) {
 			continue
 		}
-		kept = append(kept, c)
-		d.UnpairedCalls = append(d.UnpairedCalls, c.UnpairedCall)
+		kept = append(kept, p)
+		d.UnpairedCalls = append(d.UnpairedCalls, UnpairedCall{ID: c.id, Tool: c.tool, Seq: e.seq})
 	}
 	s.unpaired = kept
 	if s.latest != noSite {

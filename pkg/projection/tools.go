@@ -49,8 +49,6 @@ type result struct {
 	images int // image blocks in the result's content array
 }
 
-var callBlockTypes = map[string]bool{"toolCall": true, "tool_use": true, "tool_call": true}
-
 func roleOf(m *record.Map) string {
 	r, _ := m.String("role")
 	return r
@@ -71,8 +69,11 @@ func isCallBlock(v any) (*record.Map, bool) {
 	if !ok {
 		return nil, false
 	}
-	t, _ := b.String("type")
-	return b, callBlockTypes[t]
+	switch t, _ := b.String("type"); t {
+	case "toolCall", "tool_use", "tool_call":
+		return b, true
+	}
+	return b, false
 }
 
 // callsOf lists the calls of a message, content blocks first, then

@@ -2,6 +2,7 @@ package projection
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/ctxd/ctxd/pkg/record"
 )
@@ -57,7 +58,7 @@ func (s *Session) Messages() []any {
 		// Entries from `from` on may render differently: copy the prefix
 		// rather than overwrite what callers hold.
 		keep := c.offs[from]
-		msgs = append(make([]any, 0, max(2*keep, 16)), c.msgs[:keep]...)
+		msgs = slices.Grow(c.msgs[:keep:keep], len(c.msgs)-keep+16)
 		c.offs = c.offs[:from]
 	}
 	if msgs == nil {
@@ -148,7 +149,9 @@ func (s *Session) encoded(c *cache, enc func([]byte, *record.Map) ([]byte, error
 	failed := c.failed
 	if from < len(c.offs) {
 		cut := c.offs[from]
-		buf = append(make([]byte, 0, max(len(old)+len(old)/4, 1024)), old[:cut]...)
+		// A fresh buffer holding the prefix; growing a capped slice copies
+		// without first zeroing the copy.
+		buf = slices.Grow(old[:cut:cut], len(old)-cut+len(old)/4+1024)
 		failed = nil
 		for _, f := range oldFailed {
 			if f.entry < from {
@@ -167,12 +170,11 @@ func (s *Session) encoded(c *cache, enc func([]byte, *record.Map) ([]byte, error
 	if buf == nil {
 		buf = make([]byte, 0, 1024)
 	}
-	offs := oldOffs
-	if from < len(oldOffs) {
-		offs = append(make([]int, 0, len(s.entries)), oldOffs[:from]...)
-	}
+	// offs is rewritten in place: iteration i reads oldOffs[i] and
+	// oldOffs[i+1] before it writes offs[i].
+	offs := oldOffs[:from]
 	for i := from; i < len(s.entries); i++ {
-		e := s.entries[i]
+		e := &s.entries[i]
 		start := len(buf)
 		if i < len(oldOffs) && e.changed <= c.built {
 			// Unchanged since this rendering: copy its bytes.
