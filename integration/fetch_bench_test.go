@@ -32,6 +32,7 @@ func sessionRecords(n, shotBytes int, seed uint64) []any {
 		shot[i] = byte(rng.Uint32())
 	}
 	var recs []any
+	shotDone := false
 	for i := 0; len(recs) < n; i++ {
 		switch {
 		case i%4 == 0:
@@ -39,8 +40,8 @@ func sessionRecords(n, shotBytes int, seed uint64) []any {
 		case i%4 == 1:
 			id := fmt.Sprintf("call-%d", i)
 			tool := "read"
-			if len(recs) == n/2 {
-				tool = "browser_use"
+			if !shotDone && len(recs) >= n/2 {
+				tool, shotDone = "browser_use", true
 			}
 			recs = append(recs, record.NewMap("role", "assistant", "content", []any{
 				record.NewMap("type", "text", "text", text(20)),

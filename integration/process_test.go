@@ -163,3 +163,44 @@ func TestProcess_KilledAndRestartedServesTheSame(t *testing.T) {
 		require.Equal(t, want, string(c2.request("ctxd.context."+s, nil, nil).Data), s)
 	}
 }
+
+// The command line client: publish prints the last sequence, context
+// reads the session back with --min-seq, rejected lists skipped records.
+func TestProcess_PublishAndContextCommands(t *testing.T) {
+	a := startApp(t, t.TempDir())
+	bin := ctxdBinary(t)
+	cmd := exec.Command(bin, "publish", "--nats", a.URL(), "--session", "cli", "../examples/session.jsonl")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	seq := strings.TrimSpace(string(out))
+	require.Regexp(t, `^\d+$`, seq)
+
+	cmd = exec.Command(bin, "context", "cli", "--min-seq", seq, "--nats", a.URL())
+	out, err = cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	r := decodeReply(t, out)
+	require.Equal(t, "cli", r.Session)
+	require.Equal(t, seq, fmt.Sprint(r.Seq))
+	want, err := exec.Command(bin, "build", "../examples/session.jsonl").Output()
+	require.NoError(t, err)
+	requireMessages(t, mustDecode(t, string(want)).([]any), r.Messages)
+
+	cmd = exec.Command(bin, "publish", "--nats", a.URL(), "--session", "cli", "--msgpack", "-")
+	cmd.Stdin = strings.NewReader(`{"role":"user","content":"packed"}` + "\n")
+	out, err = cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	cmd = exec.Command(bin, "context", "cli", "--min-seq", strings.TrimSpace(string(out)), "--nats", a.URL())
+	out, err = cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(out), `"packed"`)
+
+	out, err = exec.Command(bin, "rejected", "--nats", a.URL()).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Equal(t, "[]\n", string(out))
+
+	// A wait that cannot be met is a 504, exit 1.
+	cmd = exec.Command(bin, "context", "cli", "--min-seq", "999999", "--wait-ms", "100", "--nats", a.URL())
+	out, err = cmd.CombinedOutput()
+	require.Error(t, err)
+	require.Contains(t, string(out), "504")
+}
