@@ -19,7 +19,12 @@ var files embed.FS
 const (
 	TranscriptsFile = "transcripts.stream.json"
 	IngestFile      = "ctxd.consumer.json"
+	CheckpointsFile = "checkpoints.kv.json"
 )
+
+// CheckpointsBucket is the key-value bucket of session checkpoints; its
+// stream is KV_ and the bucket name.
+const CheckpointsBucket = "CTXD_CHECKPOINTS"
 
 // Transcripts returns the TRANSCRIPTS stream definition.
 func Transcripts() (jetstream.StreamConfig, error) {
@@ -31,6 +36,13 @@ func Transcripts() (jetstream.StreamConfig, error) {
 func Ingest() (jetstream.ConsumerConfig, error) {
 	var cfg jetstream.ConsumerConfig
 	return cfg, load(IngestFile, &cfg)
+}
+
+// Checkpoints returns the stream behind the checkpoint bucket, in the form
+// a JetStream key-value bucket takes.
+func Checkpoints() (jetstream.StreamConfig, error) {
+	var cfg jetstream.StreamConfig
+	return cfg, load(CheckpointsFile, &cfg)
 }
 
 // Raw returns a definition file's bytes.

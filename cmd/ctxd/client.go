@@ -88,6 +88,13 @@ func runPublish(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if limit := nc.MaxPayload(); limit > 0 {
+		for i, p := range payloads {
+			if int64(len(p)) > limit {
+				return fmt.Errorf("record %d is %d bytes; the server accepts at most %d (its max_payload): nothing was published", i+1, len(p), limit)
+			}
+		}
+	}
 	var futures []jetstream.PubAckFuture
 	for i, p := range payloads {
 		var opts []jetstream.PublishOpt

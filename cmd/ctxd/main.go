@@ -40,6 +40,8 @@ func init() {
 		{"publish", "publish JSON-lines records to a session's transcript", runPublish},
 		{"context", "print a session's context reply as JSON", runContext},
 		{"rejected", "list the records the projections skipped", runRejected},
+		{"rebuild", "rebuild projections from the stream; --check compares them with the service", runRebuild},
+		{"replay", "the same as rebuild", runRebuild},
 		{"build", "print the model context of records read from a file or standard input (no NATS)", runBuild},
 	}
 }

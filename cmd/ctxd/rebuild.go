@@ -1,0 +1,274 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ctxd/ctxd/pkg/bus"
+	"github.com/ctxd/ctxd/pkg/projection"
+	"github.com/ctxd/ctxd/pkg/record"
+	"github.com/ctxd/ctxd/pkg/subject"
+	"github.com/ctxd/ctxd/streams"
+)
+
+const rebuildAbout = `Rebuilds session projections from the TRANSCRIPTS stream: every session,
+one session (--session), or the sessions with records at or after a stream
+sequence (--from). It shows progress (a bar on a terminal, a line every few
+seconds otherwise).
+
+Without --check it writes each rebuilt session's checkpoint (the sequence of
+its latest valid compaction and of its last record), from which a running
+ctxd loads the session.
+
+With --check it writes nothing: it compares every rebuilt context with the
+one the running service answers (reading on when the service has moved
+past the rebuilt sequence, so records that keep arriving are fine), lists
+each session that differs, and exits 1 when any does. It prints
+"no differences" when all is well.`
+
+func runRebuild(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "rebuild", "rebuild [flags]", rebuildAbout)
+	url := fs.String("nats", natsURL(e), "NATS server URL")
+	session := fs.String("session", "", "rebuild only this session")
+	from := fs.Uint64("from", 1, "rebuild the sessions that have records at or after this stream sequence")
+	check := fs.Bool("check", false, "compare with the running service instead of writing checkpoints")
+	browser := fs.String("browser-tools", "browser_use", "comma-separated tool names whose screenshots are trimmed (as the service is configured)")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		fmt.Fprintf(e.stderr, "ctxd rebuild: takes no arguments, got %q\n", pos)
+		return errUsage
+	}
+	if *session != "" {
+		if err := subject.CheckSession(*session); err != nil {
+			return err
+		}
+	}
+	nc, err := connect(*url)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	def, err := streams.Transcripts()
+	if err != nil {
+		return err
+	}
+	rb := &rebuilder{nc: nc, js: js, stream: def.Name, opt: projection.Options{BrowserTools: splitList(*browser)},
+		sessions: map[string]*rebuilt{}, dec: record.Decoder{}}
+	start := time.Now()
+	st, err := js.Stream(ctx, def.Name)
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", def.Name, err)
+	}
+	end := st.CachedInfo().State.LastSeq
+	var n uint64
+	switch {
+	case *session != "":
+		n, err = rb.readSession(ctx, *session, 1, end)
+	case *from <= 1:
+		n, err = rb.scan(ctx, e, 1, end)
+	default:
+		n, err = rb.since(ctx, e, *from, end)
+	}
+	if err != nil {
+		return err
+	}
+	took := time.Since(start)
+	fmt.Fprintf(e.stderr, "rebuilt %d sessions from %d records in %s (%.0f records/s)\n",
+		len(rb.sessions), n, took.Round(time.Millisecond), float64(n)/max(took.Seconds(), 1e-9))
+	if *check {
+		return rb.check(ctx, e)
+	}
+	return rb.writeCheckpoints(ctx, e)
+}
+
+// rebuilt is one session's rebuilt projection.
+type rebuilt struct {
+	proj *projection.Session
+	from uint64 // sequence of its latest valid compaction
+}
+
+type rebuilder struct {
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	stream   string
+	opt      projection.Options
+	dec      record.Decoder
+	sessions map[string]*rebuilt
+}
+
+func (rb *rebuilder) apply(session string, seq uint64, data []byte) {
+	r := rb.sessions[session]
+	if r == nil {
+		r = &rebuilt{proj: projection.New(rb.opt)}
+		rb.sessions[session] = r
+	}
+	v, err := rb.dec.Decode(data)
+	if err != nil {
+		r.proj.Skip(seq)
+		return
+	}
+	if projection.IsValidCompaction(v) {
+		r.from = seq
+	}
+	r.proj.Apply(seq, v)
+}
+
+// scan reads the stream from a sequence to its end with an ordered consumer.
+func (rb *rebuilder) scan(ctx context.Context, e *env, from, end uint64) (uint64, error) {
+	p := newProgress(e.stderr, "rebuild", end-min(end, from-1))
+	var n uint64
+	_, _, err := bus.Replay(ctx, rb.js, rb.stream, from, func(m bus.Msg) {
+		n++
+		p.update(n)
+		if m.Seq > end {
+			return
+		}
+		if id, err := subject.SessionOf(m.Subject, subject.TranscriptsPrefix); err == nil {
+			rb.apply(id, m.Seq, m.Data)
+		}
+	})
+	p.finish(n)
+	return n, err
+}
+
+// since rebuilds, in full, every session with a record at or after from.
+func (rb *rebuilder) since(ctx context.Context, e *env, from, end uint64) (uint64, error) {
+	touched := map[string]bool{}
+	_, _, err := bus.Replay(ctx, rb.js, rb.stream, from, func(m bus.Msg) {
+		if id, err := subject.SessionOf(m.Subject, subject.TranscriptsPrefix); err == nil && m.Seq <= end {
+			touched[id] = true
+		}
+	})
+	if err != nil {
+		return 0, err
+	}
+	p := newProgress(e.stderr, "rebuild", uint64(len(touched)))
+	var n, done uint64
+	for id := range touched {
+		k, err := rb.readSession(ctx, id, 1, end)
+		if err != nil {
+			return n, err
+		}
+		n += k
+		done++
+		p.update(done)
+	}
+	p.finish(done)
+	return n, nil
+}
+
+// readSession reads one session's records in [from, to] with direct gets.
+func (rb *rebuilder) readSession(ctx context.Context, id string, from, to uint64) (uint64, error) {
+	var n uint64
+	err := bus.ReadSubject(ctx, rb.nc, rb.stream, subject.TranscriptsPrefix+id, from, to, func(seq uint64, data []byte) error {
+		rb.apply(id, seq, data)
+		n++
+		return nil
+	})
+	if _, ok := rb.sessions[id]; !ok && err == nil {
+		rb.sessions[id] = &rebuilt{proj: projection.New(rb.opt)}
+	}
+	return n, err
+}
+
+func (rb *rebuilder) writeCheckpoints(ctx context.Context, e *env) error {
+	cps, err := bus.OpenCheckpoints(ctx, rb.js, 0)
+	if err != nil {
+		return err
+	}
+	for _, id := range rb.sorted() {
+		r := rb.sessions[id]
+		if err := cps.Put(ctx, id, bus.Checkpoint{From: r.from, Seq: r.proj.Seq()}); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(e.stdout, "wrote %d checkpoints\n", len(rb.sessions))
+	return nil
+}
+
+// check compares every rebuilt session with the running service.
+func (rb *rebuilder) check(ctx context.Context, e *env) error {
+	var differ []string
+	for _, id := range rb.sorted() {
+		r := rb.sessions[id]
+		same, err := rb.compare(ctx, id, r)
+		if err != nil {
+			return err
+		}
+		if !same {
+			differ = append(differ, id)
+			fmt.Fprintf(e.stdout, "differs: %s\n", id)
+		}
+	}
+	if len(differ) > 0 {
+		return fmt.Errorf("%d of %d sessions differ from the running service", len(differ), len(rb.sessions))
+	}
+	fmt.Fprintf(e.stdout, "no differences (%d sessions)\n", len(rb.sessions))
+	return nil
+}
+
+// compare fetches the live context at or past the rebuilt sequence; when
+// the service has moved on, it reads the session's newer records and
+// compares again.
+func (rb *rebuilder) compare(ctx context.Context, id string, r *rebuilt) (bool, error) {
+	for attempt := 0; attempt < 10; attempt++ {
+		body := fmt.Sprintf(`{"min_seq":%d,"wait_ms":10000}`, r.proj.Seq())
+		msg, err := request(ctx, rb.nc, subject.ContextPrefix+id, []byte(body), 15*time.Second)
+		if err != nil {
+			return false, fmt.Errorf("session %s: %w", id, err)
+		}
+		live, err := record.DecodeJSON(msg.Data)
+		if err != nil {
+			return false, fmt.Errorf("session %s: reply: %w", id, err)
+		}
+		m, _ := live.(*record.Map)
+		if m == nil {
+			return false, errors.New("reply is not an object")
+		}
+		liveSeq, _ := m.Get("seq")
+		ls, _ := record.IntegerString(liveSeq)
+		var seq uint64
+		fmt.Sscan(ls, &seq)
+		if seq > r.proj.Seq() {
+			if _, err := rb.readSession(ctx, id, r.proj.Seq()+1, seq); err != nil {
+				return false, err
+			}
+			continue
+		}
+		msgs, _ := m.Get("messages")
+		want, err := record.DecodeJSON(r.proj.AppendJSON(nil))
+		if err != nil {
+			return false, err
+		}
+		dropped, _ := m.Get("dropped")
+		wantDropped, err := jsonMarshal(r.proj.Dropped())
+		if err != nil {
+			return false, err
+		}
+		wd, _ := record.DecodeJSON(wantDropped)
+		return seq == r.proj.Seq() && record.Equal(want, msgs) && record.Equal(wd, dropped), nil
+	}
+	return false, fmt.Errorf("session %s: the service kept moving past the rebuild", id)
+}
+
+func (rb *rebuilder) sorted() []string {
+	ids := make([]string, 0, len(rb.sessions))
+	for id := range rb.sessions {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}

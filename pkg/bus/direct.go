@@ -1,0 +1,81 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	"github.com/nats-io/nats.go"
+)
+
+// directBatch is how many messages one batched direct get asks for.
+const directBatch = 256
+
+// ReadSubject calls fn for every message stored on subject with a stream
+// sequence from from to to (inclusive), in order, with batched direct gets
+// ($JS.API.DIRECT.GET, which needs allow_direct on the stream): a few
+// round trips however many sessions share the stream, and no consumer.
+func ReadSubject(ctx context.Context, nc *nats.Conn, stream, subject string, from, to uint64, fn func(seq uint64, data []byte) error) error {
+	if from == 0 {
+		from = 1
+	}
+	if to < from {
+		return nil
+	}
+	inbox := nc.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", subject, err)
+	}
+	defer sub.Unsubscribe()
+	api := "$JS.API.DIRECT.GET." + stream
+	next := from
+	for next <= to {
+		req, _ := json.Marshal(struct {
+			Seq     uint64 `json:"seq"`
+			NextFor string `json:"next_by_subj"`
+			Batch   int    `json:"batch"`
+		}{next, subject, directBatch})
+		if err := nc.PublishRequest(api, inbox, req); err != nil {
+			return fmt.Errorf("read %s: %w", subject, err)
+		}
+		got, past := 0, false
+		for {
+			m, err := sub.NextMsgWithContext(ctx)
+			if err != nil {
+				return fmt.Errorf("read %s from %d: %w", subject, next, err)
+			}
+			switch m.Header.Get("Status") {
+			case "404": // nothing more on the subject
+				return nil
+			case "204": // end of batch
+				if pending, _ := strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64); pending == 0 || got == 0 || past {
+					return nil
+				}
+			case "":
+				seq, err := strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64)
+				if err != nil {
+					return fmt.Errorf("read %s: direct get reply without a sequence", subject)
+				}
+				got++
+				if seq > to {
+					past = true
+					continue // past the end: drain the batch
+				}
+				if err := fn(seq, m.Data); err != nil {
+					return err
+				}
+				next = seq + 1
+				continue
+			default:
+				return fmt.Errorf("read %s: direct get: %s %s", subject, m.Header.Get("Status"), m.Header.Get("Description"))
+			}
+			break
+		}
+		if next > to {
+			return nil
+		}
+	}
+	return nil
+}
