@@ -45,6 +45,9 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&cfg.Replicas, "replicas", cfg.Replicas, "replicas of the TRANSCRIPTS stream when ctxd creates it (3 on a 3-node cluster)")
 	browser := fs.String("browser-tools", strings.Join(cfg.BrowserTools, ","), "comma-separated tool names whose screenshots are trimmed to the latest")
 	fs.IntVar(&cfg.MaxRecordBytes, "max-record-bytes", cfg.MaxRecordBytes, "largest record decoded; larger ones are skipped and reported")
+	fs.IntVar(&cfg.CacheSessions, "cache-sessions", cfg.CacheSessions, "sessions held in memory at most; others load from the stream when asked for")
+	fs.Int64Var(&cfg.CacheBytes, "cache-bytes", cfg.CacheBytes, "bytes of session projections held in memory at most (an estimate)")
+	fs.Int64Var(&cfg.MaxSessionBytes, "max-session-bytes", cfg.MaxSessionBytes, "bytes of records one session may hold since its latest compaction; a record past it is quarantined")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	if err := envDefaults(fs, e); err != nil {
 		return err

@@ -42,6 +42,13 @@ type Config struct {
 	BrowserTools []string
 	// MaxRecordBytes is the largest record decoded.
 	MaxRecordBytes int
+	// CacheSessions and CacheBytes bound the projections held in memory;
+	// others load from the stream when asked for.
+	CacheSessions int
+	CacheBytes    int64
+	// MaxSessionBytes bounds one session's records since its latest
+	// compaction; a record past it is quarantined.
+	MaxSessionBytes int64
 	// Logger receives ctxd's log lines; nil discards them.
 	Logger *slog.Logger
 }
@@ -55,8 +62,11 @@ func DefaultConfig() Config {
 		MaxPayload:     natsd.DefaultMaxPayload,
 		SyncInterval:   natsd.DefaultSyncInterval,
 		Replicas:       1,
-		BrowserTools:   projection.DefaultBrowserTools,
-		MaxRecordBytes: record.DefaultMaxBytes,
+		BrowserTools:    projection.DefaultBrowserTools,
+		MaxRecordBytes:  record.DefaultMaxBytes,
+		CacheSessions:   store.DefaultMaxSessions,
+		CacheBytes:      store.DefaultMaxBytes,
+		MaxSessionBytes: store.DefaultMaxSessionBytes,
 	}
 }
 
@@ -117,22 +127,32 @@ func (a *App) Open(ctx context.Context) (err error) {
 	if a.Replicas > 0 {
 		want.Replicas = a.Replicas
 	}
-	if _, err := bus.EnsureStream(ctx, a.js, want); err != nil {
+	st, err := bus.EnsureStream(ctx, a.js, want)
+	if err != nil {
+		return err
+	}
+	cps, err := bus.OpenCheckpoints(ctx, a.js, a.Replicas)
+	if err != nil {
 		return err
 	}
 
 	a.store = store.New()
 	a.store.Options = projection.Options{BrowserTools: a.BrowserTools}
 	a.store.Decoder = record.Decoder{MaxBytes: a.MaxRecordBytes}
+	a.store.Loader = &streamLoader{nc: a.nc, stream: want.Name, cps: cps}
+	a.store.MaxSessions, a.store.MaxBytes = a.CacheSessions, a.CacheBytes
+	a.store.MaxSessionBytes = a.MaxSessionBytes
 	a.store.Logger = a.Logger
 
-	// Catch up with the stream before serving, so no request pays for it.
-	start := time.Now()
-	n, last, err := bus.Replay(ctx, a.js, want.Name, 1, a.handle)
+	// Every record stored so far can be read from the stream: a session
+	// loads from there when it is asked for, so nothing is replayed here.
+	info, err := st.Info(ctx)
 	if err != nil {
-		return err
+		return fmt.Errorf("stream %s: %w", want.Name, err)
 	}
-	a.logInfo("projections caught up", "records", n, "last_seq", last, "took", time.Since(start).Round(time.Millisecond))
+	last := info.State.LastSeq
+	a.store.Advance(last)
+	a.logInfo("stream open", "stream", want.Name, "last_seq", last, "records", info.State.Msgs)
 
 	cons, err := a.ensureConsumer(ctx, want.Name, last)
 	if err != nil {
@@ -199,7 +219,7 @@ func (a *App) Store() *store.Store { return a.store }
 
 // Close stops everything Open started, in reverse order: the service
 // (requests in hand are answered), the ingest (the record in hand is
-// applied and acknowledged), the connection, the server.
+// applied and acknowledged), the checkpoints, the connection, the server.
 func (a *App) Close() error {
 	var errs []error
 	if a.svc != nil {
@@ -209,6 +229,9 @@ func (a *App) Close() error {
 	if a.ingest != nil {
 		errs = append(errs, a.ingest.Close())
 		a.ingest = nil
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		errs = append(errs, a.store.SaveCheckpoints(ctx))
+		cancel()
 	}
 	if a.nc != nil {
 		if err := a.nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
@@ -233,4 +256,25 @@ func (a *App) logInfo(msg string, args ...any) {
 	if a.Logger != nil {
 		a.Logger.Info(msg, args...)
 	}
+}
+
+// streamLoader loads sessions from the stream and the checkpoint bucket:
+// where the store and the bus meet.
+type streamLoader struct {
+	nc     *nats.Conn
+	stream string
+	cps    *bus.Checkpoints
+}
+
+func (l *streamLoader) Checkpoint(ctx context.Context, session string) (store.Checkpoint, bool, error) {
+	cp, ok, err := l.cps.Get(ctx, session)
+	return store.Checkpoint{From: cp.From, Seq: cp.Seq}, ok, err
+}
+
+func (l *streamLoader) SaveCheckpoint(ctx context.Context, session string, cp store.Checkpoint) error {
+	return l.cps.Put(ctx, session, bus.Checkpoint{From: cp.From, Seq: cp.Seq})
+}
+
+func (l *streamLoader) Records(ctx context.Context, session string, from, to uint64, fn func(seq uint64, data []byte) error) error {
+	return bus.ReadSubject(ctx, l.nc, l.stream, subject.TranscriptsPrefix+session, from, to, fn)
 }

@@ -30,9 +30,9 @@ type Projections interface {
 	// Wait returns once every stream sequence up to seq is applied, or an
 	// error wrapping store.ErrWaitExpired after timeout.
 	Wait(ctx context.Context, seq uint64, timeout time.Duration) error
-	// View calls fn with a session's projection under its lock, or with
-	// nil for a session without records.
-	View(session string, fn func(p *projection.Session))
+	// View calls fn with a session's projection under its lock, loading
+	// it when it is not cached, or with nil for a session without records.
+	View(ctx context.Context, session string, fn func(p *projection.Session)) error
 	// Rejected lists the records the projections skipped.
 	Rejected() []store.Rejection
 	// Stats returns counters for $SRV.STATS.
@@ -55,6 +55,12 @@ type Service struct {
 	ctx    context.Context // cancelled by Close: ends every wait
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // requests waiting for min_seq
+
+	// closing is set by Close. Stopping the endpoints drains them in the
+	// background, so requests already queued still reach the handler
+	// after Close has begun; they must not start a wait Close can't see.
+	mu      sync.Mutex
+	closing bool
 }
 
 // New returns a service over the projections, with the defaults.
@@ -65,6 +71,7 @@ func New(nc *nats.Conn, proj Projections) *Service {
 // Open registers the service and its endpoints.
 func (s *Service) Open() error {
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.closing = false
 	svc, err := micro.AddService(s.nc, micro.Config{
 		Name:        s.Name,
 		Version:     Version,
@@ -105,6 +112,9 @@ func (s *Service) Close() error {
 	}
 	err := s.svc.Stop()
 	s.cancel()
+	s.mu.Lock()
+	s.closing = true // from here on no wait is added to wg
+	s.mu.Unlock()
 	s.wg.Wait()
 	s.svc = nil
 	return err
@@ -125,9 +135,12 @@ func (s *Service) handleContext(r micro.Request) {
 		s.reply(r, session, req) // the common case: no wait, no goroutine
 		return
 	}
+	if !s.track() {
+		s.fail(r, fmt.Errorf("%w: shutting down", store.ErrWaitExpired))
+		return
+	}
 	// Wait off the endpoint's goroutine, so a waiting request never delays
 	// another.
-	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		if err := s.proj.Wait(s.ctx, req.minSeq, req.wait); err != nil {
@@ -141,16 +154,30 @@ func (s *Service) handleContext(r micro.Request) {
 	}()
 }
 
+// track counts a waiting request in wg, unless Close has begun.
+func (s *Service) track() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return false
+	}
+	s.wg.Add(1)
+	return true
+}
+
 func (s *Service) reply(r micro.Request, session string, req contextRequest) {
 	var out []byte
 	var err error
-	s.proj.View(session, func(p *projection.Session) {
+	verr := s.proj.View(s.ctx, session, func(p *projection.Session) {
 		if req.msgpack {
 			out, err = appendReplyMsgpack(nil, session, p)
 		} else {
 			out = appendReplyJSON(nil, session, p)
 		}
 	})
+	if verr != nil {
+		err = verr
+	}
 	if err != nil {
 		s.fail(r, err)
 		return

@@ -2,31 +2,65 @@
 // applies records to it in stream order, and readers render a session's
 // context once it has caught up with the sequence they need.
 //
+// Sessions are loaded lazily and held in a cache bounded by count and by
+// bytes. A session's projection is a function of its records from its
+// latest valid compaction on, so a session that is not in the cache (never
+// loaded, or evicted) needs only two numbers: the sequence of its latest
+// valid compaction and of its last record. The ingest keeps those up to
+// date without loading anything; a reader that needs the session loads it
+// through the Loader, from the stream, which is the source of truth.
+//
 // A Store is safe for concurrent use. Each session has its own lock, so
 // applying to one session never waits on a render of another; a reader
 // waiting for a sequence holds no lock at all.
 package store
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/ctxd/ctxd/pkg/projection"
 	"github.com/ctxd/ctxd/pkg/record"
+	"github.com/ctxd/ctxd/pkg/subject"
 )
 
 // ErrWaitExpired is returned by Wait when the store did not reach the
 // sequence in time.
 var ErrWaitExpired = errors.New("projection did not reach the requested sequence in time")
 
-// DefaultRejectLog is how many rejected records a Store remembers.
-const DefaultRejectLog = 1000
+// Defaults of a Store.
+const (
+	DefaultRejectLog       = 1000
+	DefaultMaxSessions     = 10000
+	DefaultMaxBytes        = 1 << 30 // 1 GiB of cached projections
+	DefaultMaxSessionBytes = 256 << 20
+)
+
+// Checkpoint is where a session's projection can be rebuilt from: the
+// stream sequence of its latest valid compaction (0 when unknown: from the
+// subject's start) and of its last record.
+type Checkpoint struct {
+	From, Seq uint64
+}
+
+// Loader reads what the store does not hold: a session's checkpoint and
+// its records. Package bus provides one over JetStream.
+type Loader interface {
+	// Checkpoint returns the session's stored checkpoint; ok is false when
+	// there is none.
+	Checkpoint(ctx context.Context, session string) (cp Checkpoint, ok bool, err error)
+	// SaveCheckpoint stores the session's checkpoint before returning.
+	SaveCheckpoint(ctx context.Context, session string, cp Checkpoint) error
+	// Records calls fn for each record of the session with a stream
+	// sequence in [from, to], in order.
+	Records(ctx context.Context, session string, from, to uint64, fn func(seq uint64, data []byte) error) error
+}
 
 // Store is the set of live session projections.
 type Store struct {
@@ -34,6 +68,16 @@ type Store struct {
 	Options projection.Options
 	// Decoder decodes records; its limits apply to every record.
 	Decoder record.Decoder
+	// Loader loads sessions that are not cached; nil keeps every session
+	// in memory for good (nothing is evicted).
+	Loader Loader
+	// MaxSessions and MaxBytes bound the cache of loaded sessions; the
+	// least recently used are evicted past either.
+	MaxSessions int
+	MaxBytes    int64
+	// MaxSessionBytes bounds one session's projection: a record that
+	// would take it past this is quarantined, not applied.
+	MaxSessionBytes int64
 	// RejectLog is how many rejected records are kept for listing.
 	RejectLog int
 	// Logger receives a line per rejected record; nil discards them.
@@ -41,6 +85,13 @@ type Store struct {
 
 	mu       sync.RWMutex
 	sessions map[string]*slot
+
+	clock     atomic.Uint64 // ticks on every use of a session, for LRU
+	hot       atomic.Int64  // sessions loaded
+	hotBytes  atomic.Int64  // their estimated size
+	evictMu   sync.Mutex    // one eviction pass at a time
+	loads     atomic.Uint64
+	evictions atomic.Uint64
 
 	// applied is the watermark: every stream sequence up to it has been
 	// applied or rejected.
@@ -50,15 +101,29 @@ type Store struct {
 	waiters  waiterHeap
 	nextWake atomic.Uint64 // smallest sequence a waiter needs; MaxUint64 if none
 
-	rejMu    sync.Mutex
-	rejected []Rejection // ring
-	rejNext  int
-	stats    struct{ records, rejected, sessions atomic.Uint64 }
+	rejMu       sync.Mutex
+	rejected    []Rejection // ring
+	rejNext     int
+	quarantined map[uint64]bool // sequences of poison records, never applied
+	stats       struct{ records, rejected, sessions atomic.Uint64 }
 }
 
+// slot is one session: its projection when loaded, and always the two
+// sequences that let it be loaded.
 type slot struct {
 	mu   sync.Mutex
-	proj *projection.Session
+	proj *projection.Session // nil when not loaded
+
+	from uint64 // latest valid compaction seen (0: unknown)
+	seq  uint64 // last record seen
+	// fromKnown says from is the latest valid compaction: the session's
+	// records were all seen since the store started, or its checkpoint
+	// was read.
+	fromKnown bool
+
+	size     int64 // estimated bytes of the loaded projection
+	weight   int64 // bytes of records since the latest compaction
+	lastUsed atomic.Uint64
 }
 
 // Rejection is a record the projection skipped: it stays in the stream.
@@ -73,15 +138,26 @@ type Rejection struct {
 
 // Stats counts what a store has seen.
 type Stats struct {
-	Records  uint64 `json:"records"`  // records applied
-	Rejected uint64 `json:"rejected"` // records skipped as undecodable or misaddressed
-	Sessions uint64 `json:"sessions"` // sessions held
-	Applied  uint64 `json:"applied"`  // stream sequence watermark
+	Records   uint64 `json:"records"`   // records applied
+	Rejected  uint64 `json:"rejected"`  // records skipped as undecodable, misaddressed or poison
+	Sessions  uint64 `json:"sessions"`  // sessions known
+	Loaded    int64  `json:"loaded"`    // sessions held in the cache
+	Bytes     int64  `json:"bytes"`     // their estimated size
+	Loads     uint64 `json:"loads"`     // sessions loaded from the stream
+	Evictions uint64 `json:"evictions"` // sessions evicted from the cache
+	Applied   uint64 `json:"applied"`   // stream sequence watermark
 }
 
 // New returns an empty store with the defaults.
 func New() *Store {
-	s := &Store{RejectLog: DefaultRejectLog, sessions: map[string]*slot{}}
+	s := &Store{
+		RejectLog:       DefaultRejectLog,
+		MaxSessions:     DefaultMaxSessions,
+		MaxBytes:        DefaultMaxBytes,
+		MaxSessionBytes: DefaultMaxSessionBytes,
+		sessions:        map[string]*slot{},
+		quarantined:     map[uint64]bool{},
+	}
 	s.nextWake.Store(^uint64(0))
 	return s
 }
@@ -96,34 +172,145 @@ func (s *Store) slot(session string, create bool) *slot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if sl = s.sessions[session]; sl == nil {
-		sl = &slot{proj: projection.New(s.Options)}
+		sl = &slot{}
+		if s.Loader == nil {
+			// Nothing to load from: the store sees every record.
+			sl.proj, sl.fromKnown = projection.New(s.Options), true
+			s.hot.Add(1)
+		}
 		s.sessions[session] = sl
 		s.stats.sessions.Add(1)
 	}
 	return sl
 }
 
+func (s *Store) touch(sl *slot) { sl.lastUsed.Store(s.clock.Add(1)) }
+
 // Apply decodes the record at stream sequence seq and applies it to its
 // session. A record that does not decode is skipped and reported: the
 // session's sequence still moves past it. Apply is idempotent by sequence.
+// A session that is not loaded only notes the sequences it needs.
 func (s *Store) Apply(session string, seq uint64, data []byte) {
+	defer s.Advance(seq)
 	v, err := s.Decoder.Decode(data)
 	sl := s.slot(session, true)
 	sl.mu.Lock()
+	if seq <= sl.seq {
+		sl.mu.Unlock()
+		return // seen before: a redelivery or a replay
+	}
+	sl.seq = seq
 	if err != nil {
-		if sl.proj.Skip(seq) {
-			sl.mu.Unlock()
-			s.reject(Rejection{Subject: "transcripts." + session, Session: session, Seq: seq, Size: len(data), Reason: err.Error()})
-		} else {
-			sl.mu.Unlock()
-		}
-	} else {
-		if sl.proj.Apply(seq, v) {
-			s.stats.records.Add(1)
+		if sl.proj != nil {
+			sl.proj.Skip(seq)
 		}
 		sl.mu.Unlock()
+		s.reject(Rejection{Subject: subject.TranscriptsPrefix + session, Session: session, Seq: seq, Size: len(data), Reason: err.Error()})
+		return
 	}
-	s.Advance(seq)
+	compaction := projection.IsValidCompaction(v)
+	if compaction {
+		sl.from = seq
+		sl.fromKnown = true
+	}
+	var poison error
+	if sl.proj != nil {
+		before := sl.size
+		if poison = s.applyTo(sl, seq, v, len(data)); poison == nil {
+			s.stats.records.Add(1)
+			s.hotBytes.Add(sl.size - before)
+		} else if errors.Is(poison, errPanicked) {
+			// The projection may be half-changed: drop it, so the next
+			// reader loads it again without this record.
+			sl.size = before
+			s.unload(sl)
+		} else {
+			s.hotBytes.Add(sl.size - before)
+		}
+		s.touch(sl)
+	} else {
+		// Not loaded: a poison record is found when the session loads.
+		s.stats.records.Add(1)
+	}
+	cp := Checkpoint{From: sl.from, Seq: sl.seq}
+	sl.mu.Unlock()
+	if poison != nil {
+		s.reject(Rejection{Subject: subject.TranscriptsPrefix + session, Session: session, Seq: seq, Size: len(data), Reason: poison.Error()})
+	}
+	if compaction && s.Loader != nil {
+		// Written before the record is acknowledged: a restart loads the
+		// session from here.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := s.Loader.SaveCheckpoint(ctx, session, cp); err != nil && s.Logger != nil {
+			s.Logger.Warn("checkpoint not saved; the session will load from an earlier one", "session", session, "seq", seq, "err", err)
+		}
+		cancel()
+	}
+	s.evict()
+}
+
+var (
+	// errPoison marks a record that decodes but cannot be applied.
+	errPoison = errors.New("quarantined")
+	// errPanicked: applying the record failed, the projection may be
+	// half-changed.
+	errPanicked = errors.New("applying it failed")
+)
+
+// weigh keeps a session's record weight, the bytes of its records since
+// its latest compaction, and quarantines a record that would take it past
+// MaxSessionBytes. Loaded or not, a session weighs its records the same
+// way, so the same records are quarantined whatever was cached.
+func (s *Store) weigh(sl *slot, seq uint64, v any, n int) error {
+	if projection.IsValidCompaction(v) {
+		sl.weight = 0
+	}
+	if s.MaxSessionBytes > 0 && sl.weight+int64(n) > s.MaxSessionBytes {
+		return fmt.Errorf("%w: the session's records since its latest compaction would take %d bytes, more than the %d a session may hold",
+			errPoison, sl.weight+int64(n), s.MaxSessionBytes)
+	}
+	sl.weight += int64(n)
+	return nil
+}
+
+// applyTo applies one decoded record to a loaded session; a record that
+// breaks the projection's assumptions is quarantined instead, and
+// reported (the error) the first time. After an error wrapping
+// errPanicked the projection must be dropped.
+func (s *Store) applyTo(sl *slot, seq uint64, v any, n int) (err error) {
+	if s.isQuarantined(seq) {
+		sl.proj.Skip(seq)
+		return nil
+	}
+	if err := s.weigh(sl, seq, v, n); err != nil {
+		s.quarantine(seq)
+		sl.proj.Skip(seq)
+		return err
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			s.quarantine(seq)
+			err = fmt.Errorf("%w: %w: %v", errPoison, errPanicked, r)
+		}
+	}()
+	sl.proj.Apply(seq, v)
+	if projection.IsValidCompaction(v) {
+		sl.size = 0
+	}
+	sl.size += 2 * int64(n) // the decoded record and its cached encoding
+	return nil
+}
+
+func (s *Store) quarantine(seq uint64) {
+	s.rejMu.Lock()
+	s.quarantined[seq] = true
+	s.rejMu.Unlock()
+}
+
+func (s *Store) isQuarantined(seq uint64) bool {
+	s.rejMu.Lock()
+	defer s.rejMu.Unlock()
+	return s.quarantined[seq]
 }
 
 // Reject reports a record that belongs to no session (a subject that is
@@ -171,111 +358,202 @@ func (s *Store) Rejected() []Rejection {
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
 	return Stats{
-		Records:  s.stats.records.Load(),
-		Rejected: s.stats.rejected.Load(),
-		Sessions: s.stats.sessions.Load(),
-		Applied:  s.applied.Load(),
+		Records:   s.stats.records.Load(),
+		Rejected:  s.stats.rejected.Load(),
+		Sessions:  s.stats.sessions.Load(),
+		Loaded:    s.hot.Load(),
+		Bytes:     s.hotBytes.Load(),
+		Loads:     s.loads.Load(),
+		Evictions: s.evictions.Load(),
+		Applied:   s.applied.Load(),
 	}
-}
-
-// Applied returns the watermark: every stream sequence up to it has been
-// applied or rejected.
-func (s *Store) Applied() uint64 { return s.applied.Load() }
-
-// Advance moves the watermark to seq, when that is forward, and wakes the
-// readers waiting for it. The ingest calls it for every stream sequence it
-// has dealt with, in order.
-func (s *Store) Advance(seq uint64) {
-	for {
-		cur := s.applied.Load()
-		if seq <= cur {
-			return
-		}
-		if s.applied.CompareAndSwap(cur, seq) {
-			break
-		}
-	}
-	if seq < s.nextWake.Load() {
-		return
-	}
-	s.waitMu.Lock()
-	for len(s.waiters) > 0 && s.waiters[0].seq <= seq {
-		w := heap.Pop(&s.waiters).(*waiter)
-		close(w.done)
-	}
-	s.updateNextWake()
-	s.waitMu.Unlock()
-}
-
-func (s *Store) updateNextWake() {
-	if len(s.waiters) == 0 {
-		s.nextWake.Store(^uint64(0))
-	} else {
-		s.nextWake.Store(s.waiters[0].seq)
-	}
-}
-
-// Wait returns once every stream sequence up to seq has been applied, or
-// ErrWaitExpired after timeout, or the context's error. It returns at once
-// when the store is already there.
-func (s *Store) Wait(ctx context.Context, seq uint64, timeout time.Duration) error {
-	if s.applied.Load() >= seq {
-		return nil
-	}
-	if timeout <= 0 {
-		return ErrWaitExpired
-	}
-	w := &waiter{seq: seq, done: make(chan struct{})}
-	s.waitMu.Lock()
-	if s.applied.Load() >= seq { // caught up since the check above
-		s.waitMu.Unlock()
-		return nil
-	}
-	heap.Push(&s.waiters, w)
-	s.updateNextWake()
-	s.waitMu.Unlock()
-
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	select {
-	case <-w.done:
-		return nil
-	case <-t.C:
-	case <-ctx.Done():
-	}
-	s.waitMu.Lock()
-	if w.index >= 0 {
-		heap.Remove(&s.waiters, w.index)
-		s.updateNextWake()
-	}
-	s.waitMu.Unlock()
-	select {
-	case <-w.done:
-		return nil // woken while timing out: the answer is ready
-	default:
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	return fmt.Errorf("%w: at %d, waiting for %d", ErrWaitExpired, s.applied.Load(), seq)
 }
 
 // View calls fn with the session's projection under the session's lock,
-// or with nil for a session that has no records. fn must not
-// keep the projection or what it returns beyond the call, except the
-// cached renderings, which are never modified once handed out.
-func (s *Store) View(session string, fn func(p *projection.Session)) {
+// loading it first when it is not cached, or with nil for a session that
+// has no records. fn must not keep the projection or what it returns
+// beyond the call.
+func (s *Store) View(ctx context.Context, session string, fn func(p *projection.Session)) error {
 	sl := s.slot(session, false)
 	if sl == nil {
-		fn(nil)
-		return
+		if s.Loader == nil {
+			fn(nil)
+			return nil
+		}
+		var err error
+		if sl, err = s.discover(ctx, session); err != nil || sl == nil {
+			if err == nil {
+				fn(nil)
+			}
+			return err
+		}
+	} else {
+		sl.mu.Lock()
+		if sl.proj == nil {
+			if err := s.load(ctx, session, sl); err != nil {
+				sl.mu.Unlock()
+				return err
+			}
+		}
 	}
-	sl.mu.Lock()
-	defer sl.mu.Unlock()
-	fn(sl.proj)
+	// sl is locked and loaded.
+	s.touch(sl)
+	if sl.proj.Seq() == 0 {
+		fn(nil)
+	} else {
+		fn(sl.proj)
+	}
+	sl.mu.Unlock()
+	s.evict()
+	return nil
 }
 
-// Sessions returns the ids of the sessions held.
+// discover loads a session the store has not met, and registers it when
+// it has records; it returns the slot locked, or nil.
+func (s *Store) discover(ctx context.Context, session string) (*slot, error) {
+	sl := &slot{}
+	sl.mu.Lock()
+	if err := s.load(ctx, session, sl); err != nil {
+		return nil, err
+	}
+	if sl.proj.Seq() == 0 {
+		s.unload(sl) // no records: nothing to keep
+		return nil, nil
+	}
+	s.mu.Lock()
+	if existing := s.sessions[session]; existing != nil {
+		// The ingest met the session meanwhile: use its slot.
+		s.mu.Unlock()
+		s.unload(sl)
+		existing.mu.Lock()
+		if existing.proj == nil {
+			if err := s.load(ctx, session, existing); err != nil {
+				existing.mu.Unlock()
+				return nil, err
+			}
+		}
+		return existing, nil
+	}
+	s.sessions[session] = sl
+	s.stats.sessions.Add(1)
+	s.mu.Unlock()
+	return sl, nil
+}
+
+// load reads a session from its latest known compaction up to everything
+// the store has seen, with the slot locked.
+func (s *Store) load(ctx context.Context, session string, sl *slot) error {
+	if !sl.fromKnown {
+		cp, ok, err := s.Loader.Checkpoint(ctx, session)
+		if err != nil {
+			return fmt.Errorf("load %s: %w", session, err)
+		}
+		if ok && cp.From > sl.from {
+			sl.from = cp.From
+		}
+		sl.fromKnown = true
+	}
+	// Every record up to the watermark is stored, and so is every record
+	// this session has seen: the ingest notes it before moving the
+	// watermark.
+	to := max(s.applied.Load(), sl.seq)
+	for attempt := 0; ; attempt++ {
+		sl.proj, sl.size, sl.weight = projection.New(s.Options), 0, 0
+		var poisons []Rejection
+		err := s.Loader.Records(ctx, session, sl.from, to, func(seq uint64, data []byte) error {
+			v, err := s.Decoder.Decode(data)
+			if err != nil {
+				sl.proj.Skip(seq) // reported when the ingest met it
+				return nil
+			}
+			if projection.IsValidCompaction(v) && seq > sl.from {
+				sl.from = seq
+			}
+			if err := s.applyTo(sl, seq, v, len(data)); err != nil {
+				poisons = append(poisons, Rejection{Subject: subject.TranscriptsPrefix + session, Session: session, Seq: seq, Size: len(data), Reason: err.Error()})
+				if errors.Is(err, errPanicked) {
+					return err
+				}
+			}
+			return nil
+		})
+		for _, r := range poisons {
+			s.reject(r)
+		}
+		if errors.Is(err, errPanicked) && attempt < 3 {
+			continue // again, without the record now quarantined
+		}
+		if err != nil {
+			sl.proj = nil
+			return fmt.Errorf("load %s: %w", session, err)
+		}
+		break
+	}
+	sl.seq = max(sl.seq, sl.proj.Seq())
+	s.hot.Add(1)
+	s.hotBytes.Add(sl.size)
+	s.loads.Add(1)
+	return nil
+}
+
+// unload drops a slot's projection; the slot is locked.
+func (s *Store) unload(sl *slot) {
+	if sl.proj == nil {
+		return
+	}
+	sl.proj = nil
+	s.hot.Add(-1)
+	s.hotBytes.Add(-sl.size)
+	sl.size = 0
+}
+
+// evict unloads the least recently used sessions while the cache is over
+// either bound, down to 90% of it so that evictions come in batches.
+func (s *Store) evict() {
+	if s.Loader == nil || (s.hot.Load() <= int64(s.MaxSessions) && s.hotBytes.Load() <= s.MaxBytes) {
+		return
+	}
+	if !s.evictMu.TryLock() {
+		return // another pass is running
+	}
+	defer s.evictMu.Unlock()
+	type cand struct {
+		id   string
+		sl   *slot
+		used uint64
+	}
+	var cands []cand
+	s.mu.RLock()
+	for id, sl := range s.sessions {
+		cands = append(cands, cand{id, sl, sl.lastUsed.Load()})
+	}
+	s.mu.RUnlock()
+	slices.SortFunc(cands, func(a, b cand) int {
+		switch {
+		case a.used < b.used:
+			return -1
+		case a.used > b.used:
+			return 1
+		}
+		return 0
+	})
+	wantN, wantB := int64(s.MaxSessions)*9/10, s.MaxBytes*9/10
+	for _, c := range cands {
+		if s.hot.Load() <= wantN && s.hotBytes.Load() <= wantB {
+			return
+		}
+		if !c.sl.mu.TryLock() {
+			continue // in use
+		}
+		if c.sl.proj != nil {
+			s.unload(c.sl)
+			s.evictions.Add(1)
+		}
+		c.sl.mu.Unlock()
+	}
+}
+
+// Sessions returns the ids of the sessions known.
 func (s *Store) Sessions() []string {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -286,30 +564,31 @@ func (s *Store) Sessions() []string {
 	return ids
 }
 
-type waiter struct {
-	seq   uint64
-	done  chan struct{}
-	index int
-}
-
-type waiterHeap []*waiter
-
-func (h waiterHeap) Len() int           { return len(h) }
-func (h waiterHeap) Less(i, j int) bool { return h[i].seq < h[j].seq }
-func (h waiterHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].index, h[j].index = i, j
-}
-func (h *waiterHeap) Push(x any) {
-	w := x.(*waiter)
-	w.index = len(*h)
-	*h = append(*h, w)
-}
-func (h *waiterHeap) Pop() any {
-	old := *h
-	w := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	w.index = -1
-	return w
+// SaveCheckpoints stores the checkpoint of every session whose latest
+// compaction is known, so the next start loads each from there.
+func (s *Store) SaveCheckpoints(ctx context.Context) error {
+	if s.Loader == nil {
+		return nil
+	}
+	s.mu.RLock()
+	type item struct {
+		id string
+		cp Checkpoint
+	}
+	var items []item
+	for id, sl := range s.sessions {
+		sl.mu.Lock()
+		if sl.fromKnown {
+			items = append(items, item{id, Checkpoint{From: sl.from, Seq: sl.seq}})
+		}
+		sl.mu.Unlock()
+	}
+	s.mu.RUnlock()
+	var errs []error
+	for _, it := range items {
+		if err := s.Loader.SaveCheckpoint(ctx, it.id, it.cp); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
