@@ -56,12 +56,12 @@ type Config struct {
 // DefaultConfig returns the defaults of ctxd serve.
 func DefaultConfig() Config {
 	return Config{
-		DataDir:        "./data",
-		Host:           natsd.DefaultHost,
-		Port:           natsd.DefaultPort,
-		MaxPayload:     natsd.DefaultMaxPayload,
-		SyncInterval:   natsd.DefaultSyncInterval,
-		Replicas:       1,
+		DataDir:         "./data",
+		Host:            natsd.DefaultHost,
+		Port:            natsd.DefaultPort,
+		MaxPayload:      natsd.DefaultMaxPayload,
+		SyncInterval:    natsd.DefaultSyncInterval,
+		Replicas:        1,
 		BrowserTools:    projection.DefaultBrowserTools,
 		MaxRecordBytes:  record.DefaultMaxBytes,
 		CacheSessions:   store.DefaultMaxSessions,
