@@ -10,8 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nats.go/micro"
 
+	"github.com/ctxd/ctxd/pkg/client"
 	"github.com/ctxd/ctxd/pkg/record"
 	"github.com/ctxd/ctxd/pkg/subject"
 )
@@ -140,8 +140,7 @@ func runContext(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintln(e.stderr, "ctxd context: want exactly one SESSION")
 		return errUsage
 	}
-	subj, err := subject.Context(pos[0])
-	if err != nil {
+	if err := subject.CheckSession(pos[0]); err != nil {
 		return err
 	}
 	nc, err := connect(*url)
@@ -149,13 +148,14 @@ func runContext(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer nc.Close()
-	body := fmt.Sprintf(`{"min_seq":%d,"wait_ms":%d}`, *minSeq, *waitMS)
 	timeout := time.Duration(min(max(*waitMS, 0), 30000))*time.Millisecond + 5*time.Second
-	msg, err := request(ctx, nc, subj, []byte(body), timeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	data, err := client.Context(ctx, nc, pos[0], client.Request{MinSeq: *minSeq, WaitMS: max(*waitMS, 0)})
 	if err != nil {
 		return err
 	}
-	_, err = e.stdout.Write(append(msg.Data, '\n'))
+	_, err = e.stdout.Write(append(data, '\n'))
 	return err
 }
 
@@ -170,11 +170,11 @@ func runRejected(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer nc.Close()
-	msg, err := request(ctx, nc, "ctxd.rejected", nil, 5*time.Second)
+	data, err := request(ctx, nc, "ctxd.rejected", nil, 5*time.Second)
 	if err != nil {
 		return err
 	}
-	_, err = e.stdout.Write(append(msg.Data, '\n'))
+	_, err = e.stdout.Write(append(data, '\n'))
 	return err
 }
 
@@ -186,19 +186,11 @@ func connect(url string) (*nats.Conn, error) {
 	return nc, nil
 }
 
-// request sends a request and turns a service error reply into an error.
-func request(ctx context.Context, nc *nats.Conn, subj string, body []byte, timeout time.Duration) (*nats.Msg, error) {
+// request sends a request to the service and returns the whole reply.
+func request(ctx context.Context, nc *nats.Conn, subj string, body []byte, timeout time.Duration) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	msg, err := nc.RequestWithContext(ctx, subj, body)
-	if errors.Is(err, nats.ErrNoResponders) {
-		return nil, fmt.Errorf("no ctxd service answers on %s (is ctxd serve running?)", subj)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("request %s: %w", subj, err)
-	}
-	if code := msg.Header.Get(micro.ErrorCodeHeader); code != "" {
-		return nil, fmt.Errorf("%s %s", code, msg.Header.Get(micro.ErrorHeader))
-	}
-	return msg, nil
+	msg := nats.NewMsg(subj)
+	msg.Data = body
+	return client.Do(ctx, nc, msg)
 }

@@ -226,11 +226,11 @@ func (rb *rebuilder) check(ctx context.Context, e *env) error {
 func (rb *rebuilder) compare(ctx context.Context, id string, r *rebuilt) (bool, error) {
 	for attempt := 0; attempt < 10; attempt++ {
 		body := fmt.Sprintf(`{"min_seq":%d,"wait_ms":10000}`, r.proj.Seq())
-		msg, err := request(ctx, rb.nc, subject.ContextPrefix+id, []byte(body), 15*time.Second)
+		data, err := request(ctx, rb.nc, subject.ContextPrefix+id, []byte(body), 15*time.Second)
 		if err != nil {
 			return false, fmt.Errorf("session %s: %w", id, err)
 		}
-		live, err := record.DecodeJSON(msg.Data)
+		live, err := record.DecodeJSON(data)
 		if err != nil {
 			return false, fmt.Errorf("session %s: reply: %w", id, err)
 		}

@@ -11,6 +11,7 @@ import (
 // header.
 const (
 	CodeBadRequest  = "400"
+	CodeNotFound    = "404"
 	CodeWaitExpired = "504"
 	CodeInternal    = "500"
 )
@@ -20,6 +21,9 @@ var (
 	errTooLarge = errors.New("context larger than the max payload")
 	// errNotMsgpack: the context holds a number msgpack cannot carry.
 	errNotMsgpack = errors.New("context has no msgpack form")
+	// errNoChunk: a chunk request for a reply not held (expired, fetched
+	// already, or never made).
+	errNoChunk = errors.New("no such chunk")
 )
 
 // errorReply maps an error to its code and description: the one place
@@ -31,8 +35,10 @@ func errorReply(err error) (code, description string) {
 		return CodeBadRequest, err.Error()
 	case errors.Is(err, store.ErrWaitExpired):
 		return CodeWaitExpired, "min_seq not reached within wait_ms"
+	case errors.Is(err, errNoChunk):
+		return CodeNotFound, "no such chunk: expired, fetched already, or never made"
 	case errors.Is(err, errTooLarge):
-		return CodeInternal, "context larger than the max payload"
+		return CodeInternal, "context too large to hold for chunked delivery now"
 	case errors.Is(err, errNotMsgpack):
 		return CodeInternal, "context holds a number msgpack cannot carry; request JSON"
 	}

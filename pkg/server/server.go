@@ -56,6 +56,9 @@ type Service struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // requests waiting for min_seq
 
+	chunks      chunked // replies larger than the max payload
+	chunkPrefix string  // ctxd.chunk.<instance id>
+
 	// closing is set by Close. Stopping the endpoints drains them in the
 	// background, so requests already queued still reach the handler
 	// after Close has begun; they must not start a wait Close can't see.
@@ -89,6 +92,16 @@ func (s *Service) Open() error {
 		micro.WithEndpointMetadata(map[string]string{
 			"description": "model context of a session; body: optional {min_seq, wait_ms}",
 		}))
+	if err == nil {
+		// Chunks of a large reply are held by the instance that made it.
+		s.chunkPrefix = "ctxd.chunk." + svc.Info().ID
+		err = svc.AddEndpoint("chunk", micro.HandlerFunc(s.handleChunk),
+			micro.WithEndpointSubject(s.chunkPrefix+".>"),
+			micro.WithEndpointQueueGroupDisabled(),
+			micro.WithEndpointMetadata(map[string]string{
+				"description": "the further chunks of a context reply larger than the max payload",
+			}))
+	}
 	if err == nil {
 		err = svc.AddEndpoint("rejected", micro.HandlerFunc(s.handleRejected),
 			micro.WithEndpointSubject("ctxd.rejected"),
@@ -182,8 +195,10 @@ func (s *Service) reply(r micro.Request, session string, req contextRequest) {
 		s.fail(r, err)
 		return
 	}
-	if max := s.nc.MaxPayload(); max > 0 && int64(len(out)) > max {
-		s.fail(r, fmt.Errorf("%w: %d bytes, max payload %d", errTooLarge, len(out), max))
+	if max := s.nc.MaxPayload(); max > 0 && int64(len(out)) > max-chunkHeaderRoom {
+		if err := s.respondChunked(r, out, max); err != nil {
+			s.fail(r, fmt.Errorf("%w: %d bytes: %w", errTooLarge, len(out), err))
+		}
 		return
 	}
 	if err := r.Respond(out); err != nil {

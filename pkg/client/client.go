@@ -1,0 +1,127 @@
+// Package client fetches model contexts from a ctxd service: it checks the
+// session id before sending, turns service errors into *Error values, and
+// reassembles replies larger than the connection's max payload.
+package client
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/ctxd/ctxd/pkg/record"
+	"github.com/ctxd/ctxd/pkg/subject"
+)
+
+// Headers of a chunked reply, as the service sends them.
+const (
+	headerChunks       = "Ctxd-Chunks"
+	headerChunkSubject = "Ctxd-Chunk-Subject"
+	headerReplyBytes   = "Ctxd-Reply-Bytes"
+)
+
+// Error is an error reply of the service.
+type Error struct {
+	Code        string // "400", "404", "504", "500"
+	Description string
+}
+
+func (e *Error) Error() string { return e.Code + " " + e.Description }
+
+// ErrNoService: nothing answers on the subject.
+var ErrNoService = errors.New("no ctxd service answers (is ctxd serve running?)")
+
+// Request is a context request.
+type Request struct {
+	// MinSeq: answer once every record up to this stream sequence is
+	// applied (0: no wait).
+	MinSeq uint64
+	// WaitMS: how long the service may wait for MinSeq; 0 means the
+	// service default (2000 ms).
+	WaitMS int
+	// Msgpack asks for a msgpack reply instead of JSON.
+	Msgpack bool
+}
+
+// Context fetches a session's context reply and returns its body, JSON or
+// msgpack as asked, whole.
+func Context(ctx context.Context, nc *nats.Conn, session string, req Request) ([]byte, error) {
+	subj, err := subject.Context(session)
+	if err != nil {
+		return nil, err
+	}
+	msg := nats.NewMsg(subj)
+	if req.MinSeq > 0 || req.WaitMS > 0 {
+		body := []byte(`{"min_seq":` + strconv.FormatUint(req.MinSeq, 10))
+		if req.WaitMS > 0 {
+			body = append(body, `,"wait_ms":`+strconv.Itoa(req.WaitMS)...)
+		}
+		msg.Data = append(body, '}')
+	}
+	if req.Msgpack {
+		msg.Header.Set("Accept", "application/msgpack")
+		if msg.Data != nil {
+			// A msgpack body asks for a msgpack reply too; the header covers
+			// the empty body.
+			msg.Data = msgpackRequest(req)
+		}
+	}
+	return Do(ctx, nc, msg)
+}
+
+// Do sends a request to the service and returns the reply body, fetching
+// and joining the chunks of a reply larger than the max payload.
+func Do(ctx context.Context, nc *nats.Conn, msg *nats.Msg) ([]byte, error) {
+	reply, err := request(ctx, nc, msg)
+	if err != nil {
+		return nil, err
+	}
+	n, _ := strconv.Atoi(reply.Header.Get(headerChunks))
+	if n <= 1 {
+		return reply.Data, nil
+	}
+	prefix := reply.Header.Get(headerChunkSubject)
+	total, _ := strconv.Atoi(reply.Header.Get(headerReplyBytes))
+	var b bytes.Buffer
+	b.Grow(total)
+	b.Write(reply.Data)
+	for k := 1; k < n; k++ {
+		part, err := request(ctx, nc, nats.NewMsg(prefix+"."+strconv.Itoa(k)))
+		if err != nil {
+			return nil, fmt.Errorf("chunk %d of %d: %w", k+1, n, err)
+		}
+		b.Write(part.Data)
+	}
+	if total > 0 && b.Len() != total {
+		return nil, fmt.Errorf("chunked reply: got %d bytes, expected %d", b.Len(), total)
+	}
+	return b.Bytes(), nil
+}
+
+func request(ctx context.Context, nc *nats.Conn, msg *nats.Msg) (*nats.Msg, error) {
+	reply, err := nc.RequestMsgWithContext(ctx, msg)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return nil, fmt.Errorf("%w on %s", ErrNoService, msg.Subject)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("request %s: %w", msg.Subject, err)
+	}
+	if code := reply.Header.Get(micro.ErrorCodeHeader); code != "" {
+		return nil, &Error{Code: code, Description: reply.Header.Get(micro.ErrorHeader)}
+	}
+	return reply, nil
+}
+
+// msgpackRequest encodes {"min_seq": N, "wait_ms": W} as a msgpack map.
+func msgpackRequest(req Request) []byte {
+	w := uint64(2000)
+	if req.WaitMS > 0 {
+		w = uint64(req.WaitMS)
+	}
+	b, _ := record.MarshalMsgpack(record.NewMap("min_seq", req.MinSeq, "wait_ms", w))
+	return b
+}
