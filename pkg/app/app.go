@@ -49,6 +49,9 @@ type Config struct {
 	// MaxSessionBytes bounds one session's records since its latest
 	// compaction; a record past it is quarantined.
 	MaxSessionBytes int64
+	// AckWait is how long the ingest consumer may hold a record before
+	// JetStream redelivers it; 0 keeps the definition's (30s).
+	AckWait time.Duration
 	// Logger receives ctxd's log lines; nil discards them.
 	Logger *slog.Logger
 }
@@ -177,12 +180,19 @@ func (a *App) ensureConsumer(ctx context.Context, stream string, last uint64) (j
 	if err != nil {
 		return nil, err
 	}
+	if a.AckWait > 0 {
+		cfg.AckWait = a.AckWait
+	}
 	c, err := st.Consumer(ctx, cfg.Durable)
 	if err == nil {
-		info := c.CachedInfo().Config
-		if info.AckPolicy != cfg.AckPolicy || info.FilterSubject != cfg.FilterSubject {
+		have := c.CachedInfo().Config
+		if have.AckPolicy != cfg.AckPolicy || have.FilterSubject != cfg.FilterSubject {
 			return nil, fmt.Errorf("consumer %s: ack_policy %s and filter_subject %q, need %s and %q",
-				cfg.Durable, info.AckPolicy, info.FilterSubject, cfg.AckPolicy, cfg.FilterSubject)
+				cfg.Durable, have.AckPolicy, have.FilterSubject, cfg.AckPolicy, cfg.FilterSubject)
+		}
+		if have.AckWait != cfg.AckWait {
+			have.AckWait = cfg.AckWait
+			return bus.EnsureConsumer(ctx, st, have)
 		}
 		return c, nil
 	}

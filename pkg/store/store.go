@@ -105,7 +105,7 @@ type Store struct {
 	rejected    []Rejection // ring
 	rejNext     int
 	quarantined map[uint64]bool // sequences of poison records, never applied
-	stats       struct{ records, rejected, sessions atomic.Uint64 }
+	stats       struct{ records, rejected, sessions, duplicates atomic.Uint64 }
 }
 
 // slot is one session: its projection when loaded, and always the two
@@ -138,14 +138,15 @@ type Rejection struct {
 
 // Stats counts what a store has seen.
 type Stats struct {
-	Records   uint64 `json:"records"`   // records applied
-	Rejected  uint64 `json:"rejected"`  // records skipped as undecodable, misaddressed or poison
-	Sessions  uint64 `json:"sessions"`  // sessions known
-	Loaded    int64  `json:"loaded"`    // sessions held in the cache
-	Bytes     int64  `json:"bytes"`     // their estimated size
-	Loads     uint64 `json:"loads"`     // sessions loaded from the stream
-	Evictions uint64 `json:"evictions"` // sessions evicted from the cache
-	Applied   uint64 `json:"applied"`   // stream sequence watermark
+	Records    uint64 `json:"records"`    // records applied
+	Duplicates uint64 `json:"duplicates"` // records met again (redelivered) and ignored
+	Rejected   uint64 `json:"rejected"`   // records skipped as undecodable, misaddressed or poison
+	Sessions   uint64 `json:"sessions"`   // sessions known
+	Loaded     int64  `json:"loaded"`     // sessions held in the cache
+	Bytes      int64  `json:"bytes"`      // their estimated size
+	Loads      uint64 `json:"loads"`      // sessions loaded from the stream
+	Evictions  uint64 `json:"evictions"`  // sessions evicted from the cache
+	Applied    uint64 `json:"applied"`    // stream sequence watermark
 }
 
 // New returns an empty store with the defaults.
@@ -197,6 +198,7 @@ func (s *Store) Apply(session string, seq uint64, data []byte) {
 	sl.mu.Lock()
 	if seq <= sl.seq {
 		sl.mu.Unlock()
+		s.stats.duplicates.Add(1)
 		return // seen before: a redelivery or a replay
 	}
 	sl.seq = seq
@@ -358,14 +360,15 @@ func (s *Store) Rejected() []Rejection {
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
 	return Stats{
-		Records:   s.stats.records.Load(),
-		Rejected:  s.stats.rejected.Load(),
-		Sessions:  s.stats.sessions.Load(),
-		Loaded:    s.hot.Load(),
-		Bytes:     s.hotBytes.Load(),
-		Loads:     s.loads.Load(),
-		Evictions: s.evictions.Load(),
-		Applied:   s.applied.Load(),
+		Records:    s.stats.records.Load(),
+		Duplicates: s.stats.duplicates.Load(),
+		Rejected:   s.stats.rejected.Load(),
+		Sessions:   s.stats.sessions.Load(),
+		Loaded:     s.hot.Load(),
+		Bytes:      s.hotBytes.Load(),
+		Loads:      s.loads.Load(),
+		Evictions:  s.evictions.Load(),
+		Applied:    s.applied.Load(),
 	}
 }
 
