@@ -101,11 +101,16 @@ func Replay(ctx context.Context, js jetstream.JetStream, stream string, from uin
 		return 0, 0, fmt.Errorf("replay: %w", err)
 	}
 	defer it.Stop()
+	// The records from `from` to the end may all be deleted: then there is
+	// nothing to read, and waiting for one would wait for a new record.
+	if info := cons.CachedInfo(); info != nil && info.NumPending == 0 {
+		return 0, 0, nil
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return n, last, err
 		}
-		m, err := it.Next()
+		m, err := it.Next(jetstream.NextContext(ctx))
 		if err != nil {
 			return n, last, fmt.Errorf("replay: %w", err)
 		}

@@ -556,6 +556,21 @@ func (s *Store) evict() {
 	}
 }
 
+// Evict drops a session's projection from memory, as the cache does for
+// the least recently used; the next reader loads it again.
+func (s *Store) Evict(session string) {
+	sl := s.slot(session, false)
+	if sl == nil || s.Loader == nil {
+		return
+	}
+	sl.mu.Lock()
+	if sl.proj != nil {
+		s.unload(sl)
+		s.evictions.Add(1)
+	}
+	sl.mu.Unlock()
+}
+
 // Sessions returns the ids of the sessions known.
 func (s *Store) Sessions() []string {
 	s.mu.RLock()

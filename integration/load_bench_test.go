@@ -1,0 +1,212 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ctxd/ctxd/pkg/app"
+	"github.com/ctxd/ctxd/pkg/bus"
+	ctxdclient "github.com/ctxd/ctxd/pkg/client"
+	"github.com/ctxd/ctxd/pkg/projection"
+	"github.com/ctxd/ctxd/pkg/record"
+	"github.com/ctxd/ctxd/pkg/subject"
+)
+
+// fillStream publishes sessions x perSession realistic records (~500
+// bytes each), interleaving sessions, and returns the last sequence.
+func fillStream(b testing.TB, js jetstream.JetStream, sessions, perSession int) uint64 {
+	b.Helper()
+	recs := sessionRecords(perSession, 0, 7)
+	payloads := make([][]byte, len(recs))
+	for i, r := range recs {
+		payloads[i], _ = record.MarshalJSON(r)
+	}
+	var last jetstream.PubAckFuture
+	for i := 0; i < perSession; i++ {
+		for s := 0; s < sessions; s++ {
+			f, err := js.PublishAsync(fmt.Sprintf("transcripts.s%d", s), payloads[i])
+			require.NoError(b, err)
+			last = f
+		}
+		if i%20 == 19 {
+			<-js.PublishAsyncComplete()
+		}
+	}
+	<-js.PublishAsyncComplete()
+	select {
+	case ack := <-last.Ok():
+		return ack.Sequence
+	case err := <-last.Err():
+		b.Fatal(err)
+	}
+	return 0
+}
+
+func startAppWith(b testing.TB, dir string, tune func(*app.Config)) *app.App {
+	b.Helper()
+	cfg := app.DefaultConfig()
+	cfg.DataDir, cfg.Port = dir, -1
+	tune(&cfg)
+	a := app.New(cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	require.NoError(b, a.Open(ctx))
+	b.Cleanup(func() { a.Close() })
+	return a
+}
+
+// BenchmarkColdLoad fetches 200-record sessions that are not in memory,
+// from a stream of 200 000 records over 1 000 sessions (smaller with
+// -short), against warm fetches of the same sessions in the same run. It
+// also reports memory at the cache bound.
+func BenchmarkColdLoad(b *testing.B) {
+	sessions, per := 1000, 200
+	if testing.Short() {
+		sessions = 50
+	}
+	a := startAppWith(b, b.TempDir(), func(c *app.Config) { c.CacheSessions = 100 })
+	c := newClient(b, a.URL())
+	last := fillStream(b, c.js, sessions, per)
+	ctx := context.Background()
+	_, err := ctxdclient.Context(ctx, c.nc, "s0", ctxdclient.Request{MinSeq: last, WaitMS: 30000})
+	require.NoError(b, err)
+
+	var cold, warm []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		s := fmt.Sprintf("s%d", (i*7919)%sessions)
+		// Cold: drop it from memory first, as an eviction would.
+		a.Store().Evict(s)
+		t0 := time.Now()
+		data, err := ctxdclient.Context(ctx, c.nc, s, ctxdclient.Request{})
+		d := time.Since(t0)
+		require.NoError(b, err)
+		require.Greater(b, len(data), 1000)
+		cold = append(cold, d)
+		t0 = time.Now()
+		_, err = ctxdclient.Context(ctx, c.nc, s, ctxdclient.Request{})
+		warm = append(warm, time.Since(t0))
+		require.NoError(b, err)
+	}
+	b.StopTimer()
+	cp50, cp99 := percentiles(cold)
+	wp50, wp99 := percentiles(warm)
+	b.ReportMetric(us(cp50), "cold-p50-µs")
+	b.ReportMetric(us(cp99), "cold-p99-µs")
+	b.ReportMetric(us(wp50), "warm-p50-µs")
+	b.ReportMetric(us(wp99), "warm-p99-µs")
+
+	// Memory with every session fetched once through a 100-session cache.
+	for s := 0; s < sessions; s++ {
+		_, err := ctxdclient.Context(ctx, c.nc, fmt.Sprintf("s%d", s), ctxdclient.Request{})
+		require.NoError(b, err)
+	}
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	st := a.Store().Stats()
+	b.ReportMetric(float64(st.Loaded), "loaded-sessions")
+	b.ReportMetric(float64(st.Bytes)/(1<<20), "cache-estimate-MiB")
+	b.ReportMetric(float64(ms.HeapInuse)/(1<<20), "heap-inuse-MiB")
+}
+
+// BenchmarkRestart measures how long ctxd takes to open on a store with
+// 10 000 checkpointed sessions (1 000 with -short).
+func BenchmarkRestart(b *testing.B) {
+	sessions := 10000
+	if testing.Short() {
+		sessions = 1000
+	}
+	dir := b.TempDir()
+	a := startAppWith(b, dir, func(*app.Config) {})
+	c := newClient(b, a.URL())
+	recs := sessionRecords(4, 0, 3)
+	compaction := record.NewMap("type", "compaction", "at", "2026-01-01T00:00:00Z", "baseSeq", int64(1), "plannerVersion", int64(1),
+		"summaryModelRef", "m", "qualityAudit", "passed", "summary", "s", "firstKeptIndex", int64(0),
+		"tokensBefore", int64(10), "tokensAfter", int64(1), "messages", []any{record.NewMap("role", "user", "content", "summary")})
+	recs = append(recs, compaction)
+	for s := 0; s < sessions; s++ {
+		for _, r := range recs {
+			data, _ := record.MarshalJSON(r)
+			_, err := c.js.PublishAsync(fmt.Sprintf("transcripts.r%d", s), data)
+			require.NoError(b, err)
+		}
+		if s%100 == 99 {
+			<-c.js.PublishAsyncComplete()
+		}
+	}
+	<-c.js.PublishAsyncComplete()
+	info, err := c.js.Stream(context.Background(), "TRANSCRIPTS")
+	require.NoError(b, err)
+	last := info.CachedInfo().State.LastSeq
+	_, err = ctxdclient.Context(context.Background(), c.nc, "r0", ctxdclient.Request{MinSeq: last, WaitMS: 30000})
+	require.NoError(b, err)
+	require.NoError(b, a.Close())
+
+	var opens []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		a := startAppWith(b, dir, func(*app.Config) {})
+		opens = append(opens, time.Since(t0))
+		b.StopTimer()
+		require.NoError(b, a.Close())
+		b.StartTimer()
+	}
+	p50, _ := percentiles(opens)
+	b.ReportMetric(float64(p50)/float64(time.Millisecond), "open-ms")
+	b.ReportMetric(float64(sessions), "sessions")
+}
+
+// BenchmarkRebuild replays a stream into fresh projections (what ctxd
+// rebuild does), against a raw ordered consumer reading the same stream
+// in the same run.
+func BenchmarkRebuild(b *testing.B) {
+	sessions, per := 1000, 200
+	if testing.Short() {
+		sessions = 50
+	}
+	a := startAppWith(b, b.TempDir(), func(*app.Config) {})
+	c := newClient(b, a.URL())
+	fillStream(b, c.js, sessions, per)
+	ctx := context.Background()
+	var rawRate, rebuildRate float64
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		n, _, err := bus.Replay(ctx, c.js, "TRANSCRIPTS", 1, func(bus.Msg) {})
+		require.NoError(b, err)
+		rawRate = float64(n) / time.Since(t0).Seconds()
+
+		projs := map[string]*projection.Session{}
+		dec := record.Decoder{}
+		t0 = time.Now()
+		n, _, err = bus.Replay(ctx, c.js, "TRANSCRIPTS", 1, func(m bus.Msg) {
+			id, err := subject.SessionOf(m.Subject, subject.TranscriptsPrefix)
+			if err != nil {
+				return
+			}
+			p := projs[id]
+			if p == nil {
+				p = projection.New(projection.Options{})
+				projs[id] = p
+			}
+			if v, err := dec.Decode(m.Data); err == nil {
+				p.Apply(m.Seq, v)
+			} else {
+				p.Skip(m.Seq)
+			}
+		})
+		require.NoError(b, err)
+		rebuildRate = float64(n) / time.Since(t0).Seconds()
+	}
+	b.ReportMetric(rawRate, "raw-records/s")
+	b.ReportMetric(rebuildRate, "rebuild-records/s")
+	b.ReportMetric(rebuildRate/rawRate, "ratio")
+}

@@ -1,0 +1,199 @@
+package natsd
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+)
+
+// open starts s on a free port and closes it when the test ends.
+func open(t *testing.T, s *Server) {
+	t.Helper()
+	s.Port = -1
+	require.NoError(t, s.Open())
+	t.Cleanup(func() { s.Close() })
+}
+
+func connect(t *testing.T, url string) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	return nc, js
+}
+
+func testContext(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestNew(t *testing.T) {
+	s := New("dir")
+	require.Equal(t, &Server{
+		Host:         DefaultHost,
+		Port:         DefaultPort,
+		StoreDir:     "dir",
+		MaxPayload:   DefaultMaxPayload,
+		SyncInterval: DefaultSyncInterval,
+	}, s)
+	require.Empty(t, s.ClientURL(), "no URL before Open")
+	require.NoError(t, s.Close(), "Close before Open is a no-op")
+}
+
+func TestServer_Open(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "made", "by", "open")
+	s := New(dir)
+	open(t, s)
+
+	u, err := url.Parse(s.ClientURL())
+	require.NoError(t, err)
+	require.Equal(t, "nats", u.Scheme)
+	require.Equal(t, DefaultHost, u.Hostname())
+	port, err := strconv.Atoi(u.Port())
+	require.NoError(t, err)
+	require.Positive(t, port, "Port -1 picks a free port")
+
+	nc, js := connect(t, s.ClientURL())
+	require.Equal(t, int64(DefaultMaxPayload), nc.MaxPayload())
+
+	// JetStream works, with file storage under the store directory.
+	ctx := testContext(t)
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}, Storage: jetstream.FileStorage})
+	require.NoError(t, err)
+	ack, err := js.Publish(ctx, "t.a", []byte("hello"))
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), ack.Sequence)
+	m, err := st.GetMsg(ctx, 1)
+	require.NoError(t, err)
+	require.Equal(t, "hello", string(m.Data))
+	_, err = os.Stat(filepath.Join(dir, "jetstream"))
+	require.NoError(t, err, "JetStream stores under StoreDir")
+}
+
+func TestServer_Close(t *testing.T) {
+	dir := t.TempDir()
+	s := New(dir)
+	s.Port = -1
+	require.NoError(t, s.Open())
+	first := s.ClientURL()
+	_, js := connect(t, first)
+	ctx := testContext(t)
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}})
+	require.NoError(t, err)
+	_, err = js.Publish(ctx, "t.a", []byte("kept"))
+	require.NoError(t, err)
+
+	require.NoError(t, s.Close())
+	require.Empty(t, s.ClientURL())
+	require.NoError(t, s.Close(), "a second Close is a no-op")
+
+	_, err = nats.Connect(first, nats.NoReconnect())
+	require.Error(t, err, "nothing listens after Close")
+
+	// A second Open on the same directory works and keeps what was stored.
+	require.NoError(t, s.Open())
+	t.Cleanup(func() { s.Close() })
+	_, js2 := connect(t, s.ClientURL())
+	st, err := js2.Stream(ctx, "T")
+	require.NoError(t, err)
+	m, err := st.GetMsg(ctx, 1)
+	require.NoError(t, err)
+	require.Equal(t, "kept", string(m.Data))
+
+	// And a second Server on that directory, once this one is closed.
+	require.NoError(t, s.Close())
+	other := New(dir)
+	open(t, other)
+	_, js3 := connect(t, other.ClientURL())
+	st, err = js3.Stream(ctx, "T")
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), st.CachedInfo().State.Msgs)
+}
+
+func TestServer_Sync(t *testing.T) {
+	tests := []struct {
+		name     string
+		always   bool
+		interval time.Duration
+	}{
+		{"default interval", false, DefaultSyncInterval},
+		{"one second", false, time.Second},
+		{"always", true, DefaultSyncInterval},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := New(t.TempDir())
+			s.SyncAlways = tt.always
+			s.SyncInterval = tt.interval
+			open(t, s)
+			cfg := s.ns.JetStreamConfig()
+			require.NotNil(t, cfg, "JetStream is enabled")
+			require.Equal(t, tt.always, cfg.SyncAlways)
+			require.Equal(t, tt.interval, cfg.SyncInterval)
+
+			_, js := connect(t, s.ClientURL())
+			ctx := testContext(t)
+			_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}})
+			require.NoError(t, err)
+			_, err = js.Publish(ctx, "t.a", []byte("x"))
+			require.NoError(t, err)
+		})
+	}
+}
+
+func TestServer_OpenErrors(t *testing.T) {
+	t.Run("no store directory", func(t *testing.T) {
+		s := New("")
+		require.ErrorContains(t, s.Open(), "no store directory")
+		require.Empty(t, s.ClientURL())
+	})
+	t.Run("store directory is a file", func(t *testing.T) {
+		file := filepath.Join(t.TempDir(), "file")
+		require.NoError(t, os.WriteFile(file, nil, 0o600))
+		s := New(filepath.Join(file, "sub"))
+		require.ErrorContains(t, s.Open(), "store directory")
+		require.Empty(t, s.ClientURL())
+	})
+}
+
+// syncBuffer is a log destination safe for the server's goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func TestServer_Logger(t *testing.T) {
+	var logs syncBuffer
+	s := New(t.TempDir())
+	s.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	open(t, s)
+	require.Contains(t, logs.String(), "level=DEBUG", "routine notices are debug lines")
+	require.Contains(t, logs.String(), "Listening for client connections")
+}

@@ -1,0 +1,56 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ctxd/ctxd/pkg/store"
+	"github.com/ctxd/ctxd/pkg/subject"
+)
+
+func TestErrorReply(t *testing.T) {
+	// secret stands for internal detail that must never reach a client.
+	const secret = "open /var/lib/ctxd/secret: permission denied"
+	badSession := subject.CheckSession("a b")
+	require.Error(t, badSession)
+
+	tests := []struct {
+		name string
+		err  error
+		code string
+		desc string // exact description; empty: checked by contains
+		has  string
+	}{
+		{name: "bad session id", err: badSession, code: CodeBadRequest, desc: badSession.Error()},
+		{name: "bad session id, wrapped", err: fmt.Errorf("context: %w", badSession), code: CodeBadRequest, has: "invalid session id"},
+		{name: "bad body", err: fmt.Errorf("%w: min_seq must be a non-negative integer, got -1", errBadBody), code: CodeBadRequest, has: "min_seq must be a non-negative integer"},
+		{name: "wait expired", err: fmt.Errorf("%w: at 3, waiting for 9", store.ErrWaitExpired), code: CodeWaitExpired, desc: "min_seq not reached within wait_ms"},
+		{name: "wait ended by shutdown", err: fmt.Errorf("%w: shutting down", store.ErrWaitExpired), code: CodeWaitExpired, desc: "min_seq not reached within wait_ms"},
+		{name: "wait expired, bare", err: store.ErrWaitExpired, code: CodeWaitExpired, desc: "min_seq not reached within wait_ms"},
+		{name: "reply too large", err: fmt.Errorf("%w: 9000000 bytes (%s)", errTooLarge, secret), code: CodeInternal, desc: "context too large to hold for chunked delivery now"},
+		{name: "no such chunk", err: fmt.Errorf("chunk 3 of %s: %w", secret, errNoChunk), code: CodeNotFound, desc: "no such chunk: expired, fetched already, or never made"},
+		{name: "no msgpack form", err: fmt.Errorf("%w: message from seq 2: %s", errNotMsgpack, secret), code: CodeInternal, desc: "context holds a number msgpack cannot carry; request JSON"},
+		{name: "anything else", err: errors.New(secret), code: CodeInternal, desc: "internal error"},
+		{name: "anything else, wrapped", err: fmt.Errorf("render: %w", errors.New(secret)), code: CodeInternal, desc: "internal error"},
+		{name: "context cancelled", err: context.Canceled, code: CodeInternal, desc: "internal error"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, desc := errorReply(tt.err)
+			require.Equal(t, tt.code, code)
+			if tt.desc != "" {
+				require.Equal(t, tt.desc, desc)
+			} else {
+				require.Contains(t, desc, tt.has)
+			}
+			if code != CodeBadRequest {
+				require.NotContains(t, desc, "secret")
+				require.NotContains(t, desc, "waiting for 9")
+			}
+		})
+	}
+}

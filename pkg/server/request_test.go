@@ -1,0 +1,181 @@
+package server
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ctxd/ctxd/pkg/record"
+)
+
+const maxUint64 = ^uint64(0)
+
+// msgpackOf encodes a request body as msgpack.
+func msgpackOf(t testing.TB, kv ...any) []byte {
+	t.Helper()
+	b, err := record.MarshalMsgpack(record.NewMap(kv...))
+	require.NoError(t, err)
+	return b
+}
+
+// msgpackFloat encodes a one-field map whose value is a float64.
+func msgpackFloat(field string, f float64) []byte {
+	b := record.AppendMsgpackMapLen(nil, 1)
+	b = record.AppendMsgpackString(b, field)
+	return binary.BigEndian.AppendUint64(append(b, 0xcb), math.Float64bits(f))
+}
+
+// nested returns a JSON body whose unknown field nests depth arrays.
+func nested(depth int) []byte {
+	return []byte(`{"min_seq":1,"x":` + strings.Repeat("[", depth) + strings.Repeat("]", depth) + `}`)
+}
+
+// padded returns a JSON request of exactly size bytes.
+func padded(size int) []byte {
+	head, tail := `{"min_seq":3,"pad":"`, `"}`
+	return []byte(head + strings.Repeat("x", size-len(head)-len(tail)) + tail)
+}
+
+func TestParseRequest(t *testing.T) {
+	def := DefaultWait
+	tests := []struct {
+		name    string
+		body    []byte
+		accept  string
+		minSeq  uint64
+		wait    time.Duration
+		msgpack bool
+		bad     string // when not empty: a 400 whose description has this
+	}{
+		// The body's form and the reply's.
+		{name: "empty body", body: nil, wait: def},
+		{name: "empty body, Accept msgpack", body: []byte{}, accept: "application/msgpack", wait: def, msgpack: true},
+		{name: "empty body, Accept JSON", accept: "application/json", wait: def},
+		{name: "empty JSON object", body: []byte(`{}`), wait: def},
+		{name: "JSON object after white space", body: []byte(" \n\t{\"min_seq\":5}"), minSeq: 5, wait: def},
+		{name: "JSON object, Accept msgpack is ignored", body: []byte(`{"min_seq":5}`), accept: "application/msgpack", minSeq: 5, wait: def},
+		{name: "JSON, both fields", body: []byte(`{"min_seq":15,"wait_ms":2000}`), minSeq: 15, wait: 2 * time.Second},
+		{name: "empty msgpack map", body: []byte{0x80}, wait: def, msgpack: true},
+		{name: "msgpack, both fields", body: msgpackOf(t, "min_seq", int64(15), "wait_ms", int64(250)), minSeq: 15, wait: 250 * time.Millisecond, msgpack: true},
+		{name: "unknown fields are ignored", body: []byte(`{"future":{"a":[1,"x",null]},"min_seq":4,"also":"x"}`), minSeq: 4, wait: def},
+		{name: "unknown msgpack fields are ignored", body: msgpackOf(t, "x", []any{true}, "min_seq", int64(4)), minSeq: 4, wait: def, msgpack: true},
+		{name: "nesting within the limit", body: nested(8), minSeq: 1, wait: def},
+
+		// Integers in every spelling.
+		{name: "min_seq 0", body: []byte(`{"min_seq":0}`), wait: def},
+		{name: "min_seq -0", body: []byte(`{"min_seq":-0}`), wait: def},
+		{name: "min_seq 2.0", body: []byte(`{"min_seq":2.0}`), minSeq: 2, wait: def},
+		{name: "min_seq 1E1", body: []byte(`{"min_seq":1E1}`), minSeq: 10, wait: def},
+		{name: "min_seq 1.5e1", body: []byte(`{"min_seq":1.5e1}`), minSeq: 15, wait: def},
+		{name: "min_seq 100e-2", body: []byte(`{"min_seq":100e-2}`), minSeq: 1, wait: def},
+		{name: "min_seq max uint64", body: []byte(`{"min_seq":18446744073709551615}`), minSeq: maxUint64, wait: def},
+		{name: "min_seq beyond uint64 clamps", body: []byte(`{"min_seq":18446744073709551616}`), minSeq: maxUint64, wait: def},
+		{name: "min_seq 1E30 clamps", body: []byte(`{"min_seq":1E30}`), minSeq: maxUint64, wait: def},
+		{name: "min_seq 1E999999999 clamps", body: []byte(`{"min_seq":1E999999999}`), minSeq: maxUint64, wait: def},
+		{name: "msgpack min_seq float 2.0", body: msgpackFloat("min_seq", 2), minSeq: 2, wait: def, msgpack: true},
+		{name: "msgpack min_seq 1e300 clamps", body: msgpackFloat("min_seq", 1e300), minSeq: maxUint64, wait: def, msgpack: true},
+		{name: "msgpack min_seq uint64", body: msgpackOf(t, "min_seq", maxUint64), minSeq: maxUint64, wait: def, msgpack: true},
+		{name: "wait_ms 0", body: []byte(`{"wait_ms":0}`), wait: 0},
+		{name: "wait_ms 30000", body: []byte(`{"wait_ms":30000}`), wait: MaxWait},
+		{name: "wait_ms 30001 clamps", body: []byte(`{"wait_ms":30001}`), wait: MaxWait},
+		{name: "wait_ms 1E1", body: []byte(`{"wait_ms":1E1}`), wait: 10 * time.Millisecond},
+		{name: "wait_ms beyond uint64 clamps", body: []byte(`{"wait_ms":99999999999999999999999}`), wait: MaxWait},
+		{name: "wait_ms 1E999999999 clamps", body: []byte(`{"wait_ms":1E999999999}`), wait: MaxWait},
+		{name: "msgpack wait_ms max uint64 clamps", body: msgpackOf(t, "wait_ms", maxUint64), wait: MaxWait, msgpack: true},
+
+		// Values that are not non-negative integers.
+		{name: "min_seq -1", body: []byte(`{"min_seq":-1}`), bad: "min_seq must be a non-negative integer, got -1"},
+		{name: "min_seq -1E999999999", body: []byte(`{"min_seq":-1E999999999}`), bad: "min_seq"},
+		{name: "min_seq 1.5", body: []byte(`{"min_seq":1.5}`), bad: "min_seq"},
+		{name: "min_seq 1E-1", body: []byte(`{"min_seq":1E-1}`), bad: "min_seq"},
+		{name: "min_seq string", body: []byte(`{"min_seq":"5"}`), bad: `got "5"`},
+		{name: "min_seq null", body: []byte(`{"min_seq":null}`), bad: "got null"},
+		{name: "min_seq true", body: []byte(`{"min_seq":true}`), bad: "got true"},
+		{name: "min_seq array", body: []byte(`{"min_seq":[1]}`), bad: "min_seq"},
+		{name: "min_seq object", body: []byte(`{"min_seq":{}}`), bad: "min_seq"},
+		{name: "wait_ms -5", body: []byte(`{"wait_ms":-5}`), bad: "wait_ms must be a non-negative integer"},
+		{name: "wait_ms 0.5", body: []byte(`{"wait_ms":0.5}`), bad: "wait_ms"},
+		{name: "wait_ms string", body: []byte(`{"wait_ms":"100"}`), bad: "wait_ms"},
+		{name: "wait_ms null", body: []byte(`{"wait_ms":null}`), bad: "wait_ms"},
+		{name: "wait_ms false", body: []byte(`{"wait_ms":false}`), bad: "wait_ms"},
+		{name: "msgpack min_seq -1", body: msgpackOf(t, "min_seq", int64(-1)), bad: "min_seq"},
+		{name: "msgpack min_seq 2.5", body: msgpackFloat("min_seq", 2.5), bad: "min_seq"},
+		{name: "msgpack min_seq string", body: msgpackOf(t, "min_seq", "5"), bad: "min_seq"},
+		{name: "msgpack min_seq nil", body: msgpackOf(t, "min_seq", nil), bad: "min_seq"},
+		{name: "msgpack wait_ms -1e300", body: msgpackFloat("wait_ms", -1e300), bad: "wait_ms"},
+		{name: "a long bad value is described by its type", body: []byte(`{"min_seq":"` + strings.Repeat("x", 100) + `"}`), bad: "got a string"},
+
+		// Bodies that are not a map.
+		{name: "JSON array", body: []byte(`[]`), bad: "not a JSON object or msgpack map"},
+		{name: "JSON array of a map", body: []byte(`[{"min_seq":1}]`), bad: "not a JSON object"},
+		{name: "JSON string", body: []byte(`"x"`), bad: "not a JSON object"},
+		{name: "JSON number", body: []byte(`15`), bad: "not a JSON object"},
+		{name: "JSON null", body: []byte(`null`), bad: "not a JSON object"},
+		{name: "JSON true", body: []byte(`true`), bad: "not a JSON object"},
+		{name: "one byte", body: []byte(`5`), bad: "not a JSON object"},
+		{name: "white space only", body: []byte(" \n"), bad: "not a JSON object"},
+		{name: "truncated JSON", body: []byte(`{"min_seq":`), bad: "not a JSON object"},
+		{name: "JSON with trailing data", body: []byte(`{"min_seq":1} {}`), bad: "not a JSON object"},
+		{name: "plain text", body: []byte(`min_seq=5`), bad: "not a JSON object"},
+		{name: "msgpack array", body: []byte{0x91, 0x01}, bad: "not a JSON object or msgpack map"},
+		{name: "msgpack nil", body: []byte{0xc0}, bad: "not a JSON object"},
+		{name: "msgpack integer", body: []byte{0x05}, bad: "not a JSON object"},
+		{name: "truncated msgpack map", body: []byte{0x82, 0xa1, 'a'}, bad: "not a JSON object"},
+		{name: "msgpack map with a non-string key", body: []byte{0x81, 0x01, 0x01}, bad: "not a JSON object"},
+		{name: "invalid UTF-8 in JSON", body: []byte("{\"x\":\"\xff\"}"), bad: "not a JSON object"},
+
+		// Limits.
+		{name: "largest body", body: padded(MaxRequestSize), minSeq: 3, wait: def},
+		{name: "oversized body", body: padded(MaxRequestSize + 1), bad: "65537 bytes, at most 65536"},
+		{name: "nesting beyond the limit", body: nested(64), bad: "not a JSON object"},
+		{name: "deep nesting", body: nested(30000), bad: "not a JSON object"},
+		{name: "deep msgpack nesting", body: append([]byte{0x81, 0xa1, 'x'}, bytes.Repeat([]byte{0x91}, 30000)...), bad: "not a JSON object"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, err := parseRequest(tt.body, tt.accept)
+			if tt.bad != "" {
+				require.Error(t, err)
+				require.True(t, errors.Is(err, errBadBody), "%v does not wrap errBadBody", err)
+				code, desc := errorReply(err)
+				require.Equal(t, CodeBadRequest, code)
+				require.Contains(t, desc, tt.bad)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, contextRequest{minSeq: tt.minSeq, wait: tt.wait, msgpack: tt.msgpack}, req)
+		})
+	}
+}
+
+func FuzzParseRequest(f *testing.F) {
+	f.Add([]byte{}, "")
+	f.Add([]byte{}, "application/msgpack")
+	f.Add([]byte(`{"min_seq":15,"wait_ms":2000}`), "")
+	f.Add([]byte(`{"wait_ms":1E999999999}`), "")
+	f.Add([]byte{0x82, 0xa7, 'm', 'i', 'n', '_', 's', 'e', 'q', 0x0f, 0xa7, 'w', 'a', 'i', 't', '_', 'm', 's', 0xcd, 0x07, 0xd0}, "")
+	f.Fuzz(func(t *testing.T, body []byte, accept string) {
+		req, err := parseRequest(body, accept)
+		if err != nil {
+			require.ErrorIs(t, err, errBadBody)
+			code, _ := errorReply(err)
+			require.Equal(t, CodeBadRequest, code)
+			return
+		}
+		require.GreaterOrEqual(t, req.wait, time.Duration(0))
+		require.LessOrEqual(t, req.wait, MaxWait)
+		if len(body) == 0 {
+			require.Equal(t, accept == "application/msgpack", req.msgpack)
+		} else {
+			require.Equal(t, !record.IsJSON(body), req.msgpack, "the reply takes the body's form")
+			require.LessOrEqual(t, len(body), MaxRequestSize)
+			require.False(t, bytes.Equal(body, []byte("null")))
+		}
+	})
+}
