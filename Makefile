@@ -1,7 +1,7 @@
 GO ?= go
 FUZZTIME ?= 1m
 
-.PHONY: all build test race fuzz bench serve lint ci
+.PHONY: all build test race fuzz bench fault-long serve lint ci
 
 all: lint test
 
@@ -26,6 +26,10 @@ fuzz:
 ## bench: the benchmarks of the core and of the service
 bench:
 	$(GO) test ./pkg/record ./pkg/projection ./integration -run '^$$' -bench . -benchmem
+
+## fault-long: the SIGKILL fault test with 25 kills and more writers
+fault-long:
+	$(GO) test ./integration -run '^TestFault_KillUnderLoad$$' -count 1 -v -timeout 30m -fault.kills 25 -fault.writers 8 -fault.sessions 64
 
 serve:
 	$(GO) run ./cmd/ctxd serve
