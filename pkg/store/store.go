@@ -210,7 +210,7 @@ func (s *Store) Apply(session string, seq uint64, data []byte) {
 		s.reject(Rejection{Subject: subject.TranscriptsPrefix + session, Session: session, Seq: seq, Size: len(data), Reason: err.Error()})
 		return
 	}
-	compaction := projection.IsValidCompaction(v)
+	compaction := s.resets(v, len(data))
 	if compaction {
 		sl.from = seq
 		sl.fromKnown = true
@@ -259,19 +259,29 @@ var (
 	errPanicked = errors.New("applying it failed")
 )
 
+// resets reports whether a record of n bytes is a compaction the session
+// restarts from: a valid one that is not quarantined. A compaction starts
+// the session's weight afresh, so its own size decides; one too big for
+// a session is never applied, resets nothing, and must not become the
+// point a load starts from (the records before it still count).
+func (s *Store) resets(v any, n int) bool {
+	return projection.IsValidCompaction(v) && (s.MaxSessionBytes <= 0 || int64(n) <= s.MaxSessionBytes)
+}
+
 // weigh keeps a session's record weight, the bytes of its records since
 // its latest compaction, and quarantines a record that would take it past
 // MaxSessionBytes. Loaded or not, a session weighs its records the same
 // way, so the same records are quarantined whatever was cached.
 func (s *Store) weigh(sl *slot, seq uint64, v any, n int) error {
-	if projection.IsValidCompaction(v) {
-		sl.weight = 0
+	w := sl.weight
+	if s.resets(v, n) {
+		w = 0
 	}
-	if s.MaxSessionBytes > 0 && sl.weight+int64(n) > s.MaxSessionBytes {
+	if s.MaxSessionBytes > 0 && w+int64(n) > s.MaxSessionBytes {
 		return fmt.Errorf("%w: the session's records since its latest compaction would take %d bytes, more than the %d a session may hold",
-			errPoison, sl.weight+int64(n), s.MaxSessionBytes)
+			errPoison, w+int64(n), s.MaxSessionBytes)
 	}
-	sl.weight += int64(n)
+	sl.weight = w + int64(n)
 	return nil
 }
 
@@ -469,7 +479,7 @@ func (s *Store) load(ctx context.Context, session string, sl *slot) error {
 				sl.proj.Skip(seq) // reported when the ingest met it
 				return nil
 			}
-			if projection.IsValidCompaction(v) && seq > sl.from {
+			if s.resets(v, len(data)) && seq > sl.from {
 				sl.from = seq
 			}
 			if err := s.applyTo(sl, seq, v, len(data)); err != nil {
