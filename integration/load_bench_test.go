@@ -30,12 +30,12 @@ func fillStream(b testing.TB, js jetstream.JetStream, sessions, perSession int) 
 	var last jetstream.PubAckFuture
 	for i := 0; i < perSession; i++ {
 		for s := 0; s < sessions; s++ {
+			if js.PublishAsyncPending() >= 2000 {
+				<-js.PublishAsyncComplete()
+			}
 			f, err := js.PublishAsync(fmt.Sprintf("transcripts.s%d", s), payloads[i])
 			require.NoError(b, err)
 			last = f
-		}
-		if i%20 == 19 {
-			<-js.PublishAsyncComplete()
 		}
 	}
 	<-js.PublishAsyncComplete()
@@ -134,11 +134,11 @@ func BenchmarkRestart(b *testing.B) {
 	for s := 0; s < sessions; s++ {
 		for _, r := range recs {
 			data, _ := record.MarshalJSON(r)
+			if c.js.PublishAsyncPending() >= 2000 {
+				<-c.js.PublishAsyncComplete()
+			}
 			_, err := c.js.PublishAsync(fmt.Sprintf("transcripts.r%d", s), data)
 			require.NoError(b, err)
-		}
-		if s%100 == 99 {
-			<-c.js.PublishAsyncComplete()
 		}
 	}
 	<-c.js.PublishAsyncComplete()

@@ -288,3 +288,7 @@ func (l *streamLoader) SaveCheckpoint(ctx context.Context, session string, cp st
 func (l *streamLoader) Records(ctx context.Context, session string, from, to uint64, fn func(seq uint64, data []byte) error) error {
 	return bus.ReadSubject(ctx, l.nc, l.stream, subject.TranscriptsPrefix+session, from, to, fn)
 }
+
+func (l *streamLoader) RecordsAt(ctx context.Context, session string, seqs []uint64, fn func(seq uint64, data []byte) error) error {
+	return bus.ReadSeqs(ctx, l.nc, l.stream, seqs, fn)
+}

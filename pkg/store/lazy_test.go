@@ -54,6 +54,7 @@ type fakeLoader struct {
 	checkpointCalls int
 	saved           []savedCheckpoint // every SaveCheckpoint, in order
 	reads           []readRange       // every Records, in order
+	seqReads        int               // RecordsAt calls
 }
 
 func newFakeLoader() *fakeLoader {
@@ -98,6 +99,27 @@ func (l *fakeLoader) Records(ctx context.Context, session string, from, to uint6
 }
 
 // publish stores a record in the stream and returns its sequence.
+// seqLoader is a fakeLoader that also reads records by sequence.
+type seqLoader struct{ *fakeLoader }
+
+func (l seqLoader) RecordsAt(ctx context.Context, session string, seqs []uint64, fn func(seq uint64, data []byte) error) error {
+	l.mu.Lock()
+	l.seqReads++
+	bySeq := map[uint64][]byte{}
+	for _, r := range l.streams[session] {
+		bySeq[r.seq] = r.data
+	}
+	l.mu.Unlock()
+	for _, seq := range seqs {
+		if data, ok := bySeq[seq]; ok {
+			if err := fn(seq, data); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 func (l *fakeLoader) publish(session string, data []byte) uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -151,15 +173,23 @@ type lazyConfig struct {
 	maxSessions     int
 	maxBytes        int64
 	maxSessionBytes int64
+	bySeq           bool  // the loader reads records by sequence too
+	maxIndexed      int64 // 0: the default
 }
 
 func (c lazyConfig) String() string {
-	return fmt.Sprintf("MaxSessions %d, MaxBytes %d, MaxSessionBytes %d", c.maxSessions, c.maxBytes, c.maxSessionBytes)
+	return fmt.Sprintf("MaxSessions %d, MaxBytes %d, MaxSessionBytes %d, bySeq %v, MaxIndexed %d", c.maxSessions, c.maxBytes, c.maxSessionBytes, c.bySeq, c.maxIndexed)
 }
 
-func newLazyStore(l Loader, c lazyConfig) *Store {
+func newLazyStore(l *fakeLoader, c lazyConfig) *Store {
 	s := New()
 	s.Loader = l
+	if c.bySeq {
+		s.Loader = seqLoader{l}
+	}
+	if c.maxIndexed > 0 {
+		s.MaxIndexed = c.maxIndexed
+	}
 	s.MaxSessions, s.MaxBytes, s.MaxSessionBytes = c.maxSessions, c.maxBytes, c.maxSessionBytes
 	return s
 }
@@ -542,6 +572,8 @@ func runLazy(t *testing.T, seed uint64) {
 		maxSessions:     lazyPick(r, 1, 2, 2, 3, 100),
 		maxBytes:        lazyPick[int64](r, 800, 4000, DefaultMaxBytes),
 		maxSessionBytes: lazyPick[int64](r, 0, 900, 3000, DefaultMaxSessionBytes),
+		bySeq:           r.IntN(3) > 0,
+		maxIndexed:      lazyPick[int64](r, 0, 0, 8, 40),
 	}
 	l := newFakeLoader()
 	run := &lazyRun{

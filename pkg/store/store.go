@@ -50,7 +50,9 @@ type Checkpoint struct {
 }
 
 // Loader reads what the store does not hold: a session's checkpoint and
-// its records. Package bus provides one over JetStream.
+// its records. Package bus provides one over JetStream. A Loader that
+// also implements SeqLoader reads records by their sequences, which is
+// faster when a session's records are spread over a large stream.
 type Loader interface {
 	// Checkpoint returns the session's stored checkpoint; ok is false when
 	// there is none.
@@ -61,6 +63,20 @@ type Loader interface {
 	// sequence in [from, to], in order.
 	Records(ctx context.Context, session string, from, to uint64, fn func(seq uint64, data []byte) error) error
 }
+
+// SeqLoader reads records by stream sequence.
+type SeqLoader interface {
+	// RecordsAt calls fn for the records at the given sequences, in order,
+	// skipping sequences that hold no record.
+	RecordsAt(ctx context.Context, session string, seqs []uint64, fn func(seq uint64, data []byte) error) error
+}
+
+// DefaultMaxIndexed bounds the record sequences the store remembers across
+// all sessions (8 bytes each) so loads can read records by sequence.
+const DefaultMaxIndexed = 8 << 20
+
+// maxIndexedPerSession bounds one session's remembered sequences.
+const maxIndexedPerSession = 1 << 16
 
 // Store is the set of live session projections.
 type Store struct {
@@ -78,6 +94,9 @@ type Store struct {
 	// MaxSessionBytes bounds one session's projection: a record that
 	// would take it past this is quarantined, not applied.
 	MaxSessionBytes int64
+	// MaxIndexed bounds the record sequences remembered across sessions;
+	// a session past the bound loads by scanning its subject instead.
+	MaxIndexed int64
 	// RejectLog is how many rejected records are kept for listing.
 	RejectLog int
 	// Logger receives a line per rejected record; nil discards them.
@@ -92,6 +111,7 @@ type Store struct {
 	evictMu   sync.Mutex    // one eviction pass at a time
 	loads     atomic.Uint64
 	evictions atomic.Uint64
+	indexed   atomic.Int64 // sequences held in all slots' seqs
 
 	// applied is the watermark: every stream sequence up to it has been
 	// applied or rejected.
@@ -120,6 +140,11 @@ type slot struct {
 	// records were all seen since the store started, or its checkpoint
 	// was read.
 	fromKnown bool
+
+	// seqs lists every record of the session from its latest compaction
+	// on, when indexed is true: a load reads exactly these.
+	seqs    []uint64
+	indexed bool
 
 	size     int64 // estimated bytes of the loaded projection
 	weight   int64 // bytes of records since the latest compaction
@@ -156,6 +181,7 @@ func New() *Store {
 		MaxSessions:     DefaultMaxSessions,
 		MaxBytes:        DefaultMaxBytes,
 		MaxSessionBytes: DefaultMaxSessionBytes,
+		MaxIndexed:      DefaultMaxIndexed,
 		sessions:        map[string]*slot{},
 		quarantined:     map[uint64]bool{},
 	}
@@ -203,6 +229,7 @@ func (s *Store) Apply(session string, seq uint64, data []byte) {
 	}
 	sl.seq = seq
 	if err != nil {
+		s.index(sl, seq) // a load skips it again
 		if sl.proj != nil {
 			sl.proj.Skip(seq)
 		}
@@ -214,6 +241,9 @@ func (s *Store) Apply(session string, seq uint64, data []byte) {
 	if compaction {
 		sl.from = seq
 		sl.fromKnown = true
+		s.setIndex(sl, []uint64{seq})
+	} else {
+		s.index(sl, seq)
 	}
 	var poison error
 	if sl.proj != nil {
@@ -470,18 +500,26 @@ func (s *Store) load(ctx context.Context, session string, sl *slot) error {
 	// this session has seen: the ingest notes it before moving the
 	// watermark.
 	to := max(s.applied.Load(), sl.seq)
+	sr, bySeq := s.Loader.(SeqLoader)
+	bySeq = bySeq && sl.indexed
 	for attempt := 0; ; attempt++ {
 		sl.proj, sl.size, sl.weight = projection.New(s.Options), 0, 0
 		var poisons []Rejection
-		err := s.Loader.Records(ctx, session, sl.from, to, func(seq uint64, data []byte) error {
+		var seen []uint64
+		apply := func(seq uint64, data []byte) error {
 			v, err := s.Decoder.Decode(data)
 			if err != nil {
+				seen = append(seen, seq)
 				sl.proj.Skip(seq) // reported when the ingest met it
 				return nil
 			}
-			if s.resets(v, len(data)) && seq > sl.from {
-				sl.from = seq
+			if s.resets(v, len(data)) {
+				seen = seen[:0]
+				if seq > sl.from {
+					sl.from = seq
+				}
 			}
+			seen = append(seen, seq)
 			if err := s.applyTo(sl, seq, v, len(data)); err != nil {
 				poisons = append(poisons, Rejection{Subject: subject.TranscriptsPrefix + session, Session: session, Seq: seq, Size: len(data), Reason: err.Error()})
 				if errors.Is(err, errPanicked) {
@@ -489,7 +527,16 @@ func (s *Store) load(ctx context.Context, session string, sl *slot) error {
 				}
 			}
 			return nil
-		})
+		}
+		var err error
+		if bySeq {
+			err = sr.RecordsAt(ctx, session, sl.seqs, apply)
+		} else {
+			err = s.Loader.Records(ctx, session, sl.from, to, apply)
+		}
+		if err == nil && !bySeq {
+			s.setIndex(sl, seen)
+		}
 		for _, r := range poisons {
 			s.reject(r)
 		}
@@ -507,6 +554,34 @@ func (s *Store) load(ctx context.Context, session string, sl *slot) error {
 	s.hotBytes.Add(sl.size)
 	s.loads.Add(1)
 	return nil
+}
+
+// setIndex makes seqs the slot's record index, within the global bound;
+// the slot is locked.
+func (s *Store) setIndex(sl *slot, seqs []uint64) {
+	s.indexed.Add(int64(len(seqs) - len(sl.seqs)))
+	sl.seqs, sl.indexed = append(sl.seqs[:0], seqs...), true
+	if s.indexed.Load() > s.MaxIndexed || len(seqs) > maxIndexedPerSession {
+		s.dropIndex(sl)
+	}
+}
+
+// index adds a record to an indexed slot; the slot is locked.
+func (s *Store) index(sl *slot, seq uint64) {
+	if !sl.indexed {
+		return
+	}
+	if s.indexed.Load() >= s.MaxIndexed || len(sl.seqs) >= maxIndexedPerSession {
+		s.dropIndex(sl) // loads of this session scan its subject
+		return
+	}
+	sl.seqs = append(sl.seqs, seq)
+	s.indexed.Add(1)
+}
+
+func (s *Store) dropIndex(sl *slot) {
+	s.indexed.Add(-int64(len(sl.seqs)))
+	sl.seqs, sl.indexed = nil, false
 }
 
 // unload drops a slot's projection; the slot is locked.
