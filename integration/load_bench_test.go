@@ -210,3 +210,37 @@ func BenchmarkRebuild(b *testing.B) {
 	b.ReportMetric(rebuildRate, "rebuild-records/s")
 	b.ReportMetric(rebuildRate/rawRate, "ratio")
 }
+
+// BenchmarkManySessions writes 100 000 sessions (5 000 with -short),
+// fetches each once through a 1 000-session cache, and reports the heap
+// and the cache's own accounting: memory stays bounded by the cache, not
+// by the number of sessions.
+func BenchmarkManySessions(b *testing.B) {
+	sessions := 100000
+	if testing.Short() {
+		sessions = 5000
+	}
+	a := startAppWith(b, b.TempDir(), func(c *app.Config) { c.CacheSessions = 1000 })
+	c := newClient(b, a.URL())
+	last := fillStream(b, c.js, sessions, 2)
+	ctx := context.Background()
+	_, err := ctxdclient.Context(ctx, c.nc, "s0", ctxdclient.Request{MinSeq: last, WaitMS: 30000})
+	require.NoError(b, err)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for s := 0; s < sessions; s++ {
+			_, err := ctxdclient.Context(ctx, c.nc, fmt.Sprintf("s%d", s), ctxdclient.Request{})
+			require.NoError(b, err)
+		}
+	}
+	b.StopTimer()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	st := a.Store().Stats()
+	require.LessOrEqual(b, st.Loaded, int64(1000))
+	b.ReportMetric(float64(st.Sessions), "sessions")
+	b.ReportMetric(float64(st.Loaded), "loaded")
+	b.ReportMetric(float64(st.Evictions), "evictions")
+	b.ReportMetric(float64(ms.HeapInuse)/(1<<20), "heap-inuse-MiB")
+}

@@ -155,6 +155,7 @@ func (a *App) Open(ctx context.Context) (err error) {
 	}
 	last := info.State.LastSeq
 	a.store.Advance(last)
+	a.store.Fresh = last == 0
 	a.logInfo("stream open", "stream", want.Name, "last_seq", last, "records", info.State.Msgs)
 
 	cons, err := a.ensureConsumer(ctx, want.Name, last)

@@ -194,6 +194,14 @@ func newLazyStore(l *fakeLoader, c lazyConfig) *Store {
 	return s
 }
 
+// newFreshStore is newLazyStore for a store that starts on the stream
+// before its first record, which may say so (Fresh).
+func newFreshStore(l *fakeLoader, c lazyConfig, fresh bool) *Store {
+	s := newLazyStore(l, c)
+	s.Fresh = fresh && l.lastSeq() == 0
+	return s
+}
+
 // model is what a session's view must be, computed straight from the
 // documented rules: its decodable records in stream order, minus those a
 // store quarantines. A record is quarantined when the bytes of the
@@ -578,7 +586,7 @@ func runLazy(t *testing.T, seed uint64) {
 	l := newFakeLoader()
 	run := &lazyRun{
 		t: t, seed: seed, r: r, cfg: cfg, l: l,
-		s:            newLazyStore(l, cfg),
+		s:            newFreshStore(l, cfg, r.IntN(2) == 0),
 		g:            &lazyGen{r: r, history: map[string][]*record.Map{}},
 		models:       map[string]*model{},
 		quarantined:  map[uint64]bool{},

@@ -94,6 +94,10 @@ type Store struct {
 	// MaxSessionBytes bounds one session's projection: a record that
 	// would take it past this is quarantined, not applied.
 	MaxSessionBytes int64
+	// Fresh says the stream held no record when the store started, so the
+	// ingest meets every record of every session: a session it meets is
+	// complete from its first record, and loads by sequence.
+	Fresh bool
 	// MaxIndexed bounds the record sequences remembered across sessions;
 	// a session past the bound loads by scanning its subject instead.
 	MaxIndexed int64
@@ -200,10 +204,13 @@ func (s *Store) slot(session string, create bool) *slot {
 	defer s.mu.Unlock()
 	if sl = s.sessions[session]; sl == nil {
 		sl = &slot{}
-		if s.Loader == nil {
+		switch {
+		case s.Loader == nil:
 			// Nothing to load from: the store sees every record.
 			sl.proj, sl.fromKnown = projection.New(s.Options), true
 			s.hot.Add(1)
+		case s.Fresh:
+			sl.fromKnown, sl.indexed = true, true
 		}
 		s.sessions[session] = sl
 		s.stats.sessions.Add(1)
