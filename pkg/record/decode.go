@@ -1,5 +1,7 @@
 package record
 
+import "bytes"
+
 // Default limits of a Decoder.
 const (
 	DefaultMaxBytes = 64 << 20 // 64 MiB: a record with several screenshots
@@ -41,11 +43,17 @@ func IsJSON(data []byte) bool {
 
 // Decode decodes one record, a JSON object or a msgpack map told apart by
 // the first byte, and returns it as a *Map.
+//
+// Input that is neither is decoded in the format its first byte allows, so
+// that a value of another type is reported as ErrNotMap and anything else
+// as the error that format finds. A JSON value other than an object starts
+// with a byte that msgpack reads as a one-byte integer: followed by more
+// bytes, it can only be JSON.
 func (d Decoder) Decode(data []byte) (*Map, error) {
 	var v any
 	var err error
 	format := "msgpack"
-	if IsJSON(data) {
+	if IsJSON(data) || len(data) > 1 && startsJSONValue(data[0]) {
 		format = "json"
 		v, err = d.DecodeJSON(data)
 	} else {
@@ -56,9 +64,23 @@ func (d Decoder) Decode(data []byte) (*Map, error) {
 	}
 	m, ok := v.(*Map)
 	if !ok {
-		return nil, &DecodeError{Format: format, Offset: 0, Err: ErrNotMap, Detail: "got " + TypeName(v)}
+		off := 0
+		if format == "json" {
+			off = len(data) - len(bytes.TrimLeft(data, " \t\r\n"))
+		}
+		return nil, &DecodeError{Format: format, Offset: off, Err: ErrNotMap, Detail: "got " + TypeName(v)}
 	}
 	return m, nil
+}
+
+// startsJSONValue reports whether c can start a JSON value other than an
+// object.
+func startsJSONValue(c byte) bool {
+	switch c {
+	case '[', '"', '-', 't', 'f', 'n':
+		return true
+	}
+	return c >= '0' && c <= '9'
 }
 
 // Decode decodes one record with the default limits.

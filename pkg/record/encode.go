@@ -15,7 +15,10 @@ func MarshalJSON(v any) ([]byte, error) { return AppendJSON(nil, v) }
 func MarshalMsgpack(v any) ([]byte, error) { return AppendMsgpack(nil, v) }
 
 // AppendJSON appends the JSON encoding of a record value to dst. Map keys
-// keep their order and numbers their exact value.
+// keep their order and numbers their exact value; a float is written as
+// encoding/json writes it and a nil *Map as null. A non-finite float, a
+// Number that is not a JSON number literal and a Go type outside the data
+// model are ErrUnsupported.
 func AppendJSON(dst []byte, v any) ([]byte, error) {
 	switch x := v.(type) {
 	case nil:
@@ -37,6 +40,9 @@ func AppendJSON(dst []byte, v any) ([]byte, error) {
 		}
 		return appendFloat(dst, x), nil
 	case Number:
+		if !validNumber(string(x)) {
+			return dst, fmt.Errorf("encode json: %w: invalid number literal %.40q", ErrUnsupported, string(x))
+		}
 		return append(dst, x...), nil
 	case []any:
 		dst = append(dst, '[')
@@ -51,6 +57,9 @@ func AppendJSON(dst []byte, v any) ([]byte, error) {
 		}
 		return append(dst, ']'), nil
 	case *Map:
+		if x == nil {
+			return append(dst, "null"...), nil
+		}
 		dst = append(dst, '{')
 		for i, m := range x.Members {
 			if i > 0 {
@@ -68,42 +77,46 @@ func AppendJSON(dst []byte, v any) ([]byte, error) {
 	return dst, fmt.Errorf("encode json: %w: Go type %T", ErrUnsupported, v)
 }
 
-// appendFloat writes the shortest text that reads back as the same float64.
+// appendFloat writes the shortest text that reads back as the same
+// float64, exactly as encoding/json does.
 func appendFloat(dst []byte, f float64) []byte {
 	abs := math.Abs(f)
-	format := byte('f')
 	if abs != 0 && (abs < 1e-6 || abs >= 1e21) {
-		format = 'e'
+		dst = strconv.AppendFloat(dst, f, 'e', -1, 64)
+		// Shorten e-09 to e-9; positive exponents stay e+21.
+		if n := len(dst); n >= 4 && dst[n-4] == 'e' && dst[n-3] == '-' && dst[n-2] == '0' {
+			dst[n-2] = dst[n-1]
+			dst = dst[:n-1]
+		}
+		return dst
 	}
-	return strconv.AppendFloat(dst, f, format, -1, 64)
+	return strconv.AppendFloat(dst, f, 'f', -1, 64)
 }
 
 const hexDigits = "0123456789abcdef"
 
-// AppendJSONString appends s as a JSON string literal.
+// AppendJSONString appends s as a JSON string literal. Invalid UTF-8
+// bytes, which decoders never produce, become U+FFFD as in encoding/json.
 func AppendJSONString(dst []byte, s string) []byte {
 	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
-			i++
-			continue
+	for len(s) > 0 {
+		n := plainASCII(s)
+		dst = append(dst, s[:n]...)
+		s = s[n:]
+		if len(s) == 0 {
+			break
 		}
+		c := s[0]
 		if c >= utf8.RuneSelf {
-			r, size := utf8.DecodeRuneInString(s[i:])
+			r, size := utf8.DecodeRuneInString(s)
 			if r == utf8.RuneError && size == 1 {
-				// Decoders never produce invalid UTF-8; a Go caller might.
-				dst = append(dst, s[start:i]...)
 				dst = append(dst, `\ufffd`...)
-				i += size
-				start = i
-				continue
+			} else {
+				dst = append(dst, s[:size]...)
 			}
-			i += size
+			s = s[size:]
 			continue
 		}
-		dst = append(dst, s[start:i]...)
 		switch c {
 		case '"', '\\':
 			dst = append(dst, '\\', c)
@@ -113,20 +126,23 @@ func AppendJSONString(dst []byte, s string) []byte {
 			dst = append(dst, '\\', 'r')
 		case '\t':
 			dst = append(dst, '\\', 't')
+		case '\b':
+			dst = append(dst, '\\', 'b')
+		case '\f':
+			dst = append(dst, '\\', 'f')
 		default:
 			dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
 		}
-		i++
-		start = i
+		s = s[1:]
 	}
-	dst = append(dst, s[start:]...)
 	return append(dst, '"')
 }
 
 // AppendMsgpack appends the msgpack encoding of a record value to dst,
 // using the smallest encoding of each value. A Number literal becomes an
-// integer when it is one that fits 64 bits, else a float64 (msgpack has no
-// wider number).
+// integer when it is one that fits 64 bits, else the nearest float64
+// (msgpack has no wider number); one beyond float64's range is
+// ErrUnsupported, as are the values AppendJSON refuses. A nil *Map is nil.
 func AppendMsgpack(dst []byte, v any) ([]byte, error) {
 	switch x := v.(type) {
 	case nil:
@@ -151,6 +167,9 @@ func AppendMsgpack(dst []byte, v any) ([]byte, error) {
 		}
 		return binary.BigEndian.AppendUint64(append(dst, 0xcb), math.Float64bits(x)), nil
 	case Number:
+		if !validNumber(string(x)) {
+			return dst, fmt.Errorf("encode msgpack: %w: invalid number literal %.40q", ErrUnsupported, string(x))
+		}
 		if s, ok := IntegerString(x); ok {
 			if i, err := strconv.ParseInt(s, 10, 64); err == nil {
 				return AppendMsgpackInt(dst, i), nil
@@ -174,6 +193,9 @@ func AppendMsgpack(dst []byte, v any) ([]byte, error) {
 		}
 		return dst, nil
 	case *Map:
+		if x == nil {
+			return append(dst, 0xc0), nil
+		}
 		dst = AppendMsgpackMapLen(dst, len(x.Members))
 		for _, m := range x.Members {
 			dst = AppendMsgpackString(dst, m.Key)
@@ -212,8 +234,22 @@ func AppendMsgpackInt(dst []byte, i int64) []byte {
 	return binary.BigEndian.AppendUint64(append(dst, 0xd3), uint64(i))
 }
 
-// AppendMsgpackString appends a msgpack str.
+// AppendMsgpackString appends a msgpack str. Invalid UTF-8 bytes, which
+// decoders never produce, become U+FFFD, as AppendJSONString writes them:
+// a decoder refuses a str that is not UTF-8.
 func AppendMsgpackString(dst []byte, s string) []byte {
+	// Short ASCII strings, most keys and many values, take a path small
+	// enough to inline.
+	if len(s) <= 31 && isASCII(s) {
+		return append(append(dst, 0xa0|byte(len(s))), s...)
+	}
+	return appendMsgpackString(dst, s)
+}
+
+func appendMsgpackString(dst []byte, s string) []byte {
+	if !utf8.ValidString(s) {
+		s = replaceInvalidUTF8(s)
+	}
 	n := len(s)
 	switch {
 	case n <= 31:
@@ -226,6 +262,22 @@ func AppendMsgpackString(dst []byte, s string) []byte {
 		dst = binary.BigEndian.AppendUint32(append(dst, 0xdb), uint32(n))
 	}
 	return append(dst, s...)
+}
+
+// replaceInvalidUTF8 replaces each byte of s that is not part of a valid
+// UTF-8 sequence by U+FFFD.
+func replaceInvalidUTF8(s string) string {
+	b := make([]byte, 0, len(s)+8)
+	for len(s) > 0 {
+		r, size := utf8.DecodeRuneInString(s)
+		if r == utf8.RuneError && size == 1 {
+			b = utf8.AppendRune(b, utf8.RuneError)
+		} else {
+			b = append(b, s[:size]...)
+		}
+		s = s[size:]
+	}
+	return string(b)
 }
 
 // AppendMsgpackArrayLen appends a msgpack array header.

@@ -3,19 +3,24 @@ package record
 import (
 	"fmt"
 	"strconv"
+	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
 )
 
 // DecodeJSON decodes exactly one JSON value (surrounding white space
-// allowed) into a record value.
+// allowed) into a record value. Strings must be valid UTF-8; an escaped
+// lone surrogate, which has no UTF-8 form, becomes U+FFFD as in
+// encoding/json.
 func (d Decoder) DecodeJSON(data []byte) (any, error) {
 	maxBytes, maxDepth := d.limits()
 	if len(data) > maxBytes {
 		return nil, &DecodeError{Format: "json", Offset: maxBytes, Err: ErrTooLarge,
 			Detail: fmt.Sprintf("%d bytes, limit %d", len(data), maxBytes)}
 	}
-	p := jsonParser{data: data, maxDepth: maxDepth}
+	p := jsonParsers.Get().(*jsonParser)
+	defer p.release()
+	p.data, p.maxDepth = data, maxDepth
 	p.skipSpace()
 	if p.pos == len(data) {
 		return nil, p.fail(ErrEmpty, "")
@@ -31,11 +36,40 @@ func (d Decoder) DecodeJSON(data []byte) (any, error) {
 	return v, nil
 }
 
+// jsonParsers keeps parsers, and the scratch space they have grown, for
+// the next record.
+var jsonParsers = sync.Pool{New: func() any { return new(jsonParser) }}
+
 type jsonParser struct {
-	data     []byte
-	pos      int
-	maxDepth int
-	buf      []byte
+	data       []byte
+	pos        int
+	maxDepth   int
+	strs       arena
+	buf        []byte    // a string being unescaped
+	elems      []any     // elements of the arrays being read, innermost last
+	members    []Member  // members of the maps being read, innermost last
+	mapSlab    slab[Map] // where the maps, members and elements read go
+	memberSlab slab[Member]
+	elemSlab   slab[any]
+}
+
+// maxKept bounds the scratch space a pooled parser keeps, in elements.
+const maxKept = 1 << 16
+
+func (p *jsonParser) release() {
+	clear(p.elems)
+	clear(p.members)
+	*p = jsonParser{buf: p.buf[:0], elems: p.elems[:0], members: p.members[:0]}
+	if cap(p.buf) > maxKept {
+		p.buf = nil
+	}
+	if cap(p.elems) > maxKept {
+		p.elems = nil
+	}
+	if cap(p.members) > maxKept {
+		p.members = nil
+	}
+	jsonParsers.Put(p)
 }
 
 func (p *jsonParser) fail(err error, detail string) error {
@@ -76,6 +110,12 @@ func (p *jsonParser) value(depth int) (any, error) {
 		return nil, p.unexpected("a value")
 	}
 	switch c := p.data[p.pos]; {
+	case c == '"':
+		s, err := p.str()
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
 	case c == '{':
 		if depth >= p.maxDepth {
 			return nil, p.fail(ErrTooDeep, fmt.Sprintf("limit %d", p.maxDepth))
@@ -86,8 +126,6 @@ func (p *jsonParser) value(depth int) (any, error) {
 			return nil, p.fail(ErrTooDeep, fmt.Sprintf("limit %d", p.maxDepth))
 		}
 		return p.array(depth + 1)
-	case c == '"':
-		return p.str()
 	case c == '-' || (c >= '0' && c <= '9'):
 		return p.number()
 	case c == 't':
@@ -115,12 +153,13 @@ func (p *jsonParser) literal(word string, v any) (any, error) {
 
 func (p *jsonParser) object(depth int) (any, error) {
 	p.pos++ // '{'
-	m := &Map{}
 	p.skipSpace()
 	if p.pos < len(p.data) && p.data[p.pos] == '}' {
 		p.pos++
-		return m, nil
+		return &Map{}, nil
 	}
+	base := len(p.members)
+	var keys keyIndex
 	for {
 		p.skipSpace()
 		if p.pos >= len(p.data) || p.data[p.pos] != '"' {
@@ -142,7 +181,11 @@ func (p *jsonParser) object(depth int) (any, error) {
 		}
 		// A repeated key keeps its first position and takes the last value,
 		// as most JSON readers do.
-		m.Set(key.(string), v)
+		if i := keys.lookup(p.members[base:], key); i >= 0 {
+			p.members[base+i].Value = v
+		} else {
+			p.members = append(p.members, Member{Key: key, Value: v})
+		}
 		p.skipSpace()
 		if p.pos >= len(p.data) {
 			return nil, p.unexpected("',' or '}'")
@@ -152,6 +195,13 @@ func (p *jsonParser) object(depth int) (any, error) {
 			p.pos++
 		case '}':
 			p.pos++
+			left := len(p.data) - p.pos
+			members := p.memberSlab.take(len(p.members)-base, left/24)
+			copy(members, p.members[base:])
+			clear(p.members[base:])
+			p.members = p.members[:base]
+			m := &p.mapSlab.take(1, left/96)[0]
+			m.Members = members
 			return m, nil
 		default:
 			return nil, p.unexpected("',' or '}'")
@@ -161,19 +211,19 @@ func (p *jsonParser) object(depth int) (any, error) {
 
 func (p *jsonParser) array(depth int) (any, error) {
 	p.pos++ // '['
-	a := make([]any, 0, 4)
 	p.skipSpace()
 	if p.pos < len(p.data) && p.data[p.pos] == ']' {
 		p.pos++
-		return a, nil
+		return []any{}, nil
 	}
+	base := len(p.elems)
 	for {
 		p.skipSpace()
 		v, err := p.value(depth)
 		if err != nil {
 			return nil, err
 		}
-		a = append(a, v)
+		p.elems = append(p.elems, v)
 		p.skipSpace()
 		if p.pos >= len(p.data) {
 			return nil, p.unexpected("',' or ']'")
@@ -183,6 +233,10 @@ func (p *jsonParser) array(depth int) (any, error) {
 			p.pos++
 		case ']':
 			p.pos++
+			a := p.elemSlab.take(len(p.elems)-base, (len(p.data)-p.pos)/24)
+			copy(a, p.elems[base:])
+			clear(p.elems[base:])
+			p.elems = p.elems[:base]
 			return a, nil
 		default:
 			return nil, p.unexpected("',' or ']'")
@@ -191,163 +245,190 @@ func (p *jsonParser) array(depth int) (any, error) {
 }
 
 func (p *jsonParser) number() (any, error) {
-	start := p.pos
 	data := p.data
-	isInt := true
-	if data[p.pos] == '-' {
-		p.pos++
+	start := p.pos
+	i := start
+	neg := data[i] == '-'
+	if neg {
+		i++
 	}
-	if p.pos >= len(data) {
+	intStart := i
+	switch {
+	case i >= len(data):
+		p.pos = i
 		return nil, p.fail(ErrTruncated, "in a number")
-	}
-	switch c := data[p.pos]; {
-	case c == '0':
-		p.pos++
-	case c >= '1' && c <= '9':
-		for p.pos < len(data) && data[p.pos] >= '0' && data[p.pos] <= '9' {
-			p.pos++
+	case data[i] == '0':
+		i++
+	case data[i] >= '1' && data[i] <= '9':
+		i++
+		for i < len(data) && isDigit(data[i]) {
+			i++
 		}
 	default:
+		p.pos = i
 		return nil, p.unexpected("a digit")
 	}
-	if p.pos < len(data) && data[p.pos] == '.' {
+	intEnd := i
+	isInt := true
+	if i < len(data) && data[i] == '.' {
 		isInt = false
-		p.pos++
-		if !p.digits() {
+		i++
+		if i = skipDigits(data, i); i == intEnd+1 {
+			p.pos = i
 			return nil, p.unexpected("a digit after '.'")
 		}
 	}
-	if p.pos < len(data) && (data[p.pos] == 'e' || data[p.pos] == 'E') {
+	if i < len(data) && (data[i] == 'e' || data[i] == 'E') {
 		isInt = false
-		p.pos++
-		if p.pos < len(data) && (data[p.pos] == '+' || data[p.pos] == '-') {
-			p.pos++
+		i++
+		if i < len(data) && (data[i] == '+' || data[i] == '-') {
+			i++
 		}
-		if !p.digits() {
+		expStart := i
+		if i = skipDigits(data, i); i == expStart {
+			p.pos = i
 			return nil, p.unexpected("a digit in the exponent")
 		}
 	}
-	lit := data[start:p.pos]
-	if isInt && len(lit) <= 20 {
-		// Most integers fit int64; larger ones stay literals.
-		if n, err := strconv.ParseInt(string(lit), 10, 64); err == nil {
-			return n, nil
+	p.pos = i
+	// Integers that fit int64 become int64, except -0, which only a
+	// literal keeps.
+	if n := intEnd - intStart; isInt && n <= 19 && !(neg && data[intStart] == '0') {
+		var u uint64
+		for _, c := range data[intStart:intEnd] {
+			u = u*10 + uint64(c-'0') // 19 digits fit a uint64
 		}
-	}
-	return Number(lit), nil
-}
-
-func (p *jsonParser) digits() bool {
-	start := p.pos
-	for p.pos < len(p.data) && p.data[p.pos] >= '0' && p.data[p.pos] <= '9' {
-		p.pos++
-	}
-	return p.pos > start
-}
-
-func (p *jsonParser) str() (any, error) {
-	p.pos++ // opening quote
-	start := p.pos
-	data := p.data
-	// Fast path: no escapes, all ASCII or valid UTF-8.
-	for p.pos < len(data) {
-		c := data[p.pos]
-		if c == '"' {
-			s := data[start:p.pos]
-			p.pos++
-			return string(s), nil
-		}
-		if c == '\\' || c < 0x20 || c >= 0x80 {
-			break
-		}
-		p.pos++
-	}
-	buf := append(p.buf[:0], data[start:p.pos]...)
-	for {
-		if p.pos >= len(data) {
-			return nil, p.fail(ErrTruncated, "in a string")
-		}
-		c := data[p.pos]
 		switch {
+		case !neg && u <= 1<<63-1:
+			return int64(u), nil
+		case neg && u <= 1<<63:
+			return -int64(u), nil // -(1<<63) wraps to itself, as wanted
+		}
+	}
+	return Number(p.strs.string(data[start:i], len(data)-i)), nil
+}
+
+func skipDigits(data []byte, i int) int {
+	for i < len(data) && isDigit(data[i]) {
+		i++
+	}
+	return i
+}
+
+// str reads a string literal starting at its opening quote.
+func (p *jsonParser) str() (string, error) {
+	data := p.data
+	start := p.pos + 1
+	end, ascii := scanJSONString(data, start)
+	if end < len(data) && data[end] == '"' {
+		// No escapes: the common case.
+		if !ascii && !utf8.Valid(data[start:end]) {
+			return "", p.badUTF8(start)
+		}
+		p.pos = end + 1
+		return p.strs.string(data[start:end], len(data)-p.pos), nil
+	}
+	buf := p.buf[:0]
+	for i := start; ; {
+		if !ascii && !utf8.Valid(data[i:end]) {
+			return "", p.badUTF8(i)
+		}
+		buf = append(buf, data[i:end]...)
+		p.pos = end
+		if end >= len(data) {
+			return "", p.fail(ErrTruncated, "in a string")
+		}
+		switch c := data[end]; {
 		case c == '"':
 			p.pos++
 			p.buf = buf
-			return string(buf), nil
+			return p.strs.string(buf, len(data)-p.pos), nil
 		case c < 0x20:
-			return nil, p.fail(ErrSyntax, fmt.Sprintf("control character 0x%02x in a string", c))
-		case c == '\\':
-			p.pos++
-			if p.pos >= len(data) {
-				return nil, p.fail(ErrTruncated, "in an escape")
-			}
-			e := data[p.pos]
-			p.pos++
-			switch e {
-			case '"', '\\', '/':
-				buf = append(buf, e)
-			case 'b':
-				buf = append(buf, '\b')
-			case 'f':
-				buf = append(buf, '\f')
-			case 'n':
-				buf = append(buf, '\n')
-			case 'r':
-				buf = append(buf, '\r')
-			case 't':
-				buf = append(buf, '\t')
-			case 'u':
-				r, err := p.hex4()
-				if err != nil {
-					return nil, err
-				}
-				if utf16.IsSurrogate(r) {
-					r2 := rune(-1)
-					if p.pos+1 < len(data) && data[p.pos] == '\\' && data[p.pos+1] == 'u' {
-						save := p.pos
-						p.pos += 2
-						r2, err = p.hex4()
-						if err != nil {
-							return nil, err
-						}
-						if dec := utf16.DecodeRune(r, r2); dec != utf8.RuneError {
-							buf = utf8.AppendRune(buf, dec)
-							continue
-						}
-						p.pos = save
-					}
-					// A lone surrogate has no UTF-8 form; like Go's
-					// encoding/json, it becomes U+FFFD.
-					r = utf8.RuneError
-				}
-				buf = utf8.AppendRune(buf, r)
-			default:
-				p.pos--
-				return nil, p.fail(ErrSyntax, "invalid escape \\"+string(rune(e)))
-			}
-		case c < 0x80:
-			buf = append(buf, c)
-			p.pos++
-		default:
-			r, size := utf8.DecodeRune(data[p.pos:])
-			if r == utf8.RuneError && size <= 1 {
-				if !utf8.FullRune(data[p.pos:]) {
-					return nil, p.fail(ErrTruncated, "in a UTF-8 sequence")
-				}
-				return nil, p.fail(ErrInvalidUTF8, "")
-			}
-			buf = append(buf, data[p.pos:p.pos+size]...)
-			p.pos += size
+			return "", p.fail(ErrSyntax, fmt.Sprintf("control character 0x%02x in a string", c))
 		}
+		var err error
+		if buf, err = p.escape(buf); err != nil {
+			return "", err
+		}
+		i = p.pos
+		end, ascii = scanJSONString(data, i)
 	}
 }
 
-func (p *jsonParser) hex4() (rune, error) {
-	if p.pos+4 > len(p.data) {
-		p.pos = len(p.data)
-		return 0, p.fail(ErrTruncated, "in a \\u escape")
+// badUTF8 reports the first invalid UTF-8 sequence at or after i.
+func (p *jsonParser) badUTF8(i int) error {
+	for {
+		r, size := utf8.DecodeRune(p.data[i:])
+		if r == utf8.RuneError && size <= 1 {
+			p.pos = i
+			if !utf8.FullRune(p.data[i:]) {
+				return p.fail(ErrTruncated, "in a UTF-8 sequence")
+			}
+			return p.fail(ErrInvalidUTF8, "")
+		}
+		i += size
 	}
+}
+
+// escape appends the character of the escape sequence at p.pos to buf.
+func (p *jsonParser) escape(buf []byte) ([]byte, error) {
+	data := p.data
+	if p.pos+1 >= len(data) {
+		p.pos = len(data)
+		return buf, p.fail(ErrTruncated, "in an escape")
+	}
+	e := data[p.pos+1]
+	switch e {
+	case '"', '\\', '/':
+		buf = append(buf, e)
+	case 'b':
+		buf = append(buf, '\b')
+	case 'f':
+		buf = append(buf, '\f')
+	case 'n':
+		buf = append(buf, '\n')
+	case 'r':
+		buf = append(buf, '\r')
+	case 't':
+		buf = append(buf, '\t')
+	case 'u':
+		p.pos += 2
+		r, err := p.hex4()
+		if err != nil {
+			return buf, err
+		}
+		if utf16.IsSurrogate(r) {
+			if p.pos+1 < len(data) && data[p.pos] == '\\' && data[p.pos+1] == 'u' {
+				save := p.pos
+				p.pos += 2
+				r2, err := p.hex4()
+				if err != nil {
+					return buf, err
+				}
+				if dec := utf16.DecodeRune(r, r2); dec != utf8.RuneError {
+					return utf8.AppendRune(buf, dec), nil
+				}
+				p.pos = save // r2 starts over on its own
+			}
+			// A lone surrogate has no UTF-8 form; like Go's encoding/json,
+			// it becomes U+FFFD.
+			r = utf8.RuneError
+		}
+		return utf8.AppendRune(buf, r), nil
+	default:
+		return buf, p.fail(ErrSyntax, "invalid escape \\"+string(rune(e)))
+	}
+	p.pos += 2
+	return buf, nil
+}
+
+// hex4 reads the four hex digits of a \u escape.
+func (p *jsonParser) hex4() (rune, error) {
 	var r rune
-	for i := 0; i < 4; i++ {
+	for range 4 {
+		if p.pos >= len(p.data) {
+			return 0, p.fail(ErrTruncated, "in a \\u escape")
+		}
 		c := p.data[p.pos]
 		switch {
 		case c >= '0' && c <= '9':
@@ -357,9 +438,42 @@ func (p *jsonParser) hex4() (rune, error) {
 		case c >= 'A' && c <= 'F':
 			r = r<<4 | rune(c-'A'+10)
 		default:
-			return 0, p.fail(ErrSyntax, "invalid \\u escape")
+			return 0, p.fail(ErrSyntax, "invalid \\u escape, found "+p.describe())
 		}
 		p.pos++
 	}
 	return r, nil
+}
+
+// keyIndex finds repeated keys while a map is decoded: by a linear scan
+// while the map is small, by a hash index once it is not, so that a map of
+// many keys costs linear time.
+type keyIndex struct {
+	pos map[string]int
+}
+
+const linearKeys = 16
+
+// lookup returns the position of key among ms, or -1 when key is new; the
+// caller then appends it at len(ms).
+func (x *keyIndex) lookup(ms []Member, key string) int {
+	if x.pos == nil {
+		for i := range ms {
+			if ms[i].Key == key {
+				return i
+			}
+		}
+		if len(ms) < linearKeys {
+			return -1
+		}
+		x.pos = make(map[string]int, 2*len(ms))
+		for i := range ms {
+			x.pos[ms[i].Key] = i
+		}
+	}
+	if i, ok := x.pos[key]; ok {
+		return i
+	}
+	x.pos[key] = len(ms)
+	return -1
 }

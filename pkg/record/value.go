@@ -2,29 +2,14 @@ package record
 
 import (
 	"math"
-	"math/big"
 	"strconv"
 	"strings"
 )
 
-// A record value is one of these Go types, which together hold JSON's data
-// model without loss:
-//
-//	nil       null
-//	bool      true, false
-//	string    a string (always valid UTF-8)
-//	int64     an integer that fits in int64
-//	uint64    an integer above math.MaxInt64 that fits in uint64
-//	float64   a finite msgpack float
-//	Number    any other JSON number, kept as its literal text
-//	[]any     an array
-//	*Map      a map with string keys, in the order they were read
-//
-// Decoders produce only these types and encoders accept only these types.
-
 // Number is a JSON number literal kept as written, so that values such as
 // 1.5, 1E1 or 18446744073709551617 keep their exact value through a decode
-// and encode. Integer literals that fit in int64 decode to int64 instead.
+// and encode. Integer literals that fit in int64 decode to int64 instead,
+// except -0, which int64 cannot tell from 0.
 type Number string
 
 // Member is one key and value of a Map.
@@ -52,11 +37,19 @@ func NewMap(kv ...any) *Map {
 	return m
 }
 
-// Len returns the number of members.
-func (m *Map) Len() int { return len(m.Members) }
+// Len returns the number of members; a nil map has none.
+func (m *Map) Len() int {
+	if m == nil {
+		return 0
+	}
+	return len(m.Members)
+}
 
 // Get returns the value stored under key and whether the key is present.
 func (m *Map) Get(key string) (any, bool) {
+	if m == nil {
+		return nil, false
+	}
 	for i := range m.Members {
 		if m.Members[i].Key == key {
 			return m.Members[i].Value, true
@@ -113,8 +106,8 @@ func IsInteger(v any) bool {
 	case float64:
 		return n == math.Trunc(n) && !math.IsInf(n, 0)
 	case Number:
-		_, _, isInt, ok := splitNumber(string(n))
-		return ok && isInt
+		d, ok := parseDecimal(string(n))
+		return ok && d.exp >= 0
 	}
 	return false
 }
@@ -126,6 +119,8 @@ const maxSpelledDigits = 4096
 
 // IntegerString returns the exact decimal form of v when v is a
 // whole-valued number ("3" for 3.0, "10" for 1E1) of at most 4096 digits.
+// A float counts as the decimal its shortest form spells, the form JSON
+// encoders write: 2^63 as a float is 9223372036854776000.
 func IntegerString(v any) (string, bool) {
 	switch n := v.(type) {
 	case int64:
@@ -133,84 +128,138 @@ func IntegerString(v any) (string, bool) {
 	case uint64:
 		return strconv.FormatUint(n, 10), true
 	case float64:
-		if math.IsInf(n, 0) || math.IsNaN(n) || n != math.Trunc(n) {
+		if math.IsInf(n, 0) || n != math.Trunc(n) {
 			return "", false
 		}
-		if n >= -1<<53 && n <= 1<<53 {
-			return strconv.FormatInt(int64(n), 10), true
+		if n == 0 {
+			return "0", true // also for -0
 		}
-		i, _ := big.NewFloat(n).Int(nil)
-		return i.String(), true
+		return strconv.FormatFloat(n, 'f', -1, 64), true
 	case Number:
-		digits, exp, isInt, ok := splitNumber(string(n))
-		if !ok || !isInt || exp > maxSpelledDigits {
+		d, ok := parseDecimal(string(n))
+		if !ok || d.exp < 0 || d.exp > maxSpelledDigits {
 			return "", false
 		}
-		if digits == "" {
+		if d.digits == "" {
 			return "0", true
 		}
-		s := digits + strings.Repeat("0", int(exp))
-		if n[0] == '-' {
-			s = "-" + s
+		b := make([]byte, 0, 1+len(d.digits)+int(d.exp))
+		if d.neg {
+			b = append(b, '-')
 		}
-		return s, true
+		b = append(b, d.digits...)
+		for range d.exp {
+			b = append(b, '0')
+		}
+		return string(b), true
 	}
 	return "", false
 }
 
-// splitNumber reads a JSON number literal as digits * 10^exp, with digits
-// free of leading and trailing zeros ("" for zero). isInt reports whether
-// the value is whole; exp is only meaningful when it is. ok is false for
-// text that is not a number literal.
-func splitNumber(lit string) (digits string, exp int64, isInt, ok bool) {
-	mant := strings.TrimPrefix(lit, "-")
-	expText := ""
-	if i := strings.IndexAny(mant, "eE"); i >= 0 {
-		mant, expText = mant[:i], mant[i+1:]
+// decimal is the exact value of a number, digits × 10^exp, in a form where
+// equal values look the same.
+type decimal struct {
+	neg    bool   // never set for zero
+	digits string // free of leading and trailing zeros; "" for zero
+	exp    int64
+	// huge reports an exponent beyond ±2^60, clamped in exp: still whole
+	// when positive and a fraction when negative, but not comparable.
+	huge bool
+}
+
+// maxExp is where exponents stop being exact; no input holds a number with
+// that many digits.
+const maxExp = 1 << 60
+
+// parseDecimal reads a JSON number literal; ok is false for anything
+// else.
+func parseDecimal(lit string) (d decimal, ok bool) {
+	s := lit
+	if s != "" && s[0] == '-' {
+		d.neg = true
+		s = s[1:]
 	}
-	intPart, frac := mant, ""
-	if i := strings.IndexByte(mant, '.'); i >= 0 {
-		intPart, frac = mant[:i], mant[i+1:]
-	}
-	if intPart == "" || !allDigits(intPart) || !allDigits(frac) {
-		return "", 0, false, false
-	}
-	all := strings.TrimLeft(intPart+frac, "0")
-	digits = strings.TrimRight(all, "0")
-	if digits == "" {
-		return "", 0, true, true
-	}
-	shift := int64(len(all)-len(digits)) - int64(len(frac))
-	if expText != "" {
-		negExp := expText[0] == '-'
-		expDigits := strings.TrimLeft(expText, "+-")
-		if expDigits == "" || !allDigits(expDigits) {
-			return "", 0, false, false
+	// Integer part: 0, or digits without a leading zero.
+	i := 0
+	switch {
+	case i < len(s) && s[i] == '0':
+		i++
+	case i < len(s) && s[i] >= '1' && s[i] <= '9':
+		for i < len(s) && isDigit(s[i]) {
+			i++
 		}
-		e, err := strconv.ParseInt(expDigits, 10, 64)
-		if err != nil || e > 1<<60 {
-			// Beyond any real exponent: a whole number when positive, a
-			// fraction when negative.
-			return digits, math.MaxInt64, !negExp, true
+	default:
+		return decimal{}, false
+	}
+	intPart, frac := s[:i], ""
+	if i < len(s) && s[i] == '.' {
+		j := i + 1
+		for j < len(s) && isDigit(s[j]) {
+			j++
+		}
+		if j == i+1 {
+			return decimal{}, false
+		}
+		frac, i = s[i+1:j], j
+	}
+	var e int64
+	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+		i++
+		negExp := false
+		if i < len(s) && (s[i] == '+' || s[i] == '-') {
+			negExp = s[i] == '-'
+			i++
+		}
+		if i == len(s) {
+			return decimal{}, false
+		}
+		for ; i < len(s); i++ {
+			if !isDigit(s[i]) {
+				return decimal{}, false
+			}
+			if e < maxExp {
+				e = e*10 + int64(s[i]-'0')
+			}
+		}
+		if e >= maxExp {
+			e, d.huge = maxExp, true
 		}
 		if negExp {
 			e = -e
 		}
-		shift += e
 	}
-	if shift < 0 {
-		return digits, shift, false, true
+	if i != len(s) {
+		return decimal{}, false
 	}
-	return digits, shift, true, true
+	// The value is (intPart followed by frac) × 10^e; drop the zeros that
+	// do not change it.
+	e -= int64(len(frac))
+	trimmed := strings.TrimRight(frac, "0")
+	e += int64(len(frac) - len(trimmed))
+	frac = trimmed
+	var digits string
+	switch {
+	case frac == "":
+		digits = strings.TrimRight(intPart, "0")
+		e += int64(len(intPart) - len(digits))
+	case intPart == "0":
+		digits = strings.TrimLeft(frac, "0")
+	default:
+		digits = intPart + frac
+	}
+	if digits == "" {
+		return decimal{}, true // zero, whatever its sign and exponent
+	}
+	d.digits, d.exp = digits, e
+	return d, true
 }
 
-func allDigits(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+
+// validNumber reports whether s is a JSON number literal.
+func validNumber(s string) bool {
+	_, ok := parseDecimal(s)
+	return ok
 }
 
 // Float returns v as a float64 when it is a number (possibly rounded).
@@ -223,16 +272,13 @@ func Float(v any) (float64, bool) {
 	case float64:
 		return n, true
 	case Number:
-		f, err := strconv.ParseFloat(string(n), 64)
-		if err != nil && !isRangeErr(err) {
+		if !validNumber(string(n)) {
 			return 0, false
 		}
+		// A valid literal only fails by being out of range, and then f is
+		// the infinity or zero it rounds to.
+		f, _ := strconv.ParseFloat(string(n), 64)
 		return f, true
 	}
 	return 0, false
-}
-
-func isRangeErr(err error) bool {
-	ne, ok := err.(*strconv.NumError)
-	return ok && ne.Err == strconv.ErrRange
 }
