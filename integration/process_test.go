@@ -204,3 +204,41 @@ func TestProcess_PublishAndContextCommands(t *testing.T) {
 	require.Error(t, err)
 	require.Contains(t, string(out), "504")
 }
+
+// rebuild --check while records keep arriving ends consistent: it reads
+// on past what it first rebuilt and finds no difference.
+func TestProcess_RebuildCheckWhileWriting(t *testing.T) {
+	a := startApp(t, t.TempDir())
+	c := newClient(t, a.URL())
+	for i, fc := range loadFixtures(t) {
+		for _, r := range fc.Records {
+			c.publishValue(sessionName("rb", i%5, "s"), r, false)
+		}
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w := newClient(t, a.URL())
+		for n := 0; ; n++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			w.publish(sessionName("rb", n%5, "s"), []byte(fmt.Sprintf(`{"role":"user","content":"live %d"}`, n)))
+		}
+	}()
+	out, err := exec.Command(ctxdBinary(t), "rebuild", "--check", "--nats", a.URL()).CombinedOutput()
+	close(stop)
+	<-done
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(out), "no differences (5 sessions)")
+
+	// Rebuilt with other rules (no screenshot trimming), the sessions with
+	// browser screenshots differ, and --check says which.
+	out, err = exec.Command(ctxdBinary(t), "rebuild", "--check", "--browser-tools", "none", "--nats", a.URL()).CombinedOutput()
+	require.Error(t, err)
+	require.Contains(t, string(out), "differs: rb-")
+	require.Contains(t, string(out), "differ from the running service")
+}

@@ -2,9 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -131,11 +131,11 @@ func (rb *rebuilder) scan(ctx context.Context, e *env, from, end uint64) (uint64
 	p := newProgress(e.stderr, "rebuild", end-min(end, from-1))
 	var n uint64
 	_, _, err := bus.Replay(ctx, rb.js, rb.stream, from, func(m bus.Msg) {
-		n++
-		p.update(n)
 		if m.Seq > end {
 			return
 		}
+		n++
+		p.update(n)
 		if id, err := subject.SessionOf(m.Subject, subject.TranscriptsPrefix); err == nil {
 			rb.apply(id, m.Seq, m.Data)
 		}
@@ -220,48 +220,43 @@ func (rb *rebuilder) check(ctx context.Context, e *env) error {
 	return nil
 }
 
-// compare fetches the live context at or past the rebuilt sequence; when
-// the service has moved on, it reads the session's newer records and
-// compares again.
+// compare fetches the live context at or past the rebuilt sequence;
+// when the service has moved on, it reads the session's newer records up
+// to the live reply's sequence and compares with that same reply.
 func (rb *rebuilder) compare(ctx context.Context, id string, r *rebuilt) (bool, error) {
-	for attempt := 0; attempt < 10; attempt++ {
-		body := fmt.Sprintf(`{"min_seq":%d,"wait_ms":10000}`, r.proj.Seq())
-		data, err := request(ctx, rb.nc, subject.ContextPrefix+id, []byte(body), 15*time.Second)
-		if err != nil {
-			return false, fmt.Errorf("session %s: %w", id, err)
-		}
-		live, err := record.DecodeJSON(data)
-		if err != nil {
-			return false, fmt.Errorf("session %s: reply: %w", id, err)
-		}
-		m, _ := live.(*record.Map)
-		if m == nil {
-			return false, errors.New("reply is not an object")
-		}
-		liveSeq, _ := m.Get("seq")
-		ls, _ := record.IntegerString(liveSeq)
-		var seq uint64
-		fmt.Sscan(ls, &seq)
-		if seq > r.proj.Seq() {
-			if _, err := rb.readSession(ctx, id, r.proj.Seq()+1, seq); err != nil {
-				return false, err
-			}
-			continue
-		}
-		msgs, _ := m.Get("messages")
-		want, err := record.DecodeJSON(r.proj.AppendJSON(nil))
-		if err != nil {
-			return false, err
-		}
-		dropped, _ := m.Get("dropped")
-		wantDropped, err := jsonMarshal(r.proj.Dropped())
-		if err != nil {
-			return false, err
-		}
-		wd, _ := record.DecodeJSON(wantDropped)
-		return seq == r.proj.Seq() && record.Equal(want, msgs) && record.Equal(wd, dropped), nil
+	body := fmt.Sprintf(`{"min_seq":%d,"wait_ms":10000}`, r.proj.Seq())
+	data, err := request(ctx, rb.nc, subject.ContextPrefix+id, []byte(body), 15*time.Second)
+	if err != nil {
+		return false, fmt.Errorf("session %s: %w", id, err)
 	}
-	return false, fmt.Errorf("session %s: the service kept moving past the rebuild", id)
+	live, err := record.DecodeJSON(data)
+	if err != nil {
+		return false, fmt.Errorf("session %s: reply: %w", id, err)
+	}
+	m, _ := live.(*record.Map)
+	if m == nil {
+		return false, fmt.Errorf("session %s: reply is not an object", id)
+	}
+	liveSeq, _ := m.Get("seq")
+	ls, _ := record.IntegerString(liveSeq)
+	seq, _ := strconv.ParseUint(ls, 10, 64)
+	if seq > r.proj.Seq() {
+		if _, err := rb.readSession(ctx, id, r.proj.Seq()+1, seq); err != nil {
+			return false, err
+		}
+	}
+	msgs, _ := m.Get("messages")
+	want, err := record.DecodeJSON(r.proj.AppendJSON(nil))
+	if err != nil {
+		return false, err
+	}
+	dropped, _ := m.Get("dropped")
+	wantDropped, err := jsonMarshal(r.proj.Dropped())
+	if err != nil {
+		return false, err
+	}
+	wd, _ := record.DecodeJSON(wantDropped)
+	return seq == r.proj.Seq() && record.Equal(want, msgs) && record.Equal(wd, dropped), nil
 }
 
 func (rb *rebuilder) sorted() []string {
