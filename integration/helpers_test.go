@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"regexp"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ctxd/ctxd/internal/spectest"
 	"github.com/ctxd/ctxd/pkg/app"
 	"github.com/ctxd/ctxd/pkg/record"
 )
@@ -205,34 +205,8 @@ func eventually(t testing.TB, what string, cond func() bool) {
 	}
 }
 
-// fixtureCase is one case of the spec fixtures.
-type fixtureCase struct {
-	Name    string
-	Records []any
-	Expect  []any
-}
-
-func loadFixtures(t testing.TB) []fixtureCase {
-	t.Helper()
-	files, err := filepath.Glob(filepath.Join("..", "pkg", "projection", "testdata", "fixtures", "*.json"))
-	require.NoError(t, err)
-	require.NotEmpty(t, files)
-	var out []fixtureCase
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		require.NoError(t, err)
-		v, err := record.DecodeJSON(data)
-		require.NoError(t, err)
-		for _, c := range v.([]any) {
-			m := c.(*record.Map)
-			name, _ := m.String("name")
-			recs, _ := m.Get("records")
-			exp, _ := m.Get("expect")
-			out = append(out, fixtureCase{Name: name, Records: recs.([]any), Expect: exp.([]any)})
-		}
-	}
-	return out
-}
+// loadFixtures returns the spec fixtures.
+func loadFixtures(t testing.TB) []spectest.Case { return spectest.Cases(t) }
 
 var nonSessionChars = regexp.MustCompile(`[^A-Za-z0-9_-]+`)
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ctxd/ctxd/internal/spectest"
 	"github.com/ctxd/ctxd/pkg/record"
 )
 
@@ -23,34 +24,6 @@ func runCmd(t *testing.T, stdin string, args ...string) (int, string, string) {
 	return code, out.String(), errOut.String()
 }
 
-type fixture struct {
-	name    string
-	records []any
-	expect  []any
-}
-
-func loadFixtures(t *testing.T) []fixture {
-	t.Helper()
-	files, err := filepath.Glob("../../pkg/projection/testdata/fixtures/*.json")
-	require.NoError(t, err)
-	require.NotEmpty(t, files)
-	var out []fixture
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		require.NoError(t, err)
-		v, err := record.DecodeJSON(data)
-		require.NoError(t, err)
-		for _, c := range v.([]any) {
-			m := c.(*record.Map)
-			name, _ := m.String("name")
-			recs, _ := m.Get("records")
-			exp, _ := m.Get("expect")
-			out = append(out, fixture{name, recs.([]any), exp.([]any)})
-		}
-	}
-	return out
-}
-
 func decodeOutput(t *testing.T, s string) any {
 	t.Helper()
 	require.True(t, strings.HasSuffix(s, "\n"), "output ends with a newline")
@@ -61,11 +34,11 @@ func decodeOutput(t *testing.T, s string) any {
 
 // Every fixture, as JSON lines and as one JSON array, gives its context.
 func TestBuild_Fixtures(t *testing.T) {
-	for _, f := range loadFixtures(t) {
-		t.Run(f.name, func(t *testing.T) {
+	for _, f := range spectest.Cases(t) {
+		t.Run(f.Name, func(t *testing.T) {
 			var lines, array []byte
 			array = append(array, "[\n"...)
-			for i, r := range f.records {
+			for i, r := range f.Records {
 				b, err := record.MarshalJSON(r)
 				require.NoError(t, err)
 				lines = append(append(lines, b...), '\n')
@@ -79,7 +52,7 @@ func TestBuild_Fixtures(t *testing.T) {
 				code, out, errOut := runCmd(t, in, "build")
 				require.Equal(t, 0, code, "%s: %s", form, errOut)
 				got := decodeOutput(t, out)
-				require.True(t, record.Equal(f.expect, got), "%s:\nwant %v\n got %s", form, f.expect, out)
+				require.True(t, record.Equal(f.Expect, got), "%s:\nwant %v\n got %s", form, f.Expect, out)
 			}
 		})
 	}

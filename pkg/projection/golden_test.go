@@ -1,43 +1,20 @@
 package projection
 
 import (
-	"os"
-	"path/filepath"
 	"testing"
 
-	"github.com/ctxd/ctxd/pkg/record"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ctxd/ctxd/internal/spectest"
+	"github.com/ctxd/ctxd/pkg/record"
 )
 
-// fixtureCase is one case of the spec fixtures: records in, messages out.
-type fixtureCase struct {
-	Name    string
-	Rules   string
-	Records []any
-	Expect  []any
-}
-
-func loadFixtures(t testing.TB) map[string][]fixtureCase {
+// loadFixtures returns the spec fixtures by file.
+func loadFixtures(t testing.TB) map[string][]spectest.Case {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join("testdata", "fixtures", "*.json"))
-	require.NoError(t, err)
-	require.NotEmpty(t, files, "no fixtures in testdata/fixtures")
-	out := map[string][]fixtureCase{}
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		require.NoError(t, err)
-		v, err := record.DecodeJSON(data)
-		require.NoError(t, err, f)
-		for _, c := range v.([]any) {
-			m := c.(*record.Map)
-			name, _ := m.String("name")
-			rules, _ := m.String("rules")
-			recs, _ := m.Get("records")
-			exp, _ := m.Get("expect")
-			out[filepath.Base(f)] = append(out[filepath.Base(f)], fixtureCase{
-				Name: name, Rules: rules, Records: recs.([]any), Expect: exp.([]any),
-			})
-		}
+	out := map[string][]spectest.Case{}
+	for _, c := range spectest.Cases(t) {
+		out[c.File] = append(out[c.File], c)
 	}
 	return out
 }
