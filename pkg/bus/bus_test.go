@@ -254,7 +254,7 @@ func TestEnsureConsumer(t *testing.T) {
 	require.NoError(t, err)
 	info := c.CachedInfo()
 	require.Equal(t, "ctxd", info.Config.Durable)
-	require.Equal(t, jetstream.AckExplicitPolicy, info.Config.AckPolicy)
+	require.Equal(t, jetstream.AckAllPolicy, info.Config.AckPolicy)
 	require.Equal(t, "transcripts.>", info.Config.FilterSubject)
 
 	// Again, and with a changed description: the consumer is updated.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -18,8 +19,18 @@ type Msg struct {
 }
 
 // Handler deals with one record. It is called for one message at a time,
-// in stream order; the message is acknowledged when it returns.
+// in stream order. A message is acknowledged only after the handler
+// returned for it.
 type Handler func(Msg)
+
+// Acknowledgements are batched: the consumer's ack policy is "all", so
+// acknowledging a message acknowledges every message delivered before it.
+// One ack covers at most ackBatch messages, and none waits longer than
+// ackDelay.
+const (
+	ackBatch = 256
+	ackDelay = 10 * time.Millisecond
+)
 
 // Ingest feeds a durable consumer's messages to a handler.
 type Ingest struct {
@@ -27,11 +38,17 @@ type Ingest struct {
 	Logger *slog.Logger
 
 	cc jetstream.ConsumeContext
+
+	mu      sync.Mutex
+	pending jetstream.Msg // the last handled message, not yet acknowledged
+	count   int           // messages handled since the last ack
+	stop    chan struct{}
+	done    chan struct{}
 }
 
 // StartIngest starts consuming; Close stops it.
 func StartIngest(cons jetstream.Consumer, h Handler, logger *slog.Logger) (*Ingest, error) {
-	in := &Ingest{Logger: logger}
+	in := &Ingest{Logger: logger, stop: make(chan struct{}), done: make(chan struct{})}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		meta, err := m.Metadata()
 		if err != nil {
@@ -39,9 +56,12 @@ func StartIngest(cons jetstream.Consumer, h Handler, logger *slog.Logger) (*Inge
 			return
 		}
 		h(Msg{Subject: m.Subject(), Seq: meta.Sequence.Stream, Data: m.Data()})
-		if err := m.Ack(); err != nil {
-			in.logf("ack failed; the record will be redelivered and skipped", "seq", meta.Sequence.Stream, "err", err)
+		in.mu.Lock()
+		in.pending = m
+		if in.count++; in.count >= ackBatch {
+			in.ackLocked()
 		}
+		in.mu.Unlock()
 	}, jetstream.PullMaxMessages(1000), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		if !errors.Is(err, jetstream.ErrNoHeartbeat) {
 			in.logf("consume", "err", err)
@@ -51,7 +71,35 @@ func StartIngest(cons jetstream.Consumer, h Handler, logger *slog.Logger) (*Inge
 		return nil, fmt.Errorf("start ingest: %w", err)
 	}
 	in.cc = cc
+	go in.flush()
 	return in, nil
+}
+
+// flush acknowledges what was handled, every ackDelay, until Close.
+func (in *Ingest) flush() {
+	defer close(in.done)
+	t := time.NewTicker(ackDelay)
+	defer t.Stop()
+	for {
+		select {
+		case <-in.stop:
+			return
+		case <-t.C:
+			in.mu.Lock()
+			in.ackLocked()
+			in.mu.Unlock()
+		}
+	}
+}
+
+func (in *Ingest) ackLocked() {
+	if in.pending == nil {
+		return
+	}
+	if err := in.pending.Ack(); err != nil {
+		in.logf("ack failed; the records will be redelivered and skipped", "err", err)
+	}
+	in.pending, in.count = nil, 0
 }
 
 func (in *Ingest) logf(msg string, args ...any) {
@@ -60,17 +108,24 @@ func (in *Ingest) logf(msg string, args ...any) {
 	}
 }
 
-// Close drains the consumer: the message in hand is finished and
-// acknowledged, nothing more is taken. It waits until that is done.
+// Close drains the consumer: the message in hand is finished, nothing
+// more is taken, and everything handled is acknowledged. It waits until
+// that is done.
 func (in *Ingest) Close() error {
 	in.cc.Drain()
+	var err error
 	select {
 	case <-in.cc.Closed():
-		return nil
 	case <-time.After(10 * time.Second):
 		in.cc.Stop()
-		return errors.New("ingest: drain did not finish in 10s")
+		err = errors.New("ingest: drain did not finish in 10s")
 	}
+	close(in.stop)
+	<-in.done
+	in.mu.Lock()
+	in.ackLocked()
+	in.mu.Unlock()
+	return err
 }
 
 // Replay reads the stream from sequence from on, with an ordered
