@@ -162,7 +162,12 @@ func (a *App) Open(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	if a.ingest, err = bus.StartIngest(cons, a.handle, a.Logger); err != nil {
+	readRange := func(from, to uint64, fn func(bus.Msg) error) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		return bus.ReadRange(ctx, a.nc, want.Name, from, to, fn)
+	}
+	if a.ingest, err = bus.StartIngest(cons, last, readRange, a.handle, a.Logger); err != nil {
 		return err
 	}
 	a.svc = server.New(a.nc, a.store)

@@ -465,7 +465,7 @@ func TestStartIngest(t *testing.T) {
 
 	before := publishN(t, js, 30)
 	var c collector
-	in, err := bus.StartIngest(cons, c.handle, nil)
+	in, err := bus.StartIngest(cons, 0, nil, c.handle, nil)
 	require.NoError(t, err)
 	after := publishN(t, js, 30)
 	want := append(before, after...)
@@ -483,10 +483,56 @@ func TestStartIngest(t *testing.T) {
 	// same durable consumer starts after them.
 	more := publishN(t, js, 3)
 	var c2 collector
-	in2, err := bus.StartIngest(cons, c2.handle, nil)
+	in2, err := bus.StartIngest(cons, 0, nil, c2.handle, nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { in2.Close() })
 	eventually(t, "the new records to be handled", func() bool { return len(c2.got()) >= len(more) })
 	require.Equal(t, more, c2.got())
 	require.Len(t, c.got(), len(want), "a closed ingest takes nothing more")
+}
+
+// ReadRange reads every subject's messages in a sequence range, skipping
+// deleted ones; ReadSeqs reads given sequences; ReadSubject one subject.
+func TestDirectReads(t *testing.T) {
+	js := startJetStream(t)
+	st := ensureTranscripts(t, js)
+	all := publishN(t, js, 600) // more than one direct-get batch
+	ctx := testContext(t)
+	require.NoError(t, st.DeleteMsg(ctx, 5))
+	nc := js.Conn()
+
+	var got []published
+	require.NoError(t, bus.ReadRange(ctx, nc, "TRANSCRIPTS", 3, 520, func(m bus.Msg) error {
+		got = append(got, asPublished(m))
+		return nil
+	}))
+	want := append(append([]published{}, all[2:4]...), all[5:520]...)
+	require.Equal(t, want, got)
+
+	got = nil
+	require.NoError(t, bus.ReadRange(ctx, nc, "TRANSCRIPTS", 598, 700, func(m bus.Msg) error {
+		got = append(got, asPublished(m))
+		return nil
+	}))
+	require.Equal(t, all[597:], got, "a range past the end stops at the end")
+
+	var seqs []uint64
+	require.NoError(t, bus.ReadSeqs(ctx, nc, "TRANSCRIPTS", []uint64{9, 5, 300, 1}, func(seq uint64, _ []byte) error {
+		seqs = append(seqs, seq)
+		return nil
+	}))
+	require.Equal(t, []uint64{9, 300, 1}, seqs, "in the order given, deleted ones skipped")
+
+	seqs = nil
+	require.NoError(t, bus.ReadSubject(ctx, nc, "TRANSCRIPTS", "transcripts.s1", 1, 600, func(seq uint64, _ []byte) error {
+		seqs = append(seqs, seq)
+		return nil
+	}))
+	var wantSeqs []uint64
+	for s := uint64(2); s <= 600; s += 3 {
+		if s != 5 { // deleted
+			wantSeqs = append(wantSeqs, s)
+		}
+	}
+	require.Equal(t, wantSeqs, seqs)
 }

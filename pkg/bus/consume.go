@@ -32,12 +32,17 @@ const (
 	ackDelay = 10 * time.Millisecond
 )
 
-// Ingest feeds a durable consumer's messages to a handler.
+// Ingest feeds a durable consumer's messages to a handler, every stream
+// sequence once and in order: when a delivery skips sequences (messages
+// lost with a dropped connection), the skipped range is read from the
+// stream and handled first, so no record is passed over and none is
+// acknowledged unhandled.
 type Ingest struct {
 	// Logger receives ack failures; nil discards them.
 	Logger *slog.Logger
 
-	cc jetstream.ConsumeContext
+	cc   jetstream.ConsumeContext
+	gaps gapFiller
 
 	mu      sync.Mutex
 	pending jetstream.Msg // the last handled message, not yet acknowledged
@@ -46,23 +51,32 @@ type Ingest struct {
 	done    chan struct{}
 }
 
-// StartIngest starts consuming; Close stops it.
-func StartIngest(cons jetstream.Consumer, h Handler, logger *slog.Logger) (*Ingest, error) {
+// StartIngest starts consuming. after is the last stream sequence already
+// handled (the consumer may deliver it and earlier ones again: they are
+// passed to h once more, which must ignore what it has seen); readRange
+// reads skipped sequences from the stream. Close stops it.
+func StartIngest(cons jetstream.Consumer, after uint64, readRange func(from, to uint64, fn func(Msg) error) error, h Handler, logger *slog.Logger) (*Ingest, error) {
 	in := &Ingest{Logger: logger, stop: make(chan struct{}), done: make(chan struct{})}
+	in.gaps = gapFiller{last: after, read: readRange, handle: h}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		meta, err := m.Metadata()
 		if err != nil {
 			in.logf("message without JetStream metadata", "subject", m.Subject(), "err", err)
 			return
 		}
-		h(Msg{Subject: m.Subject(), Seq: meta.Sequence.Stream, Data: m.Data()})
+		if err := in.gaps.deliver(Msg{Subject: m.Subject(), Seq: meta.Sequence.Stream, Data: m.Data()}); err != nil {
+			// Not acknowledged: JetStream delivers it again, and the gap is
+			// read again then.
+			in.logf("skipped records could not be read; waiting for redelivery", "seq", meta.Sequence.Stream, "err", err)
+			return
+		}
 		in.mu.Lock()
 		in.pending = m
 		if in.count++; in.count >= ackBatch {
 			in.ackLocked()
 		}
 		in.mu.Unlock()
-	}, jetstream.PullMaxMessages(1000), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+	}, jetstream.PullMaxMessagesWithBytesLimit(1000, 16<<20), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		if !errors.Is(err, jetstream.ErrNoHeartbeat) {
 			in.logf("consume", "err", err)
 		}
@@ -100,6 +114,30 @@ func (in *Ingest) ackLocked() {
 		in.logf("ack failed; the records will be redelivered and skipped", "err", err)
 	}
 	in.pending, in.count = nil, 0
+}
+
+// gapFiller hands messages on in stream order, reading the sequences a
+// delivery skipped.
+type gapFiller struct {
+	last   uint64 // highest stream sequence handled
+	read   func(from, to uint64, fn func(Msg) error) error
+	handle Handler
+}
+
+func (g *gapFiller) deliver(m Msg) error {
+	if m.Seq > g.last+1 && g.read != nil {
+		err := g.read(g.last+1, m.Seq-1, func(skipped Msg) error {
+			g.handle(skipped)
+			g.last = max(g.last, skipped.Seq)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	g.handle(m)
+	g.last = max(g.last, m.Seq)
+	return nil
 }
 
 func (in *Ingest) logf(msg string, args ...any) {

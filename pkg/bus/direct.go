@@ -129,3 +129,65 @@ func ReadSeqs(ctx context.Context, nc *nats.Conn, stream string, seqs []uint64, 
 	}
 	return nil
 }
+
+// ReadRange calls fn for every message of the stream with a sequence from
+// from to to (inclusive), whatever its subject, in order, with batched
+// direct gets. Deleted sequences are skipped.
+func ReadRange(ctx context.Context, nc *nats.Conn, stream string, from, to uint64, fn func(m Msg) error) error {
+	if from == 0 {
+		from = 1
+	}
+	inbox := nc.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return fmt.Errorf("read %d-%d: %w", from, to, err)
+	}
+	defer sub.Unsubscribe()
+	api := "$JS.API.DIRECT.GET." + stream
+	next := from
+	for next <= to {
+		n := min(to-next+1, directBatch)
+		req := []byte(`{"seq":` + strconv.FormatUint(next, 10) + `,"batch":` + strconv.FormatUint(n, 10) + `}`)
+		if err := nc.PublishRequest(api, inbox, req); err != nil {
+			return fmt.Errorf("read %d-%d: %w", from, to, err)
+		}
+		got := 0
+	batch:
+		for {
+			m, err := sub.NextMsgWithContext(ctx)
+			if err != nil {
+				return fmt.Errorf("read %d-%d: %w", from, to, err)
+			}
+			switch m.Header.Get("Status") {
+			case "404":
+				return nil // nothing at or after next
+			case "204":
+				break batch
+			case "":
+				seq, err := strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64)
+				if err != nil {
+					return fmt.Errorf("read %d-%d: direct get reply without a sequence", from, to)
+				}
+				got++
+				if seq > to {
+					continue
+				}
+				if err := fn(Msg{Subject: m.Header.Get("Nats-Subject"), Seq: seq, Data: m.Data}); err != nil {
+					return err
+				}
+				next = seq + 1
+			default:
+				return fmt.Errorf("read %d-%d: direct get: %s %s", from, to, m.Header.Get("Status"), m.Header.Get("Description"))
+			}
+		}
+		if got == 0 {
+			return nil
+		}
+		if next <= to && got < int(n) {
+			// The batch ended early: the rest was deleted, or lies past the
+			// stream's end.
+			return nil
+		}
+	}
+	return nil
+}
