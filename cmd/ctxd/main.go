@@ -43,6 +43,7 @@ func init() {
 		{"rebuild", "rebuild projections from the stream; --check compares them with the service", runRebuild},
 		{"replay", "the same as rebuild", runRebuild},
 		{"build", "print the model context of records read from a file or standard input (no NATS)", runBuild},
+		{"bench", "measure ctxd against raw NATS and rebuild-per-turn; print each figure beside its baseline", runBench},
 	}
 }
 

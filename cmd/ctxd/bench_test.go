@@ -1,0 +1,62 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The quick bench, shrunk to tiny sizes, runs and prints every row. It
+// checks that the bench works, never how fast anything is.
+func TestBench_Smoke(t *testing.T) {
+	code, out, errOut := runCmd(t, "", "bench", "--quick", "--dir", t.TempDir(),
+		"--rounds", "1",
+		"--screenshot-bytes", "4096", "--screenshot-every", "10",
+		"--ingest-records", "300", "--ingest-sessions", "3",
+		"--fetch-messages", "20,40", "--fetch-samples", "10",
+		"--clients", "2", "--clients-messages", "40", "--clients-time", "100ms",
+		"--turn-messages", "40", "--turn-samples", "3",
+		"--rebuild-records", "600", "--rebuild-sessions", "6",
+		"--cold-records", "300", "--cold-session-records", "30", "--cold-samples", "5",
+		"--memory-sessions", "4", "--memory-settle", "0")
+	require.Equal(t, 0, code, "stderr: %s", errOut)
+	for _, row := range []string{
+		"ingest, 3 sessions (records/s)",
+		"ingest vs bare consumer (records/s)",
+		"fetch 20 msgs p50", "fetch 20 msgs p99", "fetch 20 msgs p999",
+		"fetch 40 msgs p50", "fetch 40 msgs p99", "fetch 40 msgs p999",
+		"fetch 40 msgs, 2 clients (req/s)",
+		"vs rebuild-per-turn, 40 msgs p50",
+		"rebuild 600 records (records/s)",
+		"cold load, 30 records p50", "cold load, 30 records p99",
+		"memory per live session, 30 records",
+	} {
+		require.Contains(t, out, "| "+row+" ", "the table has a row %q:\n%s", row, out)
+	}
+	var rows int
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "| ") && !strings.HasPrefix(line, "| figure") && !strings.HasPrefix(line, "| ---") {
+			rows++
+			cells := strings.Split(strings.Trim(line, "| "), " | ")
+			require.Len(t, cells, 6, "row %q", line)
+			require.Contains(t, []string{"yes", "NO", "-"}, strings.TrimSpace(cells[5]), "row %q", line)
+		}
+	}
+	require.Equal(t, 14, rows, "rows:\n%s", out)
+	require.Contains(t, errOut, "bench done")
+}
+
+func TestBench_Usage(t *testing.T) {
+	code, _, errOut := runCmd(t, "", "bench", "--figures", "fetch,speed")
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, `unknown figure "speed"`)
+
+	code, _, _ = runCmd(t, "", "bench", "extra")
+	require.Equal(t, 2, code)
+
+	code, out, errOut := runCmd(t, "", "bench", "--help")
+	require.Equal(t, 0, code, out)
+	require.Contains(t, errOut, "--quick")
+	require.Contains(t, errOut, "-cpuprofile")
+}

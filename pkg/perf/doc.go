@@ -1,0 +1,33 @@
+// Package perf measures ctxd against what it is built on, in one run: each
+// figure beside a baseline measured in the same run on the same machine,
+// and the ratio of the two.
+//
+//   - ingest: records/s from publish to applied in the projections, against
+//     a raw JetStream async publish of the same records to an identical
+//     stream, and against a durable consumer that does nothing;
+//   - fetch: latency percentiles of ctxd.context.<session> for sessions of
+//     several lengths, against a bare NATS request-reply returning the same
+//     bytes, requests interleaved;
+//   - clients: requests/s of concurrent clients, against the same clients
+//     of the bare responder;
+//   - turn: ctxd's fetch against rebuilding the context per request, as a
+//     store-and-rebuild design does (read the session's records from the
+//     stream, projection.Build, encode);
+//   - rebuild: records/s replaying a stream into fresh projections, against
+//     a raw ordered consumer over the same stream;
+//   - cold: the latency of a fetch that loads its session from the stream,
+//     against reading the session's records with direct gets;
+//   - memory: resident bytes per live session, against the bytes of the
+//     contexts those sessions answer.
+//
+// Run starts an embedded NATS server in a directory (or uses the server of
+// Config.NATSURL), measures the figures Config selects, and returns a
+// Report whose WriteTable prints one row per figure. Everything runs in
+// one process: ctxd (package app), the server and the clients share its
+// CPUs and its heap. `ctxd bench` is the command line over it.
+//
+// The run checks what it measures: every fetch returns the whole reply,
+// the rebuilt-per-turn reply equals ctxd's byte for byte, replays read
+// every record, and a report warns when ctxd's watermark passed records
+// it neither applied nor rejected.
+package perf

@@ -1,0 +1,201 @@
+package perf
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/ctxd/ctxd/pkg/app"
+	"github.com/ctxd/ctxd/pkg/bus"
+	"github.com/ctxd/ctxd/pkg/client"
+	"github.com/ctxd/ctxd/pkg/subject"
+	"github.com/ctxd/ctxd/streams"
+)
+
+// ingestPeriod is the number of records between two compactions of an
+// ingest session, which keeps every session bounded however long the run.
+const ingestPeriod = 1000
+
+// ingest compares records/s from publish to applied with a raw async
+// publish of the same records to an identical stream, and with the same
+// records consumed by a durable consumer like ctxd's whose handler does
+// nothing, in alternating rounds.
+func (b *bench) ingest(ctx context.Context) ([]Row, error) {
+	cfg := b.cfg
+	a, err := b.startApp(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer a.Close()
+	def, err := streams.Transcripts()
+	if err != nil {
+		return nil, err
+	}
+	raw := def
+	raw.Name, raw.Subjects = rawStream, []string{rawSubject + ">"}
+	raw.Description = "ctxd bench: the raw-publish baseline of the ingest figure"
+	if _, err := b.js.CreateStream(ctx, raw); err != nil {
+		return nil, fmt.Errorf("create stream %s: %w", raw.Name, err)
+	}
+	bare := def
+	bare.Name, bare.Subjects = bareStream, []string{bareSubject + ">"}
+	bare.Description = "ctxd bench: the bare-consumer baseline of the ingest figure"
+	bst, err := b.js.CreateStream(ctx, bare)
+	if err != nil {
+		return nil, fmt.Errorf("create stream %s: %w", bare.Name, err)
+	}
+	ccfg, err := streams.Ingest()
+	if err != nil {
+		return nil, err
+	}
+	ccfg.Durable, ccfg.Name, ccfg.FilterSubject = "perf", "perf", bareSubject+">"
+	cons, err := bus.EnsureConsumer(ctx, bst, ccfg)
+	if err != nil {
+		return nil, err
+	}
+	var consumed, target atomic.Uint64
+	reached := make(chan struct{}, 1)
+	in, err := bus.StartIngest(cons, 0, nil, func(bus.Msg) {
+		if consumed.Add(1) == target.Load() {
+			reached <- struct{}{}
+		}
+	}, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer in.Close()
+
+	p, err := b.newPublisher()
+	if err != nil {
+		return nil, err
+	}
+	pool, err := encode(newWorkload(11, cfg.ScreenshotBytes, cfg.ScreenshotEvery).cycle(ingestPeriod))
+	if err != nil {
+		return nil, err
+	}
+	size := 0
+	for _, r := range pool {
+		size += len(r)
+	}
+	S, N := cfg.IngestSessions, cfg.IngestRecords
+	b.logf("ingest: %d records per round over %d live sessions (%d bytes a record on average), %d rounds",
+		N, S, size/len(pool), cfg.Rounds)
+
+	// Live sessions: each gets a first record, and a fetch loads it.
+	sessions := make([]string, S)
+	for i := range sessions {
+		sessions[i] = fmt.Sprintf("ingest-%d", i)
+	}
+	last, err := p.publish(ctx, S, func(i int) (string, []byte) { return subject.TranscriptsPrefix + sessions[i], pool[0] })
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range sessions {
+		if _, err := fetchOnce(ctx, b.nc, s, client.Request{MinSeq: last, WaitMS: 30000}); err != nil {
+			return nil, err
+		}
+	}
+	if st := a.Store().Stats(); st.Loaded < int64(S) {
+		return nil, fmt.Errorf("ingest: %d of %d sessions loaded", st.Loaded, S)
+	}
+
+	perRound := (N + S - 1) / S
+	var round int
+	records := func(prefix string) func(i int) (string, []byte) {
+		return func(i int) (string, []byte) {
+			return prefix + sessions[i%S], pool[(1+round*perRound+i/S)%len(pool)]
+		}
+	}
+	var rawRates, bareRates, ctxdRates []float64
+	sides := []func() error{
+		func() error { // raw publish, nobody consuming
+			start := time.Now()
+			if _, err := p.publish(ctx, N, records(rawSubject)); err != nil {
+				return err
+			}
+			rawRates = append(rawRates, float64(N)/time.Since(start).Seconds())
+			return nil
+		},
+		func() error { // a consumer that does nothing
+			target.Store(consumed.Load() + uint64(N))
+			start := time.Now()
+			if _, err := p.publish(ctx, N, records(bareSubject)); err != nil {
+				return err
+			}
+			select {
+			case <-reached:
+			case <-time.After(10 * time.Minute):
+				return fmt.Errorf("ingest: the bare consumer took %d of %d records in 10 minutes", consumed.Load(), target.Load())
+			}
+			bareRates = append(bareRates, float64(N)/time.Since(start).Seconds())
+			return nil
+		},
+		func() error { // ctxd
+			rate, err := b.ingestRound(ctx, a, N, last, records(subject.TranscriptsPrefix))
+			if err != nil {
+				return err
+			}
+			last += uint64(N)
+			ctxdRates = append(ctxdRates, rate)
+			return nil
+		},
+	}
+	for round = range cfg.Rounds {
+		for k := range sides {
+			if err := sides[(k+round)%len(sides)](); err != nil {
+				return nil, err
+			}
+		}
+		b.logf("ingest: round %d: ctxd %.0f records/s, raw publish %.0f records/s, bare consumer %.0f records/s",
+			round+1, ctxdRates[round], rawRates[round], bareRates[round])
+	}
+	b.checkApplied("ingest", a, uint64(S+cfg.Rounds*N))
+	st := a.Store().Stats()
+	b.logf("ingest: store: %d sessions loaded, %d records applied, %d evictions, %d rejected", st.Loaded, st.Records, st.Evictions, st.Rejected)
+	return []Row{{
+		Figure:   fmt.Sprintf("ingest, %d sessions (records/s)", S),
+		Kind:     Rate,
+		Ctxd:     median(ctxdRates),
+		Baseline: median(rawRates),
+		Target:   Target{MinRatio: 0.8},
+	}, {
+		Figure:   "ingest vs bare consumer (records/s)",
+		Kind:     Rate,
+		Ctxd:     median(ctxdRates),
+		Baseline: median(bareRates),
+	}}, nil
+}
+
+// ingestRound publishes n records to ctxd's stream, whose last sequence
+// is last, and returns the records/s from the first publish until ctxd
+// has applied the last.
+func (b *bench) ingestRound(ctx context.Context, a *app.App, n int, last uint64, next func(int) (string, []byte)) (float64, error) {
+	p, err := b.newPublisher()
+	if err != nil {
+		return 0, err
+	}
+	want := last + uint64(n)
+	applied := make(chan error, 1)
+	var end time.Time
+	go func() {
+		err := a.Store().Wait(ctx, want, 10*time.Minute)
+		end = time.Now()
+		applied <- err
+	}()
+	start := time.Now()
+	got, err := p.publish(ctx, n, next)
+	published, appliedThen := time.Since(start), a.Store().Applied()
+	if err == nil && got != want {
+		err = fmt.Errorf("ingest: the last record was stored at %d, expected %d: is something else publishing?", got, want)
+	}
+	if werr := <-applied; err == nil && werr != nil {
+		err = fmt.Errorf("ingest: waiting for ctxd to apply %d: %w", want, werr)
+	}
+	if err != nil {
+		return 0, err
+	}
+	b.logf("ingest: published in %v, %d of %d applied by then, all applied after %v",
+		published.Round(time.Millisecond), appliedThen-last, n, end.Sub(start).Round(time.Millisecond))
+	return float64(n) / end.Sub(start).Seconds(), nil
+}

@@ -1,0 +1,73 @@
+package perf
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestRow_Met(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		row      Row
+		met, has bool
+	}{
+		{"no target", Row{Ctxd: 2, Baseline: 1}, false, false},
+		{"ratio within max", Row{Ctxd: 1.4, Baseline: 1, Target: Target{MaxRatio: 1.5}}, true, true},
+		{"ratio past max", Row{Ctxd: 1.6, Baseline: 1, Target: Target{MaxRatio: 1.5}}, false, true},
+		{"ratio at min", Row{Ctxd: 0.8, Baseline: 1, Target: Target{MinRatio: 0.8}}, true, true},
+		{"ratio below min", Row{Ctxd: 0.7, Baseline: 1, Target: Target{MinRatio: 0.8}}, false, true},
+		{"value within max", Row{Ctxd: 0.004, Baseline: 0.001, Target: Target{MaxValue: 0.005}}, true, true},
+		{"value past max", Row{Ctxd: 0.006, Baseline: 0.001, Target: Target{MaxValue: 0.005}}, false, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			met, has := tt.row.Met()
+			require.Equal(t, tt.met, met)
+			require.Equal(t, tt.has, has)
+		})
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	var d []time.Duration
+	for i := 1; i <= 1000; i++ {
+		d = append(d, time.Duration(i))
+	}
+	require.Equal(t, time.Duration(500), percentile(d, .5))
+	require.Equal(t, time.Duration(990), percentile(d, .99))
+	require.Equal(t, time.Duration(999), percentile(d, .999))
+	require.Equal(t, time.Duration(7), percentile([]time.Duration{7}, .999))
+	require.Equal(t, time.Duration(0), percentile(nil, .5))
+	require.Equal(t, 2.5, median([]float64{4, 1, 3, 2}))
+}
+
+func TestReport_WriteTable(t *testing.T) {
+	rep := &Report{Machine: "test machine", Rows: []Row{
+		{Figure: "ingest (records/s)", Kind: Rate, Ctxd: 8000, Baseline: 20000, Target: Target{MinRatio: 0.8}},
+		{Figure: "fetch p50", Kind: Latency, Ctxd: 300e-6, Baseline: 250e-6, Target: Target{MaxRatio: 1.5}},
+		{Figure: "memory", Kind: Bytes, Ctxd: 3 << 20, Baseline: 1 << 20},
+	}}
+	var b bytes.Buffer
+	require.NoError(t, rep.WriteTable(&b))
+	out := b.String()
+	require.Contains(t, out, "test machine")
+	for _, want := range []string{"8000/s", "20.0k/s", "0.40x", "≥ 0.80x", "| NO ", "300 µs", "1.20x", "| yes ", "3.00 MiB", "3.00x"} {
+		require.Contains(t, out, want)
+	}
+	require.Equal(t, 5, strings.Count(out, "\n|"), out)
+}
+
+func TestConfig_Check(t *testing.T) {
+	for _, c := range []Config{Full(), Quick()} {
+		require.NoError(t, c.check())
+	}
+	c := Quick()
+	c.Figures = []string{"fetch", "nope"}
+	require.ErrorContains(t, c.check(), `unknown figure "nope"`)
+	c = Quick()
+	c.MemorySessions = c.ColdRecords // more than the cold stream holds
+	require.Error(t, c.check())
+}

@@ -1,0 +1,247 @@
+package perf
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"unicode/utf8"
+)
+
+// Kind says what a row's values measure.
+type Kind int
+
+// Kinds of rows.
+const (
+	Rate    Kind = iota // per second, higher is better
+	Latency             // seconds, lower is better
+	Bytes               // bytes, lower is better
+)
+
+// Row is one figure: ctxd's value beside the baseline's, from the same run.
+type Row struct {
+	Figure   string
+	Kind     Kind
+	Ctxd     float64
+	Baseline float64
+	Target   Target
+}
+
+// Target is what a row should meet; the zero Target is none.
+type Target struct {
+	// MaxRatio and MinRatio bound ctxd / baseline (0: no bound).
+	MaxRatio, MinRatio float64
+	// MaxValue bounds ctxd's value itself, in the row's unit (0: no bound).
+	MaxValue float64
+	// Note explains the target in the table, e.g. "10x faster".
+	Note string
+}
+
+// Ratio is ctxd's value divided by the baseline's.
+func (r Row) Ratio() float64 {
+	if r.Baseline == 0 {
+		return 0
+	}
+	return r.Ctxd / r.Baseline
+}
+
+// Met reports whether the row meets its target; ok is false when it has
+// none.
+func (r Row) Met() (met, ok bool) {
+	t := r.Target
+	met = true
+	if t.MaxRatio > 0 {
+		ok, met = true, met && r.Ratio() <= t.MaxRatio
+	}
+	if t.MinRatio > 0 {
+		ok, met = true, met && r.Ratio() >= t.MinRatio
+	}
+	if t.MaxValue > 0 {
+		ok, met = true, met && r.Ctxd <= t.MaxValue
+	}
+	return met && ok, ok
+}
+
+func (t Target) String() string {
+	var parts []string
+	if t.MaxRatio > 0 {
+		parts = append(parts, "≤ "+formatRatio(t.MaxRatio))
+	}
+	if t.MinRatio > 0 {
+		parts = append(parts, "≥ "+formatRatio(t.MinRatio))
+	}
+	if t.MaxValue > 0 {
+		parts = append(parts, "≤ "+formatSeconds(t.MaxValue))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	s := strings.Join(parts, ", ")
+	if t.Note != "" {
+		s += " (" + t.Note + ")"
+	}
+	return s
+}
+
+// Report is the outcome of a run.
+type Report struct {
+	Machine string
+	Rows    []Row
+	// Warnings are what the run met that the figures do not show.
+	Warnings []string
+}
+
+// Baselines says, per figure, what each side of its rows measures.
+var Baselines = []string{
+	"ingest: records/s from the first publish until ctxd has applied the last record (store watermark), ctxd consuming while the records are published; baseline: JetStream async publish of the same records to an identical stream, until the last ack; second row: the same records through a stream and durable consumer like ctxd's (bus.StartIngest, explicit acks) whose handler does nothing",
+	"fetch: latency of ctxd.context.<session> (a live session holding N messages since its latest compaction); baseline: a bare NATS responder returning the same bytes; requests interleaved, one client",
+	"clients: requests/s of several clients, each on its own connection, fetching one session; baseline: the same against the bare responder",
+	"turn: p50 of ctxd's fetch; baseline: rebuilding per request as a store-and-rebuild design does (direct-get read of the session's records, decode, projection.Build, JSON encode), requests interleaved in one process",
+	"rebuild: records/s replaying the stream into fresh projections (ctxd rebuild); baseline: a raw ordered consumer reading the same stream",
+	"cold: latency of a fetch whose session was evicted (read, decode, apply, render); baseline: a client reading the same records by sequence with pipelined direct gets (bus.ReadSeqs), as ctxd's loader does",
+	"memory: heap in use per loaded session (after GC, freed when the sessions are evicted); baseline: the bytes of the context replies of those sessions",
+}
+
+// WriteTable prints the machine line, the table and what the baselines
+// are, as Markdown.
+func (rep *Report) WriteTable(w io.Writer) error {
+	bw := bufio.NewWriter(w)
+	fmt.Fprintf(bw, "%s\n\n", rep.Machine)
+	rows := [][]string{{"figure", "ctxd", "baseline", "ratio", "target", "met?"}}
+	for _, r := range rep.Rows {
+		met := "-"
+		if m, ok := r.Met(); ok {
+			met = map[bool]string{true: "yes", false: "NO"}[m]
+		}
+		rows = append(rows, []string{r.Figure, r.format(r.Ctxd), r.format(r.Baseline), formatRatio(r.Ratio()), r.Target.String(), met})
+	}
+	widths := make([]int, len(rows[0]))
+	for _, row := range rows {
+		for i, c := range row {
+			widths[i] = max(widths[i], utf8.RuneCountInString(c))
+		}
+	}
+	line := func(cells []string) {
+		bw.WriteString("|")
+		for i, c := range cells {
+			pad := widths[i] - utf8.RuneCountInString(c)
+			if i > 0 && i < 4 { // numbers align right
+				fmt.Fprintf(bw, " %s%s |", strings.Repeat(" ", pad), c)
+			} else {
+				fmt.Fprintf(bw, " %s%s |", c, strings.Repeat(" ", pad))
+			}
+		}
+		bw.WriteString("\n")
+	}
+	line(rows[0])
+	sep := make([]string, len(widths))
+	for i, w := range widths {
+		sep[i] = strings.Repeat("-", w)
+		if i > 0 && i < 4 {
+			sep[i] = strings.Repeat("-", w-1) + ":"
+		}
+	}
+	line(sep)
+	for _, row := range rows[1:] {
+		line(row)
+	}
+	for _, w := range rep.Warnings {
+		fmt.Fprintf(bw, "\nWARNING: %s\n", w)
+	}
+	fmt.Fprintf(bw, "\nratio = ctxd / baseline.\n")
+	for _, b := range Baselines {
+		fmt.Fprintf(bw, "- %s\n", b)
+	}
+	return bw.Flush()
+}
+
+func (r Row) format(v float64) string {
+	switch r.Kind {
+	case Rate:
+		switch {
+		case v >= 1e6:
+			return fmt.Sprintf("%.2fM/s", v/1e6)
+		case v >= 1e4:
+			return fmt.Sprintf("%.1fk/s", v/1e3)
+		}
+		return fmt.Sprintf("%.0f/s", v)
+	case Bytes:
+		switch {
+		case v >= 1<<20:
+			return fmt.Sprintf("%.2f MiB", v/(1<<20))
+		case v >= 1<<10:
+			return fmt.Sprintf("%.1f KiB", v/(1<<10))
+		}
+		return fmt.Sprintf("%.0f B", v)
+	}
+	return formatSeconds(v)
+}
+
+func formatSeconds(v float64) string {
+	switch {
+	case v < 1e-3:
+		return fmt.Sprintf("%.0f µs", v*1e6)
+	case v < 1:
+		return fmt.Sprintf("%.2f ms", v*1e3)
+	}
+	return fmt.Sprintf("%.2f s", v)
+}
+
+func formatRatio(v float64) string {
+	if v < 0.1 {
+		return fmt.Sprintf("%.3fx", v)
+	}
+	return fmt.Sprintf("%.2fx", v)
+}
+
+// machine describes the machine the run is on.
+func machine() string {
+	model, mem := "unknown CPU", ""
+	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(data), "\n") {
+			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
+				model = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if data, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, l := range strings.Split(string(data), "\n") {
+			if k, v, ok := strings.Cut(l, ":"); ok && k == "MemTotal" {
+				var kb float64
+				fmt.Sscanf(strings.TrimSpace(v), "%f", &kb)
+				mem = fmt.Sprintf(", %.1f GiB memory", kb/(1<<20))
+				break
+			}
+		}
+	}
+	load := ""
+	if data, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if f := strings.Fields(string(data)); len(f) >= 3 {
+			load = fmt.Sprintf(", load average %s %s %s at start", f[0], f[1], f[2])
+		}
+	}
+	rev := ""
+	if info, ok := debug.ReadBuildInfo(); ok {
+		var commit, modified string
+		for _, s := range info.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				commit = s.Value
+			case "vcs.modified":
+				modified = s.Value
+			}
+		}
+		if commit != "" {
+			rev = ", ctxd " + commit[:min(12, len(commit))]
+			if modified == "true" {
+				rev += " (modified)"
+			}
+		}
+	}
+	return fmt.Sprintf("%s, %d CPUs (GOMAXPROCS %d)%s, %s %s/%s%s%s",
+		model, runtime.NumCPU(), runtime.GOMAXPROCS(0), mem, runtime.Version(), runtime.GOOS, runtime.GOARCH, rev, load)
+}
