@@ -96,7 +96,7 @@ type Report struct {
 
 // Baselines says, per figure, what each side of its rows measures.
 var Baselines = []string{
-	"ingest: records/s from the first publish until ctxd has applied the last record (store watermark), ctxd consuming while the records are published; baseline: JetStream async publish of the same records to an identical stream, until the last ack; second row: the same records through a stream and durable consumer like ctxd's (bus.StartIngest, explicit acks) whose handler does nothing",
+	"ingest: records/s from the first publish until ctxd has applied the last record (store watermark), ctxd consuming while the records are published; baseline: JetStream async publish of the same records to an identical stream, until the last ack; second row: the same records through a stream and durable consumer like ctxd's (bus.StartIngest, batched acks) whose handler does nothing",
 	"fetch: latency of ctxd.context.<session> (a live session holding N messages since its latest compaction); baseline: a bare NATS responder returning the same bytes; requests interleaved, one client",
 	"clients: requests/s of several clients, each on its own connection, fetching one session; baseline: the same against the bare responder",
 	"turn: p50 of ctxd's fetch; baseline: rebuilding per request as a store-and-rebuild design does (direct-get read of the session's records, decode, projection.Build, JSON encode), requests interleaved in one process",
