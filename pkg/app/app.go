@@ -172,7 +172,15 @@ func (a *App) Open(ctx context.Context) (err error) {
 	}
 	a.svc = server.New(a.nc, a.store)
 	a.svc.Logger = a.Logger
-	return a.svc.Open()
+	if err := a.svc.Open(); err != nil {
+		return err
+	}
+	// The server must hold the service's subscriptions before Open says
+	// ctxd serves: a request sent right after must find a responder.
+	if err := a.nc.FlushTimeout(10 * time.Second); err != nil {
+		return fmt.Errorf("flush subscriptions: %w", err)
+	}
+	return nil
 }
 
 // ensureConsumer opens the ingest consumer; a new one starts after the
