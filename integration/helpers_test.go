@@ -183,15 +183,7 @@ func decodeReply(t testing.TB, data []byte) *reply {
 }
 
 // requireMessages compares contexts structurally.
-func requireMessages(t testing.TB, want, got []any, msgAndArgs ...any) {
-	t.Helper()
-	if record.Equal(want, got) {
-		return
-	}
-	w, _ := record.MarshalJSON(want)
-	g, _ := record.MarshalJSON(got)
-	require.Fail(t, "context differs", "want: %.2000s\n got: %.2000s\n%v", w, g, msgAndArgs)
-}
+var requireMessages = spectest.RequireMessages
 
 // eventually polls cond until it holds or the deadline passes.
 func eventually(t testing.TB, what string, cond func() bool) {

@@ -11,11 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ctxd/ctxd/pkg/app"
-	"github.com/ctxd/ctxd/pkg/bus"
 	ctxdclient "github.com/ctxd/ctxd/pkg/client"
-	"github.com/ctxd/ctxd/pkg/projection"
 	"github.com/ctxd/ctxd/pkg/record"
-	"github.com/ctxd/ctxd/pkg/subject"
 )
 
 // fillStream publishes sessions x perSession realistic records (~500
@@ -162,53 +159,6 @@ func BenchmarkRestart(b *testing.B) {
 	p50, _ := percentiles(opens)
 	b.ReportMetric(float64(p50)/float64(time.Millisecond), "open-ms")
 	b.ReportMetric(float64(sessions), "sessions")
-}
-
-// BenchmarkRebuild replays a stream into fresh projections (what ctxd
-// rebuild does), against a raw ordered consumer reading the same stream
-// in the same run.
-func BenchmarkRebuild(b *testing.B) {
-	sessions, per := 1000, 200
-	if testing.Short() {
-		sessions = 50
-	}
-	a := startAppWith(b, b.TempDir(), func(*app.Config) {})
-	c := newClient(b, a.URL())
-	fillStream(b, c.js, sessions, per)
-	ctx := context.Background()
-	var rawRate, rebuildRate float64
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		t0 := time.Now()
-		n, _, err := bus.Replay(ctx, c.js, "TRANSCRIPTS", 1, func(bus.Msg) {})
-		require.NoError(b, err)
-		rawRate = float64(n) / time.Since(t0).Seconds()
-
-		projs := map[string]*projection.Session{}
-		dec := record.Decoder{}
-		t0 = time.Now()
-		n, _, err = bus.Replay(ctx, c.js, "TRANSCRIPTS", 1, func(m bus.Msg) {
-			id, err := subject.SessionOf(m.Subject, subject.TranscriptsPrefix)
-			if err != nil {
-				return
-			}
-			p := projs[id]
-			if p == nil {
-				p = projection.New(projection.Options{})
-				projs[id] = p
-			}
-			if v, err := dec.Decode(m.Data); err == nil {
-				p.Apply(m.Seq, v)
-			} else {
-				p.Skip(m.Seq)
-			}
-		})
-		require.NoError(b, err)
-		rebuildRate = float64(n) / time.Since(t0).Seconds()
-	}
-	b.ReportMetric(rawRate, "raw-records/s")
-	b.ReportMetric(rebuildRate, "rebuild-records/s")
-	b.ReportMetric(rebuildRate/rawRate, "ratio")
 }
 
 // BenchmarkManySessions writes 100 000 sessions (5 000 with -short),

@@ -57,3 +57,15 @@ func Cases(t testing.TB) []Case {
 	}
 	return out
 }
+
+// RequireMessages fails the test when two contexts differ structurally,
+// printing both as JSON.
+func RequireMessages(t testing.TB, want, got []any, msgAndArgs ...any) {
+	t.Helper()
+	if record.Equal(want, got) {
+		return
+	}
+	w, _ := record.MarshalJSON(want)
+	g, _ := record.MarshalJSON(got)
+	t.Fatalf("context differs\nwant: %.4000s\n got: %.4000s\n%v", w, g, msgAndArgs)
+}

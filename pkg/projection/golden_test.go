@@ -19,17 +19,8 @@ func loadFixtures(t testing.TB) map[string][]spectest.Case {
 	return out
 }
 
-// requireMessages compares contexts structurally and prints both as JSON
-// when they differ.
-func requireMessages(t testing.TB, want, got []any, msgAndArgs ...any) {
-	t.Helper()
-	if record.Equal(want, got) {
-		return
-	}
-	w, _ := record.MarshalJSON(want)
-	g, _ := record.MarshalJSON(got)
-	require.Fail(t, "context differs", "want: %s\n got: %s\n%v", w, g, msgAndArgs)
-}
+// requireMessages compares contexts structurally.
+var requireMessages = spectest.RequireMessages
 
 func TestBuild_Fixtures(t *testing.T) {
 	for file, cases := range loadFixtures(t) {
