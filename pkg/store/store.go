@@ -125,11 +125,12 @@ type Store struct {
 	waiters  waiterHeap
 	nextWake atomic.Uint64 // smallest sequence a waiter needs; MaxUint64 if none
 
-	rejMu       sync.Mutex
-	rejected    []Rejection // ring
-	rejNext     int
-	quarantined map[uint64]bool // sequences of poison records, never applied
-	stats       struct{ records, rejected, sessions, duplicates atomic.Uint64 }
+	rejMu        sync.Mutex
+	rejected     []Rejection // ring
+	rejNext      int
+	quarantined  map[uint64]bool // sequences of poison records, never applied
+	nQuarantined atomic.Int64    // len(quarantined), read without rejMu
+	stats        struct{ records, rejected, sessions, duplicates atomic.Uint64 }
 }
 
 // slot is one session: its projection when loaded, and always the two
@@ -255,7 +256,7 @@ func (s *Store) Apply(session string, seq uint64, data []byte) {
 	var poison error
 	if sl.proj != nil {
 		before := sl.size
-		if poison = s.applyTo(sl, seq, v, len(data)); poison == nil {
+		if poison = s.applyTo(sl, seq, v, len(data), compaction); poison == nil {
 			s.stats.records.Add(1)
 			s.hotBytes.Add(sl.size - before)
 		} else if errors.Is(poison, errPanicked) {
@@ -306,12 +307,13 @@ func (s *Store) resets(v any, n int) bool {
 }
 
 // weigh keeps a session's record weight, the bytes of its records since
-// its latest compaction, and quarantines a record that would take it past
-// MaxSessionBytes. Loaded or not, a session weighs its records the same
-// way, so the same records are quarantined whatever was cached.
-func (s *Store) weigh(sl *slot, seq uint64, v any, n int) error {
+// its latest compaction, and refuses a record that would take it past
+// MaxSessionBytes. A session weighs the same records the same way whether
+// it was loaded early or late, so the same records are refused whatever
+// was cached.
+func (s *Store) weigh(sl *slot, n int, resets bool) error {
 	w := sl.weight
-	if s.resets(v, n) {
+	if resets {
 		w = 0
 	}
 	if s.MaxSessionBytes > 0 && w+int64(n) > s.MaxSessionBytes {
@@ -326,12 +328,14 @@ func (s *Store) weigh(sl *slot, seq uint64, v any, n int) error {
 // breaks the projection's assumptions is quarantined instead, and
 // reported (the error) the first time. After an error wrapping
 // errPanicked the projection must be dropped.
-func (s *Store) applyTo(sl *slot, seq uint64, v any, n int) (err error) {
+//
+// resets is s.resets(v, n), worked out once by the caller.
+func (s *Store) applyTo(sl *slot, seq uint64, v any, n int, resets bool) (err error) {
 	if s.isQuarantined(seq) {
 		sl.proj.Skip(seq)
 		return nil
 	}
-	if err := s.weigh(sl, seq, v, n); err != nil {
+	if err := s.weigh(sl, n, resets); err != nil {
 		s.quarantine(seq)
 		sl.proj.Skip(seq)
 		return err
@@ -343,7 +347,7 @@ func (s *Store) applyTo(sl *slot, seq uint64, v any, n int) (err error) {
 		}
 	}()
 	sl.proj.Apply(seq, v)
-	if projection.IsValidCompaction(v) {
+	if resets {
 		sl.size = 0
 	}
 	sl.size += 2 * int64(n) // the decoded record and its cached encoding
@@ -353,10 +357,14 @@ func (s *Store) applyTo(sl *slot, seq uint64, v any, n int) (err error) {
 func (s *Store) quarantine(seq uint64) {
 	s.rejMu.Lock()
 	s.quarantined[seq] = true
+	s.nQuarantined.Store(int64(len(s.quarantined)))
 	s.rejMu.Unlock()
 }
 
 func (s *Store) isQuarantined(seq uint64) bool {
+	if s.nQuarantined.Load() == 0 {
+		return false // the common case, without the lock
+	}
 	s.rejMu.Lock()
 	defer s.rejMu.Unlock()
 	return s.quarantined[seq]
@@ -520,14 +528,15 @@ func (s *Store) load(ctx context.Context, session string, sl *slot) error {
 				sl.proj.Skip(seq) // reported when the ingest met it
 				return nil
 			}
-			if s.resets(v, len(data)) {
+			resets := s.resets(v, len(data))
+			if resets {
 				seen = seen[:0]
 				if seq > sl.from {
 					sl.from = seq
 				}
 			}
 			seen = append(seen, seq)
-			if err := s.applyTo(sl, seq, v, len(data)); err != nil {
+			if err := s.applyTo(sl, seq, v, len(data), resets); err != nil {
 				poisons = append(poisons, Rejection{Subject: subject.TranscriptsPrefix + session, Session: session, Seq: seq, Size: len(data), Reason: err.Error()})
 				if errors.Is(err, errPanicked) {
 					return err
