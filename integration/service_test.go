@@ -173,10 +173,13 @@ func TestService_MalformedRecords(t *testing.T) {
 		subjects[s]++
 		reason, _ := m.String("reason")
 		require.NotEmpty(t, reason)
+		if s == "transcripts.dirty.nested" {
+			seq, _ := m.Get("seq")
+			require.Equal(t, int64(seqBadSubject), seq, "the listed sequence is the misaddressed record's")
+		}
 	}
 	require.Equal(t, len(bad), subjects["transcripts.dirty"])
 	require.Equal(t, 1, subjects["transcripts.dirty.nested"])
-	_ = seqBadSubject
 	require.Equal(t, uint64(len(bad)+1), a.Store().Stats().Rejected)
 }
 
