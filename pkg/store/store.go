@@ -168,7 +168,7 @@ type Rejection struct {
 
 // Stats counts what a store has seen.
 type Stats struct {
-	Records    uint64 `json:"records"`    // records applied
+	Records    uint64 `json:"records"`    // records taken in: applied, or noted for a session not loaded
 	Duplicates uint64 `json:"duplicates"` // records met again (redelivered) and ignored
 	Rejected   uint64 `json:"rejected"`   // records skipped as undecodable, misaddressed or poison
 	Sessions   uint64 `json:"sessions"`   // sessions known
