@@ -1,6 +1,8 @@
 package projection
 
 import (
+	"strings"
+
 	"github.com/ctxd/ctxd/pkg/record"
 )
 
@@ -22,6 +24,7 @@ type Session struct {
 	entries []entry
 	ids     map[string]int32 // index into idStates
 	idSlab  []idState
+	tools   map[string]string // tool names, interned
 
 	// latest is the browser result with images that keeps them; every
 	// other browser result with images is trimmed.
@@ -48,18 +51,26 @@ func (a site) after(b site) bool {
 }
 
 // entry is one pass-1 message and its current rendering.
+//
+// A settled entry is packed: its message and rendering are let go, and
+// its JSON encoding in the JSON cache is all that is kept of it (see
+// pack). The calls and results keep only strings of their own, so that
+// no decoded record is held through them.
 type entry struct {
 	seq     uint64
 	msg     *record.Map
 	calls   []call
 	results []result
-	out     *record.Map // the rendering; nil when the passes drop it
+	out     *record.Map // the rendering; nil when the passes drop it or packed
+	kept    bool        // the passes keep the message: out != nil, or packed
 	stale   bool        // out must be recomputed
+	packed  bool        // msg and out are let go; the JSON cache holds it
 	changed uint64      // the session version at which out last changed
 }
 
 type idState struct {
-	firstCall, firstResult int // entry indexes, -1 when none yet
+	name                   string // the id, a copy held by nothing else
+	firstCall, firstResult int    // entry indexes, -1 when none yet
 	// moreCalls lists the entries after firstCall that held calls with
 	// this id while it was not yet paired: pairing re-renders them all.
 	moreCalls    []int32
@@ -85,6 +96,7 @@ func (s *Session) reset() {
 	s.entries = nil
 	s.ids = map[string]int32{}
 	s.idSlab = nil
+	s.tools = nil
 	s.latest = noSite
 	s.browserImages = 0
 	s.unpaired = nil
@@ -140,9 +152,28 @@ func (s *Session) id(id string) *idState {
 	if k, ok := s.ids[id]; ok {
 		return &s.idSlab[k]
 	}
+	// A copy: the record's strings share blocks, and a key holding one
+	// would hold the record's other strings after the entry is packed.
+	id = strings.Clone(id)
 	s.ids[id] = int32(len(s.idSlab))
-	s.idSlab = append(s.idSlab, idState{firstCall: -1, firstResult: -1})
+	s.idSlab = append(s.idSlab, idState{name: id, firstCall: -1, firstResult: -1})
 	return &s.idSlab[len(s.idSlab)-1]
+}
+
+// tool returns the session's copy of a tool name; see id.
+func (s *Session) tool(name string) string {
+	if name == "" {
+		return ""
+	}
+	if t, ok := s.tools[name]; ok {
+		return t
+	}
+	if s.tools == nil {
+		s.tools = map[string]string{}
+	}
+	t := strings.Clone(name)
+	s.tools[t] = t
+	return t
 }
 
 // lookup returns the state of an id, or nil.
@@ -156,6 +187,7 @@ func (s *Session) lookup(id string) *idState {
 // touch marks entry i for re-rendering.
 func (s *Session) touch(i int) {
 	s.version++
+	s.unpack(i)
 	e := &s.entries[i]
 	e.stale = true
 	e.changed = s.version
@@ -173,12 +205,15 @@ func (s *Session) append(seq uint64, m *record.Map) {
 	e := &s.entries[i]
 	s.dropped = nil
 
-	for ci, c := range e.calls {
+	for ci := range e.calls {
+		c := &e.calls[ci]
+		c.tool = s.tool(c.tool)
 		if c.id == "" {
 			s.unpaired = append(s.unpaired, pendingCall{int32(i), int32(ci)})
 			continue
 		}
 		st := s.id(c.id)
+		c.id = st.name
 		if !st.paired() {
 			s.unpaired = append(s.unpaired, pendingCall{int32(i), int32(ci)})
 			if st.firstCall < 0 {
@@ -195,12 +230,14 @@ func (s *Session) append(seq uint64, m *record.Map) {
 			}
 		}
 	}
-	for _, r := range e.results {
+	for ri := range e.results {
+		r := &e.results[ri]
 		if r.id == "" {
 			s.orphans = append(s.orphans, OrphanResult{Seq: seq})
 			continue
 		}
 		st := s.id(r.id)
+		r.id = st.name
 		if st.firstResult < 0 {
 			st.firstResult = i
 			if st.paired() {
@@ -268,6 +305,7 @@ func (s *Session) render(i int) {
 			st := s.lookup(r.id)
 			return st != nil && st.browser && (site{i, r.block}) != s.latest
 		})
+	e.kept = e.out != nil
 }
 
 // Dropped returns what the passes remove from the current view. The

@@ -65,9 +65,8 @@ func (s *Session) Messages() []any {
 		msgs = make([]any, 0, len(s.entries))
 	}
 	for i := from; i < len(s.entries); i++ {
-		s.render(i)
 		c.offs = append(c.offs, len(msgs))
-		if out := s.entries[i].out; out != nil {
+		if out := s.outOf(i); out != nil {
 			msgs = append(msgs, out)
 		}
 	}
@@ -161,7 +160,7 @@ func (s *Session) encoded(c *cache, enc func([]byte, *record.Map) ([]byte, error
 		// Count the messages kept in the prefix.
 		count = 0
 		for i := 0; i < from; i++ {
-			if s.entries[i].out != nil {
+			if s.entries[i].kept {
 				count++
 			}
 		}
@@ -173,6 +172,7 @@ func (s *Session) encoded(c *cache, enc func([]byte, *record.Map) ([]byte, error
 	// offs is rewritten in place: iteration i reads oldOffs[i] and
 	// oldOffs[i+1] before it writes offs[i].
 	offs := oldOffs[:from]
+	var settled []int
 	for i := from; i < len(s.entries); i++ {
 		e := &s.entries[i]
 		start := len(buf)
@@ -189,20 +189,29 @@ func (s *Session) encoded(c *cache, enc func([]byte, *record.Map) ([]byte, error
 				failed = append(failed, f)
 			}
 		} else {
-			s.render(i)
-			if e.out != nil {
+			// A packed entry is unchanged since the JSON rendering, so
+			// only the other renderings come here for it.
+			if out := s.outOf(i); out != nil {
 				var err error
-				if buf, err = enc(buf, e.out); err != nil {
+				if buf, err = enc(buf, out); err != nil {
 					buf = buf[:start] // no partial message
 					failed = append(failed, failure{entry: i, err: err})
 				} else {
 					count++
+					if c == &s.json {
+						settled = append(settled, i)
+					}
 				}
 			}
 		}
 		offs = append(offs, start)
 	}
 	c.bytes, c.offs, c.built, c.from, c.count, c.failed = buf, offs, s.version, len(s.entries), count, failed
+	// Now that the JSON cache holds them, the entries it rendered may be
+	// let go of.
+	for _, i := range settled {
+		s.pack(i)
+	}
 	return buf
 }
 
