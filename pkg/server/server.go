@@ -179,13 +179,14 @@ func (s *Service) track() bool {
 }
 
 func (s *Service) reply(r micro.Request, session string, req contextRequest) {
-	var out []byte
+	buf := replyBuffers.Get().(*[]byte)
+	out := (*buf)[:0]
 	var err error
 	verr := s.proj.View(s.ctx, session, func(p *projection.Session) {
 		if req.msgpack {
-			out, err = appendReplyMsgpack(nil, session, p)
+			out, err = appendReplyMsgpack(out, session, p)
 		} else {
-			out = appendReplyJSON(nil, session, p)
+			out = appendReplyJSON(out, session, p)
 		}
 	})
 	if verr != nil {
@@ -196,6 +197,7 @@ func (s *Service) reply(r micro.Request, session string, req contextRequest) {
 		return
 	}
 	if max := s.nc.MaxPayload(); max > 0 && int64(len(out)) > max-chunkHeaderRoom {
+		// The chunks are served from out for a while: it is not reused.
 		if err := s.respondChunked(r, out, max); err != nil {
 			s.fail(r, fmt.Errorf("%w: %d bytes: %w", errTooLarge, len(out), err))
 		}
@@ -204,7 +206,16 @@ func (s *Service) reply(r micro.Request, session string, req contextRequest) {
 	if err := r.Respond(out); err != nil {
 		s.log("respond", "session", session, "err", err)
 	}
+	// Respond has copied out to the connection's buffer.
+	*buf = out
+	replyBuffers.Put(buf)
 }
+
+// replyBuffers hold reply buffers between requests: a reply is as large as
+// its context, and a new buffer for every request would cost more than
+// the copy into it (allocating it zeroes it, and collecting it later costs
+// again).
+var replyBuffers = sync.Pool{New: func() any { return new([]byte) }}
 
 func (s *Service) handleRejected(r micro.Request) {
 	data, err := json.Marshal(s.proj.Rejected())
