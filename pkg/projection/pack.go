@@ -108,7 +108,10 @@ func (s *Session) decodeJSONEntry(i int) *record.Map {
 	if i+1 < len(c.offs) {
 		end = c.offs[i+1]
 	}
-	b := c.bytes[c.offs[i] : end-1] // without the separator
+	b := c.bytes[c.offs[i]:end]
+	if len(b) > 0 && b[0] == ',' {
+		b = b[1:] // the separator before it
+	}
 	m, err := unpackDecoder.Decode(b)
 	if err != nil {
 		// The bytes are the JSON encoder's own: this is a bug, and going

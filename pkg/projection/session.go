@@ -40,6 +40,7 @@ type Session struct {
 	// encodings, each rebuilt from the first entry that changed.
 	list, json, msgpack cache
 	dropped             *Dropped // nil when stale
+	reply               reply    // the latest JSONReply
 }
 
 type site struct{ entry, block int }
@@ -106,6 +107,7 @@ func (s *Session) reset() {
 	s.json.reset()
 	s.msgpack.reset()
 	s.dropped = nil
+	s.reply = reply{}
 }
 
 // Seq returns the stream sequence of the last record applied or skipped.

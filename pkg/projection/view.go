@@ -87,11 +87,30 @@ func (s *Session) AppendJSON(dst []byte) []byte {
 // Record values always have a JSON form. The bytes are shared with the
 // cache: read them, don't modify them.
 func (s *Session) JSONBody() ([]byte, int) {
-	b := s.encoded(&s.json, appendMessageJSON)
-	if len(b) > 0 {
-		b = b[:len(b)-1] // the separator after the last message
-	}
+	b := s.encoded(&s.json, appendMessageJSON, ',', nil)
 	return b[:len(b):len(b)], s.json.count
+}
+
+// reply is a JSON reply built around the JSON cache's bytes.
+type reply struct {
+	version, key uint64
+	bytes        []byte
+}
+
+// JSONReply returns head(nil), the JSON encodings of the context's
+// messages joined by commas, and what tail appends, in one buffer that
+// shares the JSON cache's bytes: a reply to send as it is, with no copy
+// of the context. It is built once for each version of the view and each
+// key, the caller's name for what else head and tail depend on, and
+// returned as it is until either changes. Read it, don't modify it.
+func (s *Session) JSONReply(key uint64, head func(dst []byte) []byte, tail func(dst []byte) []byte) []byte {
+	r := &s.reply
+	if r.bytes != nil && r.version == s.version && r.key == key {
+		return r.bytes
+	}
+	buf := tail(s.encoded(&s.json, appendMessageJSON, ',', head(nil)))
+	*r = reply{version: s.version, key: key, bytes: buf[:len(buf):len(buf)]}
+	return r.bytes
 }
 
 // MsgpackBody returns the msgpack encodings of the context's messages,
@@ -104,7 +123,7 @@ func (s *Session) JSONBody() ([]byte, int) {
 // then holds only the messages that encode: it is not the context and
 // must not be served as it.
 func (s *Session) MsgpackBody() ([]byte, int, error) {
-	b := s.encoded(&s.msgpack, appendMessageMsgpack)
+	b := s.encoded(&s.msgpack, appendMessageMsgpack, 0, nil)
 	var err error
 	if len(s.msgpack.failed) > 0 {
 		f := s.msgpack.failed[0]
@@ -126,31 +145,57 @@ func (s *Session) AppendMsgpack(dst []byte) []byte {
 }
 
 func appendMessageJSON(dst []byte, m *record.Map) ([]byte, error) {
-	dst, err := record.AppendJSON(dst, m)
-	return append(dst, ','), err
+	return record.AppendJSON(dst, m)
 }
 
 func appendMessageMsgpack(dst []byte, m *record.Map) ([]byte, error) {
 	return record.AppendMsgpack(dst, m)
 }
 
-// encoded brings an encoded rendering up to date and returns its bytes. A
-// message that fails to encode leaves no bytes and is listed in
-// c.failed.
-func (s *Session) encoded(c *cache, enc func([]byte, *record.Map) ([]byte, error)) []byte {
-	if c.built == s.version && c.bytes != nil {
+// encoder appends one message's encoding.
+type encoder func(dst []byte, m *record.Map) ([]byte, error)
+
+// encoded brings an encoded rendering up to date. sep, unless 0, goes
+// between messages: an entry's bytes start with it when a kept message
+// comes before. A message that fails to encode leaves no bytes and is
+// listed in c.failed.
+//
+// With no head, it returns the rendering's bytes, appending to them in
+// place when entries were only added. With a head, it builds the
+// rendering in a new buffer that starts with head and returns that
+// buffer: the caller may append to it (a reply's tail), since the
+// rendering's own bytes are capped at their length.
+//
+// What the cache has handed out is never written again: a rebuild that
+// would overwrite handed-out bytes starts a new buffer with the unchanged
+// prefix instead.
+func (s *Session) encoded(c *cache, enc encoder, sep byte, head []byte) []byte {
+	if head == nil && c.built == s.version && c.bytes != nil {
 		return c.bytes
 	}
-	from := min(c.from, len(c.offs))
 	old, oldOffs, oldFailed := c.bytes, c.offs, c.failed
-	buf := c.bytes
-	count := c.count
-	failed := c.failed
-	if from < len(c.offs) {
-		cut := c.offs[from]
-		// A fresh buffer holding the prefix; growing a capped slice copies
-		// without first zeroing the copy.
+	from := min(c.from, len(oldOffs))
+	cut := len(old)
+	if from < len(oldOffs) {
+		cut = oldOffs[from]
+	}
+	var buf []byte
+	switch {
+	case head != nil:
+		buf = make([]byte, 0, len(head)+len(old)+len(old)/4+1024)
+		buf = append(buf, head...)
+		buf = append(buf, old[:cut]...)
+	case from < len(oldOffs):
+		// Growing a capped slice copies the prefix without first zeroing
+		// the copy.
 		buf = slices.Grow(old[:cut:cut], len(old)-cut+len(old)/4+1024)
+	case old != nil:
+		buf = old
+	default:
+		buf = make([]byte, 0, 1024)
+	}
+	count, failed := c.count, c.failed
+	if from < len(oldOffs) {
 		failed = nil
 		for _, f := range oldFailed {
 			if f.entry < from {
@@ -166,51 +211,66 @@ func (s *Session) encoded(c *cache, enc func([]byte, *record.Map) ([]byte, error
 		}
 		count -= len(failed)
 	}
-	if buf == nil {
-		buf = make([]byte, 0, 1024)
-	}
+	base := len(head)
 	// offs is rewritten in place: iteration i reads oldOffs[i] and
 	// oldOffs[i+1] before it writes offs[i].
 	offs := oldOffs[:from]
 	var settled []int
 	for i := from; i < len(s.entries); i++ {
 		e := &s.entries[i]
-		start := len(buf)
+		start := len(buf) - base
 		if i < len(oldOffs) && e.changed <= c.built {
-			// Unchanged since this rendering: copy its bytes.
+			// Unchanged since this rendering: copy its bytes, with a
+			// separator if a kept message now comes before it.
 			end := len(old)
 			if i+1 < len(oldOffs) {
 				end = oldOffs[i+1]
 			}
-			buf = append(buf, old[oldOffs[i]:end]...)
-			if end > oldOffs[i] {
+			if b := old[oldOffs[i]:end]; len(b) > 0 {
+				if sep != 0 {
+					if b[0] == sep {
+						b = b[1:]
+					}
+					if count > 0 {
+						buf = append(buf, sep)
+					}
+				}
+				buf = append(buf, b...)
 				count++
 			} else if f, ok := failureOf(oldFailed, i); ok {
 				failed = append(failed, f)
 			}
-		} else {
+		} else if out := s.outOf(i); out != nil {
 			// A packed entry is unchanged since the JSON rendering, so
 			// only the other renderings come here for it.
-			if out := s.outOf(i); out != nil {
-				var err error
-				if buf, err = enc(buf, out); err != nil {
-					buf = buf[:start] // no partial message
-					failed = append(failed, failure{entry: i, err: err})
-				} else {
-					count++
-					if c == &s.json {
-						settled = append(settled, i)
-					}
+			if sep != 0 && count > 0 {
+				buf = append(buf, sep)
+			}
+			var err error
+			if buf, err = enc(buf, out); err != nil {
+				buf = buf[:base+start] // no partial message
+				failed = append(failed, failure{entry: i, err: err})
+			} else {
+				count++
+				if c == &s.json {
+					settled = append(settled, i)
 				}
 			}
 		}
 		offs = append(offs, start)
 	}
-	c.bytes, c.offs, c.built, c.from, c.count, c.failed = buf, offs, s.version, len(s.entries), count, failed
-	// Now that the JSON cache holds them, the entries it rendered may be
-	// let go of.
-	for _, i := range settled {
-		s.pack(i)
+	body := buf[base:]
+	if head != nil {
+		body = body[:len(body):len(body)]
+	}
+	c.bytes, c.offs, c.built, c.from, c.count, c.failed = body, offs, s.version, len(s.entries), count, failed
+	if c == &s.json {
+		s.reply = reply{} // built on other bytes
+		// Now that the JSON cache holds them, the entries it rendered
+		// may be let go of.
+		for _, i := range settled {
+			s.pack(i)
+		}
 	}
 	return buf
 }

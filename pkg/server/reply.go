@@ -8,28 +8,32 @@ import (
 	"github.com/ctxd/ctxd/pkg/record"
 )
 
-// appendReplyJSON encodes a context reply:
-// {"session":S,"seq":N,"messages":[...],"dropped":{...}}.
-func appendReplyJSON(dst []byte, session string, p *projection.Session) []byte {
-	var body []byte
-	if p != nil {
-		body, _ = p.JSONBody()
+// replyJSON returns a context reply:
+// {"session":S,"seq":N,"messages":[...],"dropped":{...}}. The session
+// builds it around its cached JSON context and keeps it while neither the
+// view nor seq changes: the bytes are shared, send them as they are.
+func replyJSON(session string, p *projection.Session) []byte {
+	if p == nil {
+		return appendReplyJSONTail(appendReplyJSONHead(nil, session, 0), projection.Dropped{})
 	}
-	dst = grow(dst, len(body)+len(session)+512)
+	seq := p.Seq()
+	return p.JSONReply(seq,
+		func(dst []byte) []byte { return appendReplyJSONHead(dst, session, seq) },
+		func(dst []byte) []byte { return appendReplyJSONTail(dst, p.Dropped()) })
+}
+
+// appendReplyJSONHead appends the reply up to the first message.
+func appendReplyJSONHead(dst []byte, session string, seq uint64) []byte {
 	dst = append(dst, `{"session":`...)
 	dst = record.AppendJSONString(dst, session)
 	dst = append(dst, `,"seq":`...)
-	var d projection.Dropped
-	if p == nil {
-		dst = append(dst, `0,"messages":[]`...)
-	} else {
-		dst = strconv.AppendUint(dst, p.Seq(), 10)
-		dst = append(dst, `,"messages":[`...)
-		dst = append(dst, body...)
-		dst = append(dst, ']')
-		d = p.Dropped()
-	}
-	dst = append(dst, `,"dropped":`...)
+	dst = strconv.AppendUint(dst, seq, 10)
+	return append(dst, `,"messages":[`...)
+}
+
+// appendReplyJSONTail appends the reply after the last message.
+func appendReplyJSONTail(dst []byte, d projection.Dropped) []byte {
+	dst = append(dst, `],"dropped":`...)
 	dst = appendDroppedJSON(dst, d)
 	return append(dst, '}')
 }

@@ -163,11 +163,12 @@ func TestAppendReply(t *testing.T) {
 					var err error
 					out, err = appendReplyMsgpack(prefix, tt.session, p)
 					require.NoError(t, err)
+					require.True(t, bytes.HasPrefix(out, prefix), "appends to dst")
+					out = out[len(prefix):]
 				} else {
-					out = appendReplyJSON(prefix, tt.session, p)
+					out = replyJSON(tt.session, p)
 				}
-				require.True(t, bytes.HasPrefix(out, prefix), "appends to dst")
-				r := decodeReplyBody(t, out[len(prefix):], asMsgpack)
+				r := decodeReplyBody(t, out, asMsgpack)
 
 				require.Equal(t, tt.session, r.session)
 				require.Equal(t, tt.seq, r.seq)
@@ -188,8 +189,8 @@ func TestAppendReply(t *testing.T) {
 	}
 }
 
-func TestAppendReplyJSON_NoRecords(t *testing.T) {
-	got := string(appendReplyJSON(nil, "s1", nil))
+func TestReplyJSON_NoRecords(t *testing.T) {
+	got := string(replyJSON("s1", nil))
 	require.Equal(t, `{"session":"s1","seq":0,"messages":[],"dropped":{"unpaired_calls":[],"orphan_results":[],"images_omitted":0}}`, got)
 }
 
@@ -211,8 +212,22 @@ func TestAppendReplyMsgpack_NoMsgpackForm(t *testing.T) {
 	require.Contains(t, desc, "request JSON")
 	require.NotContains(t, desc, "seq 2", "no internal detail")
 
-	r := decodeReplyBody(t, appendReplyJSON(nil, "s1", p), false)
+	r := decodeReplyBody(t, replyJSON("s1", p), false)
 	require.Len(t, r.messages, 2)
 	n, _ := r.messages[1].(*record.Map).Get("n")
 	require.Equal(t, record.Number("1E400"), n)
+}
+
+// The JSON reply is built once per view and seq: asked again, the session
+// answers with the same bytes; a skipped record moves seq, not the view,
+// and the reply says the new seq.
+func TestReplyJSON_Kept(t *testing.T) {
+	p := sessionOf(t, []string{`{"role":"user","content":"x"}`})
+	first := replyJSON("s1", p)
+	again := replyJSON("s1", p)
+	require.Equal(t, &first[0], &again[0], "the same bytes")
+	require.True(t, p.Skip(2))
+	moved := replyJSON("s1", p)
+	require.Equal(t, "2", decodeReplyBody(t, moved, false).seq)
+	require.Equal(t, "1", decodeReplyBody(t, first, false).seq, "what was handed out stays")
 }

@@ -179,14 +179,15 @@ func (s *Service) track() bool {
 }
 
 func (s *Service) reply(r micro.Request, session string, req contextRequest) {
-	buf := replyBuffers.Get().(*[]byte)
-	out := (*buf)[:0]
+	var out []byte
+	var buf *[]byte // the msgpack reply's buffer, from replyBuffers
 	var err error
 	verr := s.proj.View(s.ctx, session, func(p *projection.Session) {
 		if req.msgpack {
-			out, err = appendReplyMsgpack(out, session, p)
+			buf = replyBuffers.Get().(*[]byte)
+			out, err = appendReplyMsgpack((*buf)[:0], session, p)
 		} else {
-			out = appendReplyJSON(out, session, p)
+			out = replyJSON(session, p)
 		}
 	})
 	if verr != nil {
@@ -206,15 +207,17 @@ func (s *Service) reply(r micro.Request, session string, req contextRequest) {
 	if err := r.Respond(out); err != nil {
 		s.log("respond", "session", session, "err", err)
 	}
-	// Respond has copied out to the connection's buffer.
-	*buf = out
-	replyBuffers.Put(buf)
+	if buf != nil {
+		// Respond has copied out to the connection's buffer.
+		*buf = out
+		replyBuffers.Put(buf)
+	}
 }
 
-// replyBuffers hold reply buffers between requests: a reply is as large as
-// its context, and a new buffer for every request would cost more than
-// the copy into it (allocating it zeroes it, and collecting it later costs
-// again).
+// replyBuffers hold msgpack reply buffers between requests: a reply is as
+// large as its context, and a new buffer for every request would cost
+// more than the copy into it (allocating it zeroes it, and collecting it
+// later costs again). A JSON reply needs none: the session keeps it.
 var replyBuffers = sync.Pool{New: func() any { return new([]byte) }}
 
 func (s *Service) handleRejected(r micro.Request) {
