@@ -28,7 +28,8 @@ func TestBench_Smoke(t *testing.T) {
 		"fetch 40 msgs p50", "fetch 40 msgs p99", "fetch 40 msgs p999",
 		"fetch 40 msgs, 2 clients (req/s)",
 		"vs rebuild-per-turn, 40 msgs p50",
-		"rebuild 600 records (records/s)",
+		"rebuild 600 records, checkpoints (records/s)",
+		"rebuild 600 records, full projections (records/s)",
 		"cold load, 30 records p50", "cold load, 30 records p99",
 		"memory per live session, 30 records",
 	} {
@@ -43,7 +44,7 @@ func TestBench_Smoke(t *testing.T) {
 			require.Contains(t, []string{"yes", "NO", "-"}, strings.TrimSpace(cells[5]), "row %q", line)
 		}
 	}
-	require.Equal(t, 14, rows, "rows:\n%s", out)
+	require.Equal(t, 15, rows, "rows:\n%s", out)
 	require.Contains(t, errOut, "bench done")
 }
 

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
+	"runtime"
 	"sort"
 	"strconv"
 	"time"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/ctxd/ctxd/pkg/bus"
 	"github.com/ctxd/ctxd/pkg/projection"
+	"github.com/ctxd/ctxd/pkg/rebuild"
 	"github.com/ctxd/ctxd/pkg/record"
 	"github.com/ctxd/ctxd/pkg/subject"
 	"github.com/ctxd/ctxd/streams"
@@ -22,9 +25,10 @@ one session (--session), or the sessions with records at or after a stream
 sequence (--from). It shows progress (a bar on a terminal, a line every few
 seconds otherwise).
 
-Without --check it writes each rebuilt session's checkpoint (the sequence of
-its latest valid compaction and of its last record), from which a running
-ctxd loads the session.
+Without --check it writes each session's checkpoint (the sequence of its
+latest valid compaction and of its last record), from which a running ctxd
+loads the session; working those out needs no projection, and only the
+records that could be compactions are decoded.
 
 With --check it writes nothing: it compares every rebuilt context with the
 one the running service answers (reading on when the service has moved
@@ -65,8 +69,7 @@ func runRebuild(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	rb := &rebuilder{nc: nc, js: js, stream: def.Name, opt: projection.Options{BrowserTools: splitList(*browser)},
-		sessions: map[string]*rebuilt{}, dec: record.Decoder{}}
+	rb := newRebuilder(nc, js, def.Name, projection.Options{BrowserTools: splitList(*browser)}, *check)
 	start := time.Now()
 	st, err := js.Stream(ctx, def.Name)
 	if err != nil {
@@ -87,48 +90,75 @@ func runRebuild(ctx context.Context, e *env, args []string) error {
 	}
 	took := time.Since(start)
 	fmt.Fprintf(e.stderr, "rebuilt %d sessions from %d records in %s (%.0f records/s)\n",
-		len(rb.sessions), n, took.Round(time.Millisecond), float64(n)/max(took.Seconds(), 1e-9))
+		rb.count(), n, took.Round(time.Millisecond), float64(n)/max(took.Seconds(), 1e-9))
 	if *check {
 		return rb.check(ctx, e)
 	}
 	return rb.writeCheckpoints(ctx, e)
 }
 
-// rebuilt is one session's rebuilt projection.
-type rebuilt struct {
-	proj *projection.Session
-	from uint64 // sequence of its latest valid compaction
-}
-
+// rebuilder rebuilds either the sessions' checkpoints alone (cps), which
+// is all that is written, or their whole projections (sessions), which
+// --check compares with the service.
 type rebuilder struct {
 	nc       *nats.Conn
 	js       jetstream.JetStream
 	stream   string
 	opt      projection.Options
 	dec      record.Decoder
-	sessions map[string]*rebuilt
+	cps      *rebuild.Checkpoints        // without --check
+	sessions map[string]*rebuild.Session // with --check
 }
 
-func (rb *rebuilder) apply(session string, seq uint64, data []byte) {
-	r := rb.sessions[session]
-	if r == nil {
-		r = &rebuilt{proj: projection.New(rb.opt)}
-		rb.sessions[session] = r
+func newRebuilder(nc *nats.Conn, js jetstream.JetStream, stream string, opt projection.Options, check bool) *rebuilder {
+	rb := &rebuilder{nc: nc, js: js, stream: stream, opt: opt}
+	if check {
+		rb.sessions = map[string]*rebuild.Session{}
+	} else {
+		rb.cps = rebuild.NewCheckpoints()
+		rb.cps.Decoder = rb.dec
 	}
-	v, err := rb.dec.Decode(data)
-	if err != nil {
-		r.proj.Skip(seq)
+	return rb
+}
+
+// count returns the number of sessions rebuilt.
+func (rb *rebuilder) count() int {
+	if rb.cps != nil {
+		return len(rb.cps.Sessions)
+	}
+	return len(rb.sessions)
+}
+
+// touch makes sure a session is rebuilt, even with no records.
+func (rb *rebuilder) touch(id string) {
+	if rb.cps != nil {
+		rb.cps.Session(id)
+	} else if rb.sessions[id] == nil {
+		rb.sessions[id] = rebuild.NewSession(rb.opt)
+	}
+}
+
+// apply takes one record of a session, in stream order.
+func (rb *rebuilder) apply(id string, seq uint64, data []byte) {
+	if rb.cps != nil {
+		rb.cps.Add(id, seq, data)
 		return
 	}
-	if projection.IsValidCompaction(v) {
-		r.from = seq
-	}
-	r.proj.Apply(seq, v)
+	rb.touch(id)
+	rb.sessions[id].Add(rb.dec, seq, data)
 }
 
 // scan reads the stream from a sequence to its end with an ordered consumer.
 func (rb *rebuilder) scan(ctx context.Context, e *env, from, end uint64) (uint64, error) {
 	p := newProgress(e.stderr, "rebuild", end-min(end, from-1))
+	apply := rb.apply
+	var projs *rebuild.Projections
+	if rb.cps == nil {
+		// Whole projections: decoding and applying, the bulk of the work,
+		// run on other goroutines while the stream is read.
+		projs = rebuild.NewProjections(rb.opt, rb.dec, runtime.GOMAXPROCS(0))
+		apply = projs.Add
+	}
 	var n uint64
 	_, _, err := bus.Replay(ctx, rb.js, rb.stream, from, func(m bus.Msg) {
 		if m.Seq > end {
@@ -137,9 +167,12 @@ func (rb *rebuilder) scan(ctx context.Context, e *env, from, end uint64) (uint64
 		n++
 		p.update(n)
 		if id, err := subject.SessionOf(m.Subject, subject.TranscriptsPrefix); err == nil {
-			rb.apply(id, m.Seq, m.Data)
+			apply(id, m.Seq, m.Data)
 		}
 	})
+	if projs != nil {
+		maps.Copy(rb.sessions, projs.Close())
+	}
 	p.finish(n)
 	return n, err
 }
@@ -178,24 +211,21 @@ func (rb *rebuilder) readSession(ctx context.Context, id string, from, to uint64
 		n++
 		return nil
 	})
-	if _, ok := rb.sessions[id]; !ok && err == nil {
-		rb.sessions[id] = &rebuilt{proj: projection.New(rb.opt)}
+	if err == nil {
+		rb.touch(id)
 	}
 	return n, err
 }
 
 func (rb *rebuilder) writeCheckpoints(ctx context.Context, e *env) error {
-	cps, err := bus.OpenCheckpoints(ctx, rb.js, 0)
+	bucket, err := bus.OpenCheckpoints(ctx, rb.js, 0)
 	if err != nil {
 		return err
 	}
-	for _, id := range rb.sorted() {
-		r := rb.sessions[id]
-		if err := cps.Put(ctx, id, bus.Checkpoint{From: r.from, Seq: r.proj.Seq()}); err != nil {
-			return err
-		}
+	if err := rebuild.Write(ctx, bucket, rb.cps.Sessions); err != nil {
+		return err
 	}
-	fmt.Fprintf(e.stdout, "wrote %d checkpoints\n", len(rb.sessions))
+	fmt.Fprintf(e.stdout, "wrote %d checkpoints\n", len(rb.cps.Sessions))
 	return nil
 }
 
@@ -223,8 +253,8 @@ func (rb *rebuilder) check(ctx context.Context, e *env) error {
 // compare fetches the live context at or past the rebuilt sequence;
 // when the service has moved on, it reads the session's newer records up
 // to the live reply's sequence and compares with that same reply.
-func (rb *rebuilder) compare(ctx context.Context, id string, r *rebuilt) (bool, error) {
-	body := fmt.Sprintf(`{"min_seq":%d,"wait_ms":10000}`, r.proj.Seq())
+func (rb *rebuilder) compare(ctx context.Context, id string, r *rebuild.Session) (bool, error) {
+	body := fmt.Sprintf(`{"min_seq":%d,"wait_ms":10000}`, r.Proj.Seq())
 	data, err := request(ctx, rb.nc, subject.ContextPrefix+id, []byte(body), 15*time.Second)
 	if err != nil {
 		return false, fmt.Errorf("session %s: %w", id, err)
@@ -240,23 +270,23 @@ func (rb *rebuilder) compare(ctx context.Context, id string, r *rebuilt) (bool, 
 	liveSeq, _ := m.Get("seq")
 	ls, _ := record.IntegerString(liveSeq)
 	seq, _ := strconv.ParseUint(ls, 10, 64)
-	if seq > r.proj.Seq() {
-		if _, err := rb.readSession(ctx, id, r.proj.Seq()+1, seq); err != nil {
+	if seq > r.Proj.Seq() {
+		if _, err := rb.readSession(ctx, id, r.Proj.Seq()+1, seq); err != nil {
 			return false, err
 		}
 	}
 	msgs, _ := m.Get("messages")
-	want, err := record.DecodeJSON(r.proj.AppendJSON(nil))
+	want, err := record.DecodeJSON(r.Proj.AppendJSON(nil))
 	if err != nil {
 		return false, err
 	}
 	dropped, _ := m.Get("dropped")
-	wantDropped, err := jsonMarshal(r.proj.Dropped())
+	wantDropped, err := jsonMarshal(r.Proj.Dropped())
 	if err != nil {
 		return false, err
 	}
 	wd, _ := record.DecodeJSON(wantDropped)
-	return seq == r.proj.Seq() && record.Equal(want, msgs) && record.Equal(wd, dropped), nil
+	return seq == r.Proj.Seq() && record.Equal(want, msgs) && record.Equal(wd, dropped), nil
 }
 
 func (rb *rebuilder) sorted() []string {

@@ -13,8 +13,9 @@
 //   - turn: ctxd's fetch against rebuilding the context per request, as a
 //     store-and-rebuild design does (read the session's records from the
 //     stream, projection.Build, encode);
-//   - rebuild: records/s replaying a stream into fresh projections, against
-//     a raw ordered consumer over the same stream;
+//   - rebuild: records/s of ctxd rebuild gathering and writing the
+//     sessions' checkpoints, and of rebuilding whole projections as its
+//     --check does, against a raw ordered consumer over the same stream;
 //   - cold: the latency of a fetch that loads its session from the stream,
 //     against reading the session's records with direct gets;
 //   - memory: resident bytes per live session, against the bytes of the

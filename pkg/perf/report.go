@@ -100,7 +100,7 @@ var Baselines = []string{
 	"fetch: latency of ctxd.context.<session> (a live session holding N messages since its latest compaction); baseline: a bare NATS responder returning the same bytes; requests interleaved, one client",
 	"clients: requests/s of several clients, each on its own connection, fetching one session; baseline: the same against the bare responder",
 	"turn: p50 of ctxd's fetch; baseline: rebuilding per request as a store-and-rebuild design does (direct-get read of the session's records, decode, projection.Build, JSON encode), requests interleaved in one process",
-	"rebuild: records/s replaying the stream into fresh projections (ctxd rebuild); baseline: a raw ordered consumer reading the same stream",
+	"rebuild: records/s of ctxd rebuild over the stream (a compaction every 100 records of a session): first row, gathering every session's checkpoint (decoding only the records that could be compactions) and writing them, which is what the command does; second row, rebuilding whole projections on worker goroutines, as --check does; baseline: a raw ordered consumer reading the same stream",
 	"cold: latency of a fetch whose session was evicted (read, decode, apply, render); baseline: a client reading the same records by sequence with pipelined direct gets (bus.ReadSeqs), as ctxd's loader does",
 	"memory: heap in use per loaded session (after GC, freed when the sessions are evicted); baseline: the bytes of the context replies of those sessions",
 }
