@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/ctxd/ctxd/pkg/app"
@@ -108,6 +109,10 @@ func (b *bench) ingest(ctx context.Context) ([]Row, error) {
 		}
 	}
 	var rawRates, bareRates, ctxdRates []float64
+	// The process's CPU time per record, per side: the whole process,
+	// server included, so what each side costs the machine.
+	var rawCPU, bareCPU, ctxdCPU []float64
+	cpuOf := map[int]*[]float64{0: &rawCPU, 1: &bareCPU, 2: &ctxdCPU}
 	sides := []func() error{
 		func() error { // raw publish, nobody consuming
 			start := time.Now()
@@ -143,13 +148,18 @@ func (b *bench) ingest(ctx context.Context) ([]Row, error) {
 	}
 	for round = range cfg.Rounds {
 		for k := range sides {
-			if err := sides[(k+round)%len(sides)](); err != nil {
+			i := (k + round) % len(sides)
+			before := processCPU()
+			if err := sides[i](); err != nil {
 				return nil, err
 			}
+			*cpuOf[i] = append(*cpuOf[i], float64(processCPU()-before)/float64(time.Microsecond)/float64(N))
 		}
 		b.logf("ingest: round %d: ctxd %.0f records/s, raw publish %.0f records/s, bare consumer %.0f records/s",
 			round+1, ctxdRates[round], rawRates[round], bareRates[round])
 	}
+	b.logf("ingest: CPU time of the process per record (medians): ctxd %.1f µs, raw publish %.1f µs, bare consumer %.1f µs",
+		median(ctxdCPU), median(rawCPU), median(bareCPU))
 	b.checkApplied("ingest", a, uint64(S+cfg.Rounds*N))
 	st := a.Store().Stats()
 	b.logf("ingest: store: %d sessions loaded, %d records applied, %d evictions, %d rejected", st.Loaded, st.Records, st.Evictions, st.Rejected)
@@ -198,4 +208,13 @@ func (b *bench) ingestRound(ctx context.Context, a *app.App, n int, last uint64,
 	b.logf("ingest: published in %v, %d of %d applied by then, all applied after %v",
 		published.Round(time.Millisecond), appliedThen-last, n, end.Sub(start).Round(time.Millisecond))
 	return float64(n) / end.Sub(start).Seconds(), nil
+}
+
+// processCPU returns the CPU time the process has used, user and system.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
