@@ -10,9 +10,10 @@
 //     bytes, requests interleaved;
 //   - clients: requests/s of concurrent clients, against the same clients
 //     of the bare responder;
-//   - turn: ctxd's fetch against rebuilding the context per request, as a
-//     store-and-rebuild design does (read the session's records from the
-//     stream, projection.Build, encode);
+//   - turn: ctxd's fetch against a responder that rebuilds the context per
+//     request, as a store-and-rebuild design does (read the session's
+//     records from the stream, projection.Build, encode, reply), both timed
+//     as the client's round trip;
 //   - rebuild: records/s of ctxd rebuild gathering and writing the
 //     sessions' checkpoints, and of rebuilding whole projections as its
 //     --check does, against a raw ordered consumer over the same stream;

@@ -198,7 +198,7 @@ func (b *bench) fetch(ctx context.Context) ([]Row, error) {
 	}
 	if cfg.wants(FigureTurn) {
 		for _, n := range cfg.TurnMessages {
-			r, err := b.turn(ctx, sessions[n])
+			r, err := b.turn(ctx, rc, sessions[n])
 			if err != nil {
 				return nil, err
 			}
@@ -348,15 +348,36 @@ func (b *bench) clients(ctx context.Context, s *fetchSession) (Row, error) {
 	}, nil
 }
 
-// turn compares ctxd's fetch with rebuilding the context per request.
-func (b *bench) turn(ctx context.Context, s *fetchSession) (Row, error) {
+// turn compares ctxd's fetch with a service that rebuilds the context per
+// request, as a store-and-rebuild design does. Both are timed the same
+// way, as a client's round trip: the rebuilding service answers on its
+// own connection, rc, as ctxd's does.
+func (b *bench) turn(ctx context.Context, rc *nats.Conn, s *fetchSession) (Row, error) {
 	def, err := streams.Transcripts()
 	if err != nil {
 		return Row{}, err
 	}
-	rebuilt, err := rebuildPerTurn(ctx, b.nc, def.Name, s.name, s.last)
+	subj := fmt.Sprintf("perf.rebuild.%d", s.n)
+	sub, err := rc.Subscribe(subj, func(m *nats.Msg) {
+		out, err := rebuildPerTurn(ctx, rc, def.Name, s.name, s.last)
+		if err != nil {
+			b.logf("turn: rebuild per turn: %v", err)
+			return // the client times out and says so
+		}
+		if err := m.Respond(out); err != nil {
+			b.logf("turn: rebuild per turn: respond: %v", err)
+		}
+	})
 	if err != nil {
 		return Row{}, err
+	}
+	defer sub.Unsubscribe()
+	if err := rc.Flush(); err != nil {
+		return Row{}, err
+	}
+	rebuilt, err := bareOnce(ctx, b.nc, subj)
+	if err != nil {
+		return Row{}, fmt.Errorf("turn: %w", err)
 	}
 	if !bytes.Equal(rebuilt, s.body) {
 		return Row{}, fmt.Errorf("turn: the rebuilt reply of %s (%d bytes) differs from ctxd's (%d bytes)", s.name, len(rebuilt), len(s.body))
@@ -366,7 +387,7 @@ func (b *bench) turn(ctx context.Context, s *fetchSession) (Row, error) {
 		return err
 	}
 	rebuild := func() error {
-		_, err := rebuildPerTurn(ctx, b.nc, def.Name, s.name, s.last)
+		_, err := bareOnce(ctx, b.nc, subj)
 		return err
 	}
 	lc, lr, err := interleave(ctx, b.cfg.TurnSamples, ctxdFetch, rebuild)
