@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -24,6 +25,7 @@ type Checkpoint struct {
 
 // Checkpoints is the key-value bucket of session checkpoints.
 type Checkpoints struct {
+	js jetstream.JetStream
 	kv jetstream.KeyValue
 }
 
@@ -48,7 +50,7 @@ func OpenCheckpoints(ctx context.Context, js jetstream.JetStream, replicas int) 
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint bucket: %w", err)
 	}
-	return &Checkpoints{kv: kv}, nil
+	return &Checkpoints{js: js, kv: kv}, nil
 }
 
 // Get returns a session's checkpoint; ok is false when it has none.
@@ -73,6 +75,69 @@ func (c *Checkpoints) Put(ctx context.Context, session string, cp Checkpoint) er
 		return fmt.Errorf("checkpoint %s: %w", session, err)
 	}
 	return nil
+}
+
+// putWindow is how many checkpoints PutAll has in flight at most.
+const putWindow = 512
+
+// PutAll stores many checkpoints, the way Put stores one, without waiting
+// for each to be stored before sending the next: a window of them is
+// published at once, then their acknowledgements are awaited. It returns
+// once all are stored, or with the first error; some of the others may
+// be stored by then.
+func (c *Checkpoints) PutAll(ctx context.Context, cps iter.Seq2[string, Checkpoint]) error {
+	prefix := "$KV." + c.kv.Bucket() + "."
+	var inFlight []jetstream.PubAckFuture
+	var keys []string
+	wait := func() error {
+		defer func() { inFlight, keys = inFlight[:0], keys[:0] }()
+		for i, f := range inFlight {
+			select {
+			case <-f.Ok():
+			case err := <-f.Err():
+				return fmt.Errorf("checkpoint %s: %w", keys[i], err)
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	}
+	for session, cp := range cps {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if !validKey(session) {
+			return fmt.Errorf("checkpoint %s: %w", session, jetstream.ErrInvalidKey)
+		}
+		data, _ := json.Marshal(cp)
+		f, err := c.js.PublishAsync(prefix+session, data)
+		if err != nil {
+			return fmt.Errorf("checkpoint %s: %w", session, err)
+		}
+		inFlight, keys = append(inFlight, f), append(keys, session)
+		if len(inFlight) == putWindow {
+			if err := wait(); err != nil {
+				return err
+			}
+		}
+	}
+	return wait()
+}
+
+// validKey reports whether a key is one the bucket takes, as Put checks.
+func validKey(k string) bool {
+	if k == "" || k[0] == '.' || k[len(k)-1] == '.' {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		switch c := k[i]; {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case c == '-', c == '/', c == '_', c == '=', c == '.':
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // All returns every stored checkpoint.

@@ -2,7 +2,6 @@ package rebuild
 
 import (
 	"context"
-	"sync"
 
 	"github.com/ctxd/ctxd/pkg/bus"
 	"github.com/ctxd/ctxd/pkg/record"
@@ -49,49 +48,15 @@ func (c *Checkpoints) Add(session string, seq uint64, data []byte) {
 	cp.Seq = max(cp.Seq, seq)
 }
 
-// writers is how many checkpoint puts are in flight at once: each put
-// waits for the server's reply, so one at a time would leave a rebuild of
-// thousands of sessions waiting on round trips.
-const writers = 16
-
 // Write stores every session's checkpoint in the bucket, in no particular
-// order. It stops at the first error and returns it.
+// order, pipelined (bus.Checkpoints.PutAll). It stops at the first error
+// and returns it.
 func Write(ctx context.Context, bucket *bus.Checkpoints, sessions map[string]*bus.Checkpoint) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	ids := make(chan string)
-	var (
-		mu    sync.Mutex
-		first error
-		wg    sync.WaitGroup
-	)
-	for range writers {
-		wg.Go(func() {
-			for id := range ids {
-				if err := bucket.Put(ctx, id, *sessions[id]); err != nil {
-					mu.Lock()
-					if first == nil {
-						first = err
-					}
-					mu.Unlock()
-					cancel()
-				}
+	return bucket.PutAll(ctx, func(yield func(string, bus.Checkpoint) bool) {
+		for id, cp := range sessions {
+			if !yield(id, *cp) {
+				return
 			}
-		})
-	}
-	for id := range sessions {
-		select {
-		case ids <- id:
-		case <-ctx.Done():
 		}
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	close(ids)
-	wg.Wait()
-	if first == nil {
-		first = ctx.Err()
-	}
-	return first
+	})
 }

@@ -1,0 +1,40 @@
+package bus_test
+
+import (
+	"fmt"
+	"maps"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ctxd/ctxd/pkg/bus"
+)
+
+// TestCheckpoints_PutAll: more checkpoints than one window are all
+// stored, a later value replaces an earlier one, each reads back with Get
+// as Put stores it, and a key the bucket refuses is an error naming it.
+func TestCheckpoints_PutAll(t *testing.T) {
+	ctx := testContext(t)
+	js := startJetStream(t)
+	cps, err := bus.OpenCheckpoints(ctx, js, 0)
+	require.NoError(t, err)
+
+	want := map[string]bus.Checkpoint{}
+	for i := range 1300 {
+		want[fmt.Sprintf("s-%d", i)] = bus.Checkpoint{From: uint64(i), Seq: uint64(3 * i)}
+	}
+	require.NoError(t, cps.Put(ctx, "s-7", bus.Checkpoint{From: 1, Seq: 1}))
+	require.NoError(t, cps.PutAll(ctx, maps.All(want)))
+	got, err := cps.All(ctx)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+	one, ok, err := cps.Get(ctx, "s-7")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, want["s-7"], one)
+
+	err = cps.PutAll(ctx, maps.All(map[string]bus.Checkpoint{"no spaces": {}}))
+	require.ErrorIs(t, err, jetstream.ErrInvalidKey)
+	require.ErrorContains(t, err, "no spaces")
+}
