@@ -141,7 +141,9 @@ func (a *App) Open(ctx context.Context) (err error) {
 
 	a.store = store.New()
 	a.store.Options = projection.Options{BrowserTools: a.BrowserTools}
-	a.store.Decoder = record.Decoder{MaxBytes: a.MaxRecordBytes}
+	// Records come from NATS messages, each its own copy that nothing
+	// writes again: screenshots are decoded without copying them.
+	a.store.Decoder = record.Decoder{MaxBytes: a.MaxRecordBytes, ShareInput: true}
 	a.store.Loader = &streamLoader{nc: a.nc, stream: want.Name, cps: cps}
 	a.store.MaxSessions, a.store.MaxBytes = a.CacheSessions, a.CacheBytes
 	a.store.MaxSessionBytes = a.MaxSessionBytes

@@ -15,7 +15,18 @@ type Decoder struct {
 	// MaxDepth is the deepest nesting of maps and arrays accepted; 0 means
 	// DefaultMaxDepth.
 	MaxDepth int
+	// ShareInput lets long strings (ShareMinString bytes or more, written
+	// without escapes) point into the input instead of being copied: a
+	// screenshot is decoded without copying its bytes. The input must then
+	// never change while the value is in use, and stays in memory as long
+	// as such a string does.
+	ShareInput bool
 }
+
+// ShareMinString is the shortest string a Decoder with ShareInput shares
+// with its input: shorter ones are copied, so that a small string never
+// holds a large input in memory.
+const ShareMinString = 4096
 
 func (d Decoder) limits() (maxBytes, maxDepth int) {
 	maxBytes, maxDepth = d.MaxBytes, d.MaxDepth

@@ -54,9 +54,17 @@ func FuzzDecode(f *testing.F) {
 	addSeeds(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := record.Decode(data)
+		// Sharing the input's memory changes nothing a caller can see.
+		shared, serr := record.Decoder{ShareInput: true}.Decode(bytes.Clone(data))
+		if (err == nil) != (serr == nil) || (err != nil && err.Error() != serr.Error()) {
+			t.Fatalf("ShareInput: error %v, without it %v", serr, err)
+		}
 		if err != nil {
 			checkError(t, err, data)
 			return
+		}
+		if !record.Equal(m, shared) {
+			t.Fatalf("ShareInput decodes differently\n%s\n%s", repr(m), repr(shared))
 		}
 		if !utf8.ValidString(repr(m)) {
 			t.Fatalf("decoded invalid UTF-8: %s", repr(m))

@@ -20,7 +20,7 @@ func (d Decoder) DecodeJSON(data []byte) (any, error) {
 	}
 	p := jsonParsers.Get().(*jsonParser)
 	defer p.release()
-	p.data, p.maxDepth = data, maxDepth
+	p.data, p.maxDepth, p.strs.share = data, maxDepth, d.ShareInput
 	p.skipSpace()
 	if p.pos == len(data) {
 		return nil, p.fail(ErrEmpty, "")
@@ -326,7 +326,7 @@ func (p *jsonParser) str() (string, error) {
 			return "", p.badUTF8(start)
 		}
 		p.pos = end + 1
-		return p.strs.string(data[start:end], len(data)-p.pos), nil
+		return p.strs.input(data[start:end], len(data)-p.pos), nil
 	}
 	buf := p.buf[:0]
 	for i := start; ; {

@@ -25,6 +25,7 @@ func (d Decoder) DecodeMsgpack(data []byte) (any, error) {
 		return nil, &DecodeError{Format: "msgpack", Err: ErrEmpty}
 	}
 	p := mpParser{data: data, maxDepth: maxDepth}
+	p.strs.share = d.ShareInput
 	v, err := p.value(0)
 	if err != nil {
 		return nil, err
@@ -262,7 +263,7 @@ func (p *mpParser) strN(n int) (string, error) {
 		p.pos -= n
 		return "", p.fail(ErrInvalidUTF8, "")
 	}
-	return p.strs.string(b, len(p.data)-p.pos), nil
+	return p.strs.input(b, len(p.data)-p.pos), nil
 }
 
 func (p *mpParser) arrayN(n, depth, start int) (any, error) {

@@ -20,6 +20,18 @@ const (
 
 type arena struct {
 	block []byte
+	share bool // input strings of ShareMinString bytes or more are not copied
+}
+
+// input returns b, a part of the decoder's input, as a string: shared with
+// the input when the arena may and the string is long, else copied as
+// string does.
+func (a *arena) input(b []byte, left int) string {
+	if a.share && len(b) >= ShareMinString {
+		// The caller promised the input never changes (ShareInput).
+		return unsafe.String(&b[0], len(b))
+	}
+	return a.string(b, left)
 }
 
 // string returns b as a string; left is the number of input bytes not yet

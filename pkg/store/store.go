@@ -82,7 +82,9 @@ const maxIndexedPerSession = 1 << 16
 type Store struct {
 	// Options configure every session's projection.
 	Options projection.Options
-	// Decoder decodes records; its limits apply to every record.
+	// Decoder decodes records; its limits apply to every record. With
+	// ShareInput, the data handed to Apply and by the Loader must never
+	// change afterwards: the projections may keep parts of it.
 	Decoder record.Decoder
 	// Loader loads sessions that are not cached; nil keeps every session
 	// in memory for good (nothing is evicted).
