@@ -177,7 +177,7 @@ func (c Config) check() error {
 	if c.ColdRecords < c.ColdSessionRecords {
 		return fmt.Errorf("cold records (%d) must hold at least one session of %d", c.ColdRecords, c.ColdSessionRecords)
 	}
-	if c.MemorySessions > c.ColdRecords/c.ColdSessionRecords {
+	if c.wants(FigureMemory) && c.MemorySessions > c.ColdRecords/c.ColdSessionRecords {
 		return fmt.Errorf("memory sessions (%d) must be at most the cold stream's %d sessions", c.MemorySessions, c.ColdRecords/c.ColdSessionRecords)
 	}
 	if c.ClientsTime <= 0 {
