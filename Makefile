@@ -14,7 +14,7 @@ test:
 
 ## race: the concurrent packages under the race detector
 race:
-	$(GO) test -race -short ./pkg/store/... ./pkg/server/... ./pkg/bus/... ./integration/...
+	$(GO) test -race -short ./pkg/store/... ./pkg/server/... ./pkg/bus/... ./pkg/rebuild/... ./integration/...
 
 ## fuzz: each fuzz target for FUZZTIME
 fuzz:
@@ -22,6 +22,8 @@ fuzz:
 	$(GO) test ./pkg/record -run '^$$' -fuzz '^FuzzDecodeJSON$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./pkg/projection -run '^$$' -fuzz '^FuzzSession_EquivalentToBuild$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./pkg/projection -run '^$$' -fuzz '^FuzzBuild$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./pkg/server -run '^$$' -fuzz '^FuzzParseRequest$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./pkg/rebuild -run '^$$' -fuzz '^FuzzIsCompaction$$' -fuzztime $(FUZZTIME)
 
 ## bench: the benchmarks of the core and of the service
 bench:
