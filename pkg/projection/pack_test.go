@@ -144,3 +144,18 @@ func TestSession_JSONReply(t *testing.T) {
 	require.Equal(t, `{"m":[`+string(body)+`]}`, string(r5))
 	requireBuild(t, s, values)
 }
+
+// TestSession_JSONReply_EmptyHead: a head that writes nothing still gets
+// a reply of its own, which later appends to the cache leave alone.
+func TestSession_JSONReply_EmptyHead(t *testing.T) {
+	values := decodeAll(t, `{"role":"user","content":"a"}`, `{"role":"user","content":"b"}`)
+	s := New(Options{})
+	s.Apply(1, values[0])
+	none := func(dst []byte) []byte { return dst }
+	tail := func(dst []byte) []byte { return append(dst, "TAIL"...) }
+	r := s.JSONReply(1, none, tail)
+	require.Equal(t, `{"role":"user","content":"a"}TAIL`, string(r))
+	s.Apply(2, values[1])
+	s.JSONBody()
+	require.Equal(t, `{"role":"user","content":"a"}TAIL`, string(r))
+}

@@ -108,7 +108,13 @@ func (s *Session) JSONReply(key uint64, head func(dst []byte) []byte, tail func(
 	if r.bytes != nil && r.version == s.version && r.key == key {
 		return r.bytes
 	}
-	buf := tail(s.encoded(&s.json, appendMessageJSON, ',', head(nil)))
+	h := head(nil)
+	if h == nil {
+		// An empty head still asks for a buffer of the reply's own: the
+		// tail must not go where the cache appends next.
+		h = []byte{}
+	}
+	buf := tail(s.encoded(&s.json, appendMessageJSON, ',', h))
 	*r = reply{version: s.version, key: key, bytes: buf[:len(buf):len(buf)]}
 	return r.bytes
 }
