@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -77,8 +79,12 @@ func (c *Checkpoints) Put(ctx context.Context, session string, cp Checkpoint) er
 	return nil
 }
 
-// putWindow is how many checkpoints PutAll has in flight at most.
-const putWindow = 512
+// putWindow is how many checkpoints PutAll has in flight at most, and
+// putAckWait how long it waits for a window's acknowledgements.
+const (
+	putWindow  = 512
+	putAckWait = 30 * time.Second
+)
 
 // PutAll stores many checkpoints, the way Put stores one, without waiting
 // for each to be stored before sending the next: a window of them is
@@ -91,11 +97,17 @@ func (c *Checkpoints) PutAll(ctx context.Context, cps iter.Seq2[string, Checkpoi
 	var keys []string
 	wait := func() error {
 		defer func() { inFlight, keys = inFlight[:0], keys[:0] }()
+		// Put waits as long for its one acknowledgement; a window that
+		// gets none in that time will not get it.
+		timeout := time.NewTimer(putAckWait)
+		defer timeout.Stop()
 		for i, f := range inFlight {
 			select {
 			case <-f.Ok():
 			case err := <-f.Err():
 				return fmt.Errorf("checkpoint %s: %w", keys[i], err)
+			case <-timeout.C:
+				return fmt.Errorf("checkpoint %s: no acknowledgement in %v", keys[i], putAckWait)
 			case <-ctx.Done():
 				return ctx.Err()
 			}
@@ -126,7 +138,7 @@ func (c *Checkpoints) PutAll(ctx context.Context, cps iter.Seq2[string, Checkpoi
 
 // validKey reports whether a key is one the bucket takes, as Put checks.
 func validKey(k string) bool {
-	if k == "" || k[0] == '.' || k[len(k)-1] == '.' {
+	if k == "" || k[0] == '.' || k[len(k)-1] == '.' || strings.Contains(k, "..") {
 		return false
 	}
 	for i := 0; i < len(k); i++ {

@@ -34,7 +34,11 @@ func TestCheckpoints_PutAll(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, want["s-7"], one)
 
+	for _, bad := range []string{"no spaces", "a..b", ".a", "a.", "", "a*"} {
+		err = cps.PutAll(ctx, maps.All(map[string]bus.Checkpoint{bad: {}}))
+		require.ErrorIs(t, err, jetstream.ErrInvalidKey, "%q", bad)
+		require.ErrorIs(t, cps.Put(ctx, bad, bus.Checkpoint{}), jetstream.ErrInvalidKey, "Put refuses %q as well", bad)
+	}
 	err = cps.PutAll(ctx, maps.All(map[string]bus.Checkpoint{"no spaces": {}}))
-	require.ErrorIs(t, err, jetstream.ErrInvalidKey)
 	require.ErrorContains(t, err, "no spaces")
 }
