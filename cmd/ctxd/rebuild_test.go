@@ -7,12 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ctxd/ctxd/internal/natstest"
 	"github.com/ctxd/ctxd/pkg/bus"
-	"github.com/ctxd/ctxd/pkg/natsd"
 	"github.com/ctxd/ctxd/pkg/projection"
 	"github.com/ctxd/ctxd/pkg/rebuild"
 	"github.com/ctxd/ctxd/pkg/record"
@@ -56,14 +55,8 @@ func rebuildRecords(t *testing.T) [][]byte {
 func TestRebuild_WritesCheckpoints(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	srv := natsd.New(t.TempDir())
-	srv.Port = -1
-	require.NoError(t, srv.Open())
-	defer srv.Close()
-	nc, err := nats.Connect(srv.ClientURL())
-	require.NoError(t, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
+	url := natstest.Start(t)
+	js, err := jetstream.New(natstest.Connect(t, url))
 	require.NoError(t, err)
 	def, err := streams.Transcripts()
 	require.NoError(t, err)
@@ -101,7 +94,7 @@ func TestRebuild_WritesCheckpoints(t *testing.T) {
 		for _, id := range []string{"s0", "s1", "s2", "s3", "s4", "s9"} {
 			_ = bucket.Put(ctx, id, bus.Checkpoint{}) // cleared, then rewritten
 		}
-		code, out, errOut := runCmd(t, "", append([]string{"rebuild", "--nats", srv.ClientURL()}, args...)...)
+		code, out, errOut := runCmd(t, "", append([]string{"rebuild", "--nats", url}, args...)...)
 		require.Equal(t, 0, code, "stderr: %s", errOut)
 		require.Contains(t, out, "wrote ")
 		got, err := bucket.All(ctx)

@@ -9,30 +9,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ctxd/ctxd/internal/natstest"
 	"github.com/ctxd/ctxd/pkg/bus"
-	"github.com/ctxd/ctxd/pkg/natsd"
 	"github.com/ctxd/ctxd/streams"
 )
-
-// startJetStream runs an embedded server on a free port for the test and
-// returns a JetStream client of it.
-func startJetStream(t *testing.T) jetstream.JetStream {
-	t.Helper()
-	srv := natsd.New(t.TempDir())
-	srv.Port = -1
-	require.NoError(t, srv.Open())
-	t.Cleanup(func() { srv.Close() })
-	nc, err := nats.Connect(srv.ClientURL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	return js
-}
 
 // testContext is a context that ends with the test, or after a while.
 func testContext(t *testing.T) context.Context {
@@ -175,7 +158,7 @@ func TestCheckStream(t *testing.T) {
 }
 
 func TestEnsureStream(t *testing.T) {
-	js := startJetStream(t)
+	js := natstest.JetStream(t)
 	ctx := testContext(t)
 	want := transcripts(t)
 
@@ -211,7 +194,7 @@ func TestEnsureStream(t *testing.T) {
 // An existing stream ctxd cannot run on is refused, naming every field,
 // and left as it is.
 func TestEnsureStream_Existing(t *testing.T) {
-	js := startJetStream(t)
+	js := natstest.JetStream(t)
 	want := transcripts(t)
 	for _, tt := range streamMutations {
 		t.Run(tt.name, func(t *testing.T) {
@@ -244,7 +227,7 @@ func TestEnsureStream_Existing(t *testing.T) {
 }
 
 func TestEnsureConsumer(t *testing.T) {
-	js := startJetStream(t)
+	js := natstest.JetStream(t)
 	ctx := testContext(t)
 	st := ensureTranscripts(t, js)
 	cfg, err := streams.Ingest()
@@ -273,7 +256,7 @@ func TestEnsureConsumer(t *testing.T) {
 }
 
 func TestPublish(t *testing.T) {
-	js := startJetStream(t)
+	js := natstest.JetStream(t)
 	ctx := testContext(t)
 	st := ensureTranscripts(t, js)
 
@@ -307,7 +290,7 @@ func TestPublish(t *testing.T) {
 }
 
 func TestReplay(t *testing.T) {
-	js := startJetStream(t)
+	js := natstest.JetStream(t)
 	ensureTranscripts(t, js)
 	all := publishN(t, js, 25)
 
@@ -346,7 +329,7 @@ func TestReplay(t *testing.T) {
 }
 
 func TestReplay_EmptyStream(t *testing.T) {
-	js := startJetStream(t)
+	js := natstest.JetStream(t)
 	ensureTranscripts(t, js)
 	n, last, err := bus.Replay(testContext(t), js, "TRANSCRIPTS", 1, func(m bus.Msg) {
 		t.Errorf("handler called for %d", m.Seq)
@@ -357,7 +340,7 @@ func TestReplay_EmptyStream(t *testing.T) {
 }
 
 func TestReplay_MissingStream(t *testing.T) {
-	js := startJetStream(t)
+	js := natstest.JetStream(t)
 	_, _, err := bus.Replay(testContext(t), js, "NOPE", 1, func(bus.Msg) {})
 	require.ErrorIs(t, err, jetstream.ErrStreamNotFound)
 }
@@ -365,7 +348,7 @@ func TestReplay_MissingStream(t *testing.T) {
 // Replay stops at the end of the stream as it was when it started, even
 // while records keep coming.
 func TestReplay_StopsAtTheEnd(t *testing.T) {
-	js := startJetStream(t)
+	js := natstest.JetStream(t)
 	ensureTranscripts(t, js)
 	all := publishN(t, js, 10)
 
@@ -384,7 +367,7 @@ func TestReplay_StopsAtTheEnd(t *testing.T) {
 // Deleted records are not waited for: not in the middle, and not at the
 // end, where nothing is left to read from the start sequence on.
 func TestReplay_DeletedRecords(t *testing.T) {
-	js := startJetStream(t)
+	js := natstest.JetStream(t)
 	st := ensureTranscripts(t, js)
 	all := publishN(t, js, 6)
 	ctx := testContext(t)
@@ -419,7 +402,7 @@ func TestReplay_DeletedRecords(t *testing.T) {
 }
 
 func TestReplay_Cancelled(t *testing.T) {
-	js := startJetStream(t)
+	js := natstest.JetStream(t)
 	ensureTranscripts(t, js)
 	publishN(t, js, 5)
 
@@ -455,7 +438,7 @@ func (c *collector) got() []published {
 }
 
 func TestStartIngest(t *testing.T) {
-	js := startJetStream(t)
+	js := natstest.JetStream(t)
 	ctx := testContext(t)
 	st := ensureTranscripts(t, js)
 	cfg, err := streams.Ingest()
@@ -494,7 +477,7 @@ func TestStartIngest(t *testing.T) {
 // ReadRange reads every subject's messages in a sequence range, skipping
 // deleted ones; ReadSeqs reads given sequences; ReadSubject one subject.
 func TestDirectReads(t *testing.T) {
-	js := startJetStream(t)
+	js := natstest.JetStream(t)
 	st := ensureTranscripts(t, js)
 	all := publishN(t, js, 600) // more than one direct-get batch
 	ctx := testContext(t)

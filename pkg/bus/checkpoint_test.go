@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ctxd/ctxd/internal/natstest"
 	"github.com/ctxd/ctxd/pkg/bus"
 )
 
@@ -16,7 +17,7 @@ import (
 // as Put stores it, and a key the bucket refuses is an error naming it.
 func TestCheckpoints_PutAll(t *testing.T) {
 	ctx := testContext(t)
-	js := startJetStream(t)
+	js := natstest.JetStream(t)
 	cps, err := bus.OpenCheckpoints(ctx, js, 0)
 	require.NoError(t, err)
 

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ctxd/ctxd/internal/natstest"
 	"github.com/ctxd/ctxd/pkg/natsd"
 	"github.com/ctxd/ctxd/pkg/projection"
 	"github.com/ctxd/ctxd/pkg/record"
@@ -74,23 +75,14 @@ func viewOf(sessions map[string]*projection.Session) func(context.Context, strin
 // startNATS runs an embedded server on a free port for the test.
 func startNATS(t *testing.T, maxPayload int32) string {
 	t.Helper()
-	srv := natsd.New(t.TempDir())
-	srv.Port = -1
-	if maxPayload > 0 {
-		srv.MaxPayload = maxPayload
-	}
-	require.NoError(t, srv.Open())
-	t.Cleanup(func() { srv.Close() })
-	return srv.ClientURL()
+	return natstest.Start(t, func(srv *natsd.Server) {
+		if maxPayload > 0 {
+			srv.MaxPayload = maxPayload
+		}
+	})
 }
 
-func connect(t *testing.T, url string) *nats.Conn {
-	t.Helper()
-	nc, err := nats.Connect(url)
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	return nc
-}
+func connect(t *testing.T, url string) *nats.Conn { return natstest.Connect(t, url) }
 
 // startService serves proj on its own connection; the service is closed
 // when the test ends, if the test has not closed it.
