@@ -174,15 +174,9 @@ func (a *App) Open(ctx context.Context) (err error) {
 	}
 	a.svc = server.New(a.nc, a.store)
 	a.svc.Logger = a.Logger
-	if err := a.svc.Open(); err != nil {
-		return err
-	}
-	// The server must hold the service's subscriptions before Open says
-	// ctxd serves: a request sent right after must find a responder.
-	if err := a.nc.FlushTimeout(10 * time.Second); err != nil {
-		return fmt.Errorf("flush subscriptions: %w", err)
-	}
-	return nil
+	// Open returns once the server holds the service's subscriptions: a
+	// request sent right after finds a responder.
+	return a.svc.Open()
 }
 
 // ensureConsumer opens the ingest consumer; a new one starts after the

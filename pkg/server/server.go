@@ -109,6 +109,12 @@ func (s *Service) Open() error {
 				"description": "records the projections skipped, oldest first",
 			}))
 	}
+	if err == nil {
+		// The server must hold the endpoints' subscriptions before Open
+		// says the service serves: a request sent right after must find a
+		// responder.
+		err = s.nc.FlushTimeout(10 * time.Second)
+	}
 	if err != nil {
 		svc.Stop()
 		return fmt.Errorf("server: %w", err)
@@ -154,6 +160,7 @@ func (s *Service) handleContext(r micro.Request) {
 	}
 	// Wait off the endpoint's goroutine, so a waiting request never delays
 	// another.
+	r = detached{Request: r, nc: s.nc}
 	go func() {
 		defer s.wg.Done()
 		if err := s.proj.Wait(s.ctx, req.minSeq, req.wait); err != nil {
@@ -212,6 +219,35 @@ func (s *Service) reply(r micro.Request, session string, req contextRequest) {
 		*buf = out
 		replyBuffers.Put(buf)
 	}
+}
+
+// detached answers a request after its handler has returned. micro keeps
+// per-request state for its statistics, which the endpoint's goroutine
+// reads once the handler returns; answering through it from another
+// goroutine would race with that read. So a late answer goes out on the
+// connection directly, as micro would send it.
+type detached struct {
+	micro.Request
+	nc *nats.Conn
+}
+
+func (d detached) Respond(data []byte, opts ...micro.RespondOpt) error {
+	m := &nats.Msg{Subject: d.Reply(), Data: data}
+	for _, o := range opts {
+		o(m)
+	}
+	return d.nc.PublishMsg(m)
+}
+
+func (d detached) Error(code, description string, data []byte, opts ...micro.RespondOpt) error {
+	m := &nats.Msg{Subject: d.Reply(), Data: data, Header: nats.Header{
+		micro.ErrorHeader:     []string{description},
+		micro.ErrorCodeHeader: []string{code},
+	}}
+	for _, o := range opts {
+		o(m)
+	}
+	return d.nc.PublishMsg(m)
 }
 
 // replyBuffers hold msgpack reply buffers between requests: a reply is as
