@@ -111,8 +111,7 @@ func (b *bench) ingest(ctx context.Context) ([]Row, error) {
 	var rawRates, bareRates, ctxdRates []float64
 	// The process's CPU time per record, per side: the whole process,
 	// server included, so what each side costs the machine.
-	var rawCPU, bareCPU, ctxdCPU []float64
-	cpuOf := map[int]*[]float64{0: &rawCPU, 1: &bareCPU, 2: &ctxdCPU}
+	var cpu [3][]float64 // per side, in the order of sides
 	sides := []func() error{
 		func() error { // raw publish, nobody consuming
 			start := time.Now()
@@ -153,13 +152,13 @@ func (b *bench) ingest(ctx context.Context) ([]Row, error) {
 			if err := sides[i](); err != nil {
 				return nil, err
 			}
-			*cpuOf[i] = append(*cpuOf[i], float64(processCPU()-before)/float64(time.Microsecond)/float64(N))
+			cpu[i] = append(cpu[i], float64(processCPU()-before)/float64(time.Microsecond)/float64(N))
 		}
 		b.logf("ingest: round %d: ctxd %.0f records/s, raw publish %.0f records/s, bare consumer %.0f records/s",
 			round+1, ctxdRates[round], rawRates[round], bareRates[round])
 	}
 	b.logf("ingest: CPU time of the process per record (medians): ctxd %.1f µs, raw publish %.1f µs, bare consumer %.1f µs",
-		median(ctxdCPU), median(rawCPU), median(bareCPU))
+		median(cpu[2]), median(cpu[0]), median(cpu[1]))
 	b.checkApplied("ingest", a, uint64(S+cfg.Rounds*N))
 	st := a.Store().Stats()
 	b.logf("ingest: store: %d sessions loaded, %d records applied, %d evictions, %d rejected", st.Loaded, st.Records, st.Evictions, st.Rejected)
