@@ -21,12 +21,16 @@ import (
 )
 
 // startApp runs ctxd with an embedded server on a free port, storing in
-// dir, and stops it when the test ends.
-func startApp(t testing.TB, dir string) *app.App {
+// dir, and stops it when the test ends; each of configure adjusts the
+// configuration first.
+func startApp(t testing.TB, dir string, configure ...func(*app.Config)) *app.App {
 	t.Helper()
 	cfg := app.DefaultConfig()
 	cfg.DataDir = dir
 	cfg.Port = -1
+	for _, f := range configure {
+		f(&cfg)
+	}
 	if testing.Verbose() {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/ctxd/ctxd/pkg/projection"
 	"github.com/ctxd/ctxd/pkg/rebuild"
 	"github.com/ctxd/ctxd/pkg/record"
+	"github.com/ctxd/ctxd/pkg/store"
 	"github.com/ctxd/ctxd/pkg/subject"
 	"github.com/ctxd/ctxd/streams"
 )
@@ -34,7 +35,12 @@ With --check it writes nothing: it compares every rebuilt context with the
 one the running service answers (reading on when the service has moved
 past the rebuilt sequence, so records that keep arriving are fine), lists
 each session that differs, and exits 1 when any does. It prints
-"no differences" when all is well.`
+"no differences" when all is well.
+
+Give --browser-tools, --max-record-bytes and --max-session-bytes the values
+the service runs with: they decide which records a session holds and which
+compaction it restarts from, so with others the rebuild disagrees with the
+service.`
 
 func runRebuild(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "rebuild", "rebuild [flags]", rebuildAbout)
@@ -43,6 +49,9 @@ func runRebuild(ctx context.Context, e *env, args []string) error {
 	from := fs.Uint64("from", 1, "rebuild the sessions that have records at or after this stream sequence")
 	check := fs.Bool("check", false, "compare with the running service instead of writing checkpoints")
 	browser := fs.String("browser-tools", "browser_use", "comma-separated tool names whose screenshots are trimmed (as the service is configured)")
+	lim := store.DefaultLimits()
+	fs.IntVar(&lim.MaxRecordBytes, "max-record-bytes", lim.MaxRecordBytes, "largest record decoded, as the service is configured")
+	fs.Int64Var(&lim.MaxSessionBytes, "max-session-bytes", lim.MaxSessionBytes, "bytes of records one session may hold since its latest compaction, as the service is configured")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -69,7 +78,7 @@ func runRebuild(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	rb := newRebuilder(nc, js, def.Name, projection.Options{BrowserTools: splitList(*browser)}, *check)
+	rb := newRebuilder(nc, js, def.Name, projection.Options{BrowserTools: splitList(*browser)}, lim, *check)
 	start := time.Now()
 	st, err := js.Stream(ctx, def.Name)
 	if err != nil {
@@ -105,18 +114,18 @@ type rebuilder struct {
 	js       jetstream.JetStream
 	stream   string
 	opt      projection.Options
-	dec      record.Decoder
+	lim      store.Limits
 	cps      *rebuild.Checkpoints        // without --check
 	sessions map[string]*rebuild.Session // with --check
 }
 
-func newRebuilder(nc *nats.Conn, js jetstream.JetStream, stream string, opt projection.Options, check bool) *rebuilder {
-	rb := &rebuilder{nc: nc, js: js, stream: stream, opt: opt}
+func newRebuilder(nc *nats.Conn, js jetstream.JetStream, stream string, opt projection.Options, lim store.Limits, check bool) *rebuilder {
+	rb := &rebuilder{nc: nc, js: js, stream: stream, opt: opt, lim: lim}
 	if check {
 		rb.sessions = map[string]*rebuild.Session{}
 	} else {
 		rb.cps = rebuild.NewCheckpoints()
-		rb.cps.Decoder = rb.dec
+		rb.cps.Limits = lim
 	}
 	return rb
 }
@@ -134,7 +143,7 @@ func (rb *rebuilder) touch(id string) {
 	if rb.cps != nil {
 		rb.cps.Session(id)
 	} else if rb.sessions[id] == nil {
-		rb.sessions[id] = rebuild.NewSession(rb.opt)
+		rb.sessions[id] = rebuild.NewSession(rb.opt, rb.lim)
 	}
 }
 
@@ -145,7 +154,7 @@ func (rb *rebuilder) apply(id string, seq uint64, data []byte) {
 		return
 	}
 	rb.touch(id)
-	rb.sessions[id].Add(rb.dec, seq, data)
+	rb.sessions[id].Add(seq, data)
 }
 
 // scan reads the stream from a sequence to its end with an ordered consumer.
@@ -156,7 +165,7 @@ func (rb *rebuilder) scan(ctx context.Context, e *env, from, end uint64) (uint64
 	if rb.cps == nil {
 		// Whole projections: decoding and applying, the bulk of the work,
 		// run on other goroutines while the stream is read.
-		projs = rebuild.NewProjections(rb.opt, rb.dec, runtime.GOMAXPROCS(0))
+		projs = rebuild.NewProjections(rb.opt, rb.lim, runtime.GOMAXPROCS(0))
 		apply = projs.Add
 	}
 	var n uint64

@@ -15,6 +15,7 @@ import (
 	"github.com/ctxd/ctxd/pkg/projection"
 	"github.com/ctxd/ctxd/pkg/rebuild"
 	"github.com/ctxd/ctxd/pkg/record"
+	"github.com/ctxd/ctxd/pkg/store"
 	"github.com/ctxd/ctxd/pkg/subject"
 	"github.com/ctxd/ctxd/streams"
 )
@@ -83,16 +84,16 @@ func TestRebuild_WritesCheckpoints(t *testing.T) {
 		ack, err := js.Publish(ctx, subject.TranscriptsPrefix+id, data)
 		require.NoError(t, err)
 		if want[id] == nil {
-			want[id] = rebuild.NewSession(projection.Options{})
+			want[id] = rebuild.NewSession(projection.Options{}, store.DefaultLimits())
 		}
-		want[id].Add(record.Decoder{}, ack.Sequence, data)
+		want[id].Add(ack.Sequence, data)
 	}
 	bucket, err := bus.OpenCheckpoints(ctx, js, 0)
 	require.NoError(t, err)
-	check := func(args ...string) map[string]bus.Checkpoint {
+	check := func(args ...string) map[string]store.Checkpoint {
 		t.Helper()
 		for _, id := range []string{"s0", "s1", "s2", "s3", "s4", "s9"} {
-			_ = bucket.Put(ctx, id, bus.Checkpoint{}) // cleared, then rewritten
+			_ = bucket.Put(ctx, id, store.Checkpoint{}) // cleared, then rewritten
 		}
 		code, out, errOut := runCmd(t, "", append([]string{"rebuild", "--nats", url}, args...)...)
 		require.Equal(t, 0, code, "stderr: %s", errOut)
@@ -101,10 +102,10 @@ func TestRebuild_WritesCheckpoints(t *testing.T) {
 		require.NoError(t, err)
 		return got
 	}
-	wantCP := func(ids ...string) map[string]bus.Checkpoint {
-		out := map[string]bus.Checkpoint{"s0": {}, "s1": {}, "s2": {}, "s3": {}, "s4": {}, "s9": {}}
+	wantCP := func(ids ...string) map[string]store.Checkpoint {
+		out := map[string]store.Checkpoint{"s0": {}, "s1": {}, "s2": {}, "s3": {}, "s4": {}, "s9": {}}
 		for _, id := range ids {
-			out[id] = bus.Checkpoint{}
+			out[id] = store.Checkpoint{}
 			if s := want[id]; s != nil {
 				out[id] = s.Checkpoint()
 			}

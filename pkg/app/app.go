@@ -287,12 +287,11 @@ type streamLoader struct {
 }
 
 func (l *streamLoader) Checkpoint(ctx context.Context, session string) (store.Checkpoint, bool, error) {
-	cp, ok, err := l.cps.Get(ctx, session)
-	return store.Checkpoint{From: cp.From, Seq: cp.Seq}, ok, err
+	return l.cps.Get(ctx, session)
 }
 
 func (l *streamLoader) SaveCheckpoint(ctx context.Context, session string, cp store.Checkpoint) error {
-	return l.cps.Put(ctx, session, bus.Checkpoint{From: cp.From, Seq: cp.Seq})
+	return l.cps.Put(ctx, session, cp)
 }
 
 func (l *streamLoader) Records(ctx context.Context, session string, from, to uint64, fn func(seq uint64, data []byte) error) error {

@@ -11,19 +11,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ctxd/ctxd/pkg/store"
 	"github.com/ctxd/ctxd/streams"
 )
-
-// Checkpoint says where a session's projection can be rebuilt from: the
-// stream sequence of its latest valid compaction (0 when none is known:
-// read the subject from its start) and of its last record. A projection
-// is a function of the records from its latest valid compaction on, so
-// any checkpoint, however old, rebuilds the same projection; a recent one
-// rebuilds it from fewer records.
-type Checkpoint struct {
-	From uint64 `json:"from"`
-	Seq  uint64 `json:"seq"`
-}
 
 // Checkpoints is the key-value bucket of session checkpoints.
 type Checkpoints struct {
@@ -56,7 +46,7 @@ func OpenCheckpoints(ctx context.Context, js jetstream.JetStream, replicas int) 
 }
 
 // Get returns a session's checkpoint; ok is false when it has none.
-func (c *Checkpoints) Get(ctx context.Context, session string) (cp Checkpoint, ok bool, err error) {
+func (c *Checkpoints) Get(ctx context.Context, session string) (cp store.Checkpoint, ok bool, err error) {
 	e, err := c.kv.Get(ctx, session)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return cp, false, nil
@@ -71,7 +61,7 @@ func (c *Checkpoints) Get(ctx context.Context, session string) (cp Checkpoint, o
 }
 
 // Put stores a session's checkpoint and returns once it is stored.
-func (c *Checkpoints) Put(ctx context.Context, session string, cp Checkpoint) error {
+func (c *Checkpoints) Put(ctx context.Context, session string, cp store.Checkpoint) error {
 	data, _ := json.Marshal(cp)
 	if _, err := c.kv.Put(ctx, session, data); err != nil {
 		return fmt.Errorf("checkpoint %s: %w", session, err)
@@ -91,7 +81,7 @@ const (
 // published at once, then their acknowledgements are awaited. It returns
 // once all are stored, or with the first error; some of the others may
 // be stored by then.
-func (c *Checkpoints) PutAll(ctx context.Context, cps iter.Seq2[string, Checkpoint]) error {
+func (c *Checkpoints) PutAll(ctx context.Context, cps iter.Seq2[string, store.Checkpoint]) error {
 	prefix := "$KV." + c.kv.Bucket() + "."
 	var inFlight []jetstream.PubAckFuture
 	var keys []string
@@ -153,8 +143,8 @@ func validKey(k string) bool {
 }
 
 // All returns every stored checkpoint.
-func (c *Checkpoints) All(ctx context.Context) (map[string]Checkpoint, error) {
-	out := map[string]Checkpoint{}
+func (c *Checkpoints) All(ctx context.Context) (map[string]store.Checkpoint, error) {
+	out := map[string]store.Checkpoint{}
 	w, err := c.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
 		return nil, fmt.Errorf("list checkpoints: %w", err)
@@ -169,7 +159,7 @@ func (c *Checkpoints) All(ctx context.Context) (map[string]Checkpoint, error) {
 			if e == nil { // initial values delivered
 				return out, nil
 			}
-			var cp Checkpoint
+			var cp store.Checkpoint
 			if err := json.Unmarshal(e.Value(), &cp); err == nil {
 				out[e.Key()] = cp
 			}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ctxd/ctxd/internal/natstest"
 	"github.com/ctxd/ctxd/pkg/bus"
+	"github.com/ctxd/ctxd/pkg/store"
 )
 
 // TestCheckpoints_PutAll: more checkpoints than one window are all
@@ -21,11 +22,11 @@ func TestCheckpoints_PutAll(t *testing.T) {
 	cps, err := bus.OpenCheckpoints(ctx, js, 0)
 	require.NoError(t, err)
 
-	want := map[string]bus.Checkpoint{}
+	want := map[string]store.Checkpoint{}
 	for i := range 1300 {
-		want[fmt.Sprintf("s-%d", i)] = bus.Checkpoint{From: uint64(i), Seq: uint64(3 * i)}
+		want[fmt.Sprintf("s-%d", i)] = store.Checkpoint{From: uint64(i), Seq: uint64(3 * i)}
 	}
-	require.NoError(t, cps.Put(ctx, "s-7", bus.Checkpoint{From: 1, Seq: 1}))
+	require.NoError(t, cps.Put(ctx, "s-7", store.Checkpoint{From: 1, Seq: 1}))
 	require.NoError(t, cps.PutAll(ctx, maps.All(want)))
 	got, err := cps.All(ctx)
 	require.NoError(t, err)
@@ -36,10 +37,10 @@ func TestCheckpoints_PutAll(t *testing.T) {
 	require.Equal(t, want["s-7"], one)
 
 	for _, bad := range []string{"no spaces", "a..b", ".a", "a.", "", "a*"} {
-		err = cps.PutAll(ctx, maps.All(map[string]bus.Checkpoint{bad: {}}))
+		err = cps.PutAll(ctx, maps.All(map[string]store.Checkpoint{bad: {}}))
 		require.ErrorIs(t, err, jetstream.ErrInvalidKey, "%q", bad)
-		require.ErrorIs(t, cps.Put(ctx, bad, bus.Checkpoint{}), jetstream.ErrInvalidKey, "Put refuses %q as well", bad)
+		require.ErrorIs(t, cps.Put(ctx, bad, store.Checkpoint{}), jetstream.ErrInvalidKey, "Put refuses %q as well", bad)
 	}
-	err = cps.PutAll(ctx, maps.All(map[string]bus.Checkpoint{"no spaces": {}}))
+	err = cps.PutAll(ctx, maps.All(map[string]store.Checkpoint{"no spaces": {}}))
 	require.ErrorContains(t, err, "no spaces")
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/ctxd/ctxd/pkg/bus"
 	"github.com/ctxd/ctxd/pkg/projection"
 	"github.com/ctxd/ctxd/pkg/rebuild"
-	"github.com/ctxd/ctxd/pkg/record"
+	"github.com/ctxd/ctxd/pkg/store"
 	"github.com/ctxd/ctxd/pkg/subject"
 	"github.com/ctxd/ctxd/streams"
 )
@@ -93,7 +93,7 @@ type rebuildRuns struct {
 	sessions int // expected in the stream
 
 	// The last checkpoints of each kind of rebuild, which must agree.
-	gathered, built map[string]bus.Checkpoint
+	gathered, built map[string]store.Checkpoint
 	wrote           time.Duration // writing the checkpoints, in the last run
 }
 
@@ -118,7 +118,7 @@ func (r *rebuildRuns) checkpoints() (int, error) {
 	if len(cps.Sessions) != r.sessions {
 		return n, fmt.Errorf("rebuild: %d checkpoints gathered, expected %d", len(cps.Sessions), r.sessions)
 	}
-	r.gathered = map[string]bus.Checkpoint{}
+	r.gathered = map[string]store.Checkpoint{}
 	for id, cp := range cps.Sessions {
 		r.gathered[id] = *cp
 	}
@@ -131,7 +131,7 @@ func (r *rebuildRuns) checkpoints() (int, error) {
 // full rebuilds every session's whole projection, as ctxd rebuild --check
 // does before comparing.
 func (r *rebuildRuns) full() (int, error) {
-	projs := rebuild.NewProjections(projection.Options{}, record.Decoder{}, runtime.GOMAXPROCS(0))
+	projs := rebuild.NewProjections(projection.Options{}, store.DefaultLimits(), runtime.GOMAXPROCS(0))
 	n, _, err := bus.Replay(r.ctx, r.js, r.stream, 1, func(m bus.Msg) {
 		if id, err := subject.SessionOf(m.Subject, subject.TranscriptsPrefix); err == nil {
 			projs.Add(id, m.Seq, m.Data)
@@ -141,7 +141,7 @@ func (r *rebuildRuns) full() (int, error) {
 	if err == nil && len(sessions) != r.sessions {
 		err = fmt.Errorf("rebuild: %d sessions rebuilt, expected %d", len(sessions), r.sessions)
 	}
-	r.built = map[string]bus.Checkpoint{}
+	r.built = map[string]store.Checkpoint{}
 	for id, s := range sessions {
 		r.built[id] = s.Checkpoint()
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/ctxd/ctxd/pkg/projection"
 	"github.com/ctxd/ctxd/pkg/rebuild"
-	"github.com/ctxd/ctxd/pkg/record"
+	"github.com/ctxd/ctxd/pkg/store"
 	"github.com/ctxd/ctxd/pkg/subject"
 )
 
@@ -63,17 +63,17 @@ func BenchmarkRebuildHandler(b *testing.B) {
 		feed(func(id string, seq uint64, data []byte) {
 			s := ss[id]
 			if s == nil {
-				s = rebuild.NewSession(projection.Options{})
+				s = rebuild.NewSession(projection.Options{}, store.DefaultLimits())
 				ss[id] = s
 			}
-			s.Add(record.Decoder{}, seq, data)
+			s.Add(seq, data)
 		})
 	}
 	run("sequential", 0, sequential)
 	run("sequential/gc400", 400, sequential)
 	for _, w := range []int{1, 2} {
 		run(fmt.Sprintf("workers%d", w), 0, func() {
-			p := rebuild.NewProjections(projection.Options{}, record.Decoder{}, w)
+			p := rebuild.NewProjections(projection.Options{}, store.DefaultLimits(), w)
 			feed(p.Add)
 			p.Close()
 		})

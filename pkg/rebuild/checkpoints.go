@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"github.com/ctxd/ctxd/pkg/bus"
-	"github.com/ctxd/ctxd/pkg/record"
+	"github.com/ctxd/ctxd/pkg/store"
 )
 
 // Checkpoints gathers sessions' checkpoints from their records without
@@ -14,25 +14,24 @@ import (
 // for. It is what a full rebuild would write (see Session), at the cost of
 // decoding only the records that could be compactions.
 type Checkpoints struct {
-	// Decoder decodes the records that could be compactions; its limits
-	// must be those the full rebuild uses, since a record it cannot decode
-	// is no compaction.
-	Decoder record.Decoder
+	// Limits must be the service's: they decide which compaction a
+	// session restarts from (store.Limits.Resets).
+	Limits store.Limits
 	// Sessions holds each session's checkpoint.
-	Sessions map[string]*bus.Checkpoint
+	Sessions map[string]*store.Checkpoint
 }
 
 // NewCheckpoints returns an empty set of checkpoints.
 func NewCheckpoints() *Checkpoints {
-	return &Checkpoints{Sessions: map[string]*bus.Checkpoint{}}
+	return &Checkpoints{Sessions: map[string]*store.Checkpoint{}}
 }
 
 // Session returns a session's checkpoint, creating it (nothing read yet)
 // when the session has none.
-func (c *Checkpoints) Session(id string) *bus.Checkpoint {
+func (c *Checkpoints) Session(id string) *store.Checkpoint {
 	cp := c.Sessions[id]
 	if cp == nil {
-		cp = &bus.Checkpoint{}
+		cp = &store.Checkpoint{}
 		c.Sessions[id] = cp
 	}
 	return cp
@@ -41,7 +40,7 @@ func (c *Checkpoints) Session(id string) *bus.Checkpoint {
 // Add takes the session's record at stream sequence seq.
 func (c *Checkpoints) Add(session string, seq uint64, data []byte) {
 	cp := c.Session(session)
-	if IsCompaction(c.Decoder, data) {
+	if Resets(c.Limits, data) {
 		cp.From = seq
 	}
 	// A projection's sequence only moves forward (Session.Apply and Skip).
@@ -51,8 +50,8 @@ func (c *Checkpoints) Add(session string, seq uint64, data []byte) {
 // Write stores every session's checkpoint in the bucket, in no particular
 // order, pipelined (bus.Checkpoints.PutAll). It stops at the first error
 // and returns it.
-func Write(ctx context.Context, bucket *bus.Checkpoints, sessions map[string]*bus.Checkpoint) error {
-	return bucket.PutAll(ctx, func(yield func(string, bus.Checkpoint) bool) {
+func Write(ctx context.Context, bucket *bus.Checkpoints, sessions map[string]*store.Checkpoint) error {
+	return bucket.PutAll(ctx, func(yield func(string, store.Checkpoint) bool) {
 		for id, cp := range sessions {
 			if !yield(id, *cp) {
 				return

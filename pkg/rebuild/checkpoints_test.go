@@ -13,6 +13,7 @@ import (
 	"github.com/ctxd/ctxd/pkg/bus"
 	"github.com/ctxd/ctxd/pkg/projection"
 	"github.com/ctxd/ctxd/pkg/record"
+	"github.com/ctxd/ctxd/pkg/store"
 )
 
 type added struct {
@@ -23,30 +24,30 @@ type added struct {
 
 // fullCheckpoints is the reference: every record decoded and applied to a
 // whole projection.
-func fullCheckpoints(dec record.Decoder, recs []added) map[string]bus.Checkpoint {
+func fullCheckpoints(lim store.Limits, recs []added) map[string]store.Checkpoint {
 	sessions := map[string]*Session{}
 	for _, r := range recs {
 		s := sessions[r.session]
 		if s == nil {
-			s = NewSession(projection.Options{})
+			s = NewSession(projection.Options{}, lim)
 			sessions[r.session] = s
 		}
-		s.Add(dec, r.seq, r.data)
+		s.Add(r.seq, r.data)
 	}
-	out := map[string]bus.Checkpoint{}
+	out := map[string]store.Checkpoint{}
 	for id, s := range sessions {
 		out[id] = s.Checkpoint()
 	}
 	return out
 }
 
-func fastCheckpoints(dec record.Decoder, recs []added) map[string]bus.Checkpoint {
+func fastCheckpoints(lim store.Limits, recs []added) map[string]store.Checkpoint {
 	c := NewCheckpoints()
-	c.Decoder = dec
+	c.Limits = lim
 	for _, r := range recs {
 		c.Add(r.session, r.seq, r.data)
 	}
-	out := map[string]bus.Checkpoint{}
+	out := map[string]store.Checkpoint{}
 	for id, cp := range c.Sessions {
 		out[id] = *cp
 	}
@@ -70,26 +71,40 @@ func TestCheckpoints_SameAsFullRebuild(t *testing.T) {
 			seq += 1 + uint64(r.IntN(3)) // other subjects' records between
 			recs = append(recs, added{fmt.Sprintf("s%d", r.IntN(5)), seq, data})
 		}
-		for _, dec := range []record.Decoder{{}, {MaxBytes: 200}, {MaxDepth: 2}} {
-			require.Equal(t, fullCheckpoints(dec, recs), fastCheckpoints(dec, recs), "seed %d, decoder %+v", seed, dec)
+		for _, lim := range []store.Limits{store.DefaultLimits(), {}, {MaxRecordBytes: 200}, {MaxSessionBytes: 300}, {MaxRecordBytes: 250, MaxSessionBytes: 1000}} {
+			require.Equal(t, fullCheckpoints(lim, recs), fastCheckpoints(lim, recs), "seed %d, limits %+v", seed, lim)
 		}
 	}
 }
 
 // Each hostile input alone is classified as decoding would.
-func TestIsCompaction_Exact(t *testing.T) {
+func TestResets_Exact(t *testing.T) {
 	valid := 0
 	for _, data := range hostileRecords(t) {
-		want := isCompactionByDecoding(record.Decoder{}, data)
-		require.Equal(t, want, IsCompaction(record.Decoder{}, data), "%q", data)
-		if want {
+		for _, lim := range []store.Limits{{}, {MaxRecordBytes: 300}, {MaxSessionBytes: 400}} {
+			want := resetsByDecoding(lim, data)
+			require.Equal(t, want, Resets(lim, data), "%q under %+v", data, lim)
+		}
+		if resetsByDecoding(store.Limits{}, data) {
 			valid++
 		}
 	}
 	require.Greater(t, valid, 20, "the inputs hold valid compactions, escaped ones too")
 }
 
-func TestIsCompaction_SkipsOtherRecords(t *testing.T) {
+// A compaction the service would not restart from, because it is larger
+// than a record or a session may be, resets nothing here either.
+func TestResets_Limits(t *testing.T) {
+	js, err := record.MarshalJSON(record.NewMap(compactionFields()...))
+	require.NoError(t, err)
+	n := len(js)
+	require.True(t, Resets(store.Limits{}, js))
+	require.True(t, Resets(store.Limits{MaxRecordBytes: n, MaxSessionBytes: int64(n)}, js))
+	require.False(t, Resets(store.Limits{MaxRecordBytes: n - 1}, js), "too large to decode")
+	require.False(t, Resets(store.Limits{MaxSessionBytes: int64(n - 1)}, js), "too large for a session")
+}
+
+func TestResets_SkipsOtherRecords(t *testing.T) {
 	for _, data := range []string{
 		`{"role":"user","content":"fix the login button"}`,
 		`{"type":"message","text":"compact it"}`,
@@ -103,23 +118,23 @@ func TestIsCompaction_SkipsOtherRecords(t *testing.T) {
 	js, err := record.MarshalJSON(record.NewMap(compactionFields()...))
 	require.NoError(t, err)
 	for _, data := range [][]byte{js, escapeLetters(js, "compaction", true), escapeLetters(escapeLetters(js, "type", true), "compaction", false)} {
-		require.True(t, IsCompaction(record.Decoder{}, data), "%s", data)
+		require.True(t, Resets(store.Limits{}, data), "%s", data)
 	}
 }
 
-func isCompactionByDecoding(dec record.Decoder, data []byte) bool {
-	v, err := dec.Decode(data)
-	return err == nil && projection.IsValidCompaction(v)
+func resetsByDecoding(lim store.Limits, data []byte) bool {
+	v, err := lim.Decoder().Decode(data)
+	return err == nil && lim.Resets(v, len(data))
 }
 
-func FuzzIsCompaction(f *testing.F) {
+func FuzzResets(f *testing.F) {
 	for _, data := range hostileRecords(f) {
 		f.Add(data)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		dec := record.Decoder{}
-		if got, want := IsCompaction(dec, data), isCompactionByDecoding(dec, data); got != want {
-			t.Fatalf("IsCompaction(%q) = %v, decoding says %v", data, got, want)
+		lim := store.DefaultLimits()
+		if got, want := Resets(lim, data), resetsByDecoding(lim, data); got != want {
+			t.Fatalf("Resets(%q) = %v, decoding says %v", data, got, want)
 		}
 	})
 }
@@ -131,10 +146,10 @@ func TestWrite(t *testing.T) {
 	bucket, err := bus.OpenCheckpoints(ctx, js, 0)
 	require.NoError(t, err)
 
-	want := map[string]bus.Checkpoint{}
-	sessions := map[string]*bus.Checkpoint{}
+	want := map[string]store.Checkpoint{}
+	sessions := map[string]*store.Checkpoint{}
 	for i := range 100 {
-		cp := bus.Checkpoint{From: uint64(i), Seq: uint64(2*i + 1)}
+		cp := store.Checkpoint{From: uint64(i), Seq: uint64(2*i + 1)}
 		want[fmt.Sprintf("s%d", i)] = cp
 		sessions[fmt.Sprintf("s%d", i)] = &cp
 	}

@@ -3,8 +3,7 @@ package rebuild
 import (
 	"bytes"
 
-	"github.com/ctxd/ctxd/pkg/projection"
-	"github.com/ctxd/ctxd/pkg/record"
+	"github.com/ctxd/ctxd/pkg/store"
 )
 
 var (
@@ -25,13 +24,14 @@ func mayBeCompaction(data []byte) bool {
 	return bytes.Contains(data, compactionWord) || bytes.Contains(data, unicodeEscape)
 }
 
-// IsCompaction reports whether data decodes, with dec, to a valid
-// compaction. It decodes only the records that could be one, and answers
-// exactly as decoding every record would.
-func IsCompaction(dec record.Decoder, data []byte) bool {
+// Resets reports whether a record restarts its session under lim, as the
+// service decides it (store.Limits.Resets of the decoded record). It
+// decodes only the records that could be compactions, and answers exactly
+// as decoding every record would.
+func Resets(lim store.Limits, data []byte) bool {
 	if !mayBeCompaction(data) {
 		return false
 	}
-	v, err := dec.Decode(data)
-	return err == nil && projection.IsValidCompaction(v)
+	v, err := lim.Decoder().Decode(data)
+	return err == nil && lim.Resets(v, len(data))
 }

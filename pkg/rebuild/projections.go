@@ -3,39 +3,53 @@ package rebuild
 import (
 	"sync"
 
-	"github.com/ctxd/ctxd/pkg/bus"
 	"github.com/ctxd/ctxd/pkg/projection"
 	"github.com/ctxd/ctxd/pkg/record"
+	"github.com/ctxd/ctxd/pkg/store"
 )
 
 // Session is one session's rebuilt projection.
 type Session struct {
 	Proj *projection.Session
-	From uint64 // sequence of its latest valid compaction; 0 when none
+	From uint64 // sequence of its latest compaction it restarted from; 0 when none
+
+	lim    store.Limits
+	dec    record.Decoder
+	weight int64 // bytes of records since From (store.Limits.Weigh)
 }
 
-// NewSession returns a session with nothing applied.
-func NewSession(opt projection.Options) *Session {
-	return &Session{Proj: projection.New(opt)}
+// NewSession returns a session with nothing applied, that takes records
+// under lim as the service does.
+func NewSession(opt projection.Options, lim store.Limits) *Session {
+	return &Session{Proj: projection.New(opt), lim: lim, dec: lim.Decoder()}
 }
 
-// Add decodes and applies the session's record at stream sequence seq; a
-// record that does not decode is skipped, as the service skips it.
-func (s *Session) Add(dec record.Decoder, seq uint64, data []byte) {
-	v, err := dec.Decode(data)
+// Add decodes and applies the session's record at stream sequence seq as
+// the service does: a record that does not decode is skipped, one that
+// would take the session past the session bound is quarantined (skipped),
+// and only a compaction within the bound restarts the session.
+func (s *Session) Add(seq uint64, data []byte) {
+	v, err := s.dec.Decode(data)
 	if err != nil {
 		s.Proj.Skip(seq)
 		return
 	}
-	if projection.IsValidCompaction(v) {
+	resets := s.lim.Resets(v, len(data))
+	w, err := s.lim.Weigh(s.weight, len(data), resets)
+	if err != nil {
+		s.Proj.Skip(seq)
+		return
+	}
+	s.weight = w
+	if resets {
 		s.From = seq
 	}
 	s.Proj.Apply(seq, v)
 }
 
 // Checkpoint returns the session's checkpoint.
-func (s *Session) Checkpoint() bus.Checkpoint {
-	return bus.Checkpoint{From: s.From, Seq: s.Proj.Seq()}
+func (s *Session) Checkpoint() store.Checkpoint {
+	return store.Checkpoint{From: s.From, Seq: s.Proj.Seq()}
 }
 
 // Records are handed to the workers in batches, so that a channel send
@@ -64,18 +78,18 @@ type pending struct {
 
 type shard struct {
 	opt      projection.Options
-	dec      record.Decoder
+	lim      store.Limits
 	batch    []pending // being filled by Add
 	in       chan []pending
 	sessions map[string]*Session // owned by the worker until Close
 }
 
 // NewProjections starts workers (at least one) that rebuild with opt,
-// decoding with dec.
-func NewProjections(opt projection.Options, dec record.Decoder, workers int) *Projections {
+// under lim.
+func NewProjections(opt projection.Options, lim store.Limits, workers int) *Projections {
 	p := &Projections{shards: make([]*shard, max(workers, 1))}
 	for i := range p.shards {
-		sh := &shard{opt: opt, dec: dec, in: make(chan []pending, shardQueue), sessions: map[string]*Session{}}
+		sh := &shard{opt: opt, lim: lim, in: make(chan []pending, shardQueue), sessions: map[string]*Session{}}
 		p.shards[i] = sh
 		p.wg.Go(sh.run)
 	}
@@ -119,10 +133,10 @@ func (sh *shard) run() {
 		for _, r := range batch {
 			s := sh.sessions[r.session]
 			if s == nil {
-				s = NewSession(sh.opt)
+				s = NewSession(sh.opt, sh.lim)
 				sh.sessions[r.session] = s
 			}
-			s.Add(sh.dec, r.seq, r.data)
+			s.Add(r.seq, r.data)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ctxd/ctxd/pkg/projection"
 	"github.com/ctxd/ctxd/pkg/record"
+	"github.com/ctxd/ctxd/pkg/store"
 )
 
 // Sessions rebuilt on workers are those rebuilt one record at a time.
@@ -31,12 +32,12 @@ func TestProjections_SameAsInOrder(t *testing.T) {
 	want := map[string]*Session{}
 	for _, rec := range recs {
 		if want[rec.session] == nil {
-			want[rec.session] = NewSession(projection.Options{})
+			want[rec.session] = NewSession(projection.Options{}, store.DefaultLimits())
 		}
-		want[rec.session].Add(record.Decoder{}, rec.seq, rec.data)
+		want[rec.session].Add(rec.seq, rec.data)
 	}
 	for _, workers := range []int{0, 1, 2, 5} {
-		p := NewProjections(projection.Options{}, record.Decoder{}, workers)
+		p := NewProjections(projection.Options{}, store.DefaultLimits(), workers)
 		for _, rec := range recs {
 			p.Add(rec.session, rec.seq, rec.data)
 		}
@@ -53,5 +54,5 @@ func TestProjections_SameAsInOrder(t *testing.T) {
 }
 
 func TestProjections_Empty(t *testing.T) {
-	require.Empty(t, NewProjections(projection.Options{}, record.Decoder{}, 2).Close())
+	require.Empty(t, NewProjections(projection.Options{}, store.DefaultLimits(), 2).Close())
 }

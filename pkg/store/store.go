@@ -42,13 +42,6 @@ const (
 	DefaultMaxSessionBytes = 256 << 20
 )
 
-// Checkpoint is where a session's projection can be rebuilt from: the
-// stream sequence of its latest valid compaction (0 when unknown: from the
-// subject's start) and of its last record.
-type Checkpoint struct {
-	From, Seq uint64
-}
-
 // Loader reads what the store does not hold: a session's checkpoint and
 // its records. Package bus provides one over JetStream. A Loader that
 // also implements SeqLoader reads records by their sequences, which is
@@ -291,39 +284,27 @@ func (s *Store) Apply(session string, seq uint64, data []byte) {
 	s.evict()
 }
 
+// ErrQuarantined marks a record that decodes but is never applied: it
+// would take its session past the session bound, or applying it failed.
+var ErrQuarantined = errors.New("quarantined")
+
 var (
-	// errPoison marks a record that decodes but cannot be applied.
-	errPoison = errors.New("quarantined")
 	// errPanicked: applying the record failed, the projection may be
 	// half-changed.
 	errPanicked = errors.New("applying it failed")
 )
 
-// resets reports whether a record of n bytes is a compaction the session
-// restarts from: a valid one that is not quarantined. A compaction starts
-// the session's weight afresh, so its own size decides; one too big for
-// a session is never applied, resets nothing, and must not become the
-// point a load starts from (the records before it still count).
-func (s *Store) resets(v any, n int) bool {
-	return projection.IsValidCompaction(v) && (s.MaxSessionBytes <= 0 || int64(n) <= s.MaxSessionBytes)
+func (s *Store) limits() Limits {
+	return Limits{MaxRecordBytes: s.Decoder.MaxBytes, MaxSessionBytes: s.MaxSessionBytes}
 }
 
-// weigh keeps a session's record weight, the bytes of its records since
-// its latest compaction, and refuses a record that would take it past
-// MaxSessionBytes. A session weighs the same records the same way whether
-// it was loaded early or late, so the same records are refused whatever
-// was cached.
-func (s *Store) weigh(sl *slot, n int, resets bool) error {
-	w := sl.weight
-	if resets {
-		w = 0
-	}
-	if s.MaxSessionBytes > 0 && w+int64(n) > s.MaxSessionBytes {
-		return fmt.Errorf("%w: the session's records since its latest compaction would take %d bytes, more than the %d a session may hold",
-			errPoison, w+int64(n), s.MaxSessionBytes)
-	}
-	sl.weight = w + int64(n)
-	return nil
+// resets is Limits.Resets with the store's limits.
+func (s *Store) resets(v any, n int) bool { return s.limits().Resets(v, n) }
+
+// weigh keeps a session's record weight (Limits.Weigh).
+func (s *Store) weigh(sl *slot, n int, resets bool) (err error) {
+	sl.weight, err = s.limits().Weigh(sl.weight, n, resets)
+	return err
 }
 
 // applyTo applies one decoded record to a loaded session; a record that
@@ -345,7 +326,7 @@ func (s *Store) applyTo(sl *slot, seq uint64, v any, n int, resets bool) (err er
 	defer func() {
 		if r := recover(); r != nil {
 			s.quarantine(seq)
-			err = fmt.Errorf("%w: %w: %v", errPoison, errPanicked, r)
+			err = fmt.Errorf("%w: %w: %v", ErrQuarantined, errPanicked, r)
 		}
 	}()
 	sl.proj.Apply(seq, v)
