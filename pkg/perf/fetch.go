@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/ctxd/ctxd/internal/workload"
 	"github.com/ctxd/ctxd/pkg/bus"
 	"github.com/ctxd/ctxd/pkg/client"
 	"github.com/ctxd/ctxd/pkg/projection"
@@ -153,7 +154,7 @@ func (b *bench) fetch(ctx context.Context) ([]Row, error) {
 	var last uint64
 	published := 0
 	for _, n := range sizes {
-		recs, err := encode(newWorkload(uint64(n), cfg.ScreenshotBytes, cfg.ScreenshotEvery).sessionSince(n))
+		recs, err := workload.Encode(workload.New(uint64(n), cfg.profile()).Session(n))
 		if err != nil {
 			return nil, err
 		}

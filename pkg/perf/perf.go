@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ctxd/ctxd/internal/workload"
 	"github.com/ctxd/ctxd/pkg/app"
 	"github.com/ctxd/ctxd/pkg/natsd"
 	"github.com/ctxd/ctxd/streams"
@@ -187,6 +188,12 @@ func (c Config) check() error {
 		return errors.New("memory settle must not be negative")
 	}
 	return nil
+}
+
+// profile makes the records of the ingest, fetch, turn, cold and memory
+// sessions.
+func (c Config) profile() workload.Profile {
+	return workload.Default.WithScreenshots(c.ScreenshotBytes, c.ScreenshotEvery)
 }
 
 func (c Config) wants(figure string) bool {
