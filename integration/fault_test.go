@@ -19,9 +19,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ctxd/ctxd/internal/natstest"
 	"github.com/ctxd/ctxd/pkg/bus"
 	ctxdclient "github.com/ctxd/ctxd/pkg/client"
-	"github.com/ctxd/ctxd/pkg/natsd"
 	"github.com/ctxd/ctxd/pkg/projection"
 	"github.com/ctxd/ctxd/pkg/record"
 )
@@ -31,17 +31,6 @@ var (
 	faultWriters  = flag.Int("fault.writers", 6, "concurrent writers in TestFault_KillUnderLoad")
 	faultSessions = flag.Int("fault.sessions", 24, "sessions written in TestFault_KillUnderLoad")
 )
-
-// startNATS runs a NATS server in the test process, so ctxd can be killed
-// while the stream stays up.
-func startNATS(t testing.TB) *natsd.Server {
-	t.Helper()
-	ns := natsd.New(t.TempDir())
-	ns.Port = -1
-	require.NoError(t, ns.Open())
-	t.Cleanup(func() { ns.Close() })
-	return ns
-}
 
 // outcome of one publish.
 type outcome struct {
@@ -57,8 +46,8 @@ type outcome struct {
 // records in stream order, every acknowledged record is there exactly
 // once, and a fresh rebuild finds no difference.
 func TestFault_KillUnderLoad(t *testing.T) {
-	ns := startNATS(t)
-	url := ns.ClientURL()
+	// The server runs in the test process: ctxd is killed, the stream stays up.
+	url := natstest.Start(t)
 	args := []string{"--nats", url, "--cache-sessions", "8"} // a small cache: sessions load and evict all along
 	p := startProcess(t, args...)
 	var mu sync.Mutex
@@ -286,9 +275,9 @@ func TestFault_DuplicateMsgIDAppliesOnce(t *testing.T) {
 // A ctxd stopped (SIGSTOP) past its ack wait gets the records it held
 // redelivered; each is applied once.
 func TestFault_StalledConsumerRedeliveryAppliesOnce(t *testing.T) {
-	ns := startNATS(t)
-	p := startProcess(t, "--nats", ns.ClientURL(), "--ack-wait", "1s")
-	c := newClient(t, ns.ClientURL())
+	url := natstest.Start(t)
+	p := startProcess(t, "--nats", url, "--ack-wait", "1s")
+	c := newClient(t, url)
 	var recs []projection.Record
 	for i := 0; i < 200; i++ {
 		v := record.NewMap("role", "user", "content", fmt.Sprintf("m%d", i))
@@ -323,9 +312,9 @@ func TestFault_StalledConsumerRedeliveryAppliesOnce(t *testing.T) {
 // A record that decodes but breaks the projection's bound is quarantined
 // and listed; its session's later records and other sessions go on.
 func TestFault_PoisonRecordQuarantined(t *testing.T) {
-	ns := startNATS(t)
-	p := startProcess(t, "--nats", ns.ClientURL(), "--max-session-bytes", "100000")
-	c := newClient(t, ns.ClientURL())
+	url := natstest.Start(t)
+	p := startProcess(t, "--nats", url, "--max-session-bytes", "100000")
+	c := newClient(t, url)
 	c.publish("poison", []byte(`{"role":"user","content":"before"}`))
 	bad := c.publish("poison", []byte(`{"role":"user","content":"`+strings.Repeat("x", 150000)+`"}`))
 	c.publish("other", []byte(`{"role":"user","content":"elsewhere"}`))
