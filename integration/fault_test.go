@@ -294,10 +294,10 @@ func TestFault_StalledConsumerRedeliveryAppliesOnce(t *testing.T) {
 
 	cons, err := c.js.Consumer(context.Background(), "TRANSCRIPTS", "ctxd")
 	require.NoError(t, err)
-	eventually(t, "every record acknowledged", func() bool {
+	require.Eventually(t, func() bool {
 		info, err := cons.Info(context.Background())
 		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
-	})
+	}, 20*time.Second, 10*time.Millisecond, "waiting for every record acknowledged")
 	// The service saw records again and ignored them.
 	stats := mustDecode(t, string(c.request("$SRV.STATS.ctxd", nil, nil).Data)).(*record.Map)
 	eps, _ := stats.Get("endpoints")
