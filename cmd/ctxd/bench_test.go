@@ -1,13 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ctxd/ctxd/pkg/perf"
 )
 
-// The quick bench, shrunk to tiny sizes, runs and prints every row. It
+// The quick bench, shrunk to tiny sizes, runs and prints every row, with
+// no warning under the table: ctxd passed over no record it was sent. It
 // checks that the bench works, never how fast anything is.
 func TestBench_Smoke(t *testing.T) {
 	code, out, errOut := runCmd(t, "", "bench", "--quick", "--dir", t.TempDir(),
@@ -45,7 +49,33 @@ func TestBench_Smoke(t *testing.T) {
 		}
 	}
 	require.Equal(t, 15, rows, "rows:\n%s", out)
+	require.Empty(t, benchWarnings(out), "the bench warned:\n%s", out)
 	require.Contains(t, errOut, "bench done")
+}
+
+// benchWarnings returns the warnings printed under the bench's table:
+// records ctxd's watermark passed without applying or rejecting them.
+func benchWarnings(table string) []string {
+	var out []string
+	for _, line := range strings.Split(table, "\n") {
+		if strings.HasPrefix(line, "WARNING: ") {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// TestBench_Smoke fails on a table that warns of records passed over.
+func TestBenchWarnings(t *testing.T) {
+	rep := &perf.Report{Machine: "m", Rows: []perf.Row{{Figure: "fetch 20 msgs p50", Kind: perf.Latency, Ctxd: 1e-3, Baseline: 1e-3}}}
+	var clean bytes.Buffer
+	require.NoError(t, rep.WriteTable(&clean))
+	require.Empty(t, benchWarnings(clean.String()))
+
+	rep.Warnings = []string{"fetch: ctxd's watermark is at 100, but it applied 90 and rejected 2 of the 100 records published: 8 records were passed over"}
+	var warned bytes.Buffer
+	require.NoError(t, rep.WriteTable(&warned))
+	require.Equal(t, []string{"WARNING: " + rep.Warnings[0]}, benchWarnings(warned.String()))
 }
 
 func TestBench_Usage(t *testing.T) {
