@@ -82,8 +82,11 @@ type Config struct {
 	ClientsMessages int
 	ClientsTime     time.Duration
 
-	// TurnMessages are the session lengths at which ctxd's fetch is
-	// compared with rebuilding per request, TurnSamples times each.
+	// TurnMessages are the session lengths at which a turn with ctxd
+	// (publish the turn's records, then fetch with min_seq) is compared
+	// with a turn with a service that rebuilds the context per request,
+	// TurnSamples times each; and a fetch with no new records with a
+	// rebuild likewise.
 	TurnMessages []int
 	TurnSamples  int
 

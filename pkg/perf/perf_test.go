@@ -85,3 +85,11 @@ func TestConfig_Check(t *testing.T) {
 	c.MemorySessions = c.ColdRecords // more than the cold stream holds
 	require.Error(t, c.check())
 }
+
+func TestReplySeq(t *testing.T) {
+	seq, err := replySeq([]byte(`{"session":"fetch-1000","seq":1234,"messages":[],"dropped":{}}`))
+	require.NoError(t, err)
+	require.Equal(t, uint64(1234), seq)
+	_, err = replySeq([]byte(`{"session":"x","messages":[]}`))
+	require.Error(t, err)
+}
