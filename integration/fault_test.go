@@ -1,13 +1,14 @@
 package integration
 
 import (
+	"bytes"
+	"cmp"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os/exec"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,9 +20,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ctxd/ctxd/internal/natstest"
+	"github.com/ctxd/ctxd/internal/workload"
 	"github.com/ctxd/ctxd/pkg/bus"
 	ctxdclient "github.com/ctxd/ctxd/pkg/client"
-	"github.com/ctxd/ctxd/pkg/natsd"
 	"github.com/ctxd/ctxd/pkg/projection"
 	"github.com/ctxd/ctxd/pkg/record"
 )
@@ -32,33 +34,40 @@ var (
 	faultSessions = flag.Int("fault.sessions", 24, "sessions written in TestFault_KillUnderLoad")
 )
 
-// startNATS runs a NATS server in the test process, so ctxd can be killed
-// while the stream stays up.
-func startNATS(t testing.TB) *natsd.Server {
-	t.Helper()
-	ns := natsd.New(t.TempDir())
-	ns.Port = -1
-	require.NoError(t, ns.Open())
-	t.Cleanup(func() { ns.Close() })
-	return ns
-}
-
 // outcome of one publish.
 type outcome struct {
 	rid     string
 	session string
+	data    []byte
 	seq     uint64 // 0 unless acked
 	state   string // acked, failed, unknown
 }
 
+// read is one context reply a writer received while ctxd was being
+// killed, kept to be checked once the records of unknown outcome are
+// known.
+type read struct {
+	session string
+	minSeq  uint64 // 0: none asked
+	data    []byte
+}
+
 // ctxd is killed with SIGKILL at random moments under a sustained load of
-// writers over many sessions, and restarted each time. At the end, for
-// every session, the served context equals Build over the session's
-// records in stream order, every acknowledged record is there exactly
-// once, and a fresh rebuild finds no difference.
+// writers over many sessions, and restarted each time; the writers read
+// their writes and other sessions all along. Then:
+//
+//   - ctxd's part: every reply, during the load and after the kills,
+//     equals Build over the session's records up to the reply's seq
+//     (messages and dropped), its seq is one of the session's records and
+//     at least the min_seq asked. The records are those the writers saw
+//     acknowledged, at the acknowledged sequence, and those stored though
+//     their acknowledgement was lost, read from the stream at the end;
+//   - JetStream's part: every acknowledged record is in the stream at its
+//     sequence, once, and nothing else is; these check the stream, not ctxd;
+//   - a fresh rebuild --check finds no difference.
 func TestFault_KillUnderLoad(t *testing.T) {
-	ns := startNATS(t)
-	url := ns.ClientURL()
+	// The server runs in the test process: ctxd is killed, the stream stays up.
+	url := natstest.Start(t)
 	args := []string{"--nats", url, "--cache-sessions", "8"} // a small cache: sessions load and evict all along
 	p := startProcess(t, args...)
 	var mu sync.Mutex
@@ -67,9 +76,8 @@ func TestFault_KillUnderLoad(t *testing.T) {
 	var (
 		stop     atomic.Bool
 		outcomes = make(chan outcome, 1<<16)
+		reads    = make(chan read, 1<<16)
 		wg       sync.WaitGroup
-		reads    atomic.Int64
-		stale    atomic.Int64
 	)
 	for w := 0; w < *faultWriters; w++ {
 		wg.Add(1)
@@ -83,42 +91,63 @@ func TestFault_KillUnderLoad(t *testing.T) {
 			defer nc.Close()
 			js, _ := jetstream.New(nc)
 			rng := rand.New(rand.NewPCG(uint64(w), 3))
-			gen := newFaultRecords(rng)
-			for n := 0; !stop.Load(); n++ {
+			// Small screenshots, often: trimming goes on all along.
+			gen := workload.New(uint64(w), workload.Default.WithScreenshots(64, 10))
+			n := 0
+			for turn := 0; !stop.Load(); turn++ {
 				session := fmt.Sprintf("f%d", rng.IntN(*faultSessions))
-				rid := fmt.Sprintf("w%d-%d", w, n)
-				data := gen.next(rid)
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-				ack, err := js.Publish(ctx, "transcripts."+session, data, jetstream.WithMsgID(rid))
-				cancel()
-				o := outcome{rid: rid, session: session}
-				switch {
-				case err == nil:
-					o.seq, o.state = ack.Sequence, "acked"
-				case ctx.Err() != nil:
-					o.state = "unknown"
-				default:
-					o.state = "failed"
+				recs := gen.Next()
+				if rng.IntN(10) == 0 {
+					recs = []any{gen.Compaction([]any{gen.User(), gen.Answer()})}
 				}
-				outcomes <- o
-				if err == nil && n%5 == 0 {
-					// Read your write, through whichever ctxd is up.
-					rctx, rcancel := context.WithTimeout(context.Background(), 20*time.Second)
-					for rctx.Err() == nil {
-						data, err := ctxdclient.Context(rctx, nc, session, ctxdclient.Request{MinSeq: ack.Sequence, WaitMS: 5000})
-						if err != nil {
-							time.Sleep(50 * time.Millisecond) // ctxd is restarting
-							continue
-						}
-						var r struct{ Seq uint64 }
-						if json.Unmarshal(data, &r) == nil && r.Seq < ack.Sequence {
-							stale.Add(1)
-						}
-						reads.Add(1)
-						break
+				var lastAck uint64
+				for _, v := range recs {
+					rid := fmt.Sprintf("w%d-%d", w, n)
+					n++
+					v.(*record.Map).Set("rid", rid)
+					data, err := record.MarshalJSON(v)
+					if err != nil {
+						t.Error(err)
+						return
 					}
-					rcancel()
+					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+					ack, err := js.Publish(ctx, "transcripts."+session, data, jetstream.WithMsgID(rid))
+					cancel()
+					o := outcome{rid: rid, session: session, data: data}
+					switch {
+					case err == nil:
+						o.seq, o.state = ack.Sequence, "acked"
+						lastAck = ack.Sequence
+					case ctx.Err() != nil:
+						o.state = "unknown"
+					default:
+						o.state = "failed"
+					}
+					outcomes <- o
 				}
+				// Read your write, or another session as it is, through
+				// whichever ctxd is up.
+				var r read
+				switch {
+				case turn%3 == 0 && lastAck > 0:
+					r = read{session: session, minSeq: lastAck}
+				case turn%3 == 1:
+					r = read{session: fmt.Sprintf("f%d", rng.IntN(*faultSessions))}
+				default:
+					continue
+				}
+				rctx, rcancel := context.WithTimeout(context.Background(), 20*time.Second)
+				for rctx.Err() == nil {
+					data, err := ctxdclient.Context(rctx, nc, r.session, ctxdclient.Request{MinSeq: r.minSeq, WaitMS: 5000})
+					if err != nil {
+						time.Sleep(50 * time.Millisecond) // ctxd is restarting
+						continue
+					}
+					r.data = data
+					reads <- r
+					break
+				}
+				rcancel()
 			}
 		}(w)
 	}
@@ -137,6 +166,7 @@ func TestFault_KillUnderLoad(t *testing.T) {
 	stop.Store(true)
 	wg.Wait()
 	close(outcomes)
+	close(reads)
 
 	// Tally what the writers saw.
 	bySession := map[string][]outcome{}
@@ -151,119 +181,181 @@ func TestFault_KillUnderLoad(t *testing.T) {
 	require.NoError(t, err)
 	defer nc.Close()
 	last := procs[len(procs)-1]
-	var lost, duplicated, reordered, unexpected, differ int
+
+	// JetStream's part: the stream holds what was acknowledged. And the
+	// records ctxd must serve: those acknowledged, and those stored whose
+	// acknowledgement was lost.
+	var lost, duplicated, unexpected, unsorted, storedUnacked int
+	truth := map[string][]projection.Record{} // per session, in stream order
+	lastSeq := map[string]uint64{}
 	for session, outs := range bySession {
-		// The stream is the truth: read the session back.
-		var recs []projection.Record
-		seen := map[string]int{}
+		type stored struct {
+			seq  uint64
+			data []byte
+		}
+		byRid := map[string][]stored{}
 		var order []uint64
 		err := bus.ReadSubject(context.Background(), nc, "TRANSCRIPTS", "transcripts."+session, 1, ^uint64(0), func(seq uint64, data []byte) error {
 			v, err := record.Decode(data)
 			require.NoError(t, err)
 			rid, _ := v.String("rid")
-			seen[rid]++
+			byRid[rid] = append(byRid[rid], stored{seq, bytes.Clone(data)})
 			order = append(order, seq)
-			recs = append(recs, projection.Record{Seq: seq, Value: v})
 			return nil
 		})
 		require.NoError(t, err)
+		if len(order) > 0 {
+			lastSeq[session] = order[len(order)-1]
+		}
+		// ReadSubject reads in stream order by construction: this guards
+		// the test's reading, not ctxd nor JetStream.
+		if !slices.IsSorted(order) {
+			unsorted++
+		}
 		known := map[string]bool{}
+		var recs []projection.Record
 		for _, o := range outs {
 			known[o.rid] = true
+			got := byRid[o.rid]
 			switch {
-			case o.state == "acked" && seen[o.rid] == 0:
+			case o.state == "acked" && (len(got) == 0 || got[0].seq != o.seq || !bytes.Equal(got[0].data, o.data)):
 				lost++
-			case seen[o.rid] > 1:
+			case len(got) > 1:
 				duplicated++
 			}
+			switch {
+			case o.state == "acked":
+				recs = append(recs, projection.Record{Seq: o.seq, Value: mustDecode(t, string(o.data))})
+			case len(got) > 0:
+				storedUnacked++
+				recs = append(recs, projection.Record{Seq: got[0].seq, Value: mustDecode(t, string(got[0].data))})
+			}
 		}
-		for rid := range seen {
+		for rid := range byRid {
 			if !known[rid] {
 				unexpected++
 			}
 		}
-		if !sort.SliceIsSorted(order, func(i, j int) bool { return order[i] < order[j] }) {
-			reordered++
-		}
-		// What ctxd serves equals Build over the stream's records.
-		lastSeq := recs[len(recs)-1].Seq
+		slices.SortFunc(recs, func(a, b projection.Record) int { return cmp.Compare(a.Seq, b.Seq) })
+		truth[session] = recs
+	}
+
+	// ctxd's part: every reply, those of the load and one per session now.
+	var during []read
+	for r := range reads {
+		during = append(during, r)
+	}
+	var after []read
+	for session := range bySession {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		data, err := ctxdclient.Context(ctx, nc, session, ctxdclient.Request{MinSeq: lastSeq, WaitMS: 15000})
+		data, err := ctxdclient.Context(ctx, nc, session, ctxdclient.Request{MinSeq: lastSeq[session], WaitMS: 15000})
 		cancel()
 		require.NoError(t, err, session)
-		r := decodeReply(t, data)
-		want := projection.Build(recs, projection.Options{})
-		if r.Seq != lastSeq || !record.Equal(asReplied(t, want.Messages, false), r.Messages) {
-			differ++
-			t.Errorf("%s: served context differs from Build over the stream (seq %d vs %d): %s", session, r.Seq, lastSeq, diffPath("", want.Messages, r.Messages))
+		after = append(after, read{session: session, minSeq: lastSeq[session], data: data})
+	}
+	var wrong, stale int
+	for _, r := range append(slices.Clone(during), after...) {
+		problem := checkReply(t, r, truth[r.session])
+		if problem == "" {
+			continue
 		}
-		// And Build over the acknowledged records, when nothing of unknown
-		// outcome was stored.
-		var acked []projection.Record
-		for _, rec := range recs {
-			rid, _ := rec.Value.(*record.Map).String("rid")
-			for _, o := range outs {
-				if o.rid == rid && o.state == "acked" {
-					acked = append(acked, rec)
-				}
-			}
+		wrong++
+		if strings.HasPrefix(problem, "stale") {
+			stale++
 		}
-		if len(acked) == len(recs) {
-			require.True(t, record.Equal(projection.Build(acked, projection.Options{}).Messages, want.Messages))
+		if wrong <= 5 {
+			t.Errorf("%s (min_seq %d): %s", r.session, r.minSeq, problem)
 		}
 	}
+
 	out, err := exec.Command(ctxdBinary(t), "rebuild", "--check", "--nats", url).CombinedOutput()
 	require.NoError(t, err, "rebuild --check: %s", out)
 	require.Contains(t, string(out), "no differences")
 
-	t.Logf("kills=%d sessions=%d acked=%d failed=%d unknown=%d reads=%d stale=%d lost=%d duplicated=%d reordered=%d unexpected=%d differ=%d",
-		len(procs)-1, len(bySession), counts["acked"], counts["failed"], counts["unknown"], reads.Load(), stale.Load(), lost, duplicated, reordered, unexpected, differ)
-	require.Zero(t, lost, "lost")
-	require.Zero(t, duplicated, "duplicated")
-	require.Zero(t, reordered, "reordered")
-	require.Zero(t, unexpected, "unexpected")
-	require.Zero(t, stale.Load(), "stale reads")
+	t.Logf("load: kills=%d sessions=%d publishes acked=%d failed=%d unknown=%d, stored without an acknowledgement=%d",
+		len(procs)-1, len(bySession), counts["acked"], counts["failed"], counts["unknown"], storedUnacked)
+	t.Logf("ctxd: reads=%d (during the load %d, after the kills %d) wrong=%d (of which stale, seq below min_seq: %d)",
+		len(during)+len(after), len(during), len(after), wrong, stale)
+	t.Logf("JetStream, not ctxd: lost=%d duplicated=%d unexpected=%d; the test's stream reads unsorted=%d",
+		lost, duplicated, unexpected, unsorted)
+	require.NotZero(t, len(during), "reads during the load")
+	require.Zero(t, wrong, "replies of ctxd that differ from Build over the session's records up to their seq")
+	require.Zero(t, lost, "JetStream: acknowledged records not in the stream at their sequence")
+	require.Zero(t, duplicated, "JetStream: records stored more than once despite their message id")
+	require.Zero(t, unexpected, "JetStream: records in the stream that nobody published")
+	require.Zero(t, unsorted, "the test's stream reads out of order")
 	require.NoError(t, last.cmd.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, last.wait(t))
 }
 
-// faultRecords makes a realistic stream of records, each with a unique
-// rid: calls, results, screenshots, shell runs, and compactions.
-type faultRecords struct {
-	rng *rand.Rand
-	n   int
+// checkReply compares a context reply with Build over the session's
+// records up to the reply's seq, and returns what differs, or "".
+func checkReply(t *testing.T, r read, recs []projection.Record) string {
+	t.Helper()
+	got := decodeReply(t, r.data)
+	if got.Session != r.session {
+		return fmt.Sprintf("reply for session %q", got.Session)
+	}
+	if got.Seq < r.minSeq {
+		return fmt.Sprintf("stale: seq %d, below min_seq %d", got.Seq, r.minSeq)
+	}
+	n := 0
+	for n < len(recs) && recs[n].Seq <= got.Seq {
+		n++
+	}
+	if got.Seq > 0 && (n == 0 || recs[n-1].Seq != got.Seq) {
+		return fmt.Sprintf("seq %d is no record of the session", got.Seq)
+	}
+	want := projection.Build(recs[:n], projection.Options{})
+	if !record.Equal(asReplied(t, want.Messages, false), got.Messages) {
+		return fmt.Sprintf("messages at seq %d differ from Build over its %d records: %s", got.Seq, n, diffPath("", asReplied(t, want.Messages, false), got.Messages))
+	}
+	dropped := mustDecode(t, string(mustJSON(t, want.Dropped)))
+	if !record.Equal(dropped, got.Dropped) {
+		return fmt.Sprintf("dropped at seq %d differs from Build's: %s", got.Seq, diffPath("", dropped, got.Dropped))
+	}
+	return ""
 }
 
-func newFaultRecords(rng *rand.Rand) *faultRecords { return &faultRecords{rng: rng} }
-
-func (g *faultRecords) next(rid string) []byte {
-	g.n++
-	id := fmt.Sprintf("c%d", g.rng.IntN(6))
-	var v *record.Map
-	switch k := g.rng.IntN(10); {
-	case k < 3:
-		v = record.NewMap("role", "user", "content", "question "+rid)
-	case k < 5:
-		v = record.NewMap("role", "assistant", "content", []any{
-			record.NewMap("type", "text", "text", "doing "+rid),
-			record.NewMap("type", "toolCall", "id", id, "name", []string{"browser_use", "bash"}[g.rng.IntN(2)], "arguments", record.NewMap()),
-		})
-	case k < 8:
-		v = record.NewMap("role", "toolResult", "toolCallId", id, "content", []any{
-			record.NewMap("type", "text", "text", "result "+rid),
-			record.NewMap("type", "image", "data", "AAAA", "mimeType", "image/png"),
-		})
-	case k < 9:
-		v = record.NewMap("role", "bashExecution", "command", "ls", "output", "a\nb\n", "exitCode", int64(0))
-	default:
-		v = record.NewMap("type", "compaction", "at", "2026-01-01T00:00:00Z", "baseSeq", int64(1), "plannerVersion", int64(1),
-			"summaryModelRef", "m", "qualityAudit", "passed", "summary", "s", "firstKeptIndex", int64(0),
-			"tokensBefore", int64(10), "tokensAfter", int64(1),
-			"messages", []any{record.NewMap("role", "user", "content", "summary at "+rid)})
+// checkReply, the oracle of TestFault_KillUnderLoad, finds wrong replies.
+func TestFault_CheckReply(t *testing.T) {
+	recs := []projection.Record{
+		{Seq: 3, Value: mustDecode(t, `{"role":"user","content":"fix the login button"}`)},
+		{Seq: 5, Value: mustDecode(t, `{"role":"assistant","content":[{"type":"toolCall","id":"c1","name":"edit","arguments":{}}]}`)},
+		{Seq: 9, Value: mustDecode(t, `{"role":"user","content":"and the logout one"}`)},
 	}
-	v.Set("rid", rid)
-	data, _ := record.MarshalJSON(v)
-	return data
+	reply := func(session string, seq uint64, res projection.Result) []byte {
+		data, err := record.MarshalJSON(record.NewMap("session", session, "seq", int64(seq), "messages", res.Messages,
+			"dropped", mustDecode(t, string(mustJSON(t, res.Dropped)))))
+		require.NoError(t, err)
+		return data
+	}
+	build := func(n int) projection.Result { return projection.Build(recs[:n], projection.Options{}) }
+	for _, tt := range []struct {
+		name   string
+		minSeq uint64
+		data   []byte
+		want   string // a prefix of the problem; "" for none
+	}{
+		{"the latest", 9, reply("s", 9, build(3)), ""},
+		{"an earlier state, no min_seq", 0, reply("s", 5, build(2)), ""},
+		{"nothing yet", 0, reply("s", 0, build(0)), ""},
+		{"below min_seq", 9, reply("s", 5, build(2)), "stale"},
+		{"seq of no record", 0, reply("s", 6, build(2)), "seq 6 is no record"},
+		{"a record missing", 0, reply("s", 9, projection.Build(recs[1:], projection.Options{})), "messages at seq 9"},
+		{"messages of another seq", 0, reply("s", 9, build(2)), "messages at seq 9"},
+		{"dropped wrong", 0, reply("s", 5, projection.Result{Messages: build(2).Messages}), "dropped at seq 5"},
+		{"another session", 0, reply("t", 9, build(3)), "reply for session"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := checkReply(t, read{session: "s", minSeq: tt.minSeq, data: tt.data}, recs)
+			if tt.want == "" {
+				require.Empty(t, got)
+			} else {
+				require.True(t, strings.HasPrefix(got, tt.want), "%q, want %q...", got, tt.want)
+			}
+		})
+	}
 }
 
 // The same record published twice with one Nats-Msg-Id is stored and
@@ -286,9 +378,9 @@ func TestFault_DuplicateMsgIDAppliesOnce(t *testing.T) {
 // A ctxd stopped (SIGSTOP) past its ack wait gets the records it held
 // redelivered; each is applied once.
 func TestFault_StalledConsumerRedeliveryAppliesOnce(t *testing.T) {
-	ns := startNATS(t)
-	p := startProcess(t, "--nats", ns.ClientURL(), "--ack-wait", "1s")
-	c := newClient(t, ns.ClientURL())
+	url := natstest.Start(t)
+	p := startProcess(t, "--nats", url, "--ack-wait", "1s")
+	c := newClient(t, url)
 	var recs []projection.Record
 	for i := 0; i < 200; i++ {
 		v := record.NewMap("role", "user", "content", fmt.Sprintf("m%d", i))
@@ -305,10 +397,10 @@ func TestFault_StalledConsumerRedeliveryAppliesOnce(t *testing.T) {
 
 	cons, err := c.js.Consumer(context.Background(), "TRANSCRIPTS", "ctxd")
 	require.NoError(t, err)
-	eventually(t, "every record acknowledged", func() bool {
+	require.Eventually(t, func() bool {
 		info, err := cons.Info(context.Background())
 		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
-	})
+	}, 20*time.Second, 10*time.Millisecond, "waiting for every record acknowledged")
 	// The service saw records again and ignored them.
 	stats := mustDecode(t, string(c.request("$SRV.STATS.ctxd", nil, nil).Data)).(*record.Map)
 	eps, _ := stats.Get("endpoints")
@@ -323,9 +415,9 @@ func TestFault_StalledConsumerRedeliveryAppliesOnce(t *testing.T) {
 // A record that decodes but breaks the projection's bound is quarantined
 // and listed; its session's later records and other sessions go on.
 func TestFault_PoisonRecordQuarantined(t *testing.T) {
-	ns := startNATS(t)
-	p := startProcess(t, "--nats", ns.ClientURL(), "--max-session-bytes", "100000")
-	c := newClient(t, ns.ClientURL())
+	url := natstest.Start(t)
+	p := startProcess(t, "--nats", url, "--max-session-bytes", "100000")
+	c := newClient(t, url)
 	c.publish("poison", []byte(`{"role":"user","content":"before"}`))
 	bad := c.publish("poison", []byte(`{"role":"user","content":"`+strings.Repeat("x", 150000)+`"}`))
 	c.publish("other", []byte(`{"role":"user","content":"elsewhere"}`))

@@ -1,9 +1,6 @@
 package integration
 
 import (
-	"encoding/base64"
-	"fmt"
-	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -11,59 +8,18 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ctxd/ctxd/pkg/record"
+	"github.com/ctxd/ctxd/internal/workload"
 )
 
-// sessionRecords makes a realistic session of n records: user turns,
-// assistant turns with tool calls, tool results, and one browser result
-// holding a screenshot of shotBytes bytes.
-func sessionRecords(n, shotBytes int, seed uint64) []any {
-	rng := rand.New(rand.NewPCG(seed, 1))
-	text := func(words int) string {
-		b := make([]byte, 0, words*6)
-		for i := 0; i < words; i++ {
-			b = append(b, "lorem ipsum dolor sit amet consectetur adipiscing elit"[rng.IntN(40):][:5]...)
-			b = append(b, ' ')
-		}
-		return string(b)
-	}
-	shot := make([]byte, shotBytes*3/4)
-	for i := range shot {
-		shot[i] = byte(rng.Uint32())
-	}
-	var recs []any
-	shotDone := false
-	for i := 0; len(recs) < n; i++ {
-		switch {
-		case i%4 == 0:
-			recs = append(recs, record.NewMap("role", "user", "content", text(30), "timestamp", int64(1764493200000+i)))
-		case i%4 == 1:
-			id := fmt.Sprintf("call-%d", i)
-			tool := "read"
-			if !shotDone && len(recs) >= n/2 {
-				tool, shotDone = "browser_use", true
-			}
-			recs = append(recs, record.NewMap("role", "assistant", "content", []any{
-				record.NewMap("type", "text", "text", text(20)),
-				record.NewMap("type", "toolCall", "id", id, "name", tool, "arguments", record.NewMap("path", "src/main.go")),
-			}, "timestamp", int64(1764493200000+i)))
-			content := []any{record.NewMap("type", "text", "text", text(40))}
-			if tool == "browser_use" {
-				content = append(content, record.NewMap("type", "image", "data", base64.StdEncoding.EncodeToString(shot), "mimeType", "image/png"))
-			}
-			recs = append(recs, record.NewMap("role", "toolResult", "toolCallId", id, "toolName", tool, "content", content))
-		default:
-			recs = append(recs, record.NewMap("role", "assistant", "content", []any{record.NewMap("type", "text", "text", text(25))}))
-		}
-	}
-	return recs[:n]
-}
-
-// BenchmarkFetch compares a context fetch for a 200-message session with
+// BenchmarkFetch compares a context fetch for a 200-record session with
 // one 200 KB screenshot against a bare NATS request-reply returning the
 // same bytes over the same loopback connection, interleaved request by
 // request so both see the same machine. It reports the p50 and p99 of
 // each and their ratios (goal: p50 within 1.5x, p99 within 2x).
+//
+// An op is two requests, one to ctxd and one to the bare responder, each
+// answered with the whole reply: ns/op is their sum, and MB/s counts both
+// replies' bytes.
 func BenchmarkFetch(b *testing.B) {
 	for _, format := range []string{"json", "msgpack"} {
 		b.Run(format, func(b *testing.B) { benchmarkFetch(b, format == "msgpack") })
@@ -74,7 +30,8 @@ func benchmarkFetch(b *testing.B, asMsgpack bool) {
 	a := startApp(b, b.TempDir())
 	c := newClient(b, a.URL())
 	var last uint64
-	for _, r := range sessionRecords(200, 200<<10, 1) {
+	// 200 records, one of them a browser result with a 200 KiB screenshot.
+	for _, r := range workload.New(1, workload.Default.WithScreenshots(200<<10, 200)).Records(200) {
 		last = c.publishValue("bench", r, false)
 	}
 	c.fetchSeq("bench", last, false)
@@ -98,7 +55,7 @@ func benchmarkFetch(b *testing.B, asMsgpack bool) {
 	bareMsg := &nats.Msg{Subject: "bare.bench"}
 	ctxdLat := make([]time.Duration, 0, b.N)
 	bareLat := make([]time.Duration, 0, b.N)
-	b.SetBytes(int64(len(body)))
+	b.SetBytes(2 * int64(len(body))) // both replies of an op
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		for j, m := range []*nats.Msg{ctxdMsg, bareMsg} {

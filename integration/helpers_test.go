@@ -189,18 +189,6 @@ func decodeReply(t testing.TB, data []byte) *reply {
 // requireMessages compares contexts structurally.
 var requireMessages = spectest.RequireMessages
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // loadFixtures returns the spec fixtures.
 func loadFixtures(t testing.TB) []spectest.Case { return spectest.Cases(t) }
 

@@ -10,20 +10,19 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ctxd/ctxd/internal/workload"
 	"github.com/ctxd/ctxd/pkg/app"
 	ctxdclient "github.com/ctxd/ctxd/pkg/client"
 	"github.com/ctxd/ctxd/pkg/record"
 )
 
-// fillStream publishes sessions x perSession realistic records (~500
-// bytes each), interleaving sessions, and returns the last sequence.
+// fillStream publishes sessions x perSession realistic records (~480
+// bytes each, no screenshots), interleaving sessions, and returns the
+// last sequence.
 func fillStream(b testing.TB, js jetstream.JetStream, sessions, perSession int) uint64 {
 	b.Helper()
-	recs := sessionRecords(perSession, 0, 7)
-	payloads := make([][]byte, len(recs))
-	for i, r := range recs {
-		payloads[i], _ = record.MarshalJSON(r)
-	}
+	payloads, err := workload.Encode(workload.New(7, workload.Default.WithScreenshots(0, 0)).Records(perSession))
+	require.NoError(b, err)
 	var last jetstream.PubAckFuture
 	for i := 0; i < perSession; i++ {
 		for s := 0; s < sessions; s++ {
@@ -123,11 +122,9 @@ func BenchmarkRestart(b *testing.B) {
 	dir := b.TempDir()
 	a := startAppWith(b, dir, func(*app.Config) {})
 	c := newClient(b, a.URL())
-	recs := sessionRecords(4, 0, 3)
-	compaction := record.NewMap("type", "compaction", "at", "2026-01-01T00:00:00Z", "baseSeq", int64(1), "plannerVersion", int64(1),
-		"summaryModelRef", "m", "qualityAudit", "passed", "summary", "s", "firstKeptIndex", int64(0),
-		"tokensBefore", int64(10), "tokensAfter", int64(1), "messages", []any{record.NewMap("role", "user", "content", "summary")})
-	recs = append(recs, compaction)
+	g := workload.New(3, workload.Default.WithScreenshots(0, 0))
+	recs := g.Records(4)
+	recs = append(recs, g.Compaction([]any{g.User()}))
 	for s := 0; s < sessions; s++ {
 		for _, r := range recs {
 			data, _ := record.MarshalJSON(r)

@@ -1,13 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ctxd/ctxd/pkg/perf"
 )
 
-// The quick bench, shrunk to tiny sizes, runs and prints every row. It
+// The quick bench, shrunk to tiny sizes, runs and prints every row, with
+// no warning under the table: ctxd passed over no record it was sent. It
 // checks that the bench works, never how fast anything is.
 func TestBench_Smoke(t *testing.T) {
 	code, out, errOut := runCmd(t, "", "bench", "--quick", "--dir", t.TempDir(),
@@ -27,7 +31,8 @@ func TestBench_Smoke(t *testing.T) {
 		"fetch 20 msgs p50", "fetch 20 msgs p99", "fetch 20 msgs p999",
 		"fetch 40 msgs p50", "fetch 40 msgs p99", "fetch 40 msgs p999",
 		"fetch 40 msgs, 2 clients (req/s)",
-		"vs rebuild-per-turn, 40 msgs p50",
+		"turn (publish + fetch at min_seq) vs rebuild, 40 msgs p50",
+		"fetch, no new records, vs rebuild, 40 msgs p50",
 		"rebuild 600 records, checkpoints (records/s)",
 		"rebuild 600 records, full projections (records/s)",
 		"cold load, 30 records p50", "cold load, 30 records p99",
@@ -44,8 +49,34 @@ func TestBench_Smoke(t *testing.T) {
 			require.Contains(t, []string{"yes", "NO", "-"}, strings.TrimSpace(cells[5]), "row %q", line)
 		}
 	}
-	require.Equal(t, 15, rows, "rows:\n%s", out)
+	require.Equal(t, 16, rows, "rows:\n%s", out)
+	require.Empty(t, benchWarnings(out), "the bench warned:\n%s", out)
 	require.Contains(t, errOut, "bench done")
+}
+
+// benchWarnings returns the warnings printed under the bench's table:
+// records ctxd's watermark passed without applying or rejecting them.
+func benchWarnings(table string) []string {
+	var out []string
+	for _, line := range strings.Split(table, "\n") {
+		if strings.HasPrefix(line, "WARNING: ") {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// TestBench_Smoke fails on a table that warns of records passed over.
+func TestBenchWarnings(t *testing.T) {
+	rep := &perf.Report{Machine: "m", Rows: []perf.Row{{Figure: "fetch 20 msgs p50", Kind: perf.Latency, Ctxd: 1e-3, Baseline: 1e-3}}}
+	var clean bytes.Buffer
+	require.NoError(t, rep.WriteTable(&clean))
+	require.Empty(t, benchWarnings(clean.String()))
+
+	rep.Warnings = []string{"fetch: ctxd's watermark is at 100, but it applied 90 and rejected 2 of the 100 records published: 8 records were passed over"}
+	var warned bytes.Buffer
+	require.NoError(t, rep.WriteTable(&warned))
+	require.Equal(t, []string{"WARNING: " + rep.Warnings[0]}, benchWarnings(warned.String()))
 }
 
 func TestBench_Usage(t *testing.T) {

@@ -87,18 +87,6 @@ func fieldsOf(err error) []string {
 	return fields
 }
 
-// eventually polls cond until it holds, failing the test after a while.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // Each mutation is a difference from the wanted stream, and the fields it
 // must be reported under; none is a difference that matters.
 var streamMutations = []struct {
@@ -453,13 +441,12 @@ func TestStartIngest(t *testing.T) {
 	after := publishN(t, js, 30)
 	want := append(before, after...)
 
-	eventually(t, "every record to be handled", func() bool { return len(c.got()) >= len(want) })
+	require.Eventually(t, func() bool { return len(c.got()) >= len(want) }, 20*time.Second, 5*time.Millisecond, "waiting for every record to be handled")
 	require.Equal(t, want, c.got(), "every record once, in stream order")
-	eventually(t, "every record to be acknowledged", func() bool {
-		info, err := cons.Info(ctx)
-		require.NoError(t, err)
-		return info.NumAckPending == 0 && info.NumPending == 0 && info.AckFloor.Stream == want[len(want)-1].seq
-	})
+	require.Eventually(t, func() bool {
+		info, err := cons.Info(ctx) // the condition runs on a goroutine of its own: no require here
+		return err == nil && info.NumAckPending == 0 && info.NumPending == 0 && info.AckFloor.Stream == want[len(want)-1].seq
+	}, 20*time.Second, 5*time.Millisecond, "waiting for every record to be acknowledged")
 	require.NoError(t, in.Close())
 
 	// Acknowledged records are not delivered again: a new ingest on the
@@ -469,7 +456,7 @@ func TestStartIngest(t *testing.T) {
 	in2, err := bus.StartIngest(cons, 0, nil, c2.handle, nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { in2.Close() })
-	eventually(t, "the new records to be handled", func() bool { return len(c2.got()) >= len(more) })
+	require.Eventually(t, func() bool { return len(c2.got()) >= len(more) }, 20*time.Second, 5*time.Millisecond, "waiting for the new records to be handled")
 	require.Equal(t, more, c2.got())
 	require.Len(t, c.got(), len(want), "a closed ingest takes nothing more")
 }

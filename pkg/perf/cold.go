@@ -8,6 +8,7 @@ import (
 	"runtime/pprof"
 	"time"
 
+	"github.com/ctxd/ctxd/internal/workload"
 	"github.com/ctxd/ctxd/pkg/app"
 	"github.com/ctxd/ctxd/pkg/bus"
 	"github.com/ctxd/ctxd/pkg/client"
@@ -30,7 +31,7 @@ func (b *bench) cold(ctx context.Context) ([]Row, error) {
 	}
 	per := cfg.ColdSessionRecords
 	S := cfg.ColdRecords / per
-	recs, err := encode(newWorkload(5, cfg.ScreenshotBytes, cfg.ScreenshotEvery).sessionRecords(per))
+	recs, err := workload.Encode(workload.New(5, cfg.profile()).Records(per))
 	if err != nil {
 		return nil, err
 	}

@@ -10,10 +10,12 @@
 //     bytes, requests interleaved;
 //   - clients: requests/s of concurrent clients, against the same clients
 //     of the bare responder;
-//   - turn: ctxd's fetch against a responder that rebuilds the context per
-//     request, as a store-and-rebuild design does (read the session's
-//     records from the stream, projection.Build, encode, reply), both timed
-//     as the client's round trip;
+//   - turn: a turn with ctxd (publish the turn's records, then fetch with
+//     min_seq) against the same turn with a responder that rebuilds the
+//     context per request, as a store-and-rebuild design does (read the
+//     session's records from the stream, projection.Build, encode, reply),
+//     both timed as the client's round trips; and a fetch of a session with
+//     no new records against the same rebuild;
 //   - rebuild: records/s of ctxd rebuild gathering and writing the
 //     sessions' checkpoints, and of rebuilding whole projections as its
 //     --check does, against a raw ordered consumer over the same stream;
@@ -29,7 +31,8 @@
 // CPUs and its heap. `ctxd bench` is the command line over it.
 //
 // The run checks what it measures: every fetch returns the whole reply,
-// the rebuilt-per-turn reply equals ctxd's byte for byte, replays read
-// every record, and a report warns when ctxd's watermark passed records
-// it neither applied nor rejected.
+// every turn's reply is at the turn's last record, the rebuilt-per-turn
+// reply equals ctxd's byte for byte, replays read every record, and a
+// report warns when ctxd's watermark passed records it neither applied
+// nor rejected.
 package perf

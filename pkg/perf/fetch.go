@@ -4,15 +4,20 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 
+	"github.com/ctxd/ctxd/internal/workload"
 	"github.com/ctxd/ctxd/pkg/bus"
 	"github.com/ctxd/ctxd/pkg/client"
 	"github.com/ctxd/ctxd/pkg/projection"
@@ -113,6 +118,9 @@ type fetchSession struct {
 	last uint64 // sequence of its last record
 	body []byte // its context reply
 	bare string // the bare responder's subject
+	// gen made its records, and continues the session when the turn
+	// figure appends to it, after the fetch and clients figures.
+	gen *workload.Generator
 }
 
 // fetch measures the fetch, clients and turn figures, which share their
@@ -153,11 +161,12 @@ func (b *bench) fetch(ctx context.Context) ([]Row, error) {
 	var last uint64
 	published := 0
 	for _, n := range sizes {
-		recs, err := encode(newWorkload(uint64(n), cfg.ScreenshotBytes, cfg.ScreenshotEvery).sessionSince(n))
+		gen := workload.New(uint64(n), cfg.profile())
+		recs, err := workload.Encode(gen.Session(n))
 		if err != nil {
 			return nil, err
 		}
-		s := &fetchSession{name: fmt.Sprintf("fetch-%d", n), n: n, bare: fmt.Sprintf("perf.bare.%d", n)}
+		s := &fetchSession{name: fmt.Sprintf("fetch-%d", n), n: n, bare: fmt.Sprintf("perf.bare.%d", n), gen: gen}
 		stored := 0
 		for _, r := range recs {
 			stored += len(r)
@@ -177,7 +186,6 @@ func (b *bench) fetch(ctx context.Context) ([]Row, error) {
 		b.logf("fetch: session of %d messages: %d records, %d bytes stored, reply %d bytes", n, len(recs), stored, len(s.body))
 		sessions[n] = s
 	}
-	b.checkApplied("fetch", a, uint64(published))
 
 	var rows []Row
 	if cfg.wants(FigureFetch) {
@@ -197,14 +205,27 @@ func (b *bench) fetch(ctx context.Context) ([]Row, error) {
 		rows = append(rows, r)
 	}
 	if cfg.wants(FigureTurn) {
-		for _, n := range cfg.TurnMessages {
-			r, err := b.turn(ctx, rc, sessions[n])
+		sub, err := startRebuilder(ctx, rc)
+		if err != nil {
+			return nil, err
+		}
+		defer sub.Unsubscribe()
+		for _, n := range slices.Compact(slices.Sorted(slices.Values(cfg.TurnMessages))) {
+			// The fetch with no new records first: the turns then append
+			// to the session.
+			cached, err := b.cachedFetch(ctx, sessions[n])
 			if err != nil {
 				return nil, err
 			}
-			rows = append(rows, r)
+			turn, turnRecords, err := b.turn(ctx, sessions[n])
+			if err != nil {
+				return nil, err
+			}
+			published += turnRecords
+			rows = append(rows, turn, cached)
 		}
 	}
+	b.checkApplied("fetch", a, uint64(published))
 	return rows, nil
 }
 
@@ -348,73 +369,240 @@ func (b *bench) clients(ctx context.Context, s *fetchSession) (Row, error) {
 	}, nil
 }
 
-// turn compares ctxd's fetch with a service that rebuilds the context per
-// request, as a store-and-rebuild design does. Both are timed the same
-// way, as a client's round trip: the rebuilding service answers on its
-// own connection, rc, as ctxd's does.
-func (b *bench) turn(ctx context.Context, rc *nats.Conn, s *fetchSession) (Row, error) {
+// rebuildPrefix is followed by a session's id in the subject of the
+// rebuild-per-turn responder.
+const rebuildPrefix = "perf.rebuild."
+
+// startRebuilder answers context requests for a session on
+// perf.rebuild.<session> the way a design that stores records and
+// rebuilds on every request does: read the session's records from the
+// stream, to its end, run the batch passes, encode the reply. It answers
+// on rc, a connection of its own, as ctxd's service does, and honours
+// min_seq by checking that what it read reaches it (a record whose
+// publish was acknowledged is in the stream already).
+func startRebuilder(ctx context.Context, rc *nats.Conn) (*nats.Subscription, error) {
 	def, err := streams.Transcripts()
 	if err != nil {
-		return Row{}, err
+		return nil, err
 	}
-	subj := fmt.Sprintf("perf.rebuild.%d", s.n)
-	sub, err := rc.Subscribe(subj, func(m *nats.Msg) {
-		out, err := rebuildPerTurn(ctx, rc, def.Name, s.name, s.last)
-		if err != nil {
-			b.logf("turn: rebuild per turn: %v", err)
-			return // the client times out and says so
+	sub, err := rc.Subscribe(rebuildPrefix+"*", func(m *nats.Msg) {
+		session := strings.TrimPrefix(m.Subject, rebuildPrefix)
+		var req struct {
+			MinSeq uint64 `json:"min_seq"`
 		}
-		if err := m.Respond(out); err != nil {
-			b.logf("turn: rebuild per turn: respond: %v", err)
+		var out []byte
+		var seq uint64
+		var err error
+		if len(m.Data) > 0 {
+			err = json.Unmarshal(m.Data, &req)
+		}
+		if err == nil {
+			out, seq, err = rebuildPerTurn(ctx, rc, def.Name, session)
+		}
+		if err == nil && seq < req.MinSeq {
+			err = fmt.Errorf("read %s up to %d, short of min_seq %d", session, seq, req.MinSeq)
+		}
+		if err == nil {
+			err = m.Respond(out)
+		}
+		if err != nil { // the client fails with it, rather than time out
+			m.RespondMsg(&nats.Msg{Header: nats.Header{
+				micro.ErrorCodeHeader: []string{"500"},
+				micro.ErrorHeader:     []string{err.Error()},
+			}})
 		}
 	})
 	if err != nil {
+		return nil, err
+	}
+	return sub, rc.Flush()
+}
+
+// rebuildRequest asks the rebuild-per-turn responder for a session's
+// context, as a client of ctxd would ask ctxd.
+func rebuildRequest(ctx context.Context, nc *nats.Conn, session string, minSeq uint64) ([]byte, error) {
+	msg := nats.NewMsg(rebuildPrefix + session)
+	if minSeq > 0 {
+		msg.Data = fmt.Appendf(nil, `{"min_seq":%d}`, minSeq)
+	}
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	data, err := client.Do(ctx, nc, msg)
+	if err != nil {
+		return nil, fmt.Errorf("rebuild %s: %w", session, err)
+	}
+	return data, nil
+}
+
+// cachedFetch compares ctxd's fetch of a session that received no new
+// records with rebuilding its context per request: what ctxd answers
+// from the reply it keeps, against the rebuild's whole work.
+func (b *bench) cachedFetch(ctx context.Context, s *fetchSession) (Row, error) {
+	want, err := fetchOnce(ctx, b.nc, s.name, client.Request{})
+	if err != nil {
 		return Row{}, err
 	}
-	defer sub.Unsubscribe()
-	if err := rc.Flush(); err != nil {
-		return Row{}, err
-	}
-	rebuilt, err := bareOnce(ctx, b.nc, subj)
+	rebuilt, err := rebuildRequest(ctx, b.nc, s.name, 0)
 	if err != nil {
 		return Row{}, fmt.Errorf("turn: %w", err)
 	}
-	if !bytes.Equal(rebuilt, s.body) {
-		return Row{}, fmt.Errorf("turn: the rebuilt reply of %s (%d bytes) differs from ctxd's (%d bytes)", s.name, len(rebuilt), len(s.body))
+	if !bytes.Equal(rebuilt, want) {
+		return Row{}, fmt.Errorf("turn: the rebuilt reply of %s (%d bytes) differs from ctxd's (%d bytes)", s.name, len(rebuilt), len(want))
 	}
 	ctxdFetch := func() error {
-		_, err := fetchOnce(ctx, b.nc, s.name, client.Request{})
+		data, err := fetchOnce(ctx, b.nc, s.name, client.Request{})
+		if err == nil && len(data) != len(want) {
+			err = fmt.Errorf("fetch %s: %d bytes, expected %d", s.name, len(data), len(want))
+		}
 		return err
 	}
 	rebuild := func() error {
-		_, err := bareOnce(ctx, b.nc, subj)
+		data, err := rebuildRequest(ctx, b.nc, s.name, 0)
+		if err == nil && len(data) != len(want) {
+			err = fmt.Errorf("rebuild %s: %d bytes, expected %d", s.name, len(data), len(want))
+		}
 		return err
 	}
 	lc, lr, err := interleave(ctx, b.cfg.TurnSamples, ctxdFetch, rebuild)
 	if err != nil {
 		return Row{}, err
 	}
-	b.logf("turn: %d messages: ctxd p50 %v p99 %v, rebuild-per-turn p50 %v p99 %v", s.n,
+	b.logf("turn: %d messages, no new records: ctxd fetch p50 %v p99 %v, rebuild p50 %v p99 %v", s.n,
 		percentile(lc, .5), percentile(lc, .99), percentile(lr, .5), percentile(lr, .99))
 	return Row{
-		Figure:   fmt.Sprintf("vs rebuild-per-turn, %d msgs p50", s.n),
+		Figure:   fmt.Sprintf("fetch, no new records, vs rebuild, %d msgs p50", s.n),
+		Kind:     Latency,
+		Ctxd:     percentile(lc, .5).Seconds(),
+		Baseline: percentile(lr, .5).Seconds(),
+	}, nil
+}
+
+// turn compares a turn with ctxd against a turn with a service that
+// rebuilds the context per request: publish the turn's records, each
+// acknowledged, then ask for the context with min_seq the last
+// acknowledgement's sequence. Both sides are timed the same way, from the
+// first publish to the reply in hand, and append their turns to the one
+// session, the next turn of it each time, so that both answer for the
+// same records: every reply's seq must be its turn's last record, and
+// the two sides' replies are compared byte for byte before and after.
+// ctxd applies the baseline's records too, as it applies every record of
+// the stream. It returns the number of records it published.
+func (b *bench) turn(ctx context.Context, s *fetchSession) (Row, int, error) {
+	samples := b.cfg.TurnSamples
+	// A turn for each call of either side, the untimed ones of interleave
+	// included, made before any is timed.
+	turns := make([][][]byte, 2*(samples+min(samples, 20)))
+	messages := 0
+	for i := range turns {
+		recs := s.gen.Next()
+		for _, v := range recs {
+			if workload.IsMessage(v) {
+				messages++
+			}
+		}
+		var err error
+		if turns[i], err = workload.Encode(recs); err != nil {
+			return Row{}, 0, err
+		}
+	}
+	next, published, last := 0, 0, s.last
+	play := func(ask func(minSeq uint64) ([]byte, error)) error {
+		if next == len(turns) {
+			return errors.New("turn: out of turns")
+		}
+		recs := turns[next]
+		next++
+		var seq uint64
+		for _, data := range recs {
+			pctx, cancel := context.WithTimeout(ctx, requestTimeout)
+			ack, err := b.js.Publish(pctx, subject.TranscriptsPrefix+s.name, data)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("turn: publish to %s: %w", s.name, err)
+			}
+			seq = ack.Sequence
+		}
+		published += len(recs)
+		last = seq
+		reply, err := ask(seq)
+		if err != nil {
+			return err
+		}
+		if got, err := replySeq(reply); err != nil || got != seq {
+			return fmt.Errorf("turn: a reply for %s after a turn ending at %d has seq %d (%v)", s.name, seq, got, err)
+		}
+		return nil
+	}
+	ctxdTurn := func() error {
+		return play(func(minSeq uint64) ([]byte, error) {
+			return fetchOnce(ctx, b.nc, s.name, client.Request{MinSeq: minSeq, WaitMS: 30000})
+		})
+	}
+	rebuildTurn := func() error {
+		return play(func(minSeq uint64) ([]byte, error) { return rebuildRequest(ctx, b.nc, s.name, minSeq) })
+	}
+	same := func() error {
+		want, err := fetchOnce(ctx, b.nc, s.name, client.Request{MinSeq: last, WaitMS: 30000})
+		if err != nil {
+			return err
+		}
+		rebuilt, err := rebuildRequest(ctx, b.nc, s.name, last)
+		if err != nil {
+			return err
+		}
+		if !bytes.Equal(rebuilt, want) {
+			return fmt.Errorf("turn: at seq %d the rebuilt reply of %s (%d bytes) differs from ctxd's (%d bytes)", last, s.name, len(rebuilt), len(want))
+		}
+		return nil
+	}
+	if err := same(); err != nil {
+		return Row{}, 0, err
+	}
+	lc, lr, err := interleave(ctx, samples, ctxdTurn, rebuildTurn)
+	if err != nil {
+		return Row{}, 0, err
+	}
+	if err := same(); err != nil {
+		return Row{}, 0, err
+	}
+	b.logf("turn: %d messages, growing to %d (%d turns of %d records): turn with ctxd p50 %v p99 %v, with rebuild-per-turn p50 %v p99 %v", s.n,
+		s.n+messages, len(turns), published, percentile(lc, .5), percentile(lc, .99), percentile(lr, .5), percentile(lr, .99))
+	return Row{
+		Figure:   fmt.Sprintf("turn (publish + fetch at min_seq) vs rebuild, %d msgs p50", s.n),
 		Kind:     Latency,
 		Ctxd:     percentile(lc, .5).Seconds(),
 		Baseline: percentile(lr, .5).Seconds(),
 		Target:   Target{MaxRatio: 0.1, Note: "10x faster"},
-	}, nil
+	}, published, nil
 }
 
-// rebuildPerTurn answers a context request the way a design that stores
-// records and rebuilds on every request does: read the session's records
-// from the stream, run the batch passes, encode the reply.
-func rebuildPerTurn(ctx context.Context, nc *nats.Conn, stream, session string, last uint64) ([]byte, error) {
+// replySeq reads the seq of a JSON context reply from its head,
+// {"session":S,"seq":N,..., without decoding the rest.
+func replySeq(reply []byte) (uint64, error) {
+	head := reply[:min(len(reply), 200)]
+	i := bytes.Index(head, []byte(`,"seq":`))
+	if i < 0 {
+		return 0, errors.New("no seq at the head of the reply")
+	}
+	digits := head[i+len(`,"seq":`):]
+	n := 0
+	for n < len(digits) && digits[n] >= '0' && digits[n] <= '9' {
+		n++
+	}
+	return strconv.ParseUint(string(digits[:n]), 10, 64)
+}
+
+// rebuildPerTurn builds a session's context reply the way a design that
+// stores records and rebuilds on every request does: read the session's
+// records from the stream, run the batch passes, encode the reply. It
+// returns the reply and the sequence of the last record read.
+func rebuildPerTurn(ctx context.Context, nc *nats.Conn, stream, session string) ([]byte, uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	var recs []projection.Record
 	dec := record.Decoder{}
 	var seq uint64
-	err := bus.ReadSubject(ctx, nc, stream, subject.TranscriptsPrefix+session, 1, last, func(s uint64, data []byte) error {
+	err := bus.ReadSubject(ctx, nc, stream, subject.TranscriptsPrefix+session, 1, math.MaxUint64, func(s uint64, data []byte) error {
 		seq = s
 		if v, err := dec.Decode(data); err == nil {
 			recs = append(recs, projection.Record{Seq: s, Value: v})
@@ -422,7 +610,7 @@ func rebuildPerTurn(ctx context.Context, nc *nats.Conn, stream, session string, 
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	res := projection.Build(recs, projection.Options{})
 	out := record.AppendJSONString([]byte(`{"session":`), session)
@@ -430,13 +618,13 @@ func rebuildPerTurn(ctx context.Context, nc *nats.Conn, stream, session string, 
 	out = strconv.AppendUint(out, seq, 10)
 	out = append(out, `,"messages":`...)
 	if out, err = record.AppendJSON(out, res.Messages); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	dropped, err := json.Marshal(res.Dropped)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	out = append(out, `,"dropped":`...)
 	out = append(out, dropped...)
-	return append(out, '}'), nil
+	return append(out, '}'), seq, nil
 }

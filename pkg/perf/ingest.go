@@ -7,6 +7,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ctxd/ctxd/internal/workload"
 	"github.com/ctxd/ctxd/pkg/app"
 	"github.com/ctxd/ctxd/pkg/bus"
 	"github.com/ctxd/ctxd/pkg/client"
@@ -71,7 +72,7 @@ func (b *bench) ingest(ctx context.Context) ([]Row, error) {
 	if err != nil {
 		return nil, err
 	}
-	pool, err := encode(newWorkload(11, cfg.ScreenshotBytes, cfg.ScreenshotEvery).cycle(ingestPeriod))
+	pool, err := workload.Encode(workload.New(11, cfg.profile()).Cycle(ingestPeriod))
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ctxd/ctxd/pkg/store"
 )
 
 func TestRow_Met(t *testing.T) {
@@ -60,6 +62,18 @@ func TestReport_WriteTable(t *testing.T) {
 	require.Equal(t, 5, strings.Count(out, "\n|"), out)
 }
 
+// The warning under the table when ctxd passed records over, which fails
+// TestBench_Smoke in cmd/ctxd.
+func TestPassedOver(t *testing.T) {
+	require.Empty(t, passedOver("fetch", store.Stats{Records: 98, Rejected: 2, Applied: 100}, 100))
+	w := passedOver("fetch", store.Stats{Records: 90, Rejected: 2, Applied: 100}, 100)
+	require.Contains(t, w, "fetch: ")
+	require.Contains(t, w, "8 records were passed over")
+	// Redeliveries do not hide records passed over.
+	require.Contains(t, passedOver("ingest", store.Stats{Records: 90, Duplicates: 10, Applied: 100}, 100), "10 records were passed over")
+	require.Contains(t, passedOver("cold", store.Stats{Records: 101, Applied: 101}, 100), "something else publishing")
+}
+
 func TestConfig_Check(t *testing.T) {
 	for _, c := range []Config{Full(), Quick()} {
 		require.NoError(t, c.check())
@@ -70,4 +84,12 @@ func TestConfig_Check(t *testing.T) {
 	c = Quick()
 	c.MemorySessions = c.ColdRecords // more than the cold stream holds
 	require.Error(t, c.check())
+}
+
+func TestReplySeq(t *testing.T) {
+	seq, err := replySeq([]byte(`{"session":"fetch-1000","seq":1234,"messages":[],"dropped":{}}`))
+	require.NoError(t, err)
+	require.Equal(t, uint64(1234), seq)
+	_, err = replySeq([]byte(`{"session":"x","messages":[]}`))
+	require.Error(t, err)
 }

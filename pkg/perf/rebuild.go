@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ctxd/ctxd/internal/workload"
 	"github.com/ctxd/ctxd/pkg/bus"
 	"github.com/ctxd/ctxd/pkg/projection"
 	"github.com/ctxd/ctxd/pkg/rebuild"
@@ -22,6 +23,10 @@ import (
 // compactions in the rebuild stream: real transcripts hold some, and a
 // checkpoint rebuild decodes those.
 const rebuildPeriod = 100
+
+// rebuildProfile makes the rebuild stream's records: no screenshots, the
+// figure counts records.
+var rebuildProfile = workload.Default.WithScreenshots(0, 0)
 
 // rebuild compares, in rotating rounds, a raw ordered consumer over the
 // stream with what ctxd rebuild does over the same stream: gathering the
@@ -157,7 +162,7 @@ func (b *bench) fillRebuildStream(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	recs, err := encode(newWorkload(7, 0, 0).cycle(rebuildPeriod))
+	recs, err := workload.Encode(workload.New(7, rebuildProfile).Cycle(rebuildPeriod))
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/ctxd/ctxd/internal/workload"
 	"github.com/ctxd/ctxd/pkg/projection"
 	"github.com/ctxd/ctxd/pkg/rebuild"
 	"github.com/ctxd/ctxd/pkg/store"
@@ -20,7 +21,7 @@ import (
 // gc400 runs it with the collector's target raised to 400%.
 func BenchmarkRebuildHandler(b *testing.B) {
 	const n, sessions = 100_000, 500
-	recs, err := encode(newWorkload(7, 0, 0).cycle(rebuildPeriod))
+	recs, err := workload.Encode(workload.New(7, rebuildProfile).Cycle(rebuildPeriod))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -105,18 +105,6 @@ func request(t testing.TB, nc *nats.Conn, subj string, body []byte, hdr nats.Hea
 
 func errorCode(msg *nats.Msg) string { return msg.Header.Get(micro.ErrorCodeHeader) }
 
-// eventually polls cond until it holds, failing the test after a while.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // requireSilent checks that nothing has arrived on ch yet.
 func requireSilent[T any](t *testing.T, ch <-chan T, what string) {
 	t.Helper()
@@ -340,7 +328,7 @@ func TestService_WaitDoesNotDelayOthers(t *testing.T) {
 			slow <- msg
 		}()
 	}
-	eventually(t, "the requests to wait", func() bool { return waiting.Load() == parked })
+	require.Eventually(t, func() bool { return waiting.Load() == parked }, 20*time.Second, time.Millisecond, "waiting for the requests to wait")
 
 	// Meanwhile every request that needs no wait is answered.
 	var wg sync.WaitGroup
@@ -472,8 +460,8 @@ func TestService_CloseWithQueuedRequests(t *testing.T) {
 			replies <- msg
 		}()
 	}
-	eventually(t, "the requests to arrive", func() bool { return arrived.Load() == queued })
-	eventually(t, "the first request to be in its handler", func() bool { return inHandler.Load() == 1 })
+	require.Eventually(t, func() bool { return arrived.Load() == queued }, 20*time.Second, time.Millisecond, "waiting for the requests to arrive")
+	require.Eventually(t, func() bool { return inHandler.Load() == 1 }, 20*time.Second, time.Millisecond, "waiting for the first request to be in its handler")
 	// Every request read before the PONG is queued on the endpoint.
 	require.NoError(t, svcConn.Flush())
 

@@ -34,18 +34,6 @@ func pending(s *Store) int {
 	return len(s.waiters)
 }
 
-// eventually polls cond until it holds, failing the test after a while.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // requireNoWaiters checks that nothing is left in the waiter heap.
 func requireNoWaiters(t *testing.T, s *Store) {
 	t.Helper()
@@ -118,7 +106,7 @@ func TestStore_Wait_WokenByAdvance(t *testing.T) {
 	s.Advance(2)
 	done := make(chan error, 1)
 	go func() { done <- s.Wait(context.Background(), 5, long) }()
-	eventually(t, "the waiter to be queued", func() bool { return pending(s) == 1 })
+	require.Eventually(t, func() bool { return pending(s) == 1 }, 20*time.Second, time.Millisecond, "waiting for the waiter to be queued")
 	require.Equal(t, uint64(5), s.nextWake.Load())
 
 	s.Advance(4) // short of 5: the waiter stays
@@ -140,7 +128,7 @@ func TestStore_Wait_CancelWhileWaiting(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Wait(ctx, 1, long) }()
-	eventually(t, "the waiter to be queued", func() bool { return pending(s) == 1 })
+	require.Eventually(t, func() bool { return pending(s) == 1 }, 20*time.Second, time.Millisecond, "waiting for the waiter to be queued")
 	cancel()
 	require.ErrorIs(t, <-done, context.Canceled)
 	requireNoWaiters(t, s)
@@ -167,7 +155,7 @@ func TestStore_Wait_ManyWaiters(t *testing.T) {
 			results <- woken{seq, s.Applied(), err}
 		}()
 	}
-	eventually(t, "every waiter to be queued", func() bool { return pending(s) == len(seqs) })
+	require.Eventually(t, func() bool { return pending(s) == len(seqs) }, 20*time.Second, time.Millisecond, "waiting for every waiter to be queued")
 
 	// Advance one sequence at a time, then by a jump: after each step,
 	// exactly the waiters beyond the watermark are still queued, and
