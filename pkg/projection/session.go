@@ -211,17 +211,26 @@ func (s *Session) append(seq uint64, m *record.Map) {
 		c := &e.calls[ci]
 		c.tool = s.tool(c.tool)
 		if c.id == "" {
-			s.unpaired = append(s.unpaired, pendingCall{int32(i), int32(ci)})
+			if !c.provider {
+				s.unpaired = append(s.unpaired, pendingCall{int32(i), int32(ci)})
+			}
 			continue
 		}
 		st := s.id(c.id)
 		c.id = st.name
 		if !st.paired() {
-			s.unpaired = append(s.unpaired, pendingCall{int32(i), int32(ci)})
 			if st.firstCall < 0 {
+				// A provider-executed call pairs like any other.
 				st.firstCall = i
-			} else if n := len(st.moreCalls); st.firstResult < 0 && st.firstCall != i && (n == 0 || st.moreCalls[n-1] != int32(i)) {
-				st.moreCalls = append(st.moreCalls, int32(i))
+			}
+			// A provider-executed call stays in place whatever the
+			// pairing: it is never reported, and pairing need not
+			// re-render it.
+			if !c.provider {
+				s.unpaired = append(s.unpaired, pendingCall{int32(i), int32(ci)})
+				if n := len(st.moreCalls); st.firstResult < 0 && st.firstCall != i && (n == 0 || st.moreCalls[n-1] != int32(i)) {
+					st.moreCalls = append(st.moreCalls, int32(i))
+				}
 			}
 		}
 		if s.browser[c.tool] && !st.browser {
