@@ -40,8 +40,9 @@ type call struct {
 	// it pairs like any call but is never removed for being unpaired.
 	provider bool
 	// block is the index in content, or -1 for a tool_calls entry, whose
-	// index is entry.
-	block, entry int
+	// index is entry. (int32 keeps a call, provider flag included, in 48
+	// bytes.)
+	block, entry int32
 }
 
 // result is one tool result: a whole result message (block -1) or a
@@ -95,7 +96,7 @@ func callsOf(m *record.Map) []call {
 					id:       firstString(b, "id", "toolCallId", "tool_call_id", "tool_call_id$"),
 					tool:     name,
 					provider: providerExecuted(b),
-					block:    i, entry: -1,
+					block:    int32(i), entry: -1,
 				})
 			}
 		}
@@ -103,7 +104,7 @@ func callsOf(m *record.Map) []call {
 	tc, _ := m.Get("tool_calls")
 	if arr, ok := tc.([]any); ok {
 		for i, e := range arr {
-			c := call{block: -1, entry: i}
+			c := call{block: -1, entry: int32(i)}
 			if em, ok := e.(*record.Map); ok {
 				c.id, _ = em.String("id")
 				c.tool = openAIToolName(em)
@@ -300,9 +301,9 @@ func rewriteAssistant(m *record.Map, calls []call, keepCall func(c call) bool) *
 			continue
 		}
 		if c.block >= 0 {
-			removeBlock[c.block] = true
+			removeBlock[int(c.block)] = true
 		} else {
-			removeEntry[c.entry] = true
+			removeEntry[int(c.entry)] = true
 		}
 	}
 	content, hasContent := m.Get("content")
