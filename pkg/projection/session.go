@@ -31,7 +31,9 @@ type Session struct {
 	latest        site
 	browserImages int // image blocks in all browser results with images
 
-	unpaired []pendingCall // calls not paired when last looked at, in order
+	// unpaired lists the calls not paired when last looked at, in order;
+	// never a provider-executed one, which is never removed.
+	unpaired []pendingCall
 	orphans  []OrphanResult
 
 	version uint64 // bumped by every change to the view
@@ -73,7 +75,8 @@ type idState struct {
 	name                   string // the id, a copy held by nothing else
 	firstCall, firstResult int    // entry indexes, -1 when none yet
 	// moreCalls lists the entries after firstCall that held calls with
-	// this id while it was not yet paired: pairing re-renders them all.
+	// this id, other than provider-executed ones, while it was not yet
+	// paired: pairing re-renders them all.
 	moreCalls    []int32
 	browser      bool   // some call with this id is a browser call
 	imageResults []site // kept results with images
