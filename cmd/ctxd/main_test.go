@@ -108,6 +108,27 @@ func TestBuild_Dropped(t *testing.T) {
 	require.Contains(t, out, `"images_omitted":0`)
 }
 
+// Rules 1.1: an assistant extension message is an assistant message whose
+// calls pair, and a provider-executed call stays without being reported.
+func TestBuild_DroppedRules11(t *testing.T) {
+	in := `{"role":"assistant","content":[{"type":"toolCall","id":"p1","name":"web_search","providerExecuted":true},{"type":"toolCall","id":"c1","name":"bash"}]}
+{"role":"assistant","content":"","tool_calls":[{"id":"p2","function":{"name":"code_run"},"providerExecuted":true},{"id":"p3","function":{"name":"bash"},"providerExecuted":"true"}]}
+{"role":"custom","customType":"voice_omni_transcript","content":[{"type":"text","text":"checking"},{"type":"toolCall","id":"v1","name":"read"},{"type":"toolCall","id":"v2","name":"edit"}],"details":{"role":"assistant"},"timestamp":1}
+{"role":"custom","content":[{"type":"tool_result","tool_use_id":"c1","content":"not an answer"}],"details":{"role":"assistant"}}
+{"role":"toolResult","toolCallId":"v1","content":"ok"}
+`
+	code, out, errOut := runCmd(t, in, "build", "--dropped")
+	require.Equal(t, 0, code, errOut)
+	require.JSONEq(t, `{"messages":[
+		{"role":"assistant","content":[{"type":"toolCall","id":"p1","name":"web_search","providerExecuted":true}]},
+		{"role":"assistant","content":"","tool_calls":[{"id":"p2","function":{"name":"code_run"},"providerExecuted":true}]},
+		{"role":"assistant","content":[{"type":"text","text":"checking"},{"type":"toolCall","id":"v1","name":"read"}],"timestamp":1},
+		{"role":"assistant","content":[{"type":"tool_result","tool_use_id":"c1","content":"not an answer"}]},
+		{"role":"toolResult","toolCallId":"v1","content":"ok"}],
+	"dropped":{"unpaired_calls":[{"id":"c1","tool":"bash","seq":1},{"id":"p3","tool":"bash","seq":2},{"id":"v2","tool":"edit","seq":3}],
+		"orphan_results":[],"images_omitted":0}}`, out)
+}
+
 // Malformed input names the line, prints nothing to standard output and
 // exits 1.
 func TestBuild_Malformed(t *testing.T) {

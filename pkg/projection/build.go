@@ -102,7 +102,8 @@ func Build(records []Record, opt Options) Result {
 	res := Result{Dropped: Dropped{UnpairedCalls: []UnpairedCall{}, OrphanResults: []OrphanResult{}}}
 	for i, it := range items {
 		for _, c := range calls[i] {
-			if !paired(c.id) {
+			// A provider-executed call is never removed, so never reported.
+			if !c.provider && !paired(c.id) {
 				res.Dropped.UnpairedCalls = append(res.Dropped.UnpairedCalls, UnpairedCall{ID: c.id, Tool: c.tool, Seq: it.seq})
 			}
 		}

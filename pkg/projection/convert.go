@@ -141,7 +141,7 @@ func convertMap(m *record.Map, kind, role, typ any) *record.Map {
 	case role == "bashExecution":
 		return convertShell(m)
 	case role == "custom" || typ == "custom_message":
-		return convertExtension(m)
+		return convertExtension(m) // a user or an assistant message
 	}
 	switch role {
 	case "user", "assistant", "system", "tool", "toolResult": // rule 5
@@ -150,11 +150,11 @@ func convertMap(m *record.Map, kind, role, typ any) *record.Map {
 	return nil
 }
 
-// userMessage builds a converted user message with the record's timestamp.
-func userMessage(content []any, src *record.Map) *record.Map {
+// converted builds a message of role with the record's timestamp.
+func converted(role string, content []any, src *record.Map) *record.Map {
 	out := &record.Map{Members: make([]record.Member, 0, 3)}
 	out.Members = append(out.Members,
-		record.Member{Key: "role", Value: "user"},
+		record.Member{Key: "role", Value: role},
 		record.Member{Key: "content", Value: content})
 	ts, _ := src.Get("timestamp")
 	if t, ok := convertTimestamp(ts); ok {
@@ -182,7 +182,21 @@ func convertExtension(m *record.Map) *record.Map {
 	default:
 		content = []any{textBlock("")}
 	}
-	return userMessage(content, m)
+	return converted(extensionRole(m), content, m)
+}
+
+// extensionRole is the role of an extension message: "assistant" when
+// its details is a map whose role is the string "assistant" (the
+// assistant's own words, such as a transcript of its spoken reply),
+// "user" otherwise.
+func extensionRole(m *record.Map) string {
+	d, _ := m.Get("details")
+	if dm, ok := d.(*record.Map); ok {
+		if r, _ := dm.String("role"); r == "assistant" {
+			return "assistant"
+		}
+	}
+	return "user"
 }
 
 // convertShell implements section 2.1.
@@ -197,7 +211,7 @@ func convertShell(m *record.Map) *record.Map {
 	if cmd == "" {
 		return nil
 	}
-	return userMessage([]any{textBlock(ShellText(m, cmd))}, m)
+	return converted("user", []any{textBlock(ShellText(m, cmd))}, m)
 }
 
 // ShellText renders a local shell run in the <local_shell> format of

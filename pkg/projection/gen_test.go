@@ -88,6 +88,7 @@ func (g *gen) record() any {
 		{8, g.anthropicResults},
 		{5, g.shellRun},
 		{4, g.extension},
+		{5, g.assistantExtension},
 		{6, g.metadata},
 		{2, g.compaction},
 		{2, g.invalidCompaction},
@@ -371,6 +372,7 @@ func (g *gen) callBlock() *record.Map {
 	if hasName {
 		b.Set("name", name)
 	}
+	g.maybeProviderExecuted(b)
 	args := record.NewMap("action", pick(g, "click", "open", "ls"))
 	if t, _ := b.String("type"); t == "tool_use" {
 		b.Set("input", args)
@@ -445,8 +447,21 @@ func (g *gen) openAIEntry() any {
 			e.Set("name", "bash") // function.name wins
 		}
 	}
+	g.maybeProviderExecuted(e)
 	g.remember(id, openAIToolName(e))
 	return e
+}
+
+// maybeProviderExecuted marks a call block or tool_calls entry as run by
+// the provider now and then, and sometimes gives it a providerExecuted
+// that is not the boolean true and so changes nothing.
+func (g *gen) maybeProviderExecuted(call *record.Map) {
+	switch g.r.IntN(12) {
+	case 0, 1:
+		call.Set("providerExecuted", true)
+	case 2:
+		call.Set("providerExecuted", pick[any](g, "true", int64(1), float64(1), false, nil))
+	}
 }
 
 // assistantOpenAI is an OpenAI-style message with tool_calls entries.
@@ -480,9 +495,11 @@ func (g *gen) recall() any {
 	g.remember(c.id, name)
 	if g.chance(3) {
 		e := record.NewMap("id", c.id, "type", "function", "function", record.NewMap("name", name, "arguments", "{}"))
+		g.maybeProviderExecuted(e)
 		return g.message("role", "assistant", "content", g.text(), "tool_calls", []any{e})
 	}
 	blk := record.NewMap("type", pick(g, "toolCall", "tool_use", "tool_call"), "id", c.id, "name", name)
+	g.maybeProviderExecuted(blk)
 	return g.message("role", "assistant", "content", []any{blk})
 }
 
@@ -630,9 +647,69 @@ func (g *gen) extension() any {
 	if g.chance(2) {
 		m.Set("display", g.chance(2))
 	}
-	if g.chance(3) {
+	switch g.r.IntN(8) {
+	case 0, 1:
 		m.Set("details", record.NewMap("file", "a.go"))
+	case 2:
+		m.Set("details", record.NewMap("role", "user"))
+	case 3:
+		// Only a details map whose role is the string "assistant" makes
+		// an assistant message.
+		m.Set("details", pick[any](g, "assistant", []any{"assistant"}, nil,
+			record.NewMap("role", pick[any](g, "Assistant", "system", int64(1), nil, []any{"assistant"}))))
+	case 4:
+		m.Set("details", record.NewMap("role", "assistant"))
 	}
+	return m
+}
+
+// assistantExtension is an extension message holding the assistant's own
+// words (details.role "assistant"), such as a transcript of its spoken
+// reply: an assistant message, whose content may carry calls, tool_result
+// blocks (which answer nothing there) and images.
+func (g *gen) assistantExtension() any {
+	var m *record.Map
+	if g.chance(3) {
+		m = g.message("type", "custom_message")
+	} else {
+		m = g.message("role", "custom")
+	}
+	m.Set("customType", pick(g, "voice_omni_transcript", "voice_omni_transcript", "narration"))
+	switch g.r.IntN(8) {
+	case 0, 1, 2:
+		m.Set("content", g.text())
+	case 3:
+		m.Set("content", []any{g.textBlock(), g.imageBlock()})
+	case 4, 5:
+		// Calls, sometimes alone: a message whose calls are all removed
+		// is left with nothing usable.
+		var content []any
+		if g.chance(2) {
+			content = append(content, g.textBlock())
+		}
+		for range 1 + g.r.IntN(2) {
+			content = append(content, g.callBlock())
+		}
+		m.Set("content", content)
+	case 6:
+		// A tool_result block: only a user message's answer calls.
+		blk := record.NewMap("type", "tool_result")
+		if id, hasID, tool := g.resultID(); hasID {
+			blk.Set("tool_use_id", id)
+			blk.Set("content", g.resultContent(tool))
+		}
+		m.Set("content", []any{blk})
+	default:
+		m.Set("content", pick[any](g, []any{}, nil, int64(0), record.NewMap("text", "x")))
+	}
+	if g.chance(3) {
+		m.Set("display", g.chance(2))
+	}
+	details := record.NewMap("role", "assistant")
+	if g.chance(3) {
+		details.Set("durationMs", int64(2100))
+	}
+	m.Set("details", details)
 	return m
 }
 

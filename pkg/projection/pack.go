@@ -13,7 +13,8 @@ import (
 // rendering are let go: the JSON cache holds the entry's bytes, which
 // serve every reply while nothing changes. In a session most entries
 // settle at once; an assistant message settles when its calls are
-// answered, a screenshot when it is trimmed.
+// answered or provider-executed (those stay whatever the pairing), a
+// screenshot when it is trimmed.
 //
 // When a packed entry must render again (the latest screenshot is
 // trimmed when a newer one arrives, or its result turns out to answer a

@@ -31,7 +31,9 @@ type Session struct {
 	latest        site
 	browserImages int // image blocks in all browser results with images
 
-	unpaired []pendingCall // calls not paired when last looked at, in order
+	// unpaired lists the calls not paired when last looked at, in order;
+	// never a provider-executed one, which is never removed.
+	unpaired []pendingCall
 	orphans  []OrphanResult
 
 	version uint64 // bumped by every change to the view
@@ -73,7 +75,8 @@ type idState struct {
 	name                   string // the id, a copy held by nothing else
 	firstCall, firstResult int    // entry indexes, -1 when none yet
 	// moreCalls lists the entries after firstCall that held calls with
-	// this id while it was not yet paired: pairing re-renders them all.
+	// this id, other than provider-executed ones, while it was not yet
+	// paired: pairing re-renders them all.
 	moreCalls    []int32
 	browser      bool   // some call with this id is a browser call
 	imageResults []site // kept results with images
@@ -211,17 +214,26 @@ func (s *Session) append(seq uint64, m *record.Map) {
 		c := &e.calls[ci]
 		c.tool = s.tool(c.tool)
 		if c.id == "" {
-			s.unpaired = append(s.unpaired, pendingCall{int32(i), int32(ci)})
+			if !c.provider {
+				s.unpaired = append(s.unpaired, pendingCall{int32(i), int32(ci)})
+			}
 			continue
 		}
 		st := s.id(c.id)
 		c.id = st.name
 		if !st.paired() {
-			s.unpaired = append(s.unpaired, pendingCall{int32(i), int32(ci)})
 			if st.firstCall < 0 {
+				// A provider-executed call pairs like any other.
 				st.firstCall = i
-			} else if n := len(st.moreCalls); st.firstResult < 0 && st.firstCall != i && (n == 0 || st.moreCalls[n-1] != int32(i)) {
-				st.moreCalls = append(st.moreCalls, int32(i))
+			}
+			// A provider-executed call stays in place whatever the
+			// pairing: it is never reported, and pairing need not
+			// re-render it.
+			if !c.provider {
+				s.unpaired = append(s.unpaired, pendingCall{int32(i), int32(ci)})
+				if n := len(st.moreCalls); st.firstResult < 0 && st.firstCall != i && (n == 0 || st.moreCalls[n-1] != int32(i)) {
+					st.moreCalls = append(st.moreCalls, int32(i))
+				}
 			}
 		}
 		if s.browser[c.tool] && !st.browser {

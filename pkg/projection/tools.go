@@ -36,9 +36,13 @@ func (o Options) browserSet() map[string]bool {
 type call struct {
 	id   string // "" when the call has no id
 	tool string // the tool name, "" when absent
+	// provider marks a provider-executed call (providerExecuted is true):
+	// it pairs like any call but is never removed for being unpaired.
+	provider bool
 	// block is the index in content, or -1 for a tool_calls entry, whose
-	// index is entry.
-	block, entry int
+	// index is entry. (int32 keeps a call, provider flag included, in 48
+	// bytes.)
+	block, entry int32
 }
 
 // result is one tool result: a whole result message (block -1) or a
@@ -89,9 +93,10 @@ func callsOf(m *record.Map) []call {
 			if b, ok := isCallBlock(e); ok {
 				name, _ := b.String("name")
 				calls = append(calls, call{
-					id:    firstString(b, "id", "toolCallId", "tool_call_id", "tool_call_id$"),
-					tool:  name,
-					block: i, entry: -1,
+					id:       firstString(b, "id", "toolCallId", "tool_call_id", "tool_call_id$"),
+					tool:     name,
+					provider: providerExecuted(b),
+					block:    int32(i), entry: -1,
 				})
 			}
 		}
@@ -99,15 +104,23 @@ func callsOf(m *record.Map) []call {
 	tc, _ := m.Get("tool_calls")
 	if arr, ok := tc.([]any); ok {
 		for i, e := range arr {
-			c := call{block: -1, entry: i}
+			c := call{block: -1, entry: int32(i)}
 			if em, ok := e.(*record.Map); ok {
 				c.id, _ = em.String("id")
 				c.tool = openAIToolName(em)
+				c.provider = providerExecuted(em)
 			}
 			calls = append(calls, c)
 		}
 	}
 	return calls
+}
+
+// providerExecuted reports whether a call block or tool_calls entry is
+// provider-executed: its providerExecuted is the boolean true.
+func providerExecuted(m *record.Map) bool {
+	v, _ := m.Get("providerExecuted")
+	return record.IsTrue(v)
 }
 
 func openAIToolName(e *record.Map) string {
@@ -212,7 +225,8 @@ func usable(content any, present bool) bool {
 }
 
 // rewrite renders one pass-1 message through passes 2 and 3. keepCall
-// says whether a call stays; keepResult whether a result (by its block,
+// says whether a call with an id stays (a provider-executed call always
+// does); keepResult whether a result (by its block,
 // -1 for the message itself) stays; trim whether a kept result's images
 // are replaced. It returns nil when the message is dropped, and m itself
 // when nothing changes.
@@ -283,13 +297,13 @@ func rewriteAssistant(m *record.Map, calls []call, keepCall func(c call) bool) *
 	removeBlock := map[int]bool{}
 	removeEntry := map[int]bool{}
 	for _, c := range calls {
-		if c.id != "" && keepCall(c) {
+		if c.provider || (c.id != "" && keepCall(c)) {
 			continue
 		}
 		if c.block >= 0 {
-			removeBlock[c.block] = true
+			removeBlock[int(c.block)] = true
 		} else {
-			removeEntry[c.entry] = true
+			removeEntry[int(c.entry)] = true
 		}
 	}
 	content, hasContent := m.Get("content")
