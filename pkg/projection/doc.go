@@ -1,0 +1,31 @@
+// Package projection is the pure core of ctxd: it turns a session's
+// records into the model context, exactly as docs/CONTEXT.md says.
+//
+// A record is a value decoded by package record (a map, in the data model
+// of JSON). The context is the list of messages an LLM request is built
+// from, together with a report of what was left out (Dropped). The rules
+// run in three passes: records are classified and converted, and a valid
+// compaction replaces everything gathered before it (pass 1); tool calls
+// are paired with their results (pass 2); earlier browser screenshots are
+// trimmed (pass 3).
+//
+// There are two forms of the same function:
+//
+//   - Build is the reference: the three passes over all of a session's
+//     records at once, written to follow the rules text line by line.
+//   - Session is the incremental form the service keeps per session:
+//     Apply takes one record at a time, in stream order, and the messages,
+//     the Dropped report and the rendered replies (JSONBody, MsgpackBody,
+//     JSONReply) always equal what Build answers over the records applied
+//     so far. Apply costs time in proportion to the record, not to the
+//     history, and a reply that did not change is served from cache.
+//
+// Apply is idempotent by stream sequence (a redelivered record is a no-op)
+// and Skip marks a sequence that held no usable record, so a Session's Seq
+// is always the last stream sequence it has taken.
+//
+// The package does no I/O, reads no clock and knows nothing of NATS: it is
+// tested with the spec fixtures (golden_test.go), a rule-by-rule suite
+// (rules_test.go), generated sessions checking Session against Build after
+// every record (property_test.go), and fuzz targets (fuzz_test.go).
+package projection
