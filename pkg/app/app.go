@@ -38,6 +38,11 @@ type Config struct {
 
 	// Replicas of the TRANSCRIPTS stream when ctxd creates it.
 	Replicas int
+	// AllowStreamLimits accepts an existing TRANSCRIPTS stream with limits
+	// (max_age, max_msgs, max_bytes, max_msgs_per_subject, discard new):
+	// the stream then deletes or refuses records, and the contexts hold
+	// only what it keeps. Without it such a stream is refused (bus.ErrLimit).
+	AllowStreamLimits bool
 	// BrowserTools name the tools whose screenshots are trimmed.
 	BrowserTools []string
 	// MaxRecordBytes is the largest record decoded.
@@ -52,7 +57,7 @@ type Config struct {
 	// AckWait is how long the ingest consumer may hold a record before
 	// JetStream redelivers it; 0 keeps the definition's (30s).
 	AckWait time.Duration
-	// Logger receives ctxd's log lines; nil discards them.
+	// Logger receives ctxd's log lines; New makes a nil one discard them.
 	Logger *slog.Logger
 }
 
@@ -87,7 +92,12 @@ type App struct {
 }
 
 // New returns an app with the configuration; Open starts it.
-func New(cfg Config) *App { return &App{Config: cfg} }
+func New(cfg Config) *App {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &App{Config: cfg}
+}
 
 // Open starts everything, in order: server, connection, stream, the
 // projections caught up with the stream, the ingest consumer, and the
@@ -104,9 +114,7 @@ func (a *App) Open(ctx context.Context) (err error) {
 		a.ns.Host, a.ns.Port = a.Host, a.Port
 		a.ns.MaxPayload = a.MaxPayload
 		a.ns.SyncAlways, a.ns.SyncInterval = a.SyncAlways, a.SyncInterval
-		if a.Logger != nil {
-			a.ns.Logger = a.Logger.With("component", "nats-server")
-		}
+		a.ns.Logger = a.Logger.With("component", "nats-server")
 		if err := a.ns.Open(); err != nil {
 			return err
 		}
@@ -130,7 +138,13 @@ func (a *App) Open(ctx context.Context) (err error) {
 	if a.Replicas > 0 {
 		want.Replicas = a.Replicas
 	}
-	st, err := bus.EnsureStream(ctx, a.js, want)
+	var check []bus.CheckOption
+	if a.AllowStreamLimits {
+		check = append(check, bus.AllowLimits(func(fe *bus.FieldError) {
+			a.Logger.Warn("stream limit accepted: records past it leave the stream, and the contexts", "stream", want.Name, "field", fe.Field, "value", fe.Have)
+		}))
+	}
+	st, err := bus.EnsureStream(ctx, a.js, want, check...)
 	if err != nil {
 		return err
 	}
@@ -273,9 +287,7 @@ func (a *App) Close() error {
 }
 
 func (a *App) logInfo(msg string, args ...any) {
-	if a.Logger != nil {
-		a.Logger.Info(msg, args...)
-	}
+	a.Logger.Info(msg, args...)
 }
 
 // streamLoader loads sessions from the stream and the checkpoint bucket:
