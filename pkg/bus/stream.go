@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -32,9 +33,9 @@ func (e *FieldError) Error() string {
 // Unwrap returns the kind of difference, if any.
 func (e *FieldError) Unwrap() error { return e.Err }
 
-// ErrIncompatible is wrapped by the error EnsureStream returns for an
-// existing stream ctxd cannot run on.
-var ErrIncompatible = errors.New("incompatible existing stream")
+// ErrIncompatible is wrapped by the error EnsureStream or OpenConsumer
+// returns for an existing stream or consumer ctxd cannot run on.
+var ErrIncompatible = errors.New("incompatible existing stream or consumer")
 
 // ErrLimit is wrapped by the FieldError of a stream limit: max_age,
 // max_msgs, max_bytes or max_msgs_per_subject. Once a limit is reached
@@ -139,6 +140,16 @@ func sorted(s []string) []string {
 	return s
 }
 
+// JetStream returns the JetStream API of a connection: the handle the
+// package's functions take.
+func JetStream(nc *nats.Conn) (jetstream.JetStream, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	return js, nil
+}
+
 // EnsureStream creates the stream when it is missing and checks it
 // (CheckStream, with opts) when it exists.
 func EnsureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, opts ...CheckOption) (jetstream.Stream, error) {
@@ -159,6 +170,16 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	return st, nil
 }
 
+// LastSeq returns the stream's last sequence and the number of records it
+// holds, as the server says now.
+func LastSeq(ctx context.Context, st jetstream.Stream) (last, msgs uint64, err error) {
+	info, err := st.Info(ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("stream %s: %w", st.CachedInfo().Config.Name, err)
+	}
+	return info.State.LastSeq, info.State.Msgs, nil
+}
+
 // EnsureConsumer creates the durable consumer, or updates it to the
 // definition when it exists.
 func EnsureConsumer(ctx context.Context, st jetstream.Stream, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
@@ -167,4 +188,53 @@ func EnsureConsumer(ctx context.Context, st jetstream.Stream, cfg jetstream.Cons
 		return nil, fmt.Errorf("consumer %s on stream %s: %w", cfg.Durable, st.CachedInfo().Config.Name, err)
 	}
 	return c, nil
+}
+
+// OpenConsumer opens the durable consumer of the definition cfg on st for
+// an Ingest. A missing one is created to start after sequence after (from
+// the start when after is 0): the records up to after are already
+// handled. An existing one keeps its place in the stream; it is refused
+// when its ack policy or filter subject is not the definition's (the
+// ingest acknowledges in batches, and reads every record of its
+// subjects), and its ack wait is updated to the definition's.
+func OpenConsumer(ctx context.Context, st jetstream.Stream, cfg jetstream.ConsumerConfig, after uint64) (jetstream.Consumer, error) {
+	stream := st.CachedInfo().Config.Name
+	c, err := st.Consumer(ctx, cfg.Durable)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		if after > 0 {
+			cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
+			cfg.OptStartSeq = after + 1
+		}
+		return EnsureConsumer(ctx, st, cfg)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("consumer %s on stream %s: %w", cfg.Durable, stream, err)
+	}
+	have := c.CachedInfo().Config
+	if err := CheckConsumer(have, cfg); err != nil {
+		return nil, err
+	}
+	if have.AckWait != cfg.AckWait {
+		have.AckWait = cfg.AckWait
+		return EnsureConsumer(ctx, st, have)
+	}
+	return c, nil
+}
+
+// CheckConsumer compares an existing consumer's configuration with the
+// definition, in the fields an Ingest relies on, and returns every
+// difference.
+func CheckConsumer(have, want jetstream.ConsumerConfig) error {
+	obj := "consumer " + want.Durable
+	var errs []error
+	if have.AckPolicy != want.AckPolicy {
+		errs = append(errs, &FieldError{obj, "ack_policy", have.AckPolicy, want.AckPolicy.String(), nil})
+	}
+	if have.FilterSubject != want.FilterSubject {
+		errs = append(errs, &FieldError{obj, "filter_subject", fmt.Sprintf("%q", have.FilterSubject), fmt.Sprintf("%q", want.FilterSubject), nil})
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrIncompatible, errors.Join(errs...))
 }
