@@ -32,14 +32,14 @@ func OpenCheckpoints(ctx context.Context, js jetstream.JetStream, replicas int) 
 	}
 	if _, err := js.Stream(ctx, cfg.Name); errors.Is(err, jetstream.ErrStreamNotFound) {
 		if _, err := js.CreateStream(ctx, cfg); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			return nil, fmt.Errorf("create checkpoint bucket: %w", err)
+			return nil, fmt.Errorf("bucket %s: create: %w", streams.CheckpointsBucket, err)
 		}
 	} else if err != nil {
-		return nil, fmt.Errorf("checkpoint bucket: %w", err)
+		return nil, fmt.Errorf("bucket %s: %w", streams.CheckpointsBucket, err)
 	}
 	kv, err := js.KeyValue(ctx, streams.CheckpointsBucket)
 	if err != nil {
-		return nil, fmt.Errorf("checkpoint bucket: %w", err)
+		return nil, fmt.Errorf("bucket %s: %w", streams.CheckpointsBucket, err)
 	}
 	return &Checkpoints{js: js, kv: kv}, nil
 }
@@ -117,7 +117,7 @@ func (c *Checkpoints) All(ctx context.Context) (map[string]store.Checkpoint, err
 	out := map[string]store.Checkpoint{}
 	w, err := c.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
-		return nil, fmt.Errorf("list checkpoints: %w", err)
+		return nil, fmt.Errorf("bucket %s: list: %w", c.kv.Bucket(), err)
 	}
 	defer w.Stop()
 	for {

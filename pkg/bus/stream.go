@@ -157,12 +157,12 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		st, err = js.CreateStream(ctx, want)
 		if err != nil {
-			return nil, fmt.Errorf("create stream %s: %w", want.Name, err)
+			return nil, fmt.Errorf("stream %s: create: %w", want.Name, err)
 		}
 		return st, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("look up stream %s: %w", want.Name, err)
+		return nil, fmt.Errorf("stream %s: %w", want.Name, err)
 	}
 	if err := CheckStream(st.CachedInfo().Config, want, opts...); err != nil {
 		return nil, err
