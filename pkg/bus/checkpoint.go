@@ -21,7 +21,11 @@ type Checkpoints struct {
 }
 
 // OpenCheckpoints opens the checkpoint bucket, creating its stream from
-// streams/checkpoints.kv.json when it is missing.
+// streams/checkpoints.kv.json when it is missing. The definition is the
+// bucket's stream (KV_ name, $KV subjects, one message per key), the form
+// `nats stream add --config` takes, so it is created as a stream and then
+// opened with the key-value API, which Get, Put and All use; only PutAll
+// writes otherwise.
 func OpenCheckpoints(ctx context.Context, js jetstream.JetStream, replicas int) (*Checkpoints, error) {
 	cfg, err := streams.Checkpoints()
 	if err != nil {
