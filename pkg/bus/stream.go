@@ -110,19 +110,19 @@ func limits(obj string, have, want jetstream.StreamConfig) []*FieldError {
 		out = append(out, &FieldError{obj, field, have, want, ErrLimit})
 	}
 	if have.MaxAge > 0 && (want.MaxAge <= 0 || have.MaxAge < want.MaxAge) {
-		limit("max_age", have.MaxAge, "0 (no limit): older records are deleted")
+		limit("max_age", have.MaxAge, "0 (no limit): a max age deletes older records")
 	}
 	if have.MaxMsgs > 0 && (want.MaxMsgs <= 0 || have.MaxMsgs < want.MaxMsgs) {
-		limit("max_msgs", have.MaxMsgs, "-1 (no limit): past it the oldest records are deleted")
+		limit("max_msgs", have.MaxMsgs, "-1 (no limit): a limit deletes the oldest records past it")
 	}
 	if have.MaxBytes > 0 && (want.MaxBytes <= 0 || have.MaxBytes < want.MaxBytes) {
-		limit("max_bytes", have.MaxBytes, "-1 (no limit): past it the oldest records are deleted")
+		limit("max_bytes", have.MaxBytes, "-1 (no limit): a limit deletes the oldest records past it")
 	}
 	if have.MaxMsgsPerSubject > 0 && (want.MaxMsgsPerSubject <= 0 || have.MaxMsgsPerSubject < want.MaxMsgsPerSubject) {
-		limit("max_msgs_per_subject", have.MaxMsgsPerSubject, "-1 (no limit): past it a session's oldest records are deleted")
+		limit("max_msgs_per_subject", have.MaxMsgsPerSubject, "-1 (no limit): a limit deletes a session's oldest records past it")
 	}
 	if have.Discard != want.Discard {
-		limit("discard", discardName(have.Discard), discardName(want.Discard)+" (with discard new a stream at a limit refuses new records)")
+		limit("discard", discardName(have.Discard), discardName(want.Discard)+": with discard new a stream at a limit refuses new records")
 	}
 	return out
 }
