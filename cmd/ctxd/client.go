@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ctxd/ctxd/pkg/bus"
 	"github.com/ctxd/ctxd/pkg/client"
 	"github.com/ctxd/ctxd/pkg/record"
 	"github.com/ctxd/ctxd/pkg/subject"
@@ -84,39 +84,17 @@ func runPublish(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
+	js, err := bus.JetStream(nc)
 	if err != nil {
 		return err
 	}
-	if limit := nc.MaxPayload(); limit > 0 {
-		for i, p := range payloads {
-			if int64(len(p)) > limit {
-				return fmt.Errorf("record %d is %d bytes; the server accepts at most %d (its max_payload): nothing was published", i+1, len(p), limit)
-			}
-		}
+	var msgID func(int) string
+	if *msgIDPrefix != "" {
+		msgID = func(i int) string { return fmt.Sprintf("%s-%d", *msgIDPrefix, i+1) }
 	}
-	var futures []jetstream.PubAckFuture
-	for i, p := range payloads {
-		var opts []jetstream.PublishOpt
-		if *msgIDPrefix != "" {
-			opts = append(opts, jetstream.WithMsgID(fmt.Sprintf("%s-%d", *msgIDPrefix, i+1)))
-		}
-		f, err := js.PublishAsync(subj, p, opts...)
-		if err != nil {
-			return fmt.Errorf("record %d: %w", i+1, err)
-		}
-		futures = append(futures, f)
-	}
-	var last uint64
-	for i, f := range futures {
-		select {
-		case ack := <-f.Ok():
-			last = max(last, ack.Sequence)
-		case err := <-f.Err():
-			return fmt.Errorf("record %d of %d not stored: %w", i+1, len(futures), err)
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	last, err := bus.PublishAll(ctx, js, subj, payloads, msgID)
+	if err != nil {
+		return err
 	}
 	fmt.Fprintln(e.stdout, last)
 	return nil

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ctxd/ctxd/pkg/app"
+	"github.com/ctxd/ctxd/pkg/bus"
 )
 
 const serveAbout = `Runs the whole service: records published to transcripts.<session> are
@@ -18,7 +20,10 @@ answers the session's model context.
 With no --nats, ctxd starts an embedded NATS server with JetStream (store
 under --data, client port --port on --host). With --nats it uses that
 server or cluster instead. Either way it creates the TRANSCRIPTS stream
-when it is missing. Once it serves it prints one line:
+when it is missing, and refuses an existing one that differs in a field it
+relies on, naming the field; one with limits that delete records (max_age,
+max_msgs, max_bytes, max_msgs_per_subject, discard new) only with
+--allow-stream-limits. Once it serves it prints one line:
   ctxd ready nats://HOST:PORT
 and it shuts down cleanly on SIGINT or SIGTERM (exit 0).
 
@@ -43,6 +48,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	maxPayload := fs.Int("max-payload", int(cfg.MaxPayload), "embedded server: largest message in bytes")
 	sync := fs.String("sync", cfg.SyncInterval.String(), "embedded server: fsync policy, `always` or an interval such as 2m or 1s")
 	fs.IntVar(&cfg.Replicas, "replicas", cfg.Replicas, "replicas of the TRANSCRIPTS stream when ctxd creates it (3 on a 3-node cluster)")
+	fs.BoolVar(&cfg.AllowStreamLimits, "allow-stream-limits", false, "run on an existing TRANSCRIPTS stream with limits (max_age, max_msgs, max_bytes, max_msgs_per_subject, discard new): records past a limit leave the stream, and the contexts")
 	browser := fs.String("browser-tools", strings.Join(cfg.BrowserTools, ","), "comma-separated tool names whose screenshots are trimmed to the latest")
 	fs.IntVar(&cfg.MaxRecordBytes, "max-record-bytes", cfg.MaxRecordBytes, "largest record decoded; larger ones are skipped and reported")
 	fs.IntVar(&cfg.CacheSessions, "cache-sessions", cfg.CacheSessions, "sessions held in memory at most; others load from the stream when asked for")
@@ -81,6 +87,9 @@ func runServe(ctx context.Context, e *env, args []string) error {
 
 	a := app.New(cfg)
 	if err := a.Open(ctx); err != nil {
+		if errors.Is(err, bus.ErrLimit) {
+			return fmt.Errorf("%w\n(--allow-stream-limits runs on it all the same: records past a limit leave the stream, and the contexts)", err)
+		}
 		return err
 	}
 	fmt.Fprintf(e.stdout, "ctxd ready %s\n", a.URL())

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ctxd/ctxd/pkg/bus"
 	"github.com/ctxd/ctxd/pkg/natsd"
@@ -38,6 +37,11 @@ type Config struct {
 
 	// Replicas of the TRANSCRIPTS stream when ctxd creates it.
 	Replicas int
+	// AllowStreamLimits accepts an existing TRANSCRIPTS stream with limits
+	// (max_age, max_msgs, max_bytes, max_msgs_per_subject, discard new):
+	// the stream then deletes or refuses records, and the contexts hold
+	// only what it keeps. Without it such a stream is refused (bus.ErrLimit).
+	AllowStreamLimits bool
 	// BrowserTools name the tools whose screenshots are trimmed.
 	BrowserTools []string
 	// MaxRecordBytes is the largest record decoded.
@@ -52,7 +56,7 @@ type Config struct {
 	// AckWait is how long the ingest consumer may hold a record before
 	// JetStream redelivers it; 0 keeps the definition's (30s).
 	AckWait time.Duration
-	// Logger receives ctxd's log lines; nil discards them.
+	// Logger receives ctxd's log lines; New makes a nil one discard them.
 	Logger *slog.Logger
 }
 
@@ -79,7 +83,6 @@ type App struct {
 
 	ns     *natsd.Server
 	nc     *nats.Conn
-	js     jetstream.JetStream
 	store  *store.Store
 	ingest *bus.Ingest
 	svc    *server.Service
@@ -87,7 +90,12 @@ type App struct {
 }
 
 // New returns an app with the configuration; Open starts it.
-func New(cfg Config) *App { return &App{Config: cfg} }
+func New(cfg Config) *App {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &App{Config: cfg}
+}
 
 // Open starts everything, in order: server, connection, stream, the
 // projections caught up with the stream, the ingest consumer, and the
@@ -104,9 +112,7 @@ func (a *App) Open(ctx context.Context) (err error) {
 		a.ns.Host, a.ns.Port = a.Host, a.Port
 		a.ns.MaxPayload = a.MaxPayload
 		a.ns.SyncAlways, a.ns.SyncInterval = a.SyncAlways, a.SyncInterval
-		if a.Logger != nil {
-			a.ns.Logger = a.Logger.With("component", "nats-server")
-		}
+		a.ns.Logger = a.Logger.With("component", "nats-server")
 		if err := a.ns.Open(); err != nil {
 			return err
 		}
@@ -120,7 +126,8 @@ func (a *App) Open(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("connect to %s: %w", url, err)
 	}
-	if a.js, err = jetstream.New(a.nc); err != nil {
+	js, err := bus.JetStream(a.nc)
+	if err != nil {
 		return err
 	}
 	want, err := streams.Transcripts()
@@ -130,11 +137,17 @@ func (a *App) Open(ctx context.Context) (err error) {
 	if a.Replicas > 0 {
 		want.Replicas = a.Replicas
 	}
-	st, err := bus.EnsureStream(ctx, a.js, want)
+	var check []bus.CheckOption
+	if a.AllowStreamLimits {
+		check = append(check, bus.AllowLimits(func(fe *bus.FieldError) {
+			a.Logger.Warn("stream limit accepted: records past it leave the stream, and the contexts", "stream", want.Name, "field", fe.Field, "value", fe.Have)
+		}))
+	}
+	st, err := bus.EnsureStream(ctx, js, want, check...)
 	if err != nil {
 		return err
 	}
-	cps, err := bus.OpenCheckpoints(ctx, a.js, a.Replicas)
+	cps, err := bus.OpenCheckpoints(ctx, js, a.Replicas)
 	if err != nil {
 		return err
 	}
@@ -151,16 +164,24 @@ func (a *App) Open(ctx context.Context) (err error) {
 
 	// Every record stored so far can be read from the stream: a session
 	// loads from there when it is asked for, so nothing is replayed here.
-	info, err := st.Info(ctx)
+	last, msgs, err := bus.LastSeq(ctx, st)
 	if err != nil {
-		return fmt.Errorf("stream %s: %w", want.Name, err)
+		return err
 	}
-	last := info.State.LastSeq
 	a.store.Advance(last)
 	a.store.Fresh = last == 0
-	a.logInfo("stream open", "stream", want.Name, "last_seq", last, "records", info.State.Msgs)
+	a.logInfo("stream open", "stream", want.Name, "last_seq", last, "records", msgs)
 
-	cons, err := a.ensureConsumer(ctx, want.Name, last)
+	// The ingest consumer; a new one starts after the records the
+	// projections already hold.
+	ccfg, err := streams.Ingest()
+	if err != nil {
+		return err
+	}
+	if a.AckWait > 0 {
+		ccfg.AckWait = a.AckWait
+	}
+	cons, err := bus.OpenConsumer(ctx, st, ccfg, last)
 	if err != nil {
 		return err
 	}
@@ -177,43 +198,6 @@ func (a *App) Open(ctx context.Context) (err error) {
 	// Open returns once the server holds the service's subscriptions: a
 	// request sent right after finds a responder.
 	return a.svc.Open()
-}
-
-// ensureConsumer opens the ingest consumer; a new one starts after the
-// records the projections already hold.
-func (a *App) ensureConsumer(ctx context.Context, stream string, last uint64) (jetstream.Consumer, error) {
-	cfg, err := streams.Ingest()
-	if err != nil {
-		return nil, err
-	}
-	st, err := a.js.Stream(ctx, stream)
-	if err != nil {
-		return nil, err
-	}
-	if a.AckWait > 0 {
-		cfg.AckWait = a.AckWait
-	}
-	c, err := st.Consumer(ctx, cfg.Durable)
-	if err == nil {
-		have := c.CachedInfo().Config
-		if have.AckPolicy != cfg.AckPolicy || have.FilterSubject != cfg.FilterSubject {
-			return nil, fmt.Errorf("consumer %s: ack_policy %s and filter_subject %q, need %s and %q",
-				cfg.Durable, have.AckPolicy, have.FilterSubject, cfg.AckPolicy, cfg.FilterSubject)
-		}
-		if have.AckWait != cfg.AckWait {
-			have.AckWait = cfg.AckWait
-			return bus.EnsureConsumer(ctx, st, have)
-		}
-		return c, nil
-	}
-	if !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return nil, fmt.Errorf("consumer %s: %w", cfg.Durable, err)
-	}
-	if last > 0 {
-		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
-		cfg.OptStartSeq = last + 1
-	}
-	return bus.EnsureConsumer(ctx, st, cfg)
 }
 
 // handle applies one stored record to its session.
@@ -273,9 +257,7 @@ func (a *App) Close() error {
 }
 
 func (a *App) logInfo(msg string, args ...any) {
-	if a.Logger != nil {
-		a.Logger.Info(msg, args...)
-	}
+	a.Logger.Info(msg, args...)
 }
 
 // streamLoader loads sessions from the stream and the checkpoint bucket:

@@ -116,11 +116,10 @@ var streamMutations = []struct {
 	{"longer duplicate window", func(c *jetstream.StreamConfig) { c.Duplicates = 10 * time.Minute }, nil},
 	{"larger max_msg_size", func(c *jetstream.StreamConfig) { c.MaxMsgSize = 16 << 20 }, nil},
 	{"unlimited max_msg_size", func(c *jetstream.StreamConfig) { c.MaxMsgSize = -1 }, nil},
-	{"other limits and description", func(c *jetstream.StreamConfig) {
+	{"description and consumer limit", func(c *jetstream.StreamConfig) {
 		c.Description = "mine"
-		c.MaxAge = 24 * time.Hour
-		c.MaxBytes = 1 << 30
-	}, nil},
+		c.MaxConsumers = 10
+	}, nil}, // limits that delete records: stream_test.go
 }
 
 func TestCheckStream(t *testing.T) {

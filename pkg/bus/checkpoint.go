@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"iter"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -22,7 +21,11 @@ type Checkpoints struct {
 }
 
 // OpenCheckpoints opens the checkpoint bucket, creating its stream from
-// streams/checkpoints.kv.json when it is missing.
+// streams/checkpoints.kv.json when it is missing. The definition is the
+// bucket's stream (KV_ name, $KV subjects, one message per key), the form
+// `nats stream add --config` takes, so it is created as a stream and then
+// opened with the key-value API, which Get, Put and All use; only PutAll
+// writes otherwise.
 func OpenCheckpoints(ctx context.Context, js jetstream.JetStream, replicas int) (*Checkpoints, error) {
 	cfg, err := streams.Checkpoints()
 	if err != nil {
@@ -33,14 +36,14 @@ func OpenCheckpoints(ctx context.Context, js jetstream.JetStream, replicas int) 
 	}
 	if _, err := js.Stream(ctx, cfg.Name); errors.Is(err, jetstream.ErrStreamNotFound) {
 		if _, err := js.CreateStream(ctx, cfg); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			return nil, fmt.Errorf("create checkpoint bucket: %w", err)
+			return nil, fmt.Errorf("bucket %s: create: %w", streams.CheckpointsBucket, err)
 		}
 	} else if err != nil {
-		return nil, fmt.Errorf("checkpoint bucket: %w", err)
+		return nil, fmt.Errorf("bucket %s: %w", streams.CheckpointsBucket, err)
 	}
 	kv, err := js.KeyValue(ctx, streams.CheckpointsBucket)
 	if err != nil {
-		return nil, fmt.Errorf("checkpoint bucket: %w", err)
+		return nil, fmt.Errorf("bucket %s: %w", streams.CheckpointsBucket, err)
 	}
 	return &Checkpoints{js: js, kv: kv}, nil
 }
@@ -69,61 +72,32 @@ func (c *Checkpoints) Put(ctx context.Context, session string, cp store.Checkpoi
 	return nil
 }
 
-// putWindow is how many checkpoints PutAll has in flight at most, and
-// putAckWait how long it waits for a window's acknowledgements.
-const (
-	putWindow  = 512
-	putAckWait = 30 * time.Second
-)
-
 // PutAll stores many checkpoints, the way Put stores one, without waiting
-// for each to be stored before sending the next: a window of them is
-// published at once, then their acknowledgements are awaited. It returns
-// once all are stored, or with the first error; some of the others may
-// be stored by then.
+// for each to be stored before sending the next (see pipeline): the
+// key-value API has no such write, so PutAll publishes to the bucket's
+// subject for the key, $KV.<bucket>.<key>, as Put does (the bucket is
+// ctxd's own, not a mirror, so that is where its keys are stored). It
+// returns once all are stored, or with the first error; some of the
+// others may be stored by then.
 func (c *Checkpoints) PutAll(ctx context.Context, cps iter.Seq2[string, store.Checkpoint]) error {
 	prefix := "$KV." + c.kv.Bucket() + "."
-	var inFlight []jetstream.PubAckFuture
-	var keys []string
-	wait := func() error {
-		defer func() { inFlight, keys = inFlight[:0], keys[:0] }()
-		// Put waits as long for its one acknowledgement; a window that
-		// gets none in that time will not get it.
-		timeout := time.NewTimer(putAckWait)
-		defer timeout.Stop()
-		for i, f := range inFlight {
-			select {
-			case <-f.Ok():
-			case err := <-f.Err():
-				return fmt.Errorf("checkpoint %s: %w", keys[i], err)
-			case <-timeout.C:
-				return fmt.Errorf("checkpoint %s: no acknowledgement in %v", keys[i], putAckWait)
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		return nil
-	}
+	keys := make([]string, pipelineWindow) // of the checkpoints in flight, by index modulo the window
+	p := newPipeline(c.js, func(i int, err error) error {
+		return fmt.Errorf("checkpoint %s: %w", keys[i%pipelineWindow], err)
+	})
+	n := 0
 	for session, cp := range cps {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
 		if !validKey(session) {
 			return fmt.Errorf("checkpoint %s: %w", session, jetstream.ErrInvalidKey)
 		}
 		data, _ := json.Marshal(cp)
-		f, err := c.js.PublishAsync(prefix+session, data)
-		if err != nil {
-			return fmt.Errorf("checkpoint %s: %w", session, err)
-		}
-		inFlight, keys = append(inFlight, f), append(keys, session)
-		if len(inFlight) == putWindow {
-			if err := wait(); err != nil {
-				return err
-			}
+		keys[n%pipelineWindow] = session
+		n++
+		if err := p.publish(ctx, prefix+session, data); err != nil {
+			return err
 		}
 	}
-	return wait()
+	return p.wait(ctx)
 }
 
 // validKey reports whether a key is one the bucket takes, as Put checks.
@@ -147,7 +121,7 @@ func (c *Checkpoints) All(ctx context.Context) (map[string]store.Checkpoint, err
 	out := map[string]store.Checkpoint{}
 	w, err := c.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
-		return nil, fmt.Errorf("list checkpoints: %w", err)
+		return nil, fmt.Errorf("bucket %s: list: %w", c.kv.Bucket(), err)
 	}
 	defer w.Stop()
 	for {

@@ -38,11 +38,13 @@ const (
 // stream and handled first, so no record is passed over and none is
 // acknowledged unhandled.
 type Ingest struct {
-	// Logger receives ack failures; nil discards them.
+	// Logger receives ack and read failures; StartIngest makes a nil one
+	// discard them.
 	Logger *slog.Logger
 
-	cc   jetstream.ConsumeContext
-	gaps gapFiller
+	consumer string // its name, for errors
+	cc       jetstream.ConsumeContext
+	gaps     gapFiller
 
 	mu      sync.Mutex
 	pending jetstream.Msg // the last handled message, not yet acknowledged
@@ -56,18 +58,21 @@ type Ingest struct {
 // passed to h once more, which must ignore what it has seen); readRange
 // reads skipped sequences from the stream. Close stops it.
 func StartIngest(cons jetstream.Consumer, after uint64, readRange func(from, to uint64, fn func(Msg) error) error, h Handler, logger *slog.Logger) (*Ingest, error) {
-	in := &Ingest{Logger: logger, stop: make(chan struct{}), done: make(chan struct{})}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	in := &Ingest{Logger: logger, consumer: cons.CachedInfo().Name, stop: make(chan struct{}), done: make(chan struct{})}
 	in.gaps = gapFiller{last: after, read: readRange, handle: h}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		meta, err := m.Metadata()
 		if err != nil {
-			in.logf("message without JetStream metadata", "subject", m.Subject(), "err", err)
+			in.Logger.Warn("message without JetStream metadata", "subject", m.Subject(), "err", err)
 			return
 		}
 		if err := in.gaps.deliver(Msg{Subject: m.Subject(), Seq: meta.Sequence.Stream, Data: m.Data()}); err != nil {
 			// Not acknowledged: JetStream delivers it again, and the gap is
 			// read again then.
-			in.logf("skipped records could not be read; waiting for redelivery", "seq", meta.Sequence.Stream, "err", err)
+			in.Logger.Warn("skipped records could not be read; waiting for redelivery", "seq", meta.Sequence.Stream, "err", err)
 			return
 		}
 		in.mu.Lock()
@@ -78,11 +83,11 @@ func StartIngest(cons jetstream.Consumer, after uint64, readRange func(from, to 
 		in.mu.Unlock()
 	}, jetstream.PullMaxMessagesWithBytesLimit(1000, 16<<20), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		if !errors.Is(err, jetstream.ErrNoHeartbeat) {
-			in.logf("consume", "err", err)
+			in.Logger.Warn("consume", "err", err)
 		}
 	}))
 	if err != nil {
-		return nil, fmt.Errorf("start ingest: %w", err)
+		return nil, fmt.Errorf("consumer %s: consume: %w", in.consumer, err)
 	}
 	in.cc = cc
 	go in.flush()
@@ -111,7 +116,7 @@ func (in *Ingest) ackLocked() {
 		return
 	}
 	if err := in.pending.Ack(); err != nil {
-		in.logf("ack failed; the records will be redelivered and skipped", "err", err)
+		in.Logger.Warn("ack failed; the records will be redelivered and skipped", "err", err)
 	}
 	in.pending, in.count = nil, 0
 }
@@ -140,12 +145,6 @@ func (g *gapFiller) deliver(m Msg) error {
 	return nil
 }
 
-func (in *Ingest) logf(msg string, args ...any) {
-	if in.Logger != nil {
-		in.Logger.Warn(msg, args...)
-	}
-}
-
 // Close drains the consumer: the message in hand is finished, nothing
 // more is taken, and everything handled is acknowledged. It waits until
 // that is done.
@@ -156,7 +155,7 @@ func (in *Ingest) Close() error {
 	case <-in.cc.Closed():
 	case <-time.After(10 * time.Second):
 		in.cc.Stop()
-		err = errors.New("ingest: drain did not finish in 10s")
+		err = fmt.Errorf("consumer %s: drain did not finish in 10s", in.consumer)
 	}
 	close(in.stop)
 	<-in.done
@@ -173,7 +172,7 @@ func (in *Ingest) Close() error {
 func Replay(ctx context.Context, js jetstream.JetStream, stream string, from uint64, h Handler) (n int, last uint64, err error) {
 	st, err := js.Stream(ctx, stream)
 	if err != nil {
-		return 0, 0, fmt.Errorf("replay: %w", err)
+		return 0, 0, fmt.Errorf("stream %s: replay: %w", stream, err)
 	}
 	end := st.CachedInfo().State.LastSeq
 	if from == 0 {
@@ -187,11 +186,11 @@ func Replay(ctx context.Context, js jetstream.JetStream, stream string, from uin
 		OptStartSeq:   from,
 	})
 	if err != nil {
-		return 0, 0, fmt.Errorf("replay: %w", err)
+		return 0, 0, fmt.Errorf("stream %s: replay: %w", stream, err)
 	}
 	it, err := cons.Messages(jetstream.PullMaxMessages(2000))
 	if err != nil {
-		return 0, 0, fmt.Errorf("replay: %w", err)
+		return 0, 0, fmt.Errorf("stream %s: replay: %w", stream, err)
 	}
 	defer it.Stop()
 	// The records from `from` to the end may all be deleted: then there is
@@ -205,11 +204,11 @@ func Replay(ctx context.Context, js jetstream.JetStream, stream string, from uin
 		}
 		m, err := it.Next(jetstream.NextContext(ctx))
 		if err != nil {
-			return n, last, fmt.Errorf("replay: %w", err)
+			return n, last, fmt.Errorf("stream %s: replay: %w", stream, err)
 		}
 		meta, err := m.Metadata()
 		if err != nil {
-			return n, last, fmt.Errorf("replay: %w", err)
+			return n, last, fmt.Errorf("stream %s: replay: %w", stream, err)
 		}
 		last = meta.Sequence.Stream
 		h(Msg{Subject: m.Subject(), Seq: last, Data: m.Data()})

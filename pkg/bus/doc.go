@@ -1,7 +1,24 @@
-// Package bus is the one package that talks JetStream: it creates and
-// checks the TRANSCRIPTS stream and the ingest consumer from the
-// definitions in streams/, feeds stored records to a handler in stream
-// order, replays ranges of the stream, and publishes records.
+// Package bus is the one package that talks JetStream. Every other
+// package reaches streams, consumers and buckets through it, holding at
+// most a connection or the handle JetStream returns (pkg/perf's
+// baselines, which measure JetStream itself, excepted).
+//
+//   - Streams and consumers: EnsureStream creates the TRANSCRIPTS stream
+//     from its definition in streams/, or checks an existing one field by
+//     field (CheckStream, FieldError); limits that delete records are
+//     refused unless AllowLimits. OpenConsumer opens the ingest's durable
+//     consumer the same way (CheckConsumer).
+//   - Ingest: StartIngest feeds a durable consumer's records to a Handler
+//     in stream order, every sequence once, reading the sequences a
+//     delivery skipped before going on, and acknowledges in batches.
+//   - Reads: Replay reads a range with an ordered consumer; ReadSubject,
+//     ReadRange and ReadSeqs read with direct gets, no consumer needed.
+//     Every direct-get reply is awaited at most DirectTimeout, and a
+//     batched read goes on until the server says nothing is left, however
+//     short a batch it sent. Stream offers these reads to a caller that
+//     holds only a connection.
+//   - Writes: Publish stores one record, PublishAll many, pipelined.
+//   - Checkpoints: the key-value bucket of per-session checkpoints.
 //
 // Data flows one way: publisher -> stream -> consumer -> handler. The
 // handler (the projections) knows nothing of JetStream, and bus knows

@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -22,4 +23,105 @@ func Publish(ctx context.Context, js jetstream.JetStream, subject string, data [
 		return 0, fmt.Errorf("publish to %s: %w", subject, err)
 	}
 	return ack.Sequence, nil
+}
+
+// PublishAll stores records on subject, in order, pipelined (see
+// pipeline), and returns the highest stream sequence acknowledged: that
+// of the last record. msgID, when not nil, gives record i (from 0) its
+// Nats-Msg-Id, so that publishing the same records again within the
+// stream's duplicate window stores none twice.
+//
+// A record larger than the server's max payload is refused before any
+// record is sent (the error wraps nats.ErrMaxPayload). Otherwise the
+// error names the first record not stored; records after it may be
+// stored or not.
+func PublishAll(ctx context.Context, js jetstream.JetStream, subject string, records [][]byte, msgID func(i int) string) (uint64, error) {
+	if limit := js.Conn().MaxPayload(); limit > 0 {
+		for i, r := range records {
+			if int64(len(r)) > limit {
+				return 0, fmt.Errorf("record %d is %d bytes, more than the server's max_payload of %d (%w): nothing was published", i+1, len(r), limit, nats.ErrMaxPayload)
+			}
+		}
+	}
+	p := newPipeline(js, func(i int, err error) error {
+		return fmt.Errorf("record %d of %d not stored: %w", i+1, len(records), err)
+	})
+	for i, r := range records {
+		var opts []jetstream.PublishOpt
+		if msgID != nil {
+			opts = append(opts, jetstream.WithMsgID(msgID(i)))
+		}
+		if err := p.publish(ctx, subject, r, opts...); err != nil {
+			return 0, err
+		}
+	}
+	if err := p.wait(ctx); err != nil {
+		return 0, err
+	}
+	return p.last, nil
+}
+
+// pipelineWindow is how many messages a pipeline has in flight at most,
+// and pipelineAckWait how long it waits for a window's acknowledgements.
+// A synchronous publish waits as long for its one acknowledgement; a
+// window that gets none in that time will not get it.
+const (
+	pipelineWindow  = 512
+	pipelineAckWait = 30 * time.Second
+)
+
+// pipeline publishes many messages to streams without waiting for each
+// acknowledgement before sending the next: a window of them is sent, then
+// their acknowledgements are awaited. It is the one place the package
+// writes that way, for PublishAll and Checkpoints.PutAll; js.Publish and
+// the key-value API (jetstream.KeyValue.Put) wait for every write's
+// acknowledgement in turn, a round trip each.
+type pipeline struct {
+	js       jetstream.JetStream
+	fail     func(i int, err error) error // the error of the i-th message published
+	inFlight []jetstream.PubAckFuture
+	first    int    // index of inFlight[0]
+	last     uint64 // highest stream sequence acknowledged
+}
+
+func newPipeline(js jetstream.JetStream, fail func(i int, err error) error) *pipeline {
+	return &pipeline{js: js, fail: fail}
+}
+
+// publish sends one message, and awaits the window's acknowledgements
+// when it is full.
+func (p *pipeline) publish(ctx context.Context, subject string, data []byte, opts ...jetstream.PublishOpt) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	f, err := p.js.PublishAsync(subject, data, opts...)
+	if err != nil {
+		return p.fail(p.first+len(p.inFlight), err)
+	}
+	p.inFlight = append(p.inFlight, f)
+	if len(p.inFlight) == pipelineWindow {
+		return p.wait(ctx)
+	}
+	return nil
+}
+
+// wait awaits the acknowledgements of the messages in flight, and returns
+// the first failure.
+func (p *pipeline) wait(ctx context.Context) error {
+	defer func() { p.first, p.inFlight = p.first+len(p.inFlight), p.inFlight[:0] }()
+	timeout := time.NewTimer(pipelineAckWait)
+	defer timeout.Stop()
+	for i, f := range p.inFlight {
+		select {
+		case ack := <-f.Ok():
+			p.last = max(p.last, ack.Sequence)
+		case err := <-f.Err():
+			return p.fail(p.first+i, err)
+		case <-timeout.C:
+			return p.fail(p.first+i, fmt.Errorf("no acknowledgement in %v", pipelineAckWait))
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
 }

@@ -35,4 +35,8 @@
 // reply equals ctxd's byte for byte, replays read every record, and a
 // report warns when ctxd's watermark passed records it neither applied
 // nor rejected.
+//
+// The baselines use the JetStream API raw (async publishes, ordered and
+// durable consumers, stream management), because they measure what ctxd
+// is built on: perf is the one package besides bus that imports it.
 package perf

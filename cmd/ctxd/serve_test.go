@@ -1,0 +1,68 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ctxd/ctxd/internal/natstest"
+	"github.com/ctxd/ctxd/streams"
+)
+
+// syncBuffer is a buffer a command writes while the test reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// An existing stream that deletes records past a limit is refused, the
+// field and the flag named; with --allow-stream-limits ctxd serves on it
+// and logs the limit.
+func TestServe_StreamLimits(t *testing.T) {
+	url := natstest.Start(t)
+	js, err := jetstream.New(natstest.Connect(t, url))
+	require.NoError(t, err)
+	def, err := streams.Transcripts()
+	require.NoError(t, err)
+	def.MaxAge = 24 * time.Hour
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err = js.CreateStream(ctx, def)
+	require.NoError(t, err)
+
+	code, _, errOut := runCmd(t, "", "serve", "--nats", url)
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "stream TRANSCRIPTS: field max_age is 24h0m0s")
+	require.Contains(t, errOut, "--allow-stream-limits")
+
+	serving, stop := context.WithCancel(ctx)
+	var out, logs syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &logs, getenv: func(string) string { return "" }}
+		done <- run(serving, e, []string{"serve", "--nats", url, "--allow-stream-limits"})
+	}()
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), "ctxd ready") }, 20*time.Second, 10*time.Millisecond, "stderr: %s", logs.String())
+	stop()
+	require.Equal(t, 0, <-done, "stderr: %s", logs.String())
+	require.Contains(t, logs.String(), "stream limit accepted")
+	require.Contains(t, logs.String(), "field=max_age")
+}

@@ -1,0 +1,67 @@
+package bus_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ctxd/ctxd/internal/natstest"
+	"github.com/ctxd/ctxd/pkg/bus"
+	"github.com/ctxd/ctxd/streams"
+)
+
+// A new ingest consumer starts after the records already handled; an
+// existing one keeps its place and takes the definition's ack wait; one
+// that would not deliver every record in batches of acks is refused.
+func TestOpenConsumer(t *testing.T) {
+	js := natstest.JetStream(t)
+	ctx := testContext(t)
+	st := ensureTranscripts(t, js)
+	all := publishN(t, js, 5)
+	cfg, err := streams.Ingest()
+	require.NoError(t, err)
+
+	c, err := bus.OpenConsumer(ctx, st, cfg, 3)
+	require.NoError(t, err)
+	info, err := c.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), info.NumPending, "records 4 and 5")
+	m, err := c.Next(jetstream.FetchMaxWait(10 * time.Second))
+	require.NoError(t, err)
+	meta, err := m.Metadata()
+	require.NoError(t, err)
+	require.Equal(t, all[3].seq, meta.Sequence.Stream)
+	require.NoError(t, m.DoubleAck(ctx))
+
+	cfg.AckWait = time.Minute
+	c, err = bus.OpenConsumer(ctx, st, cfg, 0)
+	require.NoError(t, err)
+	require.Equal(t, time.Minute, c.CachedInfo().Config.AckWait, "the ack wait is updated")
+	info, err = c.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), info.NumPending, "the consumer keeps its place")
+
+	for _, tt := range []struct {
+		name   string
+		mutate func(*jetstream.ConsumerConfig)
+		fields []string
+	}{
+		{"explicit acks", func(c *jetstream.ConsumerConfig) { c.AckPolicy = jetstream.AckExplicitPolicy }, []string{"ack_policy"}},
+		{"other subjects", func(c *jetstream.ConsumerConfig) { c.FilterSubject = "transcripts.a.>" }, []string{"filter_subject"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			other := cfg
+			other.Durable, other.Name = "other-"+tt.fields[0], "other-"+tt.fields[0]
+			want := other
+			tt.mutate(&other)
+			_, err := bus.EnsureConsumer(ctx, st, other)
+			require.NoError(t, err)
+			_, err = bus.OpenConsumer(ctx, st, want, 0)
+			require.ErrorIs(t, err, bus.ErrIncompatible)
+			require.Equal(t, tt.fields, fieldsOf(err))
+			require.ErrorContains(t, err, "consumer "+want.Durable+": field "+tt.fields[0])
+		})
+	}
+}

@@ -1,0 +1,81 @@
+package bus_test
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ctxd/ctxd/internal/natstest"
+	"github.com/ctxd/ctxd/pkg/bus"
+)
+
+// bigRecords fills a memory stream BIG with n records of size bytes each,
+// alternating between the subjects big.a and big.b, and returns them.
+func bigRecords(t *testing.T, js jetstream.JetStream, n, size int) []published {
+	t.Helper()
+	ctx := testContext(t)
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		Name:        "BIG",
+		Subjects:    []string{"big.>"},
+		Storage:     jetstream.MemoryStorage,
+		AllowDirect: true,
+	})
+	require.NoError(t, err)
+	var out []published
+	for i := range n {
+		subj := "big.a"
+		if i%2 == 1 {
+			subj = "big.b"
+		}
+		data := fmt.Sprintf("record %d ", i)
+		data += string(bytes.Repeat([]byte{'x'}, size-len(data)))
+		ack, err := js.Publish(ctx, subj, []byte(data))
+		require.NoError(t, err)
+		out = append(out, published{subj, ack.Sequence, data})
+	}
+	return out
+}
+
+// A server ends a batched direct get once it has sent a number of bytes
+// (the request's max_bytes, else its max_pending, 64 MiB by default):
+// with large records a batch holds fewer records than asked for. Every
+// read goes on from there, and hands on every record.
+func TestDirectReads_ShortBatches(t *testing.T) {
+	js := natstest.JetStream(t)
+	nc := js.Conn()
+	all := bigRecords(t, js, 72, 1<<20) // 72 MiB: more than the server sends in one batch
+	ctx := testContext(t)
+
+	var got []published
+	require.NoError(t, bus.ReadRange(ctx, nc, "BIG", 1, 72, func(m bus.Msg) error {
+		got = append(got, asPublished(m))
+		return nil
+	}))
+	require.Equal(t, len(all), len(got), "ReadRange hands on every record")
+	require.Equal(t, all, got)
+
+	var seqs []uint64
+	require.NoError(t, bus.ReadSubject(ctx, nc, "BIG", "big.b", 1, 72, func(seq uint64, data []byte) error {
+		require.Equal(t, all[seq-1].data, string(data))
+		seqs = append(seqs, seq)
+		return nil
+	}))
+	var want []uint64
+	for _, p := range all {
+		if p.subject == "big.b" {
+			want = append(want, p.seq)
+		}
+	}
+	require.Equal(t, want, seqs, "ReadSubject hands on every record of the subject")
+
+	seqs = nil
+	require.NoError(t, bus.ReadSeqs(ctx, nc, "BIG", want, func(seq uint64, data []byte) error {
+		require.Equal(t, all[seq-1].data, string(data))
+		seqs = append(seqs, seq)
+		return nil
+	}))
+	require.Equal(t, want, seqs, "ReadSeqs hands on every record asked for")
+}

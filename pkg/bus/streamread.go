@@ -1,0 +1,62 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Stream is an existing stream opened for reading over a connection,
+// with the checkpoint bucket beside it: the access of a caller that
+// holds a connection and no JetStream handle (ctxd rebuild). Its methods
+// read as the package's functions of the same names do.
+type Stream struct {
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	name string
+}
+
+// OpenStream opens the stream called name; the error wraps
+// jetstream.ErrStreamNotFound when there is none.
+func OpenStream(ctx context.Context, nc *nats.Conn, name string) (*Stream, error) {
+	js, err := JetStream(nc)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := js.Stream(ctx, name); err != nil {
+		return nil, fmt.Errorf("stream %s: %w", name, err)
+	}
+	return &Stream{nc: nc, js: js, name: name}, nil
+}
+
+// Name returns the stream's name.
+func (s *Stream) Name() string { return s.name }
+
+// LastSeq returns the stream's last sequence, as the server says now.
+func (s *Stream) LastSeq(ctx context.Context) (uint64, error) {
+	st, err := s.js.Stream(ctx, s.name)
+	if err != nil {
+		return 0, fmt.Errorf("stream %s: %w", s.name, err)
+	}
+	return st.CachedInfo().State.LastSeq, nil
+}
+
+// Replay reads the stream from sequence from on with an ordered consumer
+// (see the function Replay).
+func (s *Stream) Replay(ctx context.Context, from uint64, h Handler) (n int, last uint64, err error) {
+	return Replay(ctx, s.js, s.name, from, h)
+}
+
+// ReadSubject reads a subject's records with batched direct gets (see the
+// function ReadSubject).
+func (s *Stream) ReadSubject(ctx context.Context, subject string, from, to uint64, fn func(seq uint64, data []byte) error) error {
+	return ReadSubject(ctx, s.nc, s.name, subject, from, to, fn)
+}
+
+// OpenCheckpoints opens the checkpoint bucket on the stream's server (see
+// the function OpenCheckpoints), creating it when it is missing.
+func (s *Stream) OpenCheckpoints(ctx context.Context) (*Checkpoints, error) {
+	return OpenCheckpoints(ctx, s.js, 0)
+}
