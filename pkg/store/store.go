@@ -112,20 +112,10 @@ type Store struct {
 	evictions atomic.Uint64
 	indexed   atomic.Int64 // sequences held in all slots' seqs
 
-	// applied is the watermark: every stream sequence up to it has been
-	// applied or rejected.
-	applied atomic.Uint64
-
-	waitMu   sync.Mutex
-	waiters  waiterHeap
-	nextWake atomic.Uint64 // smallest sequence a waiter needs; MaxUint64 if none
-
-	rejMu        sync.Mutex
-	rejected     []Rejection // ring
-	rejNext      int
-	quarantined  map[uint64]bool // sequences of poison records, never applied
-	nQuarantined atomic.Int64    // len(quarantined), read without rejMu
-	stats        struct{ records, rejected, sessions, duplicates atomic.Uint64 }
+	watermark  // the watermark and its waiters
+	rejects    rejectLog
+	quarantine quarantine
+	stats      struct{ records, sessions, duplicates atomic.Uint64 }
 }
 
 // slot is one session: its projection when loaded, and always the two
@@ -151,16 +141,6 @@ type slot struct {
 	lastUsed atomic.Uint64
 }
 
-// Rejection is a record the projection skipped: it stays in the stream.
-type Rejection struct {
-	Subject string    `json:"subject"`
-	Session string    `json:"session,omitempty"`
-	Seq     uint64    `json:"seq"`
-	Size    int       `json:"size"`
-	Reason  string    `json:"reason"`
-	At      time.Time `json:"at"`
-}
-
 // Stats counts what a store has seen.
 type Stats struct {
 	Records    uint64 `json:"records"`    // records taken in: applied, or noted for a session not loaded
@@ -183,10 +163,25 @@ func New() *Store {
 		MaxSessionBytes: DefaultMaxSessionBytes,
 		MaxIndexed:      DefaultMaxIndexed,
 		sessions:        map[string]*slot{},
-		quarantined:     map[uint64]bool{},
 	}
-	s.nextWake.Store(^uint64(0))
+	s.watermark.init()
 	return s
+}
+
+// Applied returns the watermark: every stream sequence up to it has been
+// applied or rejected.
+func (s *Store) Applied() uint64 { return s.watermark.get() }
+
+// Advance moves the watermark to seq, when that is forward, and wakes the
+// readers waiting for it. The ingest calls it for every stream sequence it
+// has dealt with, in order.
+func (s *Store) Advance(seq uint64) { s.watermark.advance(seq) }
+
+// Wait returns once every stream sequence up to seq has been applied, or
+// ErrWaitExpired after timeout, or the context's error. It returns at once
+// when the store is already there.
+func (s *Store) Wait(ctx context.Context, seq uint64, timeout time.Duration) error {
+	return s.watermark.wait(ctx, seq, timeout)
 }
 
 func (s *Store) slot(session string, create bool) *slot {
@@ -221,7 +216,7 @@ func (s *Store) touch(sl *slot) { sl.lastUsed.Store(s.clock.Add(1)) }
 // session's sequence still moves past it. Apply is idempotent by sequence.
 // A session that is not loaded only notes the sequences it needs.
 func (s *Store) Apply(session string, seq uint64, data []byte) {
-	defer s.Advance(seq)
+	defer s.watermark.advance(seq)
 	v, err := s.Decoder.Decode(data)
 	sl := s.slot(session, true)
 	sl.mu.Lock()
@@ -314,18 +309,18 @@ func (s *Store) weigh(sl *slot, n int, resets bool) (err error) {
 //
 // resets is s.resets(v, n), worked out once by the caller.
 func (s *Store) applyTo(sl *slot, seq uint64, v any, n int, resets bool) (err error) {
-	if s.isQuarantined(seq) {
+	if s.quarantine.has(seq) {
 		sl.proj.Skip(seq)
 		return nil
 	}
 	if err := s.weigh(sl, n, resets); err != nil {
-		s.quarantine(seq)
+		s.quarantine.add(seq)
 		sl.proj.Skip(seq)
 		return err
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			s.quarantine(seq)
+			s.quarantine.add(seq)
 			err = fmt.Errorf("%w: %w: %v", ErrQuarantined, errPanicked, r)
 		}
 	}()
@@ -335,22 +330,6 @@ func (s *Store) applyTo(sl *slot, seq uint64, v any, n int, resets bool) (err er
 	}
 	sl.size += 2 * int64(n) // the decoded record and its cached encoding
 	return nil
-}
-
-func (s *Store) quarantine(seq uint64) {
-	s.rejMu.Lock()
-	s.quarantined[seq] = true
-	s.nQuarantined.Store(int64(len(s.quarantined)))
-	s.rejMu.Unlock()
-}
-
-func (s *Store) isQuarantined(seq uint64) bool {
-	if s.nQuarantined.Load() == 0 {
-		return false // the common case, without the lock
-	}
-	s.rejMu.Lock()
-	defer s.rejMu.Unlock()
-	return s.quarantined[seq]
 }
 
 // Reject reports a record that belongs to no session (a subject that is
@@ -364,49 +343,27 @@ func (s *Store) reject(r Rejection) {
 	if r.At.IsZero() {
 		r.At = time.Now().UTC()
 	}
-	s.stats.rejected.Add(1)
 	if s.Logger != nil {
 		s.Logger.Warn("record skipped", "subject", r.Subject, "session", r.Session, "seq", r.Seq, "size", r.Size, "reason", r.Reason)
 	}
-	n := s.RejectLog
-	if n <= 0 {
-		return
-	}
-	s.rejMu.Lock()
-	defer s.rejMu.Unlock()
-	if len(s.rejected) < n {
-		s.rejected = append(s.rejected, r)
-		return
-	}
-	s.rejected[s.rejNext%n] = r
-	s.rejNext++
+	s.rejects.add(r, s.RejectLog)
 }
 
 // Rejected lists the most recent rejected records, oldest first.
-func (s *Store) Rejected() []Rejection {
-	s.rejMu.Lock()
-	defer s.rejMu.Unlock()
-	out := make([]Rejection, 0, len(s.rejected))
-	if len(s.rejected) == 0 {
-		return out
-	}
-	start := s.rejNext % len(s.rejected)
-	out = append(out, s.rejected[start:]...)
-	return append(out, s.rejected[:start]...)
-}
+func (s *Store) Rejected() []Rejection { return s.rejects.list() }
 
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
 	return Stats{
 		Records:    s.stats.records.Load(),
 		Duplicates: s.stats.duplicates.Load(),
-		Rejected:   s.stats.rejected.Load(),
+		Rejected:   s.rejects.count.Load(),
 		Sessions:   s.stats.sessions.Load(),
 		Loaded:     s.hot.Load(),
 		Bytes:      s.hotBytes.Load(),
 		Loads:      s.loads.Load(),
 		Evictions:  s.evictions.Load(),
-		Applied:    s.applied.Load(),
+		Applied:    s.watermark.get(),
 	}
 }
 
@@ -497,7 +454,7 @@ func (s *Store) load(ctx context.Context, session string, sl *slot) error {
 	// Every record up to the watermark is stored, and so is every record
 	// this session has seen: the ingest notes it before moving the
 	// watermark.
-	to := max(s.applied.Load(), sl.seq)
+	to := max(s.watermark.get(), sl.seq)
 	sr, bySeq := s.Loader.(SeqLoader)
 	bySeq = bySeq && sl.indexed
 	for attempt := 0; ; attempt++ {
