@@ -16,11 +16,11 @@
 package store
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -104,13 +104,8 @@ type Store struct {
 	mu       sync.RWMutex
 	sessions map[string]*slot
 
-	clock     atomic.Uint64 // ticks on every use of a session, for LRU
-	hot       atomic.Int64  // sessions loaded
-	hotBytes  atomic.Int64  // their estimated size
-	evictMu   sync.Mutex    // one eviction pass at a time
-	loads     atomic.Uint64
-	evictions atomic.Uint64
-	indexed   atomic.Int64 // sequences held in all slots' seqs
+	cache   cache
+	indexed atomic.Int64 // sequences held in all slots' seqs
 
 	watermark  // the watermark and its waiters
 	rejects    rejectLog
@@ -136,9 +131,9 @@ type slot struct {
 	seqs    []uint64
 	indexed bool
 
-	size     int64 // estimated bytes of the loaded projection
-	weight   int64 // bytes of records since the latest compaction
-	lastUsed atomic.Uint64
+	size   int64         // estimated bytes of the loaded projection
+	weight int64         // bytes of records since the latest compaction
+	elem   *list.Element // in the cache's order while loaded
 }
 
 // Stats counts what a store has seen.
@@ -199,7 +194,7 @@ func (s *Store) slot(session string, create bool) *slot {
 		case s.Loader == nil:
 			// Nothing to load from: the store sees every record.
 			sl.proj, sl.fromKnown = projection.New(s.Options), true
-			s.hot.Add(1)
+			s.cache.add(sl)
 		case s.Fresh:
 			sl.fromKnown, sl.indexed = true, true
 		}
@@ -208,8 +203,6 @@ func (s *Store) slot(session string, create bool) *slot {
 	}
 	return sl
 }
-
-func (s *Store) touch(sl *slot) { sl.lastUsed.Store(s.clock.Add(1)) }
 
 // Apply decodes the record at stream sequence seq and applies it to its
 // session. A record that does not decode is skipped and reported: the
@@ -248,16 +241,17 @@ func (s *Store) Apply(session string, seq uint64, data []byte) {
 		before := sl.size
 		if poison = s.applyTo(sl, seq, v, len(data), compaction); poison == nil {
 			s.stats.records.Add(1)
-			s.hotBytes.Add(sl.size - before)
+			s.cache.grow(sl.size - before)
+			s.cache.touch(sl)
 		} else if errors.Is(poison, errPanicked) {
 			// The projection may be half-changed: drop it, so the next
 			// reader loads it again without this record.
 			sl.size = before
-			s.unload(sl)
+			s.cache.drop(sl)
 		} else {
-			s.hotBytes.Add(sl.size - before)
+			s.cache.grow(sl.size - before)
+			s.cache.touch(sl)
 		}
-		s.touch(sl)
 	} else {
 		// Not loaded: a poison record is found when the session loads.
 		s.stats.records.Add(1)
@@ -359,10 +353,10 @@ func (s *Store) Stats() Stats {
 		Duplicates: s.stats.duplicates.Load(),
 		Rejected:   s.rejects.count.Load(),
 		Sessions:   s.stats.sessions.Load(),
-		Loaded:     s.hot.Load(),
-		Bytes:      s.hotBytes.Load(),
-		Loads:      s.loads.Load(),
-		Evictions:  s.evictions.Load(),
+		Loaded:     s.cache.n.Load(),
+		Bytes:      s.cache.bytes.Load(),
+		Loads:      s.cache.loads.Load(),
+		Evictions:  s.cache.evictions.Load(),
 		Applied:    s.watermark.get(),
 	}
 }
@@ -395,7 +389,7 @@ func (s *Store) View(ctx context.Context, session string, fn func(p *projection.
 		}
 	}
 	// sl is locked and loaded.
-	s.touch(sl)
+	s.cache.touch(sl)
 	if sl.proj.Seq() == 0 {
 		fn(nil)
 	} else {
@@ -415,14 +409,14 @@ func (s *Store) discover(ctx context.Context, session string) (*slot, error) {
 		return nil, err
 	}
 	if sl.proj.Seq() == 0 {
-		s.unload(sl) // no records: nothing to keep
+		s.cache.drop(sl) // no records: nothing to keep
 		return nil, nil
 	}
 	s.mu.Lock()
 	if existing := s.sessions[session]; existing != nil {
 		// The ingest met the session meanwhile: use its slot.
 		s.mu.Unlock()
-		s.unload(sl)
+		s.cache.drop(sl)
 		existing.mu.Lock()
 		if existing.proj == nil {
 			if err := s.load(ctx, session, existing); err != nil {
@@ -506,9 +500,8 @@ func (s *Store) load(ctx context.Context, session string, sl *slot) error {
 		break
 	}
 	sl.seq = max(sl.seq, sl.proj.Seq())
-	s.hot.Add(1)
-	s.hotBytes.Add(sl.size)
-	s.loads.Add(1)
+	s.cache.add(sl)
+	s.cache.loads.Add(1)
 	return nil
 }
 
@@ -540,60 +533,11 @@ func (s *Store) dropIndex(sl *slot) {
 	sl.seqs, sl.indexed = nil, false
 }
 
-// unload drops a slot's projection; the slot is locked.
-func (s *Store) unload(sl *slot) {
-	if sl.proj == nil {
-		return
-	}
-	sl.proj = nil
-	s.hot.Add(-1)
-	s.hotBytes.Add(-sl.size)
-	sl.size = 0
-}
-
 // evict unloads the least recently used sessions while the cache is over
-// either bound, down to 90% of it so that evictions come in batches.
+// either bound.
 func (s *Store) evict() {
-	if s.Loader == nil || (s.hot.Load() <= int64(s.MaxSessions) && s.hotBytes.Load() <= s.MaxBytes) {
-		return
-	}
-	if !s.evictMu.TryLock() {
-		return // another pass is running
-	}
-	defer s.evictMu.Unlock()
-	type cand struct {
-		id   string
-		sl   *slot
-		used uint64
-	}
-	var cands []cand
-	s.mu.RLock()
-	for id, sl := range s.sessions {
-		cands = append(cands, cand{id, sl, sl.lastUsed.Load()})
-	}
-	s.mu.RUnlock()
-	slices.SortFunc(cands, func(a, b cand) int {
-		switch {
-		case a.used < b.used:
-			return -1
-		case a.used > b.used:
-			return 1
-		}
-		return 0
-	})
-	wantN, wantB := int64(s.MaxSessions)*9/10, s.MaxBytes*9/10
-	for _, c := range cands {
-		if s.hot.Load() <= wantN && s.hotBytes.Load() <= wantB {
-			return
-		}
-		if !c.sl.mu.TryLock() {
-			continue // in use
-		}
-		if c.sl.proj != nil {
-			s.unload(c.sl)
-			s.evictions.Add(1)
-		}
-		c.sl.mu.Unlock()
+	if s.Loader != nil {
+		s.cache.evict(s.MaxSessions, s.MaxBytes)
 	}
 }
 
@@ -606,8 +550,8 @@ func (s *Store) Evict(session string) {
 	}
 	sl.mu.Lock()
 	if sl.proj != nil {
-		s.unload(sl)
-		s.evictions.Add(1)
+		s.cache.drop(sl)
+		s.cache.evictions.Add(1)
 	}
 	sl.mu.Unlock()
 }
