@@ -40,6 +40,7 @@ const (
 	DefaultMaxSessions     = 10000
 	DefaultMaxBytes        = 1 << 30 // 1 GiB of cached projections
 	DefaultMaxSessionBytes = 256 << 20
+	DefaultLoadTimeout     = 10 * time.Second
 )
 
 // Loader reads what the store does not hold: a session's checkpoint and
@@ -96,6 +97,9 @@ type Store struct {
 	// MaxIndexed bounds the record sequences remembered across sessions;
 	// a session past the bound loads by scanning its subject instead.
 	MaxIndexed int64
+	// LoadTimeout bounds a load's reads, within the reader's context: a
+	// read that gets no answer fails the load, never holds it for good.
+	LoadTimeout time.Duration
 	// RejectLog is how many rejected records are kept for listing.
 	RejectLog int
 	// Logger receives a line per rejected record; nil discards them.
@@ -110,14 +114,22 @@ type Store struct {
 	watermark  // the watermark and its waiters
 	rejects    rejectLog
 	quarantine quarantine
-	stats      struct{ records, sessions, duplicates atomic.Uint64 }
+	stats      struct {
+		records, duplicates atomic.Uint64
+		sessions            atomic.Int64
+	}
 }
 
 // slot is one session: its projection when loaded, and always the two
 // sequences that let it be loaded.
 type slot struct {
-	mu   sync.Mutex
-	proj *projection.Session // nil when not loaded
+	mu sync.Mutex
+	id string
+
+	proj   *projection.Session // nil when not loaded
+	size   int64               // estimated bytes of the loaded projection
+	weight int64               // bytes of records since the latest compaction
+	elem   *list.Element       // in the cache's order while loaded
 
 	from uint64 // latest valid compaction seen (0: unknown)
 	seq  uint64 // last record seen
@@ -131,9 +143,11 @@ type slot struct {
 	seqs    []uint64
 	indexed bool
 
-	size   int64         // estimated bytes of the loaded projection
-	weight int64         // bytes of records since the latest compaction
-	elem   *list.Element // in the cache's order while loaded
+	// loading is the load in progress, reading without the lock.
+	loading *loading
+	// dead says the slot was removed from the store: look the session
+	// up again.
+	dead bool
 }
 
 // Stats counts what a store has seen.
@@ -157,6 +171,7 @@ func New() *Store {
 		MaxBytes:        DefaultMaxBytes,
 		MaxSessionBytes: DefaultMaxSessionBytes,
 		MaxIndexed:      DefaultMaxIndexed,
+		LoadTimeout:     DefaultLoadTimeout,
 		sessions:        map[string]*slot{},
 	}
 	s.watermark.init()
@@ -179,6 +194,8 @@ func (s *Store) Wait(ctx context.Context, seq uint64, timeout time.Duration) err
 	return s.watermark.wait(ctx, seq, timeout)
 }
 
+// slot returns the session's slot, or nil; with create, a slot the
+// ingest met is created when there is none.
 func (s *Store) slot(session string, create bool) *slot {
 	s.mu.RLock()
 	sl := s.sessions[session]
@@ -189,7 +206,7 @@ func (s *Store) slot(session string, create bool) *slot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if sl = s.sessions[session]; sl == nil {
-		sl = &slot{}
+		sl = &slot{id: session}
 		switch {
 		case s.Loader == nil:
 			// Nothing to load from: the store sees every record.
@@ -204,15 +221,54 @@ func (s *Store) slot(session string, create bool) *slot {
 	return sl
 }
 
+// metByReader returns the session's slot, creating one that knows
+// nothing of the session when there is none.
+func (s *Store) metByReader(session string) *slot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sl := s.sessions[session]
+	if sl == nil {
+		sl = &slot{id: session}
+		s.sessions[session] = sl
+		s.stats.sessions.Add(1)
+	}
+	return sl
+}
+
+// lockSlot returns the session's slot, created when new, locked.
+func (s *Store) lockSlot(session string) *slot {
+	for {
+		sl := s.slot(session, true)
+		sl.mu.Lock()
+		if !sl.dead {
+			return sl
+		}
+		sl.mu.Unlock() // removed meanwhile: a new one takes its place
+	}
+}
+
+// remove forgets a slot; it is locked, holds no projection and no load.
+func (s *Store) remove(sl *slot) {
+	s.mu.Lock()
+	if s.sessions[sl.id] == sl {
+		delete(s.sessions, sl.id)
+		s.stats.sessions.Add(-1)
+	}
+	s.mu.Unlock()
+	s.dropIndex(sl)
+	sl.dead = true
+}
+
 // Apply decodes the record at stream sequence seq and applies it to its
 // session. A record that does not decode is skipped and reported: the
 // session's sequence still moves past it. Apply is idempotent by sequence.
-// A session that is not loaded only notes the sequences it needs.
+// A session that is not loaded only notes the sequences it needs; one
+// being loaded keeps the record for its load, which applies it before it
+// shows the projection: Apply never waits for a load.
 func (s *Store) Apply(session string, seq uint64, data []byte) {
 	defer s.watermark.advance(seq)
 	v, err := s.Decoder.Decode(data)
-	sl := s.slot(session, true)
-	sl.mu.Lock()
+	sl := s.lockSlot(session)
 	if seq <= sl.seq {
 		sl.mu.Unlock()
 		s.stats.duplicates.Add(1)
@@ -223,13 +279,16 @@ func (s *Store) Apply(session string, seq uint64, data []byte) {
 		s.index(sl, seq) // a load skips it again
 		if sl.proj != nil {
 			sl.proj.Skip(seq)
+		} else if ld := sl.loading; ld != nil && seq > ld.to {
+			ld.pending = append(ld.pending, noted{seq: seq, skip: true})
 		}
 		sl.mu.Unlock()
 		s.reject(Rejection{Subject: subject.TranscriptsPrefix + session, Session: session, Seq: seq, Size: len(data), Reason: err.Error()})
 		return
 	}
-	compaction := s.resets(v, len(data))
-	if compaction {
+	n := len(data)
+	resets := s.resets(v, n)
+	if resets {
 		sl.from = seq
 		sl.fromKnown = true
 		s.setIndex(sl, []uint64{seq})
@@ -237,31 +296,23 @@ func (s *Store) Apply(session string, seq uint64, data []byte) {
 		s.index(sl, seq)
 	}
 	var poison error
-	if sl.proj != nil {
-		before := sl.size
-		if poison = s.applyTo(sl, seq, v, len(data), compaction); poison == nil {
-			s.stats.records.Add(1)
-			s.cache.grow(sl.size - before)
-			s.cache.touch(sl)
-		} else if errors.Is(poison, errPanicked) {
-			// The projection may be half-changed: drop it, so the next
-			// reader loads it again without this record.
-			sl.size = before
-			s.cache.drop(sl)
-		} else {
-			s.cache.grow(sl.size - before)
-			s.cache.touch(sl)
-		}
-	} else {
+	switch ld := sl.loading; {
+	case sl.proj != nil:
+		poison = s.applyLoaded(sl, seq, v, n, resets)
+	case ld != nil && seq > ld.to:
+		// Past what the load reads: it applies this before it is done.
+		ld.pending = append(ld.pending, noted{seq: seq, v: v, n: n, resets: resets})
+		s.stats.records.Add(1)
+	default:
 		// Not loaded: a poison record is found when the session loads.
 		s.stats.records.Add(1)
 	}
 	cp := Checkpoint{From: sl.from, Seq: sl.seq}
 	sl.mu.Unlock()
 	if poison != nil {
-		s.reject(Rejection{Subject: subject.TranscriptsPrefix + session, Session: session, Seq: seq, Size: len(data), Reason: poison.Error()})
+		s.reject(Rejection{Subject: subject.TranscriptsPrefix + session, Session: session, Seq: seq, Size: n, Reason: poison.Error()})
 	}
-	if compaction && s.Loader != nil {
+	if resets && s.Loader != nil {
 		// Written before the record is acknowledged: a restart loads the
 		// session from here.
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -273,15 +324,43 @@ func (s *Store) Apply(session string, seq uint64, data []byte) {
 	s.evict()
 }
 
+// applyLoaded applies a decoded record to a loaded session, or
+// quarantines it; it returns the reason a record is quarantined. The
+// slot is locked.
+func (s *Store) applyLoaded(sl *slot, seq uint64, v any, n int, resets bool) error {
+	w, err := s.limits().Weigh(sl.weight, n, resets)
+	if err != nil {
+		s.quarantine.add(seq)
+		sl.proj.Skip(seq)
+		s.cache.touch(sl)
+		return err
+	}
+	if err := s.applyRecord(sl.proj, seq, v); err != nil {
+		// The projection may be half-changed: drop it, so the next
+		// reader loads it again without this record.
+		s.quarantine.add(seq)
+		s.cache.drop(sl)
+		return err
+	}
+	before := sl.size
+	sl.weight = w
+	if resets {
+		sl.size = 0
+	}
+	sl.size += 2 * int64(n) // the decoded record and its cached encoding
+	s.cache.grow(sl.size - before)
+	s.cache.touch(sl)
+	s.stats.records.Add(1)
+	return nil
+}
+
 // ErrQuarantined marks a record that decodes but is never applied: it
 // would take its session past the session bound, or applying it failed.
 var ErrQuarantined = errors.New("quarantined")
 
-var (
-	// errPanicked: applying the record failed, the projection may be
-	// half-changed.
-	errPanicked = errors.New("applying it failed")
-)
+// errPanicked: applying the record failed, the projection may be
+// half-changed.
+var errPanicked = errors.New("applying it failed")
 
 func (s *Store) limits() Limits {
 	return Limits{MaxRecordBytes: s.Decoder.MaxBytes, MaxSessionBytes: s.MaxSessionBytes}
@@ -290,39 +369,16 @@ func (s *Store) limits() Limits {
 // resets is Limits.Resets with the store's limits.
 func (s *Store) resets(v any, n int) bool { return s.limits().Resets(v, n) }
 
-// weigh keeps a session's record weight (Limits.Weigh).
-func (s *Store) weigh(sl *slot, n int, resets bool) (err error) {
-	sl.weight, err = s.limits().Weigh(sl.weight, n, resets)
-	return err
-}
-
-// applyTo applies one decoded record to a loaded session; a record that
-// breaks the projection's assumptions is quarantined instead, and
-// reported (the error) the first time. After an error wrapping
-// errPanicked the projection must be dropped.
-//
-// resets is s.resets(v, n), worked out once by the caller.
-func (s *Store) applyTo(sl *slot, seq uint64, v any, n int, resets bool) (err error) {
-	if s.quarantine.has(seq) {
-		sl.proj.Skip(seq)
-		return nil
-	}
-	if err := s.weigh(sl, n, resets); err != nil {
-		s.quarantine.add(seq)
-		sl.proj.Skip(seq)
-		return err
-	}
+// applyRecord applies a decoded record to a projection. A panic comes
+// back as an error wrapping errPanicked: the projection may then be
+// half-changed and must be dropped.
+func (s *Store) applyRecord(p *projection.Session, seq uint64, v any) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			s.quarantine.add(seq)
 			err = fmt.Errorf("%w: %w: %v", ErrQuarantined, errPanicked, r)
 		}
 	}()
-	sl.proj.Apply(seq, v)
-	if resets {
-		sl.size = 0
-	}
-	sl.size += 2 * int64(n) // the decoded record and its cached encoding
+	p.Apply(seq, v)
 	return nil
 }
 
@@ -352,7 +408,7 @@ func (s *Store) Stats() Stats {
 		Records:    s.stats.records.Load(),
 		Duplicates: s.stats.duplicates.Load(),
 		Rejected:   s.rejects.count.Load(),
-		Sessions:   s.stats.sessions.Load(),
+		Sessions:   uint64(s.stats.sessions.Load()),
 		Loaded:     s.cache.n.Load(),
 		Bytes:      s.cache.bytes.Load(),
 		Loads:      s.cache.loads.Load(),
@@ -365,143 +421,79 @@ func (s *Store) Stats() Stats {
 // loading it first when it is not cached, or with nil for a session that
 // has no records. fn must not keep the projection or what it returns
 // beyond the call.
+//
+// A load reads the stream without holding the session's lock, within
+// LoadTimeout and the context; readers of a session being loaded wait for
+// that load, or for their context.
 func (s *Store) View(ctx context.Context, session string, fn func(p *projection.Session)) error {
-	sl := s.slot(session, false)
-	if sl == nil {
-		if s.Loader == nil {
-			fn(nil)
-			return nil
+	for {
+		sl := s.slot(session, false)
+		if sl == nil {
+			if s.Loader == nil {
+				fn(nil)
+				return nil
+			}
+			// Not met: the stream may hold it. The slot is there for the
+			// ingest to find while the load reads.
+			sl = s.metByReader(session)
 		}
-		var err error
-		if sl, err = s.discover(ctx, session); err != nil || sl == nil {
+		sl.mu.Lock()
+		if sl.dead {
+			sl.mu.Unlock()
+			continue
+		}
+		if sl.proj != nil {
+			return s.viewLoaded(sl, fn)
+		}
+		if ld := sl.loading; ld != nil {
+			sl.mu.Unlock()
+			select {
+			case <-ld.done:
+				continue
+			case <-ctx.Done():
+				return fmt.Errorf("load %s: %w", session, ctx.Err())
+			}
+		}
+		if s.Loader == nil {
+			sl.mu.Unlock()
+			return fmt.Errorf("session %s: its projection failed and there is no Loader to load it again", session)
+		}
+		err := s.load(ctx, sl)
+		if sl.seq == 0 {
+			// No records, none met meanwhile: nothing to keep.
+			s.cache.drop(sl)
+			s.remove(sl)
+			sl.mu.Unlock()
 			if err == nil {
 				fn(nil)
 			}
 			return err
 		}
-	} else {
-		sl.mu.Lock()
-		if sl.proj == nil {
-			if err := s.load(ctx, session, sl); err != nil {
-				sl.mu.Unlock()
-				return err
-			}
+		if err != nil {
+			sl.mu.Unlock()
+			return err
 		}
+		return s.viewLoaded(sl, fn)
 	}
-	// sl is locked and loaded.
+}
+
+// viewLoaded calls fn with a loaded session and unlocks it.
+func (s *Store) viewLoaded(sl *slot, fn func(p *projection.Session)) error {
+	defer s.evict()
+	rendered := false
+	defer func() {
+		if !rendered {
+			s.cache.drop(sl) // fn panicked: the projection may be half-rendered
+		}
+		sl.mu.Unlock()
+	}()
 	s.cache.touch(sl)
-	if sl.proj.Seq() == 0 {
-		fn(nil)
-	} else {
-		fn(sl.proj)
+	p := sl.proj
+	if p.Seq() == 0 {
+		p = nil
 	}
-	sl.mu.Unlock()
-	s.evict()
-	return nil
-}
-
-// discover loads a session the store has not met, and registers it when
-// it has records; it returns the slot locked, or nil.
-func (s *Store) discover(ctx context.Context, session string) (*slot, error) {
-	sl := &slot{}
-	sl.mu.Lock()
-	if err := s.load(ctx, session, sl); err != nil {
-		return nil, err
-	}
-	if sl.proj.Seq() == 0 {
-		s.cache.drop(sl) // no records: nothing to keep
-		return nil, nil
-	}
-	s.mu.Lock()
-	if existing := s.sessions[session]; existing != nil {
-		// The ingest met the session meanwhile: use its slot.
-		s.mu.Unlock()
-		s.cache.drop(sl)
-		existing.mu.Lock()
-		if existing.proj == nil {
-			if err := s.load(ctx, session, existing); err != nil {
-				existing.mu.Unlock()
-				return nil, err
-			}
-		}
-		return existing, nil
-	}
-	s.sessions[session] = sl
-	s.stats.sessions.Add(1)
-	s.mu.Unlock()
-	return sl, nil
-}
-
-// load reads a session from its latest known compaction up to everything
-// the store has seen, with the slot locked.
-func (s *Store) load(ctx context.Context, session string, sl *slot) error {
-	if !sl.fromKnown {
-		cp, ok, err := s.Loader.Checkpoint(ctx, session)
-		if err != nil {
-			return fmt.Errorf("load %s: %w", session, err)
-		}
-		if ok && cp.From > sl.from {
-			sl.from = cp.From
-		}
-		sl.fromKnown = true
-	}
-	// Every record up to the watermark is stored, and so is every record
-	// this session has seen: the ingest notes it before moving the
-	// watermark.
-	to := max(s.watermark.get(), sl.seq)
-	sr, bySeq := s.Loader.(SeqLoader)
-	bySeq = bySeq && sl.indexed
-	for attempt := 0; ; attempt++ {
-		sl.proj, sl.size, sl.weight = projection.New(s.Options), 0, 0
-		var poisons []Rejection
-		var seen []uint64
-		apply := func(seq uint64, data []byte) error {
-			v, err := s.Decoder.Decode(data)
-			if err != nil {
-				seen = append(seen, seq)
-				sl.proj.Skip(seq) // reported when the ingest met it
-				return nil
-			}
-			resets := s.resets(v, len(data))
-			if resets {
-				seen = seen[:0]
-				if seq > sl.from {
-					sl.from = seq
-				}
-			}
-			seen = append(seen, seq)
-			if err := s.applyTo(sl, seq, v, len(data), resets); err != nil {
-				poisons = append(poisons, Rejection{Subject: subject.TranscriptsPrefix + session, Session: session, Seq: seq, Size: len(data), Reason: err.Error()})
-				if errors.Is(err, errPanicked) {
-					return err
-				}
-			}
-			return nil
-		}
-		var err error
-		if bySeq {
-			err = sr.RecordsAt(ctx, session, sl.seqs, apply)
-		} else {
-			err = s.Loader.Records(ctx, session, sl.from, to, apply)
-		}
-		if err == nil && !bySeq {
-			s.setIndex(sl, seen)
-		}
-		for _, r := range poisons {
-			s.reject(r)
-		}
-		if errors.Is(err, errPanicked) && attempt < 3 {
-			continue // again, without the record now quarantined
-		}
-		if err != nil {
-			sl.proj = nil
-			return fmt.Errorf("load %s: %w", session, err)
-		}
-		break
-	}
-	sl.seq = max(sl.seq, sl.proj.Seq())
-	s.cache.add(sl)
-	s.cache.loads.Add(1)
+	fn(p)
+	rendered = true
 	return nil
 }
 
