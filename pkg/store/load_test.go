@@ -39,6 +39,7 @@ func TestStore_LoadDoesNotHoldUpTheIngest(t *testing.T) {
 	s := New()
 	s.Loader = fl
 	s.LoadTimeout = long
+	t.Cleanup(func() { s.Close() })
 
 	ingest(s, l, "slow", userRecord("one"))
 	ingest(s, l, "other", userRecord("other one"))
@@ -128,6 +129,7 @@ func TestStore_LoadDeadline(t *testing.T) {
 			s := New()
 			s.Loader = fl
 			s.LoadTimeout = 20 * time.Millisecond
+			t.Cleanup(func() { s.Close() })
 			if tc.known {
 				ingest(s, l, tc.session, userRecord("one"))
 			} else {
@@ -154,6 +156,7 @@ func TestStore_LoadDeadline(t *testing.T) {
 			releaseOnce()
 			requireView(t, s, l, tc.session)
 			requireCacheConsistent(t, s)
+			require.NoError(t, s.Close())
 		})
 	}
 
@@ -217,6 +220,7 @@ func TestStore_ReadersShareALoad(t *testing.T) {
 	}
 	require.Len(t, entered, 0, "one load served every reader")
 	require.Equal(t, uint64(1), s.Stats().Loads)
+	require.NoError(t, s.Close())
 }
 
 // rejectedSeqs lists the sequences of the rejected records, oldest first.

@@ -41,6 +41,7 @@ const (
 	DefaultMaxBytes        = 1 << 30 // 1 GiB of cached projections
 	DefaultMaxSessionBytes = 256 << 20
 	DefaultLoadTimeout     = 10 * time.Second
+	DefaultSaveTimeout     = 10 * time.Second
 )
 
 // Loader reads what the store does not hold: a session's checkpoint and
@@ -52,6 +53,8 @@ type Loader interface {
 	// there is none.
 	Checkpoint(ctx context.Context, session string) (cp Checkpoint, ok bool, err error)
 	// SaveCheckpoint stores the session's checkpoint before returning.
+	// The store writes checkpoints behind the ingest, and in batches when
+	// the Loader is a BatchSaver.
 	SaveCheckpoint(ctx context.Context, session string, cp Checkpoint) error
 	// Records calls fn for each record of the session with a stream
 	// sequence in [from, to], in order.
@@ -100,16 +103,21 @@ type Store struct {
 	// LoadTimeout bounds a load's reads, within the reader's context: a
 	// read that gets no answer fails the load, never holds it for good.
 	LoadTimeout time.Duration
+	// SaveTimeout bounds one write of a batch of checkpoints; a batch not
+	// written is written again later.
+	SaveTimeout time.Duration
 	// RejectLog is how many rejected records are kept for listing.
 	RejectLog int
-	// Logger receives a line per rejected record; nil discards them.
+	// Logger receives a line per rejected record and per failed
+	// checkpoint write; New sets one that discards them.
 	Logger *slog.Logger
 
 	mu       sync.RWMutex
 	sessions map[string]*slot
 
-	cache   cache
-	indexed atomic.Int64 // sequences held in all slots' seqs
+	cache       cache
+	checkpoints checkpointWriter
+	indexed     atomic.Int64 // sequences held in all slots' seqs
 
 	watermark  // the watermark and its waiters
 	rejects    rejectLog
@@ -172,9 +180,15 @@ func New() *Store {
 		MaxSessionBytes: DefaultMaxSessionBytes,
 		MaxIndexed:      DefaultMaxIndexed,
 		LoadTimeout:     DefaultLoadTimeout,
+		SaveTimeout:     DefaultSaveTimeout,
+		Logger:          slog.New(slog.DiscardHandler),
 		sessions:        map[string]*slot{},
 	}
 	s.watermark.init()
+	s.checkpoints.init()
+	s.checkpoints.write = s.writeCheckpoints
+	s.checkpoints.written = func(map[string]Checkpoint) {}
+	s.checkpoints.logger = func() *slog.Logger { return s.Logger }
 	return s
 }
 
@@ -313,13 +327,9 @@ func (s *Store) Apply(session string, seq uint64, data []byte) {
 		s.reject(Rejection{Subject: subject.TranscriptsPrefix + session, Session: session, Seq: seq, Size: n, Reason: poison.Error()})
 	}
 	if resets && s.Loader != nil {
-		// Written before the record is acknowledged: a restart loads the
-		// session from here.
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if err := s.Loader.SaveCheckpoint(ctx, session, cp); err != nil && s.Logger != nil {
-			s.Logger.Warn("checkpoint not saved; the session will load from an earlier one", "session", session, "seq", seq, "err", err)
-		}
-		cancel()
+		// Written behind the ingest: until it is, a load starts from an
+		// earlier checkpoint and reads more records.
+		s.checkpoints.put(session, cp)
 	}
 	s.evict()
 }
@@ -393,9 +403,7 @@ func (s *Store) reject(r Rejection) {
 	if r.At.IsZero() {
 		r.At = time.Now().UTC()
 	}
-	if s.Logger != nil {
-		s.Logger.Warn("record skipped", "subject", r.Subject, "session", r.Session, "seq", r.Seq, "size", r.Size, "reason", r.Reason)
-	}
+	s.Logger.Warn("record skipped", "subject", r.Subject, "session", r.Session, "seq", r.Seq, "size", r.Size, "reason", r.Reason)
 	s.rejects.add(r, s.RejectLog)
 }
 
@@ -557,33 +565,4 @@ func (s *Store) Sessions() []string {
 		ids = append(ids, id)
 	}
 	return ids
-}
-
-// SaveCheckpoints stores the checkpoint of every session whose latest
-// compaction is known, so the next start loads each from there.
-func (s *Store) SaveCheckpoints(ctx context.Context) error {
-	if s.Loader == nil {
-		return nil
-	}
-	s.mu.RLock()
-	type item struct {
-		id string
-		cp Checkpoint
-	}
-	var items []item
-	for id, sl := range s.sessions {
-		sl.mu.Lock()
-		if sl.fromKnown {
-			items = append(items, item{id, Checkpoint{From: sl.from, Seq: sl.seq}})
-		}
-		sl.mu.Unlock()
-	}
-	s.mu.RUnlock()
-	var errs []error
-	for _, it := range items {
-		if err := s.Loader.SaveCheckpoint(ctx, it.id, it.cp); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
 }
