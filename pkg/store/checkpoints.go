@@ -38,8 +38,9 @@ const (
 // read more records.
 type checkpointWriter struct {
 	write func(ctx context.Context, batch map[string]Checkpoint) error
-	// written is told of every batch written.
-	written func(batch map[string]Checkpoint)
+	// written is told of every batch written, and whether nothing is
+	// left to write.
+	written func(batch map[string]Checkpoint, idle bool)
 	logger  func() *slog.Logger
 
 	ctx    context.Context // ended by close: ends the write in hand
@@ -101,6 +102,7 @@ func (w *checkpointWriter) run() {
 		err := w.write(w.ctx, batch)
 		w.mu.Lock()
 		w.lastErr = err
+		idle := len(w.pending) == 0
 		if err != nil {
 			for id, cp := range batch {
 				if old, ok := w.pending[id]; !ok || old.Seq < cp.Seq {
@@ -111,7 +113,7 @@ func (w *checkpointWriter) run() {
 		w.mu.Unlock()
 		if err == nil {
 			wait = 0
-			w.written(batch)
+			w.written(batch, idle)
 			continue
 		}
 		wait = min(max(2*wait, firstRetry), maxRetry)
@@ -196,15 +198,13 @@ func (s *Store) SaveCheckpoints(ctx context.Context) error {
 		return nil
 	}
 	cps := map[string]Checkpoint{}
-	s.mu.RLock()
-	for id, sl := range s.sessions {
+	for _, sl := range s.dir.all() {
 		sl.mu.Lock()
-		if sl.fromKnown {
-			cps[id] = Checkpoint{From: sl.from, Seq: sl.seq}
+		if sl.fromKnown && !sl.dead {
+			cps[sl.id] = Checkpoint{From: sl.from, Seq: sl.seq}
 		}
 		sl.mu.Unlock()
 	}
-	s.mu.RUnlock()
 	s.checkpoints.putAll(maps.All(cps))
 	return s.checkpoints.flush(ctx)
 }

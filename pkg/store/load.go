@@ -59,6 +59,7 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 		// the watermark. Later ones the ingest keeps for this load.
 		ld.to, ld.pending = max(s.watermark.get(), sl.seq), nil
 		start, fromKnown := sl.from, sl.fromKnown
+		known := slices.Clone(sl.quarantined)
 		var seqs []uint64
 		byIndex := bySeq && sl.indexed
 		if byIndex {
@@ -67,17 +68,18 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 		sl.mu.Unlock()
 
 		var b *build
+		var saved uint64 // the checkpoint's From, when read
 		err := func() error {
 			if !fromKnown {
 				cp, ok, err := s.Loader.Checkpoint(ctx, sl.id)
 				if err != nil {
 					return err
 				}
-				if ok && cp.From > start {
-					start = cp.From
+				if ok {
+					saved, start = cp.From, max(start, cp.From)
 				}
 			}
-			b = s.newBuild(sl.id, start)
+			b = s.newBuild(sl.id, start, known)
 			if byIndex {
 				return sr.RecordsAt(ctx, sl.id, seqs, b.addData)
 			}
@@ -95,12 +97,10 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 				}
 			}
 		}
-		for _, r := range b.found {
-			s.reject(r)
-		}
 		// What the read found holds whether it finished or not: the
-		// checkpoint, and the compactions it met.
-		sl.from, sl.fromKnown = max(sl.from, b.from), true
+		// checkpoint, the compactions and the poison records it met.
+		sl.from, sl.fromKnown, sl.saved = max(sl.from, b.from), true, max(sl.saved, saved)
+		s.quarantine(sl, b.found, b.why)
 		if errors.Is(err, errPanicked) && attempt < maxLoadAttempts {
 			continue // again, without the record now quarantined
 		}
@@ -125,13 +125,29 @@ type build struct {
 	proj    *projection.Session
 	size    int64
 	weight  int64
-	from    uint64      // the latest compaction met, or where the read started
-	seen    []uint64    // the records from the latest compaction on
-	found   []Rejection // records this load quarantined
+	from    uint64        // the latest compaction met, or where the read started
+	seen    []uint64      // the records from the latest compaction on
+	known   []quarantined // quarantined before the load: skipped, not reported
+	found   []quarantined // quarantined by this load
+	why     []Rejection   // why, for each of found
 }
 
-func (s *Store) newBuild(session string, from uint64) *build {
-	return &build{s: s, session: session, proj: projection.New(s.Options), from: from}
+func (s *Store) newBuild(session string, from uint64, known []quarantined) *build {
+	return &build{s: s, session: session, proj: projection.New(s.Options), from: from, known: known}
+}
+
+func (b *build) isQuarantined(seq uint64) bool {
+	for _, q := range b.known {
+		if q.seq == seq {
+			return true
+		}
+	}
+	for _, q := range b.found {
+		if q.seq == seq {
+			return true
+		}
+	}
+	return false
 }
 
 // addData decodes and adds one record of the stream.
@@ -157,20 +173,18 @@ func (b *build) add(seq uint64, skip bool, v any, n int, resets bool) error {
 		b.from = max(b.from, seq)
 	}
 	b.seen = append(b.seen, seq)
-	if s.quarantine.has(seq) {
+	if b.isQuarantined(seq) {
 		b.proj.Skip(seq)
 		return nil
 	}
 	w, err := s.limits().Weigh(b.weight, n, resets)
 	if err != nil {
-		s.quarantine.add(seq)
 		b.proj.Skip(seq)
-		b.quarantined(seq, n, err)
+		b.quarantine(quarantined{seq: seq}, n, err)
 		return nil
 	}
 	if err := s.applyRecord(b.proj, seq, v); err != nil {
-		s.quarantine.add(seq)
-		b.quarantined(seq, n, err)
+		b.quarantine(quarantined{seq: seq, panicked: true}, n, err)
 		return err
 	}
 	b.weight = w
@@ -181,6 +195,7 @@ func (b *build) add(seq uint64, skip bool, v any, n int, resets bool) error {
 	return nil
 }
 
-func (b *build) quarantined(seq uint64, n int, err error) {
-	b.found = append(b.found, Rejection{Subject: subject.TranscriptsPrefix + b.session, Session: b.session, Seq: seq, Size: n, Reason: err.Error()})
+func (b *build) quarantine(q quarantined, n int, err error) {
+	b.found = append(b.found, q)
+	b.why = append(b.why, Rejection{Subject: subject.TranscriptsPrefix + b.session, Session: b.session, Seq: q.seq, Size: n, Reason: err.Error()})
 }

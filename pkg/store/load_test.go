@@ -247,7 +247,7 @@ func TestStore_ConcurrentLoads(t *testing.T) {
 			return fn(seq, data)
 		})
 	}}
-	s := newLazyStore(l, lazyConfig{maxSessions: 2, maxBytes: 4000, maxSessionBytes: 3000})
+	s := newLazyStore(l, lazyConfig{maxSessions: 2, maxBytes: 4000, maxSessionBytes: 3000, maxKnown: 3})
 	s.Loader = fl
 	g := &lazyGen{r: rand.New(rand.NewPCG(7, 7)), history: map[string][]*record.Map{}}
 

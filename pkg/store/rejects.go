@@ -16,29 +16,45 @@ type Rejection struct {
 	At      time.Time `json:"at"`
 }
 
-// rejectLog counts the rejected records and keeps the latest for listing.
+// rejectLog counts the rejected records and keeps the latest for listing,
+// each once: a record reported again while it is listed (a quarantined
+// record found again by the load of a session the store had forgotten)
+// is neither listed nor counted again.
 type rejectLog struct {
 	count atomic.Uint64
 
-	mu   sync.Mutex
-	ring []Rejection
-	next int // where the oldest is, once the ring is full
+	mu     sync.Mutex
+	ring   []Rejection
+	next   int             // where the oldest is, once the ring is full
+	listed map[uint64]bool // the sequences in ring
 }
 
-// add counts r and keeps it among the latest keep.
-func (l *rejectLog) add(r Rejection, keep int) {
-	l.count.Add(1)
+// add counts r and keeps it among the latest keep; it reports whether r
+// is new.
+func (l *rejectLog) add(r Rejection, keep int) bool {
 	if keep <= 0 {
-		return
+		l.count.Add(1)
+		return true
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.listed[r.Seq] {
+		return false
+	}
+	l.count.Add(1)
+	if l.listed == nil {
+		l.listed = map[uint64]bool{}
+	}
+	l.listed[r.Seq] = true
 	if len(l.ring) < keep {
 		l.ring = append(l.ring, r)
-		return
+		return true
 	}
-	l.ring[l.next%len(l.ring)] = r
+	i := l.next % len(l.ring)
+	delete(l.listed, l.ring[i].Seq)
+	l.ring[i] = r
 	l.next++
+	return true
 }
 
 // list returns the records kept, oldest first.
@@ -52,30 +68,4 @@ func (l *rejectLog) list() []Rejection {
 	start := l.next % len(l.ring)
 	out = append(out, l.ring[start:]...)
 	return append(out, l.ring[:start]...)
-}
-
-// quarantine is the set of poison records: decoded, never applied.
-type quarantine struct {
-	n    atomic.Int64 // len(seqs), read without the lock
-	mu   sync.Mutex
-	seqs map[uint64]bool
-}
-
-func (q *quarantine) add(seq uint64) {
-	q.mu.Lock()
-	if q.seqs == nil {
-		q.seqs = map[uint64]bool{}
-	}
-	q.seqs[seq] = true
-	q.n.Store(int64(len(q.seqs)))
-	q.mu.Unlock()
-}
-
-func (q *quarantine) has(seq uint64) bool {
-	if q.n.Load() == 0 {
-		return false // the common case, without the lock
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.seqs[seq]
 }

@@ -8,11 +8,26 @@
 // loaded, or evicted) needs only two numbers: the sequence of its latest
 // valid compaction and of its last record. The ingest keeps those up to
 // date without loading anything; a reader that needs the session loads it
-// through the Loader, from the stream, which is the source of truth.
+// through the Loader, from the stream, which is the source of truth. The
+// store writes each session's checkpoint (the two numbers) behind the
+// ingest: a missing or old one only makes a load read more records.
 //
-// A Store is safe for concurrent use. Each session has its own lock, so
-// applying to one session never waits on a render of another; a reader
-// waiting for a sequence holds no lock at all.
+// The store remembers the two numbers of at most MaxKnown sessions. Past
+// that it forgets the least recently used of those it need not keep: not
+// loaded, not being loaded, with a checkpoint written at their latest
+// compaction and no record quarantined for failing. A forgotten session
+// loads from its checkpoint, as one the store never met.
+//
+// A Store is safe for concurrent use. It is built of rooms, each with one
+// job and its own lock: the directory of sessions (sessions.go) and each
+// session's slot, the cache of loaded projections and its eviction
+// (cache.go), the watermark and its waiters (watermark.go), the checkpoint
+// writer (checkpoints.go), the rejected records (rejects.go). A slot's
+// lock is taken before the cache's or the directory's; those only try a
+// slot's lock. A load reads the stream without the session's lock
+// (load.go), so applying to a session never waits for a load, of it or of
+// another, nor for a render of another; a reader waiting for a sequence
+// holds no lock at all.
 package store
 
 import (
@@ -42,6 +57,7 @@ const (
 	DefaultMaxSessionBytes = 256 << 20
 	DefaultLoadTimeout     = 10 * time.Second
 	DefaultSaveTimeout     = 10 * time.Second
+	DefaultMaxKnown        = 100_000
 )
 
 // Loader reads what the store does not hold: a session's checkpoint and
@@ -97,6 +113,11 @@ type Store struct {
 	// ingest meets every record of every session: a session it meets is
 	// complete from its first record, and loads by sequence.
 	Fresh bool
+	// MaxKnown bounds the sessions the store remembers, loaded or not:
+	// past it, it forgets the least recently used of those it need not
+	// keep (see Store). A forgotten session loads again, from its
+	// checkpoint, when it is asked for.
+	MaxKnown int
 	// MaxIndexed bounds the record sequences remembered across sessions;
 	// a session past the bound loads by scanning its subject instead.
 	MaxIndexed int64
@@ -112,20 +133,14 @@ type Store struct {
 	// checkpoint write; New sets one that discards them.
 	Logger *slog.Logger
 
-	mu       sync.RWMutex
-	sessions map[string]*slot
-
+	dir         directory
 	cache       cache
 	checkpoints checkpointWriter
 	indexed     atomic.Int64 // sequences held in all slots' seqs
 
-	watermark  // the watermark and its waiters
-	rejects    rejectLog
-	quarantine quarantine
-	stats      struct {
-		records, duplicates atomic.Uint64
-		sessions            atomic.Int64
-	}
+	watermark // the watermark and its waiters
+	rejects   rejectLog
+	stats     struct{ records, duplicates atomic.Uint64 }
 }
 
 // slot is one session: its projection when loaded, and always the two
@@ -146,16 +161,27 @@ type slot struct {
 	// was read.
 	fromKnown bool
 
+	// saved is the From of the session's checkpoint known to be
+	// written: past it, the slot may be forgotten.
+	saved uint64
+
 	// seqs lists every record of the session from its latest compaction
 	// on, when indexed is true: a load reads exactly these.
 	seqs    []uint64
 	indexed bool
 
+	// quarantined lists the session's records since its latest
+	// compaction that are never applied, in order.
+	quarantined []quarantined
+
 	// loading is the load in progress, reading without the lock.
 	loading *loading
+	// recent says the slot was used since the directory's last pass.
+	recent bool
 	// dead says the slot was removed from the store: look the session
 	// up again.
 	dead bool
+	hand *list.Element // in the directory's order
 }
 
 // Stats counts what a store has seen.
@@ -163,7 +189,7 @@ type Stats struct {
 	Records    uint64 `json:"records"`    // records taken in: applied, or noted for a session not loaded
 	Duplicates uint64 `json:"duplicates"` // records met again (redelivered) and ignored
 	Rejected   uint64 `json:"rejected"`   // records skipped as undecodable, misaddressed or poison
-	Sessions   uint64 `json:"sessions"`   // sessions known
+	Sessions   uint64 `json:"sessions"`   // sessions remembered: loaded, or by their sequences
 	Loaded     int64  `json:"loaded"`     // sessions held in the cache
 	Bytes      int64  `json:"bytes"`      // their estimated size
 	Loads      uint64 `json:"loads"`      // sessions loaded from the stream
@@ -182,12 +208,13 @@ func New() *Store {
 		LoadTimeout:     DefaultLoadTimeout,
 		SaveTimeout:     DefaultSaveTimeout,
 		Logger:          slog.New(slog.DiscardHandler),
-		sessions:        map[string]*slot{},
+		MaxKnown:        DefaultMaxKnown,
 	}
 	s.watermark.init()
+	s.dir.init()
 	s.checkpoints.init()
 	s.checkpoints.write = s.writeCheckpoints
-	s.checkpoints.written = func(map[string]Checkpoint) {}
+	s.checkpoints.written = s.checkpointsWritten
 	s.checkpoints.logger = func() *slog.Logger { return s.Logger }
 	return s
 }
@@ -209,44 +236,29 @@ func (s *Store) Wait(ctx context.Context, seq uint64, timeout time.Duration) err
 }
 
 // slot returns the session's slot, or nil; with create, a slot the
-// ingest met is created when there is none.
+// ingest met is added when there is none.
 func (s *Store) slot(session string, create bool) *slot {
-	s.mu.RLock()
-	sl := s.sessions[session]
-	s.mu.RUnlock()
-	if sl != nil || !create {
-		return sl
+	if !create {
+		return s.dir.get(session)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if sl = s.sessions[session]; sl == nil {
-		sl = &slot{id: session}
+	return s.dir.getOrAdd(session, func(sl *slot) {
 		switch {
 		case s.Loader == nil:
 			// Nothing to load from: the store sees every record.
 			sl.proj, sl.fromKnown = projection.New(s.Options), true
 			s.cache.add(sl)
-		case s.Fresh:
+		case s.Fresh && !s.dir.forgot.Load():
+			// The store has met every record of the stream, and has
+			// forgotten none of a session: this is its first.
 			sl.fromKnown, sl.indexed = true, true
 		}
-		s.sessions[session] = sl
-		s.stats.sessions.Add(1)
-	}
-	return sl
+	})
 }
 
-// metByReader returns the session's slot, creating one that knows
-// nothing of the session when there is none.
+// metByReader returns the session's slot, adding one that knows nothing
+// of the session when there is none.
 func (s *Store) metByReader(session string) *slot {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sl := s.sessions[session]
-	if sl == nil {
-		sl = &slot{id: session}
-		s.sessions[session] = sl
-		s.stats.sessions.Add(1)
-	}
-	return sl
+	return s.dir.getOrAdd(session, func(*slot) {})
 }
 
 // lockSlot returns the session's slot, created when new, locked.
@@ -263,14 +275,51 @@ func (s *Store) lockSlot(session string) *slot {
 
 // remove forgets a slot; it is locked, holds no projection and no load.
 func (s *Store) remove(sl *slot) {
-	s.mu.Lock()
-	if s.sessions[sl.id] == sl {
-		delete(s.sessions, sl.id)
-		s.stats.sessions.Add(-1)
-	}
-	s.mu.Unlock()
 	s.dropIndex(sl)
-	sl.dead = true
+	s.dir.remove(sl)
+}
+
+// forgettable reports whether a slot holds nothing a load would not find
+// again: no projection, no load in progress, no record quarantined for
+// failing, and a checkpoint written at its latest compaction (none is
+// needed before the first). If so it lets go of the slot's index. The
+// slot is locked.
+//
+// A forgotten session is met again as one the store knows nothing of: it
+// loads from its checkpoint, by scanning its subject, never from an index
+// that would start at the record the store met again.
+func (s *Store) forgettable(sl *slot) bool {
+	if sl.proj != nil || sl.loading != nil || sl.pinned() || (sl.fromKnown && sl.saved < sl.from) {
+		return false
+	}
+	s.dropIndex(sl)
+	return true
+}
+
+// forget has the directory forget slots when it holds more than MaxKnown
+// and enough happened since its last pass (slots met, checkpoints
+// written) to make another worth its cost, or when now says so.
+func (s *Store) forget(now bool) {
+	if s.Loader == nil || s.MaxKnown <= 0 || s.dir.n.Load() <= int64(s.MaxKnown) {
+		return
+	}
+	if now || s.dir.credit.Load() > int64(s.MaxKnown/10) {
+		s.dir.sweep(s.MaxKnown, s.forgettable)
+	}
+}
+
+// checkpointsWritten notes the checkpoints written, which may let their
+// slots be forgotten; idle says the writer has nothing left to write.
+func (s *Store) checkpointsWritten(batch map[string]Checkpoint, idle bool) {
+	for id, cp := range batch {
+		if sl := s.dir.get(id); sl != nil {
+			sl.mu.Lock()
+			sl.saved = max(sl.saved, cp.From)
+			sl.mu.Unlock()
+		}
+	}
+	s.dir.credit.Add(int64(len(batch)))
+	s.forget(idle)
 }
 
 // Apply decodes the record at stream sequence seq and applies it to its
@@ -289,6 +338,7 @@ func (s *Store) Apply(session string, seq uint64, data []byte) {
 		return // seen before: a redelivery or a replay
 	}
 	sl.seq = seq
+	sl.recent = true
 	if err != nil {
 		s.index(sl, seq) // a load skips it again
 		if sl.proj != nil {
@@ -306,6 +356,7 @@ func (s *Store) Apply(session string, seq uint64, data []byte) {
 		sl.from = seq
 		sl.fromKnown = true
 		s.setIndex(sl, []uint64{seq})
+		sl.quarantined = sl.quarantined[:0] // never read again
 	} else {
 		s.index(sl, seq)
 	}
@@ -332,6 +383,7 @@ func (s *Store) Apply(session string, seq uint64, data []byte) {
 		s.checkpoints.put(session, cp)
 	}
 	s.evict()
+	s.forget(false)
 }
 
 // applyLoaded applies a decoded record to a loaded session, or
@@ -340,7 +392,7 @@ func (s *Store) Apply(session string, seq uint64, data []byte) {
 func (s *Store) applyLoaded(sl *slot, seq uint64, v any, n int, resets bool) error {
 	w, err := s.limits().Weigh(sl.weight, n, resets)
 	if err != nil {
-		s.quarantine.add(seq)
+		sl.quarantined = append(sl.quarantined, quarantined{seq: seq})
 		sl.proj.Skip(seq)
 		s.cache.touch(sl)
 		return err
@@ -348,7 +400,7 @@ func (s *Store) applyLoaded(sl *slot, seq uint64, v any, n int, resets bool) err
 	if err := s.applyRecord(sl.proj, seq, v); err != nil {
 		// The projection may be half-changed: drop it, so the next
 		// reader loads it again without this record.
-		s.quarantine.add(seq)
+		sl.quarantined = append(sl.quarantined, quarantined{seq: seq, panicked: true})
 		s.cache.drop(sl)
 		return err
 	}
@@ -363,14 +415,6 @@ func (s *Store) applyLoaded(sl *slot, seq uint64, v any, n int, resets bool) err
 	s.stats.records.Add(1)
 	return nil
 }
-
-// ErrQuarantined marks a record that decodes but is never applied: it
-// would take its session past the session bound, or applying it failed.
-var ErrQuarantined = errors.New("quarantined")
-
-// errPanicked: applying the record failed, the projection may be
-// half-changed.
-var errPanicked = errors.New("applying it failed")
 
 func (s *Store) limits() Limits {
 	return Limits{MaxRecordBytes: s.Decoder.MaxBytes, MaxSessionBytes: s.MaxSessionBytes}
@@ -403,8 +447,9 @@ func (s *Store) reject(r Rejection) {
 	if r.At.IsZero() {
 		r.At = time.Now().UTC()
 	}
-	s.Logger.Warn("record skipped", "subject", r.Subject, "session", r.Session, "seq", r.Seq, "size", r.Size, "reason", r.Reason)
-	s.rejects.add(r, s.RejectLog)
+	if s.rejects.add(r, s.RejectLog) {
+		s.Logger.Warn("record skipped", "subject", r.Subject, "session", r.Session, "seq", r.Seq, "size", r.Size, "reason", r.Reason)
+	}
 }
 
 // Rejected lists the most recent rejected records, oldest first.
@@ -416,7 +461,7 @@ func (s *Store) Stats() Stats {
 		Records:    s.stats.records.Load(),
 		Duplicates: s.stats.duplicates.Load(),
 		Rejected:   s.rejects.count.Load(),
-		Sessions:   uint64(s.stats.sessions.Load()),
+		Sessions:   uint64(s.dir.n.Load()),
 		Loaded:     s.cache.n.Load(),
 		Bytes:      s.cache.bytes.Load(),
 		Loads:      s.cache.loads.Load(),
@@ -496,6 +541,7 @@ func (s *Store) viewLoaded(sl *slot, fn func(p *projection.Session)) error {
 		sl.mu.Unlock()
 	}()
 	s.cache.touch(sl)
+	sl.recent = true
 	p := sl.proj
 	if p.Seq() == 0 {
 		p = nil
@@ -557,12 +603,4 @@ func (s *Store) Evict(session string) {
 }
 
 // Sessions returns the ids of the sessions known.
-func (s *Store) Sessions() []string {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	ids := make([]string, 0, len(s.sessions))
-	for id := range s.sessions {
-		ids = append(ids, id)
-	}
-	return ids
-}
+func (s *Store) Sessions() []string { return s.dir.ids() }
