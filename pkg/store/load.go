@@ -160,7 +160,9 @@ func (b *build) addData(seq uint64, data []byte) error {
 }
 
 // add applies one record, or quarantines it. An error wrapping
-// errPanicked means the projection may be half-changed.
+// errPanicked means the projection may be half-changed. The projection
+// was never rendered: a failure here is the record's own, as it would be
+// on any projection built from the same records.
 func (b *build) add(seq uint64, skip bool, v any, n int, resets bool) error {
 	s := b.s
 	if skip {
@@ -174,6 +176,8 @@ func (b *build) add(seq uint64, skip bool, v any, n int, resets bool) error {
 	}
 	b.seen = append(b.seen, seq)
 	if b.isQuarantined(seq) {
+		// A compaction quarantined here is where the read started: a
+		// load starts from the latest compaction it knows.
 		b.proj.Skip(seq)
 		return nil
 	}

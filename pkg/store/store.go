@@ -141,6 +141,10 @@ type Store struct {
 	watermark // the watermark and its waiters
 	rejects   rejectLog
 	stats     struct{ records, duplicates atomic.Uint64 }
+
+	// applyHook, when set, applies records in place of
+	// projection.Session.Apply: tests make projections fail with it.
+	applyHook func(p *projection.Session, seq uint64, v any)
 }
 
 // slot is one session: its projection when loaded, and always the two
@@ -387,8 +391,8 @@ func (s *Store) Apply(session string, seq uint64, data []byte) {
 }
 
 // applyLoaded applies a decoded record to a loaded session, or
-// quarantines it; it returns the reason a record is quarantined. The
-// slot is locked.
+// quarantines it when it would take the session past its bound; it
+// returns the reason a record is quarantined. The slot is locked.
 func (s *Store) applyLoaded(sl *slot, seq uint64, v any, n int, resets bool) error {
 	w, err := s.limits().Weigh(sl.weight, n, resets)
 	if err != nil {
@@ -398,11 +402,14 @@ func (s *Store) applyLoaded(sl *slot, seq uint64, v any, n int, resets bool) err
 		return err
 	}
 	if err := s.applyRecord(sl.proj, seq, v); err != nil {
-		// The projection may be half-changed: drop it, so the next
-		// reader loads it again without this record.
-		sl.quarantined = append(sl.quarantined, quarantined{seq: seq, panicked: true})
+		// The projection may be half-changed: drop it. The failure may
+		// come from what the projection held (an earlier entry rendered
+		// again) rather than from this record: the next load applies
+		// the record to a projection fresh from the stream, and
+		// quarantines it only if it fails there too.
 		s.cache.drop(sl)
-		return err
+		s.Logger.Warn("projection failed; it loads again from the stream", "session", sl.id, "seq", seq, "err", err)
+		return nil
 	}
 	before := sl.size
 	sl.weight = w
@@ -432,6 +439,10 @@ func (s *Store) applyRecord(p *projection.Session, seq uint64, v any) (err error
 			err = fmt.Errorf("%w: %w: %v", ErrQuarantined, errPanicked, r)
 		}
 	}()
+	if s.applyHook != nil {
+		s.applyHook(p, seq, v)
+		return nil
+	}
 	p.Apply(seq, v)
 	return nil
 }
