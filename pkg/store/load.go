@@ -88,7 +88,7 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 
 		sl.mu.Lock()
 		if b == nil {
-			return fmt.Errorf("load %s: %w", sl.id, err)
+			return fmt.Errorf("store: load %s: %w", sl.id, err)
 		}
 		if err == nil {
 			for _, r := range ld.pending {
@@ -105,7 +105,7 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 			continue // again, without the record now quarantined
 		}
 		if err != nil {
-			return fmt.Errorf("load %s: %w", sl.id, err)
+			return fmt.Errorf("store: load %s: %w", sl.id, err)
 		}
 		if !byIndex {
 			s.setIndex(sl, b.seen)

@@ -143,7 +143,7 @@ func TestStore_LoadDeadline(t *testing.T) {
 			select {
 			case err := <-viewed:
 				require.ErrorIs(t, err, context.DeadlineExceeded)
-				require.ErrorContains(t, err, "load "+tc.session)
+				require.ErrorContains(t, err, "store: load "+tc.session)
 			case <-time.After(long):
 				t.Fatal("View did not return at its load's deadline")
 			}

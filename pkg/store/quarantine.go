@@ -7,6 +7,8 @@ import (
 
 // ErrQuarantined marks a record that decodes but is never applied: it
 // would take its session past the session bound, or applying it failed.
+// Its text starts the reason the rejected list gives, so it names no
+// package.
 var ErrQuarantined = errors.New("quarantined")
 
 // errPanicked: applying the record failed, the projection may be

@@ -47,7 +47,7 @@ import (
 
 // ErrWaitExpired is returned by Wait when the store did not reach the
 // sequence in time.
-var ErrWaitExpired = errors.New("projection did not reach the requested sequence in time")
+var ErrWaitExpired = errors.New("store: projection did not reach the requested sequence in time")
 
 // Defaults of a Store.
 const (
@@ -515,12 +515,12 @@ func (s *Store) View(ctx context.Context, session string, fn func(p *projection.
 			case <-ld.done:
 				continue
 			case <-ctx.Done():
-				return fmt.Errorf("load %s: %w", session, ctx.Err())
+				return fmt.Errorf("store: load %s: %w", session, ctx.Err())
 			}
 		}
 		if s.Loader == nil {
 			sl.mu.Unlock()
-			return fmt.Errorf("session %s: its projection failed and there is no Loader to load it again", session)
+			return fmt.Errorf("store: session %s: its projection failed and there is no Loader to load it again", session)
 		}
 		err := s.load(ctx, sl)
 		if sl.seq == 0 {
