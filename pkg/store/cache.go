@@ -16,6 +16,7 @@ type cache struct {
 	bytes     atomic.Int64 // their estimated size
 	loads     atomic.Uint64
 	evictions atomic.Uint64
+	moves     atomic.Uint64 // slots put at the back so far
 
 	mu  sync.Mutex
 	lru list.List // of *slot, the least recently used first
@@ -28,14 +29,24 @@ func (c *cache) add(sl *slot) {
 	c.bytes.Add(sl.size)
 	c.mu.Lock()
 	sl.elem = c.lru.PushBack(sl)
+	sl.moved = c.moves.Add(1)
 	c.mu.Unlock()
 }
 
 // touch makes a loaded slot the most recently used; the slot is locked.
+// A slot put at the back less than half the cache ago stays where it is,
+// and the lock is not taken: the ingest touches the same few sessions
+// over and over. So the order is that of use to within half the cache:
+// eviction, which takes from the front, passes over every slot used since
+// it was last in the older half.
 func (c *cache) touch(sl *slot) {
+	if c.moves.Load()-sl.moved < uint64(c.n.Load()/2) {
+		return
+	}
 	c.mu.Lock()
 	if sl.elem != nil {
 		c.lru.MoveToBack(sl.elem)
+		sl.moved = c.moves.Add(1)
 	}
 	c.mu.Unlock()
 }

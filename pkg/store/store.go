@@ -157,6 +157,7 @@ type slot struct {
 	size   int64               // estimated bytes of the loaded projection
 	weight int64               // bytes of records since the latest compaction
 	elem   *list.Element       // in the cache's order while loaded
+	moved  uint64              // the cache's moves when it put the slot at the back
 
 	from uint64 // latest valid compaction seen (0: unknown)
 	seq  uint64 // last record seen
