@@ -164,3 +164,49 @@ func TestStore_CheckpointsBehindTheIngest(t *testing.T) {
 		require.Error(t, s.SaveCheckpoints(context.Background()), "nothing is written after Close")
 	})
 }
+
+// A checkpoint that is old, or missing, only makes a load read more: the
+// load finds the latest compaction again, by scanning the subject, and
+// the next load starts from there, by sequence when it can.
+func TestStore_OldCheckpoint(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		have func(c1 uint64) (Checkpoint, bool) // what the bucket holds
+	}{
+		{"an old checkpoint", func(c1 uint64) (Checkpoint, bool) { return Checkpoint{From: c1, Seq: c1}, true }},
+		{"no checkpoint", func(uint64) (Checkpoint, bool) { return Checkpoint{}, false }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newFakeLoader()
+			s := newLazyStore(l, lazyConfig{maxSessions: 100, maxBytes: DefaultMaxBytes, maxSessionBytes: DefaultMaxSessionBytes, bySeq: true})
+			ingest(s, l, "a", userRecord("one"))
+			c1 := ingest(s, l, "a", compactionRecord("first"))
+			ingest(s, l, "a", userRecord("two"))
+			c2 := ingest(s, l, "a", compactionRecord("second"))
+			last := ingest(s, l, "a", userRecord("three"))
+			require.NoError(t, s.Close()) // a crash: the latest checkpoint may be lost
+			l.mu.Lock()
+			delete(l.checkpoints, "a")
+			if cp, ok := tc.have(c1); ok {
+				l.checkpoints["a"] = cp
+			}
+			l.mu.Unlock()
+
+			fresh := newLazyStore(l, lazyConfig{maxSessions: 100, maxBytes: DefaultMaxBytes, maxSessionBytes: DefaultMaxSessionBytes, bySeq: true})
+			t.Cleanup(func() { fresh.Close() })
+			fresh.Advance(l.lastSeq())
+			requireView(t, fresh, l, "a")
+			reads := l.readsOf("a")
+			start, _ := tc.have(c1)
+			require.Equal(t, readRange{"a", start.From, last}, reads[len(reads)-1], "read from the checkpoint")
+
+			fresh.Evict("a")
+			seqReads := l.seqReads
+			requireView(t, fresh, l, "a")
+			require.Len(t, l.readsOf("a"), len(reads), "loaded again by sequence, not by scanning")
+			require.Equal(t, seqReads+1, l.seqReads)
+			require.NoError(t, fresh.SaveCheckpoints(context.Background()))
+			require.Equal(t, Checkpoint{From: c2, Seq: last}, checkpointsOf(l)["a"], "the latest compaction is found again")
+		})
+	}
+}
