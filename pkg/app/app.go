@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"time"
 
@@ -160,7 +161,9 @@ func (a *App) Open(ctx context.Context) (err error) {
 	a.store.Loader = &streamLoader{nc: a.nc, stream: want.Name, cps: cps}
 	a.store.MaxSessions, a.store.MaxBytes = a.CacheSessions, a.CacheBytes
 	a.store.MaxSessionBytes = a.MaxSessionBytes
-	a.store.Logger = a.Logger
+	if a.Logger != nil {
+		a.store.Logger = a.Logger
+	}
 
 	// Every record stored so far can be read from the stream: a session
 	// loads from there when it is asked for, so nothing is replayed here.
@@ -223,7 +226,8 @@ func (a *App) Store() *store.Store { return a.store }
 
 // Close stops everything Open started, in reverse order: the service
 // (requests in hand are answered), the ingest (the record in hand is
-// applied and acknowledged), the checkpoints, the connection, the server.
+// applied and acknowledged), the checkpoints (every session's written,
+// within 10s), the connection, the server.
 func (a *App) Close() error {
 	var errs []error
 	if a.svc != nil {
@@ -236,6 +240,10 @@ func (a *App) Close() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		errs = append(errs, a.store.SaveCheckpoints(ctx))
 		cancel()
+	}
+	if a.store != nil {
+		// Stops the checkpoint writer before the connection it writes on.
+		errs = append(errs, a.store.Close())
 	}
 	if a.nc != nil {
 		if err := a.nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
@@ -274,6 +282,11 @@ func (l *streamLoader) Checkpoint(ctx context.Context, session string) (store.Ch
 
 func (l *streamLoader) SaveCheckpoint(ctx context.Context, session string, cp store.Checkpoint) error {
 	return l.cps.Put(ctx, session, cp)
+}
+
+// SaveCheckpoints writes a batch of checkpoints pipelined (store.BatchSaver).
+func (l *streamLoader) SaveCheckpoints(ctx context.Context, cps iter.Seq2[string, store.Checkpoint]) error {
+	return l.cps.PutAll(ctx, cps)
 }
 
 func (l *streamLoader) Records(ctx context.Context, session string, from, to uint64, fn func(seq uint64, data []byte) error) error {

@@ -175,10 +175,11 @@ type lazyConfig struct {
 	maxSessionBytes int64
 	bySeq           bool  // the loader reads records by sequence too
 	maxIndexed      int64 // 0: the default
+	maxKnown        int   // 0: the default
 }
 
 func (c lazyConfig) String() string {
-	return fmt.Sprintf("MaxSessions %d, MaxBytes %d, MaxSessionBytes %d, bySeq %v, MaxIndexed %d", c.maxSessions, c.maxBytes, c.maxSessionBytes, c.bySeq, c.maxIndexed)
+	return fmt.Sprintf("MaxSessions %d, MaxBytes %d, MaxSessionBytes %d, bySeq %v, MaxIndexed %d, MaxKnown %d", c.maxSessions, c.maxBytes, c.maxSessionBytes, c.bySeq, c.maxIndexed, c.maxKnown)
 }
 
 func newLazyStore(l *fakeLoader, c lazyConfig) *Store {
@@ -189,6 +190,9 @@ func newLazyStore(l *fakeLoader, c lazyConfig) *Store {
 	}
 	if c.maxIndexed > 0 {
 		s.MaxIndexed = c.maxIndexed
+	}
+	if c.maxKnown > 0 {
+		s.MaxKnown = c.maxKnown
 	}
 	s.MaxSessions, s.MaxBytes, s.MaxSessionBytes = c.maxSessions, c.maxBytes, c.maxSessionBytes
 	return s
@@ -304,8 +308,7 @@ func quarantinedSeqs(s *Store) []uint64 {
 func requireCacheConsistent(t *testing.T, s *Store, msgAndArgs ...any) {
 	t.Helper()
 	var loaded, size int64
-	s.mu.RLock()
-	for _, sl := range s.sessions {
+	for _, sl := range s.dir.all() {
 		sl.mu.Lock()
 		if sl.proj != nil {
 			loaded++
@@ -315,7 +318,6 @@ func requireCacheConsistent(t *testing.T, s *Store, msgAndArgs ...any) {
 		}
 		sl.mu.Unlock()
 	}
-	s.mu.RUnlock()
 	st := s.Stats()
 	require.Equal(t, loaded, st.Loaded, msgAndArgs...)
 	require.Equal(t, size, st.Bytes, msgAndArgs...)
@@ -464,10 +466,12 @@ func (run *lazyRun) report() {
 
 func (run *lazyRun) restart() {
 	if run.r.IntN(2) == 0 {
-		// A clean shutdown saves every checkpoint; a crash saves none.
+		// A clean shutdown writes every checkpoint; a crash drops those
+		// not written yet.
 		require.NoError(run.t, run.s.SaveCheckpoints(context.Background()))
 		run.logf("SaveCheckpoints")
 	}
+	require.NoError(run.t, run.s.Close())
 	run.s = newLazyStore(run.l, run.cfg)
 	run.s.Advance(run.l.lastSeq())
 	run.logf("restart at %d", run.l.lastSeq())
@@ -582,6 +586,7 @@ func runLazy(t *testing.T, seed uint64) {
 		maxSessionBytes: lazyPick[int64](r, 0, 900, 3000, DefaultMaxSessionBytes),
 		bySeq:           r.IntN(3) > 0,
 		maxIndexed:      lazyPick[int64](r, 0, 0, 8, 40),
+		maxKnown:        lazyPick(r, 0, 0, 1, 3),
 	}
 	l := newFakeLoader()
 	run := &lazyRun{
@@ -644,6 +649,7 @@ func TestStore_LoadsFromCheckpoint(t *testing.T) {
 	ingest(s, l, "b", userRecord("other"))
 	ingest(s, l, "a", userRecord("two"))
 	cseq := ingest(s, l, "a", compactionRecord("kept"))
+	require.NoError(t, s.checkpoints.flush(context.Background())) // written behind the ingest
 	require.Equal(t, []savedCheckpoint{{"a", Checkpoint{From: cseq, Seq: cseq}}}, l.saved,
 		"a valid compaction saves the session's checkpoint")
 	ingest(s, l, "a", userRecord("three"))

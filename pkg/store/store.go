@@ -8,19 +8,34 @@
 // loaded, or evicted) needs only two numbers: the sequence of its latest
 // valid compaction and of its last record. The ingest keeps those up to
 // date without loading anything; a reader that needs the session loads it
-// through the Loader, from the stream, which is the source of truth.
+// through the Loader, from the stream, which is the source of truth. The
+// store writes each session's checkpoint (the two numbers) behind the
+// ingest: a missing or old one only makes a load read more records.
 //
-// A Store is safe for concurrent use. Each session has its own lock, so
-// applying to one session never waits on a render of another; a reader
-// waiting for a sequence holds no lock at all.
+// The store remembers the two numbers of at most MaxKnown sessions. Past
+// that it forgets the least recently used of those it need not keep: not
+// loaded, not being loaded, with a checkpoint written at their latest
+// compaction and no record quarantined for failing. A forgotten session
+// loads from its checkpoint, as one the store never met.
+//
+// A Store is safe for concurrent use. It is built of rooms, each with one
+// job and its own lock: the directory of sessions (sessions.go) and each
+// session's slot, the cache of loaded projections and its eviction
+// (cache.go), the watermark and its waiters (watermark.go), the checkpoint
+// writer (checkpoints.go), the rejected records (rejects.go). A slot's
+// lock is taken before the cache's or the directory's; those only try a
+// slot's lock. A load reads the stream without the session's lock
+// (load.go), so applying to a session never waits for a load, of it or of
+// another, nor for a render of another; a reader waiting for a sequence
+// holds no lock at all.
 package store
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,7 +47,7 @@ import (
 
 // ErrWaitExpired is returned by Wait when the store did not reach the
 // sequence in time.
-var ErrWaitExpired = errors.New("projection did not reach the requested sequence in time")
+var ErrWaitExpired = errors.New("store: projection did not reach the requested sequence in time")
 
 // Defaults of a Store.
 const (
@@ -40,6 +55,9 @@ const (
 	DefaultMaxSessions     = 10000
 	DefaultMaxBytes        = 1 << 30 // 1 GiB of cached projections
 	DefaultMaxSessionBytes = 256 << 20
+	DefaultLoadTimeout     = 10 * time.Second
+	DefaultSaveTimeout     = 10 * time.Second
+	DefaultMaxKnown        = 100_000
 )
 
 // Loader reads what the store does not hold: a session's checkpoint and
@@ -51,6 +69,8 @@ type Loader interface {
 	// there is none.
 	Checkpoint(ctx context.Context, session string) (cp Checkpoint, ok bool, err error)
 	// SaveCheckpoint stores the session's checkpoint before returning.
+	// The store writes checkpoints behind the ingest, and in batches when
+	// the Loader is a BatchSaver.
 	SaveCheckpoint(ctx context.Context, session string, cp Checkpoint) error
 	// Records calls fn for each record of the session with a stream
 	// sequence in [from, to], in order.
@@ -93,46 +113,51 @@ type Store struct {
 	// ingest meets every record of every session: a session it meets is
 	// complete from its first record, and loads by sequence.
 	Fresh bool
+	// MaxKnown bounds the sessions the store remembers, loaded or not:
+	// past it, it forgets the least recently used of those it need not
+	// keep (see Store). A forgotten session loads again, from its
+	// checkpoint, when it is asked for.
+	MaxKnown int
 	// MaxIndexed bounds the record sequences remembered across sessions;
 	// a session past the bound loads by scanning its subject instead.
 	MaxIndexed int64
+	// LoadTimeout bounds a load's reads, within the reader's context: a
+	// read that gets no answer fails the load, never holds it for good.
+	LoadTimeout time.Duration
+	// SaveTimeout bounds one write of a batch of checkpoints; a batch not
+	// written is written again later.
+	SaveTimeout time.Duration
 	// RejectLog is how many rejected records are kept for listing.
 	RejectLog int
-	// Logger receives a line per rejected record; nil discards them.
+	// Logger receives a line per rejected record and per failed
+	// checkpoint write; New sets one that discards them.
 	Logger *slog.Logger
 
-	mu       sync.RWMutex
-	sessions map[string]*slot
+	dir         directory
+	cache       cache
+	checkpoints checkpointWriter
+	indexed     atomic.Int64 // sequences held in all slots' seqs
 
-	clock     atomic.Uint64 // ticks on every use of a session, for LRU
-	hot       atomic.Int64  // sessions loaded
-	hotBytes  atomic.Int64  // their estimated size
-	evictMu   sync.Mutex    // one eviction pass at a time
-	loads     atomic.Uint64
-	evictions atomic.Uint64
-	indexed   atomic.Int64 // sequences held in all slots' seqs
+	watermark // the watermark and its waiters
+	rejects   rejectLog
+	stats     struct{ records, duplicates atomic.Uint64 }
 
-	// applied is the watermark: every stream sequence up to it has been
-	// applied or rejected.
-	applied atomic.Uint64
-
-	waitMu   sync.Mutex
-	waiters  waiterHeap
-	nextWake atomic.Uint64 // smallest sequence a waiter needs; MaxUint64 if none
-
-	rejMu        sync.Mutex
-	rejected     []Rejection // ring
-	rejNext      int
-	quarantined  map[uint64]bool // sequences of poison records, never applied
-	nQuarantined atomic.Int64    // len(quarantined), read without rejMu
-	stats        struct{ records, rejected, sessions, duplicates atomic.Uint64 }
+	// applyHook, when set, applies records in place of
+	// projection.Session.Apply: tests make projections fail with it.
+	applyHook func(p *projection.Session, seq uint64, v any)
 }
 
 // slot is one session: its projection when loaded, and always the two
 // sequences that let it be loaded.
 type slot struct {
-	mu   sync.Mutex
-	proj *projection.Session // nil when not loaded
+	mu sync.Mutex
+	id string
+
+	proj   *projection.Session // nil when not loaded
+	size   int64               // estimated bytes of the loaded projection
+	weight int64               // bytes of records since the latest compaction
+	elem   *list.Element       // in the cache's order while loaded
+	moved  uint64              // the cache's moves when it put the slot at the back
 
 	from uint64 // latest valid compaction seen (0: unknown)
 	seq  uint64 // last record seen
@@ -141,24 +166,27 @@ type slot struct {
 	// was read.
 	fromKnown bool
 
+	// saved is the From of the session's checkpoint known to be
+	// written: past it, the slot may be forgotten.
+	saved uint64
+
 	// seqs lists every record of the session from its latest compaction
 	// on, when indexed is true: a load reads exactly these.
 	seqs    []uint64
 	indexed bool
 
-	size     int64 // estimated bytes of the loaded projection
-	weight   int64 // bytes of records since the latest compaction
-	lastUsed atomic.Uint64
-}
+	// quarantined lists the session's records since its latest
+	// compaction that are never applied, in order.
+	quarantined []quarantined
 
-// Rejection is a record the projection skipped: it stays in the stream.
-type Rejection struct {
-	Subject string    `json:"subject"`
-	Session string    `json:"session,omitempty"`
-	Seq     uint64    `json:"seq"`
-	Size    int       `json:"size"`
-	Reason  string    `json:"reason"`
-	At      time.Time `json:"at"`
+	// loading is the load in progress, reading without the lock.
+	loading *loading
+	// recent says the slot was used since the directory's last pass.
+	recent bool
+	// dead says the slot was removed from the store: look the session
+	// up again.
+	dead bool
+	hand *list.Element // in the directory's order
 }
 
 // Stats counts what a store has seen.
@@ -166,7 +194,7 @@ type Stats struct {
 	Records    uint64 `json:"records"`    // records taken in: applied, or noted for a session not loaded
 	Duplicates uint64 `json:"duplicates"` // records met again (redelivered) and ignored
 	Rejected   uint64 `json:"rejected"`   // records skipped as undecodable, misaddressed or poison
-	Sessions   uint64 `json:"sessions"`   // sessions known
+	Sessions   uint64 `json:"sessions"`   // sessions remembered: loaded, or by their sequences
 	Loaded     int64  `json:"loaded"`     // sessions held in the cache
 	Bytes      int64  `json:"bytes"`      // their estimated size
 	Loads      uint64 `json:"loads"`      // sessions loaded from the stream
@@ -182,117 +210,219 @@ func New() *Store {
 		MaxBytes:        DefaultMaxBytes,
 		MaxSessionBytes: DefaultMaxSessionBytes,
 		MaxIndexed:      DefaultMaxIndexed,
-		sessions:        map[string]*slot{},
-		quarantined:     map[uint64]bool{},
+		LoadTimeout:     DefaultLoadTimeout,
+		SaveTimeout:     DefaultSaveTimeout,
+		Logger:          slog.New(slog.DiscardHandler),
+		MaxKnown:        DefaultMaxKnown,
 	}
-	s.nextWake.Store(^uint64(0))
+	s.watermark.init()
+	s.dir.init()
+	s.checkpoints.init()
+	s.checkpoints.write = s.writeCheckpoints
+	s.checkpoints.written = s.checkpointsWritten
+	s.checkpoints.logger = func() *slog.Logger { return s.Logger }
 	return s
 }
 
+// Applied returns the watermark: every stream sequence up to it has been
+// applied or rejected.
+func (s *Store) Applied() uint64 { return s.watermark.get() }
+
+// Advance moves the watermark to seq, when that is forward, and wakes the
+// readers waiting for it. The ingest calls it for every stream sequence it
+// has dealt with, in order.
+func (s *Store) Advance(seq uint64) { s.watermark.advance(seq) }
+
+// Wait returns once every stream sequence up to seq has been applied, or
+// ErrWaitExpired after timeout, or the context's error. It returns at once
+// when the store is already there.
+func (s *Store) Wait(ctx context.Context, seq uint64, timeout time.Duration) error {
+	return s.watermark.wait(ctx, seq, timeout)
+}
+
+// slot returns the session's slot, or nil; with create, a slot the
+// ingest met is added when there is none.
 func (s *Store) slot(session string, create bool) *slot {
-	s.mu.RLock()
-	sl := s.sessions[session]
-	s.mu.RUnlock()
-	if sl != nil || !create {
-		return sl
+	if !create {
+		return s.dir.get(session)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if sl = s.sessions[session]; sl == nil {
-		sl = &slot{}
+	return s.dir.getOrAdd(session, func(sl *slot) {
 		switch {
 		case s.Loader == nil:
 			// Nothing to load from: the store sees every record.
 			sl.proj, sl.fromKnown = projection.New(s.Options), true
-			s.hot.Add(1)
-		case s.Fresh:
+			s.cache.add(sl)
+		case s.Fresh && !s.dir.forgot.Load():
+			// The store has met every record of the stream, and has
+			// forgotten none of a session: this is its first.
 			sl.fromKnown, sl.indexed = true, true
 		}
-		s.sessions[session] = sl
-		s.stats.sessions.Add(1)
-	}
-	return sl
+	})
 }
 
-func (s *Store) touch(sl *slot) { sl.lastUsed.Store(s.clock.Add(1)) }
+// metByReader returns the session's slot, adding one that knows nothing
+// of the session when there is none.
+func (s *Store) metByReader(session string) *slot {
+	return s.dir.getOrAdd(session, func(*slot) {})
+}
+
+// lockSlot returns the session's slot, created when new, locked.
+func (s *Store) lockSlot(session string) *slot {
+	for {
+		sl := s.slot(session, true)
+		sl.mu.Lock()
+		if !sl.dead {
+			return sl
+		}
+		sl.mu.Unlock() // removed meanwhile: a new one takes its place
+	}
+}
+
+// remove forgets a slot; it is locked, holds no projection and no load.
+func (s *Store) remove(sl *slot) {
+	s.dropIndex(sl)
+	s.dir.remove(sl)
+}
+
+// forgettable reports whether a slot holds nothing a load would not find
+// again: no projection, no load in progress, no record quarantined for
+// failing, and a checkpoint written at its latest compaction (none is
+// needed before the first). If so it lets go of the slot's index. The
+// slot is locked.
+//
+// A forgotten session is met again as one the store knows nothing of: it
+// loads from its checkpoint, by scanning its subject, never from an index
+// that would start at the record the store met again.
+func (s *Store) forgettable(sl *slot) bool {
+	if sl.proj != nil || sl.loading != nil || sl.pinned() || (sl.fromKnown && sl.saved < sl.from) {
+		return false
+	}
+	s.dropIndex(sl)
+	return true
+}
+
+// forget has the directory forget slots when it holds more than MaxKnown
+// and enough happened since its last pass (slots met, checkpoints
+// written) to make another worth its cost, or when now says so.
+func (s *Store) forget(now bool) {
+	if s.Loader == nil || s.MaxKnown <= 0 || s.dir.n.Load() <= int64(s.MaxKnown) {
+		return
+	}
+	if now || s.dir.credit.Load() > int64(s.MaxKnown/10) {
+		s.dir.sweep(s.MaxKnown, s.forgettable)
+	}
+}
+
+// checkpointsWritten notes the checkpoints written, which may let their
+// slots be forgotten; idle says the writer has nothing left to write.
+func (s *Store) checkpointsWritten(batch map[string]Checkpoint, idle bool) {
+	for id, cp := range batch {
+		if sl := s.dir.get(id); sl != nil {
+			sl.mu.Lock()
+			sl.saved = max(sl.saved, cp.From)
+			sl.mu.Unlock()
+		}
+	}
+	s.dir.credit.Add(int64(len(batch)))
+	s.forget(idle)
+}
 
 // Apply decodes the record at stream sequence seq and applies it to its
 // session. A record that does not decode is skipped and reported: the
 // session's sequence still moves past it. Apply is idempotent by sequence.
-// A session that is not loaded only notes the sequences it needs.
+// A session that is not loaded only notes the sequences it needs; one
+// being loaded keeps the record for its load, which applies it before it
+// shows the projection: Apply never waits for a load.
 func (s *Store) Apply(session string, seq uint64, data []byte) {
-	defer s.Advance(seq)
+	defer s.watermark.advance(seq)
 	v, err := s.Decoder.Decode(data)
-	sl := s.slot(session, true)
-	sl.mu.Lock()
+	sl := s.lockSlot(session)
 	if seq <= sl.seq {
 		sl.mu.Unlock()
 		s.stats.duplicates.Add(1)
 		return // seen before: a redelivery or a replay
 	}
 	sl.seq = seq
+	sl.recent = true
 	if err != nil {
 		s.index(sl, seq) // a load skips it again
 		if sl.proj != nil {
 			sl.proj.Skip(seq)
+		} else if ld := sl.loading; ld != nil && seq > ld.to {
+			ld.pending = append(ld.pending, noted{seq: seq, skip: true})
 		}
 		sl.mu.Unlock()
 		s.reject(Rejection{Subject: subject.TranscriptsPrefix + session, Session: session, Seq: seq, Size: len(data), Reason: err.Error()})
 		return
 	}
-	compaction := s.resets(v, len(data))
-	if compaction {
+	n := len(data)
+	resets := s.resets(v, n)
+	if resets {
 		sl.from = seq
 		sl.fromKnown = true
 		s.setIndex(sl, []uint64{seq})
+		sl.quarantined = sl.quarantined[:0] // never read again
 	} else {
 		s.index(sl, seq)
 	}
 	var poison error
-	if sl.proj != nil {
-		before := sl.size
-		if poison = s.applyTo(sl, seq, v, len(data), compaction); poison == nil {
-			s.stats.records.Add(1)
-			s.hotBytes.Add(sl.size - before)
-		} else if errors.Is(poison, errPanicked) {
-			// The projection may be half-changed: drop it, so the next
-			// reader loads it again without this record.
-			sl.size = before
-			s.unload(sl)
-		} else {
-			s.hotBytes.Add(sl.size - before)
-		}
-		s.touch(sl)
-	} else {
+	switch ld := sl.loading; {
+	case sl.proj != nil:
+		poison = s.applyLoaded(sl, seq, v, n, resets)
+	case ld != nil && seq > ld.to:
+		// Past what the load reads: it applies this before it is done.
+		ld.pending = append(ld.pending, noted{seq: seq, v: v, n: n, resets: resets})
+		s.stats.records.Add(1)
+	default:
 		// Not loaded: a poison record is found when the session loads.
 		s.stats.records.Add(1)
 	}
 	cp := Checkpoint{From: sl.from, Seq: sl.seq}
 	sl.mu.Unlock()
 	if poison != nil {
-		s.reject(Rejection{Subject: subject.TranscriptsPrefix + session, Session: session, Seq: seq, Size: len(data), Reason: poison.Error()})
+		s.reject(Rejection{Subject: subject.TranscriptsPrefix + session, Session: session, Seq: seq, Size: n, Reason: poison.Error()})
 	}
-	if compaction && s.Loader != nil {
-		// Written before the record is acknowledged: a restart loads the
-		// session from here.
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if err := s.Loader.SaveCheckpoint(ctx, session, cp); err != nil && s.Logger != nil {
-			s.Logger.Warn("checkpoint not saved; the session will load from an earlier one", "session", session, "seq", seq, "err", err)
-		}
-		cancel()
+	if resets && s.Loader != nil {
+		// Written behind the ingest: until it is, a load starts from an
+		// earlier checkpoint and reads more records.
+		s.checkpoints.put(session, cp)
 	}
 	s.evict()
+	s.forget(false)
 }
 
-// ErrQuarantined marks a record that decodes but is never applied: it
-// would take its session past the session bound, or applying it failed.
-var ErrQuarantined = errors.New("quarantined")
-
-var (
-	// errPanicked: applying the record failed, the projection may be
-	// half-changed.
-	errPanicked = errors.New("applying it failed")
-)
+// applyLoaded applies a decoded record to a loaded session, or
+// quarantines it when it would take the session past its bound; it
+// returns the reason a record is quarantined. The slot is locked.
+func (s *Store) applyLoaded(sl *slot, seq uint64, v any, n int, resets bool) error {
+	w, err := s.limits().Weigh(sl.weight, n, resets)
+	if err != nil {
+		sl.quarantined = append(sl.quarantined, quarantined{seq: seq})
+		sl.proj.Skip(seq)
+		s.cache.touch(sl)
+		return err
+	}
+	if err := s.applyRecord(sl.proj, seq, v); err != nil {
+		// The projection may be half-changed: drop it. The failure may
+		// come from what the projection held (an earlier entry rendered
+		// again) rather than from this record: the next load applies
+		// the record to a projection fresh from the stream, and
+		// quarantines it only if it fails there too.
+		s.cache.drop(sl)
+		s.Logger.Warn("projection failed; it loads again from the stream", "session", sl.id, "seq", seq, "err", err)
+		return nil
+	}
+	before := sl.size
+	sl.weight = w
+	if resets {
+		sl.size = 0
+	}
+	sl.size += 2 * int64(n) // the decoded record and its cached encoding
+	s.cache.grow(sl.size - before)
+	s.cache.touch(sl)
+	s.stats.records.Add(1)
+	return nil
+}
 
 func (s *Store) limits() Limits {
 	return Limits{MaxRecordBytes: s.Decoder.MaxBytes, MaxSessionBytes: s.MaxSessionBytes}
@@ -301,56 +431,21 @@ func (s *Store) limits() Limits {
 // resets is Limits.Resets with the store's limits.
 func (s *Store) resets(v any, n int) bool { return s.limits().Resets(v, n) }
 
-// weigh keeps a session's record weight (Limits.Weigh).
-func (s *Store) weigh(sl *slot, n int, resets bool) (err error) {
-	sl.weight, err = s.limits().Weigh(sl.weight, n, resets)
-	return err
-}
-
-// applyTo applies one decoded record to a loaded session; a record that
-// breaks the projection's assumptions is quarantined instead, and
-// reported (the error) the first time. After an error wrapping
-// errPanicked the projection must be dropped.
-//
-// resets is s.resets(v, n), worked out once by the caller.
-func (s *Store) applyTo(sl *slot, seq uint64, v any, n int, resets bool) (err error) {
-	if s.isQuarantined(seq) {
-		sl.proj.Skip(seq)
-		return nil
-	}
-	if err := s.weigh(sl, n, resets); err != nil {
-		s.quarantine(seq)
-		sl.proj.Skip(seq)
-		return err
-	}
+// applyRecord applies a decoded record to a projection. A panic comes
+// back as an error wrapping errPanicked: the projection may then be
+// half-changed and must be dropped.
+func (s *Store) applyRecord(p *projection.Session, seq uint64, v any) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			s.quarantine(seq)
 			err = fmt.Errorf("%w: %w: %v", ErrQuarantined, errPanicked, r)
 		}
 	}()
-	sl.proj.Apply(seq, v)
-	if resets {
-		sl.size = 0
+	if s.applyHook != nil {
+		s.applyHook(p, seq, v)
+		return nil
 	}
-	sl.size += 2 * int64(n) // the decoded record and its cached encoding
+	p.Apply(seq, v)
 	return nil
-}
-
-func (s *Store) quarantine(seq uint64) {
-	s.rejMu.Lock()
-	s.quarantined[seq] = true
-	s.nQuarantined.Store(int64(len(s.quarantined)))
-	s.rejMu.Unlock()
-}
-
-func (s *Store) isQuarantined(seq uint64) bool {
-	if s.nQuarantined.Load() == 0 {
-		return false // the common case, without the lock
-	}
-	s.rejMu.Lock()
-	defer s.rejMu.Unlock()
-	return s.quarantined[seq]
 }
 
 // Reject reports a record that belongs to no session (a subject that is
@@ -364,49 +459,26 @@ func (s *Store) reject(r Rejection) {
 	if r.At.IsZero() {
 		r.At = time.Now().UTC()
 	}
-	s.stats.rejected.Add(1)
-	if s.Logger != nil {
+	if s.rejects.add(r, s.RejectLog) {
 		s.Logger.Warn("record skipped", "subject", r.Subject, "session", r.Session, "seq", r.Seq, "size", r.Size, "reason", r.Reason)
 	}
-	n := s.RejectLog
-	if n <= 0 {
-		return
-	}
-	s.rejMu.Lock()
-	defer s.rejMu.Unlock()
-	if len(s.rejected) < n {
-		s.rejected = append(s.rejected, r)
-		return
-	}
-	s.rejected[s.rejNext%n] = r
-	s.rejNext++
 }
 
 // Rejected lists the most recent rejected records, oldest first.
-func (s *Store) Rejected() []Rejection {
-	s.rejMu.Lock()
-	defer s.rejMu.Unlock()
-	out := make([]Rejection, 0, len(s.rejected))
-	if len(s.rejected) == 0 {
-		return out
-	}
-	start := s.rejNext % len(s.rejected)
-	out = append(out, s.rejected[start:]...)
-	return append(out, s.rejected[:start]...)
-}
+func (s *Store) Rejected() []Rejection { return s.rejects.list() }
 
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
 	return Stats{
 		Records:    s.stats.records.Load(),
 		Duplicates: s.stats.duplicates.Load(),
-		Rejected:   s.stats.rejected.Load(),
-		Sessions:   s.stats.sessions.Load(),
-		Loaded:     s.hot.Load(),
-		Bytes:      s.hotBytes.Load(),
-		Loads:      s.loads.Load(),
-		Evictions:  s.evictions.Load(),
-		Applied:    s.applied.Load(),
+		Rejected:   s.rejects.count.Load(),
+		Sessions:   uint64(s.dir.n.Load()),
+		Loaded:     s.cache.n.Load(),
+		Bytes:      s.cache.bytes.Load(),
+		Loads:      s.cache.loads.Load(),
+		Evictions:  s.cache.evictions.Load(),
+		Applied:    s.watermark.get(),
 	}
 }
 
@@ -414,144 +486,80 @@ func (s *Store) Stats() Stats {
 // loading it first when it is not cached, or with nil for a session that
 // has no records. fn must not keep the projection or what it returns
 // beyond the call.
+//
+// A load reads the stream without holding the session's lock, within
+// LoadTimeout and the context; readers of a session being loaded wait for
+// that load, or for their context.
 func (s *Store) View(ctx context.Context, session string, fn func(p *projection.Session)) error {
-	sl := s.slot(session, false)
-	if sl == nil {
-		if s.Loader == nil {
-			fn(nil)
-			return nil
+	for {
+		sl := s.slot(session, false)
+		if sl == nil {
+			if s.Loader == nil {
+				fn(nil)
+				return nil
+			}
+			// Not met: the stream may hold it. The slot is there for the
+			// ingest to find while the load reads.
+			sl = s.metByReader(session)
 		}
-		var err error
-		if sl, err = s.discover(ctx, session); err != nil || sl == nil {
+		sl.mu.Lock()
+		if sl.dead {
+			sl.mu.Unlock()
+			continue
+		}
+		if sl.proj != nil {
+			return s.viewLoaded(sl, fn)
+		}
+		if ld := sl.loading; ld != nil {
+			sl.mu.Unlock()
+			select {
+			case <-ld.done:
+				continue
+			case <-ctx.Done():
+				return fmt.Errorf("store: load %s: %w", session, ctx.Err())
+			}
+		}
+		if s.Loader == nil {
+			sl.mu.Unlock()
+			return fmt.Errorf("store: session %s: its projection failed and there is no Loader to load it again", session)
+		}
+		err := s.load(ctx, sl)
+		if sl.seq == 0 {
+			// No records, none met meanwhile: nothing to keep.
+			s.cache.drop(sl)
+			s.remove(sl)
+			sl.mu.Unlock()
 			if err == nil {
 				fn(nil)
 			}
 			return err
 		}
-	} else {
-		sl.mu.Lock()
-		if sl.proj == nil {
-			if err := s.load(ctx, session, sl); err != nil {
-				sl.mu.Unlock()
-				return err
-			}
+		if err != nil {
+			sl.mu.Unlock()
+			return err
 		}
+		return s.viewLoaded(sl, fn)
 	}
-	// sl is locked and loaded.
-	s.touch(sl)
-	if sl.proj.Seq() == 0 {
-		fn(nil)
-	} else {
-		fn(sl.proj)
-	}
-	sl.mu.Unlock()
-	s.evict()
-	return nil
 }
 
-// discover loads a session the store has not met, and registers it when
-// it has records; it returns the slot locked, or nil.
-func (s *Store) discover(ctx context.Context, session string) (*slot, error) {
-	sl := &slot{}
-	sl.mu.Lock()
-	if err := s.load(ctx, session, sl); err != nil {
-		return nil, err
+// viewLoaded calls fn with a loaded session and unlocks it.
+func (s *Store) viewLoaded(sl *slot, fn func(p *projection.Session)) error {
+	defer s.evict()
+	rendered := false
+	defer func() {
+		if !rendered {
+			s.cache.drop(sl) // fn panicked: the projection may be half-rendered
+		}
+		sl.mu.Unlock()
+	}()
+	s.cache.touch(sl)
+	sl.recent = true
+	p := sl.proj
+	if p.Seq() == 0 {
+		p = nil
 	}
-	if sl.proj.Seq() == 0 {
-		s.unload(sl) // no records: nothing to keep
-		return nil, nil
-	}
-	s.mu.Lock()
-	if existing := s.sessions[session]; existing != nil {
-		// The ingest met the session meanwhile: use its slot.
-		s.mu.Unlock()
-		s.unload(sl)
-		existing.mu.Lock()
-		if existing.proj == nil {
-			if err := s.load(ctx, session, existing); err != nil {
-				existing.mu.Unlock()
-				return nil, err
-			}
-		}
-		return existing, nil
-	}
-	s.sessions[session] = sl
-	s.stats.sessions.Add(1)
-	s.mu.Unlock()
-	return sl, nil
-}
-
-// load reads a session from its latest known compaction up to everything
-// the store has seen, with the slot locked.
-func (s *Store) load(ctx context.Context, session string, sl *slot) error {
-	if !sl.fromKnown {
-		cp, ok, err := s.Loader.Checkpoint(ctx, session)
-		if err != nil {
-			return fmt.Errorf("load %s: %w", session, err)
-		}
-		if ok && cp.From > sl.from {
-			sl.from = cp.From
-		}
-		sl.fromKnown = true
-	}
-	// Every record up to the watermark is stored, and so is every record
-	// this session has seen: the ingest notes it before moving the
-	// watermark.
-	to := max(s.applied.Load(), sl.seq)
-	sr, bySeq := s.Loader.(SeqLoader)
-	bySeq = bySeq && sl.indexed
-	for attempt := 0; ; attempt++ {
-		sl.proj, sl.size, sl.weight = projection.New(s.Options), 0, 0
-		var poisons []Rejection
-		var seen []uint64
-		apply := func(seq uint64, data []byte) error {
-			v, err := s.Decoder.Decode(data)
-			if err != nil {
-				seen = append(seen, seq)
-				sl.proj.Skip(seq) // reported when the ingest met it
-				return nil
-			}
-			resets := s.resets(v, len(data))
-			if resets {
-				seen = seen[:0]
-				if seq > sl.from {
-					sl.from = seq
-				}
-			}
-			seen = append(seen, seq)
-			if err := s.applyTo(sl, seq, v, len(data), resets); err != nil {
-				poisons = append(poisons, Rejection{Subject: subject.TranscriptsPrefix + session, Session: session, Seq: seq, Size: len(data), Reason: err.Error()})
-				if errors.Is(err, errPanicked) {
-					return err
-				}
-			}
-			return nil
-		}
-		var err error
-		if bySeq {
-			err = sr.RecordsAt(ctx, session, sl.seqs, apply)
-		} else {
-			err = s.Loader.Records(ctx, session, sl.from, to, apply)
-		}
-		if err == nil && !bySeq {
-			s.setIndex(sl, seen)
-		}
-		for _, r := range poisons {
-			s.reject(r)
-		}
-		if errors.Is(err, errPanicked) && attempt < 3 {
-			continue // again, without the record now quarantined
-		}
-		if err != nil {
-			sl.proj = nil
-			return fmt.Errorf("load %s: %w", session, err)
-		}
-		break
-	}
-	sl.seq = max(sl.seq, sl.proj.Seq())
-	s.hot.Add(1)
-	s.hotBytes.Add(sl.size)
-	s.loads.Add(1)
+	fn(p)
+	rendered = true
 	return nil
 }
 
@@ -583,60 +591,11 @@ func (s *Store) dropIndex(sl *slot) {
 	sl.seqs, sl.indexed = nil, false
 }
 
-// unload drops a slot's projection; the slot is locked.
-func (s *Store) unload(sl *slot) {
-	if sl.proj == nil {
-		return
-	}
-	sl.proj = nil
-	s.hot.Add(-1)
-	s.hotBytes.Add(-sl.size)
-	sl.size = 0
-}
-
 // evict unloads the least recently used sessions while the cache is over
-// either bound, down to 90% of it so that evictions come in batches.
+// either bound.
 func (s *Store) evict() {
-	if s.Loader == nil || (s.hot.Load() <= int64(s.MaxSessions) && s.hotBytes.Load() <= s.MaxBytes) {
-		return
-	}
-	if !s.evictMu.TryLock() {
-		return // another pass is running
-	}
-	defer s.evictMu.Unlock()
-	type cand struct {
-		id   string
-		sl   *slot
-		used uint64
-	}
-	var cands []cand
-	s.mu.RLock()
-	for id, sl := range s.sessions {
-		cands = append(cands, cand{id, sl, sl.lastUsed.Load()})
-	}
-	s.mu.RUnlock()
-	slices.SortFunc(cands, func(a, b cand) int {
-		switch {
-		case a.used < b.used:
-			return -1
-		case a.used > b.used:
-			return 1
-		}
-		return 0
-	})
-	wantN, wantB := int64(s.MaxSessions)*9/10, s.MaxBytes*9/10
-	for _, c := range cands {
-		if s.hot.Load() <= wantN && s.hotBytes.Load() <= wantB {
-			return
-		}
-		if !c.sl.mu.TryLock() {
-			continue // in use
-		}
-		if c.sl.proj != nil {
-			s.unload(c.sl)
-			s.evictions.Add(1)
-		}
-		c.sl.mu.Unlock()
+	if s.Loader != nil {
+		s.cache.evict(s.MaxSessions, s.MaxBytes)
 	}
 }
 
@@ -649,48 +608,11 @@ func (s *Store) Evict(session string) {
 	}
 	sl.mu.Lock()
 	if sl.proj != nil {
-		s.unload(sl)
-		s.evictions.Add(1)
+		s.cache.drop(sl)
+		s.cache.evictions.Add(1)
 	}
 	sl.mu.Unlock()
 }
 
 // Sessions returns the ids of the sessions known.
-func (s *Store) Sessions() []string {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	ids := make([]string, 0, len(s.sessions))
-	for id := range s.sessions {
-		ids = append(ids, id)
-	}
-	return ids
-}
-
-// SaveCheckpoints stores the checkpoint of every session whose latest
-// compaction is known, so the next start loads each from there.
-func (s *Store) SaveCheckpoints(ctx context.Context) error {
-	if s.Loader == nil {
-		return nil
-	}
-	s.mu.RLock()
-	type item struct {
-		id string
-		cp Checkpoint
-	}
-	var items []item
-	for id, sl := range s.sessions {
-		sl.mu.Lock()
-		if sl.fromKnown {
-			items = append(items, item{id, Checkpoint{From: sl.from, Seq: sl.seq}})
-		}
-		sl.mu.Unlock()
-	}
-	s.mu.RUnlock()
-	var errs []error
-	for _, it := range items {
-		if err := s.Loader.SaveCheckpoint(ctx, it.id, it.cp); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
+func (s *Store) Sessions() []string { return s.dir.ids() }

@@ -1,0 +1,212 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"maps"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// checkpointsOf returns a copy of the fake bucket.
+func checkpointsOf(l *fakeLoader) map[string]Checkpoint {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return maps.Clone(l.checkpoints)
+}
+
+// compactEach applies rounds of a message and a compaction to each
+// session and returns the checkpoint each session's last compaction asks
+// for.
+func compactEach(s *Store, l *fakeLoader, sessions []string, rounds int) map[string]Checkpoint {
+	want := map[string]Checkpoint{}
+	for i := range rounds {
+		for _, id := range sessions {
+			ingest(s, l, id, userRecord(fmt.Sprintf("%s %d", id, i)))
+			seq := ingest(s, l, id, compactionRecord(fmt.Sprintf("%s kept %d", id, i)))
+			want[id] = Checkpoint{From: seq, Seq: seq}
+		}
+	}
+	return want
+}
+
+func TestStore_CheckpointsBehindTheIngest(t *testing.T) {
+	sessions := []string{"a", "b", "c"}
+
+	t.Run("a save that blocks holds up no Apply; the latest is written", func(t *testing.T) {
+		l := newFakeLoader()
+		release := make(chan struct{})
+		releaseOnce := sync.OnceFunc(func() { close(release) })
+		t.Cleanup(releaseOnce)
+		var saves atomic.Int64
+		fl := &funcLoader{fakeLoader: l, save: func(ctx context.Context, session string, cp Checkpoint) error {
+			saves.Add(1)
+			if err := blockUntil(ctx, release); err != nil {
+				return err
+			}
+			return l.SaveCheckpoint(ctx, session, cp)
+		}}
+		s := New()
+		s.Loader = fl
+		t.Cleanup(func() { s.Close() })
+
+		const rounds = 10
+		applied := make(chan struct{})
+		var want map[string]Checkpoint
+		go func() {
+			defer close(applied)
+			want = compactEach(s, l, sessions, rounds)
+		}()
+		require.Eventually(t, isClosed(applied), 10*time.Second, time.Millisecond, "Apply waited for a checkpoint save")
+		require.Equal(t, l.lastSeq(), s.Applied())
+		require.Empty(t, checkpointsOf(l), "nothing written while the save blocks")
+
+		releaseOnce()
+		require.Eventually(t, func() bool { return maps.Equal(want, checkpointsOf(l)) }, 10*time.Second, time.Millisecond,
+			"each session's latest checkpoint is written")
+		require.NoError(t, s.SaveCheckpoints(context.Background()))
+		require.Less(t, saves.Load(), int64(rounds*len(sessions)/2),
+			"checkpoints waiting to be written are replaced by their session's next")
+	})
+
+	t.Run("written in batches", func(t *testing.T) {
+		l := newFakeLoader()
+		release := make(chan struct{})
+		releaseOnce := sync.OnceFunc(func() { close(release) })
+		t.Cleanup(releaseOnce)
+		var mu sync.Mutex
+		var batches []int
+		bl := &batchLoader{
+			funcLoader: &funcLoader{fakeLoader: l, save: func(context.Context, string, Checkpoint) error {
+				return errors.New("saved one at a time")
+			}},
+			saveAll: func(ctx context.Context, cps iter.Seq2[string, Checkpoint]) error {
+				if err := blockUntil(ctx, release); err != nil {
+					return err
+				}
+				n := 0
+				for id, cp := range cps {
+					if err := l.SaveCheckpoint(ctx, id, cp); err != nil {
+						return err
+					}
+					n++
+				}
+				mu.Lock()
+				batches = append(batches, n)
+				mu.Unlock()
+				return nil
+			},
+		}
+		s := New()
+		s.Loader = bl
+		t.Cleanup(func() { s.Close() })
+
+		many := make([]string, 100)
+		for i := range many {
+			many[i] = fmt.Sprintf("s%d", i)
+		}
+		want := compactEach(s, l, many, 2)
+		releaseOnce()
+		require.NoError(t, s.SaveCheckpoints(context.Background()))
+		require.Equal(t, want, checkpointsOf(l))
+		mu.Lock()
+		defer mu.Unlock()
+		require.LessOrEqual(t, len(batches), 4, "batches %v", batches)
+	})
+
+	t.Run("a failed save is retried", func(t *testing.T) {
+		l := newFakeLoader()
+		var failures atomic.Int64
+		fl := &funcLoader{fakeLoader: l, save: func(ctx context.Context, session string, cp Checkpoint) error {
+			if failures.Add(1) <= 3 {
+				return errors.New("kv: no responders")
+			}
+			return l.SaveCheckpoint(ctx, session, cp)
+		}}
+		s := New()
+		s.Loader = fl
+		t.Cleanup(func() { s.Close() })
+		want := compactEach(s, l, sessions, 1)
+		require.Eventually(t, func() bool { return maps.Equal(want, checkpointsOf(l)) }, 20*time.Second, time.Millisecond)
+	})
+
+	t.Run("SaveCheckpoints gives up at its deadline; Close ends a blocked save", func(t *testing.T) {
+		l := newFakeLoader()
+		entered := make(chan struct{}, 1)
+		fl := &funcLoader{fakeLoader: l, save: func(ctx context.Context, session string, cp Checkpoint) error {
+			select {
+			case entered <- struct{}{}:
+			default:
+			}
+			<-ctx.Done()
+			return ctx.Err()
+		}}
+		s := New()
+		s.Loader = fl
+		compactEach(s, l, sessions, 1)
+		<-entered
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		defer cancel()
+		require.ErrorIs(t, s.SaveCheckpoints(ctx), context.DeadlineExceeded)
+
+		closed := make(chan struct{})
+		go func() {
+			defer close(closed)
+			s.Close()
+		}()
+		require.Eventually(t, isClosed(closed), 10*time.Second, time.Millisecond, "Close waited for a blocked save")
+		require.Error(t, s.SaveCheckpoints(context.Background()), "nothing is written after Close")
+	})
+}
+
+// A checkpoint that is old, or missing, only makes a load read more: the
+// load finds the latest compaction again, by scanning the subject, and
+// the next load starts from there, by sequence when it can.
+func TestStore_OldCheckpoint(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		have func(c1 uint64) (Checkpoint, bool) // what the bucket holds
+	}{
+		{"an old checkpoint", func(c1 uint64) (Checkpoint, bool) { return Checkpoint{From: c1, Seq: c1}, true }},
+		{"no checkpoint", func(uint64) (Checkpoint, bool) { return Checkpoint{}, false }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newFakeLoader()
+			s := newLazyStore(l, lazyConfig{maxSessions: 100, maxBytes: DefaultMaxBytes, maxSessionBytes: DefaultMaxSessionBytes, bySeq: true})
+			ingest(s, l, "a", userRecord("one"))
+			c1 := ingest(s, l, "a", compactionRecord("first"))
+			ingest(s, l, "a", userRecord("two"))
+			c2 := ingest(s, l, "a", compactionRecord("second"))
+			last := ingest(s, l, "a", userRecord("three"))
+			require.NoError(t, s.Close()) // a crash: the latest checkpoint may be lost
+			l.mu.Lock()
+			delete(l.checkpoints, "a")
+			if cp, ok := tc.have(c1); ok {
+				l.checkpoints["a"] = cp
+			}
+			l.mu.Unlock()
+
+			fresh := newLazyStore(l, lazyConfig{maxSessions: 100, maxBytes: DefaultMaxBytes, maxSessionBytes: DefaultMaxSessionBytes, bySeq: true})
+			t.Cleanup(func() { fresh.Close() })
+			fresh.Advance(l.lastSeq())
+			requireView(t, fresh, l, "a")
+			reads := l.readsOf("a")
+			start, _ := tc.have(c1)
+			require.Equal(t, readRange{"a", start.From, last}, reads[len(reads)-1], "read from the checkpoint")
+
+			fresh.Evict("a")
+			seqReads := l.seqReads
+			requireView(t, fresh, l, "a")
+			require.Len(t, l.readsOf("a"), len(reads), "loaded again by sequence, not by scanning")
+			require.Equal(t, seqReads+1, l.seqReads)
+			require.NoError(t, fresh.SaveCheckpoints(context.Background()))
+			require.Equal(t, Checkpoint{From: c2, Seq: last}, checkpointsOf(l)["a"], "the latest compaction is found again")
+		})
+	}
+}

@@ -1,0 +1,205 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/ctxd/ctxd/pkg/projection"
+	"github.com/ctxd/ctxd/pkg/subject"
+)
+
+// A load builds a session's projection from the stream, the source of
+// truth: from the session's latest compaction known (its checkpoint, when
+// the store has not seen one) up to every record the store has taken in.
+// It reads without the session's lock, so neither the ingest nor the
+// readers of other sessions wait for the stream; the ingest keeps what it
+// applies to the session meanwhile for the load, which applies it under
+// the lock before it shows the projection. So a projection shown always
+// holds exactly the session's records up to its sequence.
+
+// loading is a load in progress: how far it reads, and what the ingest
+// met of the session past that.
+type loading struct {
+	done    chan struct{} // closed when the load ends
+	to      uint64        // the load reads the session's records up to here
+	pending []noted       // the session's records past to, in order
+}
+
+// noted is a record of a session being loaded, as the ingest met it.
+type noted struct {
+	seq    uint64
+	skip   bool // it does not decode
+	v      any
+	n      int
+	resets bool
+}
+
+// maxLoadAttempts bounds the reads of one load: a record that breaks the
+// projection is quarantined, and the load reads again without it.
+const maxLoadAttempts = 4
+
+// load builds the slot's projection. It is called with the slot locked
+// and not loading, and returns with it locked; the lock is let go while
+// the load reads.
+func (s *Store) load(ctx context.Context, sl *slot) error {
+	ld := &loading{done: make(chan struct{})}
+	sl.loading = ld
+	defer func() {
+		sl.loading = nil
+		close(ld.done)
+	}()
+	ctx, cancel := context.WithTimeout(ctx, s.LoadTimeout)
+	defer cancel()
+	sr, bySeq := s.Loader.(SeqLoader)
+	for attempt := 1; ; attempt++ {
+		// Every record up to the watermark is stored, and so is every
+		// record this session has seen: the ingest notes it before moving
+		// the watermark. Later ones the ingest keeps for this load.
+		ld.to, ld.pending = max(s.watermark.get(), sl.seq), nil
+		start, fromKnown := sl.from, sl.fromKnown
+		known := slices.Clone(sl.quarantined)
+		var seqs []uint64
+		byIndex := bySeq && sl.indexed
+		if byIndex {
+			seqs = slices.Clone(sl.seqs)
+		}
+		sl.mu.Unlock()
+
+		var b *build
+		var saved uint64 // the checkpoint's From, when read
+		err := func() error {
+			if !fromKnown {
+				cp, ok, err := s.Loader.Checkpoint(ctx, sl.id)
+				if err != nil {
+					return err
+				}
+				if ok {
+					saved, start = cp.From, max(start, cp.From)
+				}
+			}
+			b = s.newBuild(sl.id, start, known)
+			if byIndex {
+				return sr.RecordsAt(ctx, sl.id, seqs, b.addData)
+			}
+			return s.Loader.Records(ctx, sl.id, start, ld.to, b.addData)
+		}()
+
+		sl.mu.Lock()
+		if b == nil {
+			return fmt.Errorf("store: load %s: %w", sl.id, err)
+		}
+		if err == nil {
+			for _, r := range ld.pending {
+				if err = b.add(r.seq, r.skip, r.v, r.n, r.resets); err != nil {
+					break
+				}
+			}
+		}
+		// What the read found holds whether it finished or not: the
+		// checkpoint, the compactions and the poison records it met.
+		sl.from, sl.fromKnown, sl.saved = max(sl.from, b.from), true, max(sl.saved, saved)
+		s.quarantine(sl, b.found, b.why)
+		if errors.Is(err, errPanicked) && attempt < maxLoadAttempts {
+			continue // again, without the record now quarantined
+		}
+		if err != nil {
+			return fmt.Errorf("store: load %s: %w", sl.id, err)
+		}
+		if !byIndex {
+			s.setIndex(sl, b.seen)
+		}
+		sl.proj, sl.size, sl.weight = b.proj, b.size, b.weight
+		sl.seq = max(sl.seq, b.proj.Seq())
+		s.cache.add(sl)
+		s.cache.loads.Add(1)
+		return nil
+	}
+}
+
+// build is a projection being loaded, and what its load found.
+type build struct {
+	s       *Store
+	session string
+	proj    *projection.Session
+	size    int64
+	weight  int64
+	from    uint64        // the latest compaction met, or where the read started
+	seen    []uint64      // the records from the latest compaction on
+	known   []quarantined // quarantined before the load: skipped, not reported
+	found   []quarantined // quarantined by this load
+	why     []Rejection   // why, for each of found
+}
+
+func (s *Store) newBuild(session string, from uint64, known []quarantined) *build {
+	return &build{s: s, session: session, proj: projection.New(s.Options), from: from, known: known}
+}
+
+func (b *build) isQuarantined(seq uint64) bool {
+	for _, q := range b.known {
+		if q.seq == seq {
+			return true
+		}
+	}
+	for _, q := range b.found {
+		if q.seq == seq {
+			return true
+		}
+	}
+	return false
+}
+
+// addData decodes and adds one record of the stream.
+func (b *build) addData(seq uint64, data []byte) error {
+	v, err := b.s.Decoder.Decode(data)
+	if err != nil {
+		return b.add(seq, true, nil, 0, false) // reported when the ingest met it
+	}
+	return b.add(seq, false, v, len(data), b.s.resets(v, len(data)))
+}
+
+// add applies one record, or quarantines it. An error wrapping
+// errPanicked means the projection may be half-changed. The projection
+// was never rendered: a failure here is the record's own, as it would be
+// on any projection built from the same records.
+func (b *build) add(seq uint64, skip bool, v any, n int, resets bool) error {
+	s := b.s
+	if skip {
+		b.seen = append(b.seen, seq)
+		b.proj.Skip(seq)
+		return nil
+	}
+	if resets {
+		b.seen = b.seen[:0]
+		b.from = max(b.from, seq)
+	}
+	b.seen = append(b.seen, seq)
+	if b.isQuarantined(seq) {
+		// A compaction quarantined here is where the read started: a
+		// load starts from the latest compaction it knows.
+		b.proj.Skip(seq)
+		return nil
+	}
+	w, err := s.limits().Weigh(b.weight, n, resets)
+	if err != nil {
+		b.proj.Skip(seq)
+		b.quarantine(quarantined{seq: seq}, n, err)
+		return nil
+	}
+	if err := s.applyRecord(b.proj, seq, v); err != nil {
+		b.quarantine(quarantined{seq: seq, panicked: true}, n, err)
+		return err
+	}
+	b.weight = w
+	if resets {
+		b.size = 0
+	}
+	b.size += 2 * int64(n) // the decoded record and its cached encoding
+	return nil
+}
+
+func (b *build) quarantine(q quarantined, n int, err error) {
+	b.found = append(b.found, q)
+	b.why = append(b.why, Rejection{Subject: subject.TranscriptsPrefix + b.session, Session: b.session, Seq: q.seq, Size: n, Reason: err.Error()})
+}

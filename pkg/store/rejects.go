@@ -1,0 +1,71 @@
+package store
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Rejection is a record the projection skipped: it stays in the stream.
+type Rejection struct {
+	Subject string    `json:"subject"`
+	Session string    `json:"session,omitempty"`
+	Seq     uint64    `json:"seq"`
+	Size    int       `json:"size"`
+	Reason  string    `json:"reason"`
+	At      time.Time `json:"at"`
+}
+
+// rejectLog counts the rejected records and keeps the latest for listing,
+// each once: a record reported again while it is listed (a quarantined
+// record found again by the load of a session the store had forgotten)
+// is neither listed nor counted again.
+type rejectLog struct {
+	count atomic.Uint64
+
+	mu     sync.Mutex
+	ring   []Rejection
+	next   int             // where the oldest is, once the ring is full
+	listed map[uint64]bool // the sequences in ring
+}
+
+// add counts r and keeps it among the latest keep; it reports whether r
+// is new.
+func (l *rejectLog) add(r Rejection, keep int) bool {
+	if keep <= 0 {
+		l.count.Add(1)
+		return true
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.listed[r.Seq] {
+		return false
+	}
+	l.count.Add(1)
+	if l.listed == nil {
+		l.listed = map[uint64]bool{}
+	}
+	l.listed[r.Seq] = true
+	if len(l.ring) < keep {
+		l.ring = append(l.ring, r)
+		return true
+	}
+	i := l.next % len(l.ring)
+	delete(l.listed, l.ring[i].Seq)
+	l.ring[i] = r
+	l.next++
+	return true
+}
+
+// list returns the records kept, oldest first.
+func (l *rejectLog) list() []Rejection {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]Rejection, 0, len(l.ring))
+	if len(l.ring) == 0 {
+		return out
+	}
+	start := l.next % len(l.ring)
+	out = append(out, l.ring[start:]...)
+	return append(out, l.ring[:start]...)
+}

@@ -1,0 +1,129 @@
+package store
+
+import (
+	"container/list"
+	"sync"
+	"sync/atomic"
+)
+
+// directory is the set of sessions the store knows, each by its slot, and
+// the forgetting of those it need not keep. It forgets like a clock: a
+// pass goes round the slots from its hand, gives a slot used since the
+// previous pass a second chance, and forgets the others that may be
+// forgotten, until the directory is back under 90% of its bound.
+//
+// Its lock guards the map and the order. A slot's lock comes first when
+// both are held: a pass, which holds the directory's, only tries a slot's
+// lock and passes over a slot in use.
+type directory struct {
+	n      atomic.Int64 // slots held
+	credit atomic.Int64 // slots met and checkpoints written since the last pass
+	// forgot says a slot with records was forgotten: a session met since
+	// may have had records before.
+	forgot atomic.Bool
+	passMu sync.Mutex // one pass at a time
+
+	mu    sync.RWMutex
+	slots map[string]*slot
+	clock list.List // of *slot; the hand is at the front
+}
+
+func (d *directory) init() { d.slots = map[string]*slot{} }
+
+func (d *directory) get(session string) *slot {
+	d.mu.RLock()
+	sl := d.slots[session]
+	d.mu.RUnlock()
+	return sl
+}
+
+// getOrAdd returns the session's slot, adding one set up by setup, under
+// the directory's lock, when there is none.
+func (d *directory) getOrAdd(session string, setup func(sl *slot)) *slot {
+	if sl := d.get(session); sl != nil {
+		return sl
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	sl := d.slots[session]
+	if sl == nil {
+		sl = &slot{id: session}
+		setup(sl)
+		sl.hand = d.clock.PushBack(sl)
+		d.slots[session] = sl
+		d.n.Add(1)
+		d.credit.Add(1)
+	}
+	return sl
+}
+
+// remove takes a slot out; the slot is locked. A later Apply or View of
+// its session finds it dead and adds a new one.
+func (d *directory) remove(sl *slot) {
+	d.mu.Lock()
+	d.removeLocked(sl)
+	d.mu.Unlock()
+}
+
+func (d *directory) removeLocked(sl *slot) {
+	if d.slots[sl.id] == sl {
+		delete(d.slots, sl.id)
+		d.clock.Remove(sl.hand)
+		d.n.Add(-1)
+	}
+	sl.hand, sl.dead = nil, true
+}
+
+// ids returns the sessions known.
+func (d *directory) ids() []string {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	ids := make([]string, 0, len(d.slots))
+	for id := range d.slots {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// all returns the slots held.
+func (d *directory) all() []*slot {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	out := make([]*slot, 0, len(d.slots))
+	for _, sl := range d.slots {
+		out = append(out, sl)
+	}
+	return out
+}
+
+// sweep forgets slots while more than 90% of max are held, going round
+// the slots at most once. forget is called with a slot locked that was
+// not used since the previous pass; it reports whether the slot may be
+// forgotten, and lets go of what the slot holds elsewhere when it may.
+func (d *directory) sweep(max int, forget func(sl *slot) bool) {
+	if !d.passMu.TryLock() {
+		return // a pass is running
+	}
+	defer d.passMu.Unlock()
+	d.credit.Store(0)
+	want := max * 9 / 10
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for tries := d.clock.Len(); tries > 0 && len(d.slots) > want; tries-- {
+		e := d.clock.Front()
+		sl := e.Value.(*slot)
+		if !sl.mu.TryLock() {
+			d.clock.MoveToBack(e) // in use
+			continue
+		}
+		if sl.recent || !forget(sl) {
+			sl.recent = false
+			sl.mu.Unlock()
+			d.clock.MoveToBack(e)
+			continue
+		}
+		d.removeLocked(sl)
+		sl.mu.Unlock()
+		d.forgot.Store(true)
+	}
+}
