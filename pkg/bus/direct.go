@@ -119,8 +119,8 @@ func ReadSeqs(ctx context.Context, nc *nats.Conn, stream string, seqs []uint64, 
 // may be behind the stream leader's: a caller that needs the subject's
 // last message up to a sequence S it knows is stored asks again when upTo
 // < S. A replica that holds nothing of the subject answers 404 without a
-// position; then the stream leader is asked, for its last sequence and
-// then the subject's last message.
+// position; then, as when no replica answers, the stream leader is asked,
+// for its last sequence and then the subject's last message.
 func LastOf(ctx context.Context, nc *nats.Conn, stream, subject string) (last *Msg, upTo uint64, err error) {
 	d, err := openDirectGet(nc, stream, DirectTimeout)
 	if err != nil {
@@ -260,6 +260,7 @@ func (d *directGet) lastCovering(ctx context.Context, subject string, to uint64)
 // multiLast asks a replica for subject's last message: it answers with
 // the message and an end of batch whose Nats-UpTo-Sequence is its last
 // stream sequence, or with a 404 when it holds no message of the subject.
+// Both a 404 and no replica at all (503) return nil.
 func (d *directGet) multiLast(ctx context.Context, subject string) (*Msg, uint64, error) {
 	if err := d.send(getRequest{MultiLast: []string{subject}}); err != nil {
 		return nil, 0, d.errorf("last of %s: %w", subject, err)
@@ -269,7 +270,7 @@ func (d *directGet) multiLast(ctx context.Context, subject string) (*Msg, uint64
 		return nil, 0, d.errorf("last of %s: %w", subject, err)
 	}
 	switch r.kind {
-	case notFound:
+	case notFound, unavailable:
 		return nil, 0, nil
 	case endOfBatch:
 		return nil, 0, d.errorf("last of %s: an end of batch without a message", subject)
@@ -314,7 +315,9 @@ func (d *directGet) readRange(ctx context.Context, from, to uint64, fn func(dire
 // (inclusive), on subject when it is not empty, in order, one batch after
 // another, until a message at or past to comes or the replica that
 // answers says it has nothing more: a 404 (nothing at or after the next
-// sequence), or an end of batch with nothing pending. A batch that ends
+// sequence), or an end of batch with nothing pending; or no replica
+// answers (a 503 from the server: none is subscribed there yet, or there
+// is no such stream with direct gets). A batch that ends
 // with messages pending, however few it held, is followed by the next
 // one. It returns the sequence to go on from and the highest sequence a
 // reply held (0 for none), which the replica that sent it holds, with
@@ -337,11 +340,11 @@ func (d *directGet) readBatches(ctx context.Context, subject string, next, to ui
 				return next, reached, d.errorf("from %d: %w", next, err)
 			}
 			switch r.kind {
-			case notFound:
+			case notFound, unavailable:
 				if got > 0 {
-					return next, reached, d.errorf("from %d: 404 after %d messages of a batch", next, got)
+					return next, reached, d.errorf("from %d: %s after %d messages of a batch", next, r.kind, got)
 				}
-				return next, reached, nil // nothing at or after next
+				return next, reached, nil // nothing at or after next on the replica, or no replica
 			case endOfBatch:
 				if r.pending == 0 {
 					return next, reached, nil
@@ -437,7 +440,7 @@ func (d *directGet) getSeqs(ctx context.Context, seqs []uint64, got map[uint64][
 			return d.errorf("of %d sequences from %d: %w", len(seqs), seqs[0], err)
 		}
 		switch r.kind {
-		case notFound: // not on the replica that answered
+		case notFound, unavailable: // not on the replica that answered, or no replica
 		case message:
 			got[r.seq] = r.data
 		default:
@@ -450,10 +453,23 @@ func (d *directGet) getSeqs(ctx context.Context, seqs []uint64, got map[uint64][
 type replyKind int
 
 const (
-	message    replyKind = iota // a stored message
-	endOfBatch                  // 204 EOB
-	notFound                    // 404: no message
+	message     replyKind = iota // a stored message
+	endOfBatch                   // 204 EOB
+	notFound                     // 404: no message
+	unavailable                  // 503: no replica answers here (yet), or there is no such stream with direct gets
 )
+
+func (k replyKind) String() string {
+	switch k {
+	case endOfBatch:
+		return "204"
+	case notFound:
+		return "404"
+	case unavailable:
+		return "503"
+	}
+	return "message"
+}
 
 // directReply is one reply to a direct get.
 type directReply struct {
@@ -479,6 +495,9 @@ func (d *directGet) reply(ctx context.Context) (directReply, error) {
 			err = fmt.Errorf("%w in %v", ErrNoReply, d.timeout)
 		}
 	}
+	if errors.Is(err, nats.ErrNoResponders) {
+		return directReply{kind: unavailable}, nil
+	}
 	if err != nil {
 		return directReply{}, err
 	}
@@ -498,7 +517,7 @@ func (d *directGet) reply(ctx context.Context) (directReply, error) {
 		return directReply{kind: endOfBatch, pending: pending, upTo: upTo}, nil
 	case "404":
 		return directReply{kind: notFound}, nil
-	default: // 408 bad request, 413 too many results, 503 no responders (no such stream, or no allow_direct), ...
+	default: // 408 bad request, 413 too many results, ...
 		return directReply{}, fmt.Errorf("status %s %s", status, m.Header.Get("Description"))
 	}
 }

@@ -58,6 +58,7 @@ type fakeCluster struct {
 	end     uint64             // its last sequence
 	replica func(n int) uint64 // the last sequence of the replica answering the n-th direct get
 	leader  int                // leaderUp, leaderSilent or leaderUnavailable
+	none    int                // the first direct gets find no replica: 503 no responders
 
 	mu      sync.Mutex
 	directs int // direct gets answered
@@ -97,9 +98,14 @@ func (f *fakeCluster) start(t *testing.T) *nats.Conn {
 			return
 		}
 		f.mu.Lock()
-		upTo := min(f.replica(f.directs), f.end)
+		n := f.directs
+		upTo := min(f.replica(n), f.end)
 		f.directs++
 		f.mu.Unlock()
+		if n < f.none {
+			reply(m, statusMsg("503"))
+			return
+		}
 		reply(m, f.direct(req, upTo)...)
 	})
 	require.NoError(t, err)
@@ -244,15 +250,15 @@ var readFuncs = map[string]readFunc{
 	},
 }
 
-// read runs one read of FAKE with a short reply timeout and returns the
-// sequences it handed on, each checked against its data, and what it
-// counted.
-func read(t *testing.T, nc *nats.Conn, r readFunc, from, to uint64, seqs ...uint64) ([]uint64, ReadStats, error) {
+// read runs one read of FAKE, each reply awaited at most timeout, and
+// returns the sequences it handed on, each checked against its data, and
+// what it counted.
+func read(t *testing.T, nc *nats.Conn, timeout time.Duration, r readFunc, from, to uint64, seqs ...uint64) ([]uint64, ReadStats, error) {
 	t.Helper()
 	var got []uint64
 	var err error
 	stats := delta(func() {
-		d, derr := openDirectGet(nc, "FAKE", 200*time.Millisecond)
+		d, derr := openDirectGet(nc, "FAKE", timeout)
 		require.NoError(t, derr)
 		defer d.close()
 		err = r(d, context.Background(), from, to, seqs, func(seq uint64, data []byte) error {
@@ -295,6 +301,7 @@ func TestValidatedReads(t *testing.T) {
 	tests := []struct {
 		name    string
 		replica func(int) uint64
+		none    int // direct gets that find no replica
 		leader  int
 		retried bool // asked the replicas again
 		leaders bool // asked the leader
@@ -303,6 +310,7 @@ func TestValidatedReads(t *testing.T) {
 		{name: "current", replica: upToDate},
 		{name: "behind, then current", replica: behindFor(2, 2), retried: true},
 		{name: "empty, then current", replica: behindFor(1, 0), retried: true},
+		{name: "no replica yet, then current", replica: upToDate, none: 1, retried: true},
 		{name: "behind for good", replica: behindFor(1000, 4), retried: true, leaders: true},
 		{name: "behind, leader silent", replica: behindFor(1000, 4), leader: leaderSilent, retried: true, leaders: true, err: "no reply"},
 		{name: "behind, leader unavailable", replica: behindFor(1000, 4), leader: leaderUnavailable, retried: true, leaders: true, err: "503 JetStream system temporarily unavailable"},
@@ -311,9 +319,13 @@ func TestValidatedReads(t *testing.T) {
 		for name, r := range readFuncs {
 			t.Run(tt.name+"/"+name, func(t *testing.T) {
 				f := newFake(tt.replica, alternate...)
-				f.leader = tt.leader
+				f.leader, f.none = tt.leader, tt.none
 				nc := f.start(t)
-				got, stats, err := read(t, nc, r, 1, 10, 1, 3, 5, 7, 9)
+				timeout := DirectTimeout
+				if tt.leader == leaderSilent {
+					timeout = 200 * time.Millisecond // the time it waits for the leader
+				}
+				got, stats, err := read(t, nc, timeout, r, 1, 10, 1, 3, 5, 7, 9)
 				if tt.err != "" {
 					require.ErrorContains(t, err, tt.err)
 					require.ErrorContains(t, err, "stream FAKE: stream leader: ")
@@ -362,7 +374,7 @@ func TestValidatedReads_Deleted(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFake(upToDate, tt.subjects...)
 			nc := f.start(t)
-			got, stats, err := read(t, nc, readFuncs[tt.read], tt.from, tt.to, tt.seqs...)
+			got, stats, err := read(t, nc, DirectTimeout, readFuncs[tt.read], tt.from, tt.to, tt.seqs...)
 			require.NoError(t, err)
 			require.Equal(t, tt.want, got)
 			require.Equal(t, tt.leader, stats.Leader == 1, "asked the leader: %+v", stats)
@@ -392,7 +404,7 @@ func TestValidatedReads_SubjectEnd(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			nc := newFake(tt.replica, alternate...).start(t)
-			got, stats, err := read(t, nc, readFuncs["ReadSubject"], 1, tt.to)
+			got, stats, err := read(t, nc, DirectTimeout, readFuncs["ReadSubject"], 1, tt.to)
 			require.NoError(t, err)
 			want := []uint64{1, 3, 5, 7, 9}
 			if tt.to == 3 {
@@ -410,6 +422,7 @@ func TestLastOf(t *testing.T) {
 	tests := []struct {
 		name    string
 		replica func(int) uint64
+		none    int
 		leader  int
 		subject string
 		last    uint64 // 0: none
@@ -420,12 +433,13 @@ func TestLastOf(t *testing.T) {
 		{name: "behind", replica: behindFor(1000, 4), subject: "fake.a", last: 3, upTo: 4},
 		{name: "nothing on the replica", replica: behindFor(1000, 0), subject: "fake.a", last: 9, upTo: 10},
 		{name: "no such subject", replica: upToDate, subject: "fake.c", upTo: 10},
+		{name: "no replica", replica: upToDate, none: 1, subject: "fake.a", last: 9, upTo: 10},
 		{name: "nothing, leader unavailable", replica: upToDate, subject: "fake.c", leader: leaderUnavailable, err: "503"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFake(tt.replica, alternate...)
-			f.leader = tt.leader
+			f.leader, f.none = tt.leader, tt.none
 			nc := f.start(t)
 			last, upTo, err := LastOf(context.Background(), nc, "FAKE", tt.subject)
 			if tt.err != "" {
