@@ -56,7 +56,9 @@ type Ingest struct {
 // StartIngest starts consuming. after is the last stream sequence already
 // handled (the consumer may deliver it and earlier ones again: they are
 // passed to h once more, which must ignore what it has seen); readRange
-// reads skipped sequences from the stream. Close stops it.
+// reads skipped sequences from the stream, and must not stop short of
+// the range's end, as ReadRange does not: a replica behind the consumer's
+// would otherwise have records acknowledged unhandled. Close stops it.
 func StartIngest(cons jetstream.Consumer, after uint64, readRange func(from, to uint64, fn func(Msg) error) error, h Handler, logger *slog.Logger) (*Ingest, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)

@@ -79,10 +79,10 @@ func ReadSubject(ctx context.Context, nc *nats.Conn, stream, subject string, fro
 // from to to (inclusive), whatever its subject, in order, with batched
 // direct gets. Deleted sequences are skipped.
 //
-// It returns only once a reply held the message at to or one past it,
-// or the stream leader said there is none from where the replicas
-// stopped: to should be a sequence the stream is known to hold or to
-// have held (the ingest knows the message after it).
+// It returns only once a reply held the message at to or a later one, or
+// the stream leader said there is none from where the replicas stopped:
+// to should be a sequence the stream is known to hold or to have held
+// (the ingest's gap filler knows the message after it).
 func ReadRange(ctx context.Context, nc *nats.Conn, stream string, from, to uint64, fn func(m Msg) error) error {
 	d, err := openDirectGet(nc, stream, DirectTimeout)
 	if err != nil {
