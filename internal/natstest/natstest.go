@@ -1,6 +1,7 @@
 // Package natstest runs the embedded NATS server for tests: on a free
 // port, storing in the test's temporary directory, stopped when the test
-// ends.
+// ends; alone (Start) or as a JetStream cluster in the test's process
+// (StartCluster), whose nodes a test can stop and start again.
 package natstest
 
 import (

@@ -56,7 +56,9 @@ type Ingest struct {
 // StartIngest starts consuming. after is the last stream sequence already
 // handled (the consumer may deliver it and earlier ones again: they are
 // passed to h once more, which must ignore what it has seen); readRange
-// reads skipped sequences from the stream. Close stops it.
+// reads skipped sequences from the stream, and must not stop short of
+// the range's end, as ReadRange does not: a replica behind the consumer's
+// would otherwise have records acknowledged unhandled. Close stops it.
 func StartIngest(cons jetstream.Consumer, after uint64, readRange func(from, to uint64, fn func(Msg) error) error, h Handler, logger *slog.Logger) (*Ingest, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -169,6 +171,11 @@ func (in *Ingest) Close() error {
 // consumer, and calls h for every message until it has caught up with the
 // end of the stream as it was when Replay started. It returns the number
 // of messages read and the last sequence seen.
+//
+// The end comes from the stream leader. The consumer reads from one
+// replica, which may be behind it: when the consumer has nothing more
+// before the end, the rest is read with ReadRange, which the replicas
+// must prove or the leader completes.
 func Replay(ctx context.Context, js jetstream.JetStream, stream string, from uint64, h Handler) (n int, last uint64, err error) {
 	st, err := js.Stream(ctx, stream)
 	if err != nil {
@@ -180,6 +187,16 @@ func Replay(ctx context.Context, js jetstream.JetStream, stream string, from uin
 	}
 	if end < from || st.CachedInfo().State.Msgs == 0 {
 		return 0, 0, nil
+	}
+	// rest reads what the consumer's replica did not have, if anything.
+	rest := func(from uint64) (int, uint64, error) {
+		err := ReadRange(ctx, js.Conn(), stream, from, end, func(m Msg) error {
+			h(m)
+			n++
+			last = m.Seq
+			return nil
+		})
+		return n, last, err
 	}
 	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
 		DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
@@ -196,7 +213,7 @@ func Replay(ctx context.Context, js jetstream.JetStream, stream string, from uin
 	// The records from `from` to the end may all be deleted: then there is
 	// nothing to read, and waiting for one would wait for a new record.
 	if info := cons.CachedInfo(); info != nil && info.NumPending == 0 {
-		return 0, 0, nil
+		return rest(from)
 	}
 	for {
 		if err := ctx.Err(); err != nil {
@@ -213,8 +230,11 @@ func Replay(ctx context.Context, js jetstream.JetStream, stream string, from uin
 		last = meta.Sequence.Stream
 		h(Msg{Subject: m.Subject(), Seq: last, Data: m.Data()})
 		n++
-		if last >= end || meta.NumPending == 0 {
+		if last >= end {
 			return n, last, nil
+		}
+		if meta.NumPending == 0 {
+			return rest(last + 1)
 		}
 	}
 }

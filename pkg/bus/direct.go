@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"strconv"
 	"time"
 
@@ -22,6 +24,13 @@ import (
 // own max_pending, 64 MiB by default), so a batch with fewer messages than
 // asked for says nothing about the end of the stream: only
 // Nats-Num-Pending, a 404, or a message past the range does.
+//
+// On a replicated stream every replica answers direct gets, and a
+// follower may not yet have stored what the leader has acknowledged: its
+// 404, or its end of batch with nothing pending, only says where that
+// replica is. So every read here proves from the replies how far it
+// reached (see validate.go), and asks again, or asks the stream leader,
+// when it ended before a record it knows exists.
 const (
 	// directBatch is how many messages one batched direct get asks for.
 	directBatch = 256
@@ -48,25 +57,39 @@ var ErrNoReply = errors.New("no reply")
 // sequence from from to to (inclusive), in order, with batched direct gets:
 // a few round trips however many sessions share the stream, and no
 // consumer.
+//
+// It returns only once it has proven it reached the subject's last
+// message up to to: a reply held a message of the subject at or past to,
+// or else a replica whose last stream sequence is at least to (its answer
+// to a multi_last direct get, one more round trip), or the stream leader,
+// names the subject's last message, and the read got to it. to should be
+// a sequence the stream is known to hold (a PubAck's, the ingest's
+// watermark); math.MaxUint64 reads to the end of the subject as the stream
+// leader sees it.
 func ReadSubject(ctx context.Context, nc *nats.Conn, stream, subject string, from, to uint64, fn func(seq uint64, data []byte) error) error {
 	d, err := openDirectGet(nc, stream, DirectTimeout)
 	if err != nil {
 		return err
 	}
 	defer d.close()
-	return d.readBatches(ctx, subject, from, to, func(r directReply) error { return fn(r.seq, r.data) })
+	return d.readSubject(ctx, subject, from, to, func(r directReply) error { return fn(r.seq, r.data) })
 }
 
 // ReadRange calls fn for every message of the stream with a sequence from
 // from to to (inclusive), whatever its subject, in order, with batched
 // direct gets. Deleted sequences are skipped.
+//
+// It returns only once a reply held the message at to or a later one, or
+// the stream leader said there is none from where the replicas stopped:
+// to should be a sequence the stream is known to hold or to have held
+// (the ingest's gap filler knows the message after it).
 func ReadRange(ctx context.Context, nc *nats.Conn, stream string, from, to uint64, fn func(m Msg) error) error {
 	d, err := openDirectGet(nc, stream, DirectTimeout)
 	if err != nil {
 		return err
 	}
 	defer d.close()
-	return d.readBatches(ctx, "", from, to, func(r directReply) error {
+	return d.readRange(ctx, from, to, func(r directReply) error {
 		return fn(Msg{Subject: r.subject, Seq: r.seq, Data: r.data})
 	})
 }
@@ -74,7 +97,10 @@ func ReadRange(ctx context.Context, nc *nats.Conn, stream string, from, to uint6
 // ReadSeqs calls fn for the messages at the given stream sequences, in
 // the order given, with single direct gets pipelined a window at a time:
 // each is a lookup by sequence, however the stream's subjects interleave.
-// A sequence with no message (deleted) is skipped.
+//
+// The sequences are ones the stream is known to have stored: a replica
+// without one is asked again, then the stream leader, and a sequence is
+// skipped only when the leader says it holds no message there (deleted).
 func ReadSeqs(ctx context.Context, nc *nats.Conn, stream string, seqs []uint64, fn func(seq uint64, data []byte) error) error {
 	d, err := openDirectGet(nc, stream, DirectTimeout)
 	if err != nil {
@@ -84,15 +110,50 @@ func ReadSeqs(ctx context.Context, nc *nats.Conn, stream string, seqs []uint64, 
 	return d.readSeqs(ctx, seqs, fn)
 }
 
+// LastOf returns the last message stored on subject (nil when there is
+// none) and upTo, a stream sequence up to which that is proven: no
+// message of the subject with a sequence up to upTo comes after last.
+//
+// It asks any replica, with a multi_last direct get, and upTo is then the
+// answering replica's last stream sequence (Nats-UpTo-Sequence), which
+// may be behind the stream leader's: a caller that needs the subject's
+// last message up to a sequence S it knows is stored asks again when upTo
+// < S. A replica that holds nothing of the subject answers 404 without a
+// position; then, as when no replica answers, the stream leader is asked,
+// for its last sequence and then the subject's last message.
+func LastOf(ctx context.Context, nc *nats.Conn, stream, subject string) (last *Msg, upTo uint64, err error) {
+	d, err := openDirectGet(nc, stream, DirectTimeout)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer d.close()
+	last, upTo, err = d.multiLast(ctx, subject)
+	if err != nil || last != nil {
+		return last, upTo, err
+	}
+	if upTo, err = d.leaderLastSeq(ctx); err != nil {
+		return nil, 0, err
+	}
+	if last, err = d.leaderGet(ctx, getRequest{LastFor: subject}); err != nil {
+		return nil, 0, err
+	}
+	if last != nil {
+		upTo = max(upTo, last.Seq) // stored after the leader said where it was
+	}
+	return last, upTo, nil
+}
+
 // directGet sends direct gets to one stream and reads their replies on
 // one inbox, each reply within a timeout. It is the one place the
-// package speaks the direct get protocol.
+// package speaks the direct get protocol. One directGet serves one read.
 type directGet struct {
 	nc      *nats.Conn
 	stream  string
 	api     string
 	sub     *nats.Subscription
 	timeout time.Duration
+
+	retried, askedLeader bool // for ReadStats, once per read
 }
 
 func openDirectGet(nc *nats.Conn, stream string, timeout time.Duration) (*directGet, error) {
@@ -100,6 +161,7 @@ func openDirectGet(nc *nats.Conn, stream string, timeout time.Duration) (*direct
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: direct get: %w", stream, err)
 	}
+	readStats.reads.Add(1)
 	return &directGet{nc: nc, stream: stream, api: "$JS.API.DIRECT.GET." + stream, sub: sub, timeout: timeout}, nil
 }
 
@@ -110,102 +172,244 @@ func (d *directGet) errorf(format string, args ...any) error {
 	return fmt.Errorf("stream %s: direct get "+format, append([]any{d.stream}, args...)...)
 }
 
-// batchRequest is a batched direct get (JSApiMsgGetRequest in
-// nats-server).
-type batchRequest struct {
-	Seq      uint64 `json:"seq"`
-	NextFor  string `json:"next_by_subj,omitempty"`
-	Batch    int    `json:"batch"`
-	MaxBytes int    `json:"max_bytes"`
+// getRequest is a direct get or a stream leader's message get
+// (JSApiMsgGetRequest in nats-server).
+type getRequest struct {
+	Seq       uint64   `json:"seq,omitempty"`
+	LastFor   string   `json:"last_by_subj,omitempty"`
+	NextFor   string   `json:"next_by_subj,omitempty"`
+	Batch     int      `json:"batch,omitempty"`
+	MaxBytes  int      `json:"max_bytes,omitempty"`
+	MultiLast []string `json:"multi_last,omitempty"`
 }
 
-// readBatches calls fn for every message from sequence from to to
-// (inclusive), on subject when it is not empty, in order, one batch after
-// another. It returns once the end is proven: a message at or past to, a
-// 404 (nothing at or after the next sequence), or an end of batch with
-// nothing pending. A batch that ends with messages pending, however few
-// it held, is followed by the next one.
-func (d *directGet) readBatches(ctx context.Context, subject string, from, to uint64, fn func(directReply) error) error {
+func (d *directGet) send(req getRequest) error {
+	body, _ := json.Marshal(req)
+	return d.nc.PublishRequest(d.api, d.sub.Subject, body)
+}
+
+// readSubject reads subject's messages in [from, to] until it has proven
+// it reached the last of them: seeing one at or past to proves it at once
+// (a replica that holds a message holds every sequence before it);
+// otherwise the subject's last message up to to, from a replica that
+// holds to or from the leader, is the target the read must see.
+func (d *directGet) readSubject(ctx context.Context, subject string, from, to uint64, fn func(directReply) error) error {
+	next, target := max(from, 1), to
+	probed := false
+	for try := 0; next <= to; try++ {
+		var reached uint64
+		var err error
+		if next, reached, err = d.readBatches(ctx, subject, next, to, fn); err != nil {
+			return err
+		}
+		if reached >= target {
+			return nil
+		}
+		if !probed {
+			probed = true
+			last, err := d.lastCovering(ctx, subject, to)
+			if err != nil {
+				return err
+			}
+			if last == nil || last.Seq < next {
+				return nil // nothing of the subject after what was read
+			}
+			target = min(last.Seq, to)
+		}
+		// The replica that answered stopped short of a message that is
+		// there: it is behind.
+		d.stale(1)
+		if try >= readRetries {
+			return d.leaderRead(ctx, subject, next, to, target, fn)
+		}
+		if err := d.retry(ctx, try); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// lastCovering returns the subject's last message as a replica whose last
+// stream sequence is at least to sees it, or as the stream leader does;
+// nil when the subject has none.
+func (d *directGet) lastCovering(ctx context.Context, subject string, to uint64) (*Msg, error) {
+	// A read to the end has no sequence a replica could prove it holds:
+	// only the leader knows the end.
+	for try := 0; to < math.MaxUint64; try++ {
+		last, upTo, err := d.multiLast(ctx, subject)
+		if err != nil {
+			return nil, err
+		}
+		if last == nil {
+			break // nothing of the subject here, which may be a replica behind: the leader knows
+		}
+		if upTo >= to {
+			return last, nil
+		}
+		d.stale(1)
+		if try >= readRetries {
+			break
+		}
+		if err := d.retry(ctx, try); err != nil {
+			return nil, err
+		}
+	}
+	return d.leaderGet(ctx, getRequest{LastFor: subject})
+}
+
+// multiLast asks a replica for subject's last message: it answers with
+// the message and an end of batch whose Nats-UpTo-Sequence is its last
+// stream sequence, or with a 404 when it holds no message of the subject.
+// Both a 404 and no replica at all (503) return nil.
+func (d *directGet) multiLast(ctx context.Context, subject string) (*Msg, uint64, error) {
+	if err := d.send(getRequest{MultiLast: []string{subject}}); err != nil {
+		return nil, 0, d.errorf("last of %s: %w", subject, err)
+	}
+	r, err := d.reply(ctx)
+	if err != nil {
+		return nil, 0, d.errorf("last of %s: %w", subject, err)
+	}
+	switch r.kind {
+	case notFound, unavailable:
+		return nil, 0, nil
+	case endOfBatch:
+		return nil, 0, d.errorf("last of %s: an end of batch without a message", subject)
+	}
+	eob, err := d.reply(ctx)
+	if err != nil {
+		return nil, 0, d.errorf("last of %s: %w", subject, err)
+	}
+	if eob.kind != endOfBatch || eob.upTo == 0 {
+		return nil, 0, d.errorf("last of %s: no end of batch with Nats-UpTo-Sequence", subject)
+	}
+	return &Msg{Subject: r.subject, Seq: r.seq, Data: r.data}, eob.upTo, nil
+}
+
+// readRange reads the stream's messages in [from, to] until a reply held
+// to or a message past it, or the leader said nothing is left.
+func (d *directGet) readRange(ctx context.Context, from, to uint64, fn func(directReply) error) error {
 	next := max(from, 1)
+	for try := 0; next <= to; try++ {
+		var reached uint64
+		var err error
+		if next, reached, err = d.readBatches(ctx, "", next, to, fn); err != nil {
+			return err
+		}
+		if reached >= to {
+			return nil
+		}
+		// Stopped short of to: a replica behind, or the messages from
+		// here on deleted, which only the leader can say.
+		d.stale(1)
+		if try >= readRetries {
+			return d.leaderRead(ctx, ">", next, to, to, fn)
+		}
+		if err := d.retry(ctx, try); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readBatches calls fn for every message from sequence next to to
+// (inclusive), on subject when it is not empty, in order, one batch after
+// another, until a message at or past to comes or the replica that
+// answers says it has nothing more: a 404 (nothing at or after the next
+// sequence), or an end of batch with nothing pending; or no replica
+// answers (a 503 from the server: none is subscribed there yet, or there
+// is no such stream with direct gets). A batch that ends
+// with messages pending, however few it held, is followed by the next
+// one. It returns the sequence to go on from and the highest sequence a
+// reply held (0 for none), which the replica that sent it holds, with
+// everything before it.
+func (d *directGet) readBatches(ctx context.Context, subject string, next, to uint64, fn func(directReply) error) (uint64, uint64, error) {
+	var reached uint64
 	for next <= to {
-		req := batchRequest{Seq: next, NextFor: subject, Batch: directBatch, MaxBytes: directMaxBytes}
+		req := getRequest{Seq: next, NextFor: subject, Batch: directBatch, MaxBytes: directMaxBytes}
 		if subject == "" {
 			req.Batch = int(min(to-next+1, directBatch)) // no more than the range holds
 		}
-		body, _ := json.Marshal(req)
-		if err := d.nc.PublishRequest(d.api, d.sub.Subject, body); err != nil {
-			return d.errorf("from %d: %w", next, err)
+		if err := d.send(req); err != nil {
+			return next, reached, d.errorf("from %d: %w", next, err)
 		}
 		got := 0
 	batch:
 		for {
 			r, err := d.reply(ctx)
 			if err != nil {
-				return d.errorf("from %d: %w", next, err)
+				return next, reached, d.errorf("from %d: %w", next, err)
 			}
 			switch r.kind {
-			case notFound:
+			case notFound, unavailable:
 				if got > 0 {
-					return d.errorf("from %d: 404 after %d messages of a batch", next, got)
+					return next, reached, d.errorf("from %d: %s after %d messages of a batch", next, r.kind, got)
 				}
-				return nil // nothing at or after next
+				return next, reached, nil // nothing at or after next on the replica, or no replica
 			case endOfBatch:
 				if r.pending == 0 {
-					return nil
+					return next, reached, nil
 				}
 				if got == 0 {
-					return d.errorf("from %d: an empty batch with %d messages pending", next, r.pending)
+					return next, reached, d.errorf("from %d: an empty batch with %d messages pending", next, r.pending)
 				}
 				break batch // cut short, or as many as asked for: go on
 			case message:
 				if r.seq < next {
-					return d.errorf("from %d: message %d out of order", next, r.seq)
+					return next, reached, d.errorf("from %d: message %d out of order", next, r.seq)
 				}
 				got++
+				reached = max(reached, r.seq)
 				if r.seq > to {
-					return nil // past the range: what is left of the batch is dropped with the subscription
+					return next, reached, nil // past the range: what is left of the batch is dropped with the subscription
 				}
 				if err := fn(r); err != nil {
-					return err
-				}
-				if r.seq == to {
-					return nil
+					return next, reached, err
 				}
 				next = r.seq + 1
+				if r.seq == to {
+					return next, reached, nil
+				}
 			}
 		}
 	}
-	return nil
+	return next, reached, nil
 }
 
 // readSeqs gets each sequence with a single direct get, a window of them
 // in flight at a time. Replies may come in any order (the replicas of a
 // stream answer direct gets too), so they are matched by sequence: every
-// request has one reply, a message or a 404.
+// request has one reply, a message or a 404. The sequences of a window
+// that got a 404 are asked again, and at last of the leader.
 func (d *directGet) readSeqs(ctx context.Context, seqs []uint64, fn func(seq uint64, data []byte) error) error {
-	var req []byte
 	got := make(map[uint64][]byte, min(len(seqs), directWindow))
+	var missing []uint64
 	for start := 0; start < len(seqs); start += directWindow {
 		part := seqs[start:min(start+directWindow, len(seqs))]
-		for _, seq := range part {
-			req = strconv.AppendUint(append(req[:0], `{"seq":`...), seq, 10)
-			req = append(req, '}')
-			if err := d.nc.PublishRequest(d.api, d.sub.Subject, req); err != nil {
-				return d.errorf("of %d: %w", seq, err)
-			}
-		}
 		clear(got)
-		for range part {
-			r, err := d.reply(ctx)
-			if err != nil {
-				return d.errorf("of %d sequences from %d: %w", len(part), part[0], err)
+		missing = append(missing[:0], part...)
+		for try := 0; len(missing) > 0; try++ {
+			if err := d.getSeqs(ctx, missing, got); err != nil {
+				return err
 			}
-			switch r.kind {
-			case notFound: // deleted
-			case message:
-				got[r.seq] = r.data
-			default:
-				return d.errorf("of %d sequences from %d: an end of batch answers no batch", len(part), part[0])
+			missing = slices.DeleteFunc(missing, func(seq uint64) bool { _, ok := got[seq]; return ok })
+			if len(missing) == 0 {
+				break
+			}
+			d.stale(len(missing))
+			if try >= readRetries {
+				for _, seq := range missing {
+					m, err := d.leaderGet(ctx, getRequest{Seq: seq})
+					if err != nil {
+						return err
+					}
+					if m != nil {
+						got[seq] = m.Data
+					} // else deleted
+				}
+				break
+			}
+			if err := d.retry(ctx, try); err != nil {
+				return err
 			}
 		}
 		for _, seq := range part {
@@ -219,13 +423,53 @@ func (d *directGet) readSeqs(ctx context.Context, seqs []uint64, fn func(seq uin
 	return nil
 }
 
+// getSeqs sends a single direct get for each sequence, then waits for
+// every reply and notes the messages in got.
+func (d *directGet) getSeqs(ctx context.Context, seqs []uint64, got map[uint64][]byte) error {
+	var req []byte
+	for _, seq := range seqs {
+		req = strconv.AppendUint(append(req[:0], `{"seq":`...), seq, 10)
+		req = append(req, '}')
+		if err := d.nc.PublishRequest(d.api, d.sub.Subject, req); err != nil {
+			return d.errorf("of %d: %w", seq, err)
+		}
+	}
+	for range seqs {
+		r, err := d.reply(ctx)
+		if err != nil {
+			return d.errorf("of %d sequences from %d: %w", len(seqs), seqs[0], err)
+		}
+		switch r.kind {
+		case notFound, unavailable: // not on the replica that answered, or no replica
+		case message:
+			got[r.seq] = r.data
+		default:
+			return d.errorf("of %d sequences from %d: an end of batch answers no batch", len(seqs), seqs[0])
+		}
+	}
+	return nil
+}
+
 type replyKind int
 
 const (
-	message    replyKind = iota // a stored message
-	endOfBatch                  // 204 EOB
-	notFound                    // 404: no message
+	message     replyKind = iota // a stored message
+	endOfBatch                   // 204 EOB
+	notFound                     // 404: no message
+	unavailable                  // 503: no replica answers here (yet), or there is no such stream with direct gets
 )
+
+func (k replyKind) String() string {
+	switch k {
+	case endOfBatch:
+		return "204"
+	case notFound:
+		return "404"
+	case unavailable:
+		return "503"
+	}
+	return "message"
+}
 
 // directReply is one reply to a direct get.
 type directReply struct {
@@ -234,6 +478,7 @@ type directReply struct {
 	subject string // of a message
 	data    []byte // of a message
 	pending uint64 // end of batch: messages at or after where the batch stopped
+	upTo    uint64 // end of a multi_last batch: the replica's last stream sequence
 }
 
 // reply reads the next reply, waiting at most the timeout for it.
@@ -250,6 +495,9 @@ func (d *directGet) reply(ctx context.Context) (directReply, error) {
 			err = fmt.Errorf("%w in %v", ErrNoReply, d.timeout)
 		}
 	}
+	if errors.Is(err, nats.ErrNoResponders) {
+		return directReply{kind: unavailable}, nil
+	}
 	if err != nil {
 		return directReply{}, err
 	}
@@ -265,10 +513,11 @@ func (d *directGet) reply(ctx context.Context) (directReply, error) {
 		if err != nil {
 			return directReply{}, errors.New("an end of batch without Nats-Num-Pending")
 		}
-		return directReply{kind: endOfBatch, pending: pending}, nil
+		upTo, _ := strconv.ParseUint(m.Header.Get("Nats-UpTo-Sequence"), 10, 64)
+		return directReply{kind: endOfBatch, pending: pending, upTo: upTo}, nil
 	case "404":
 		return directReply{kind: notFound}, nil
-	default: // 408 bad request, 413 too many results, 503 no responders (no such stream, or no allow_direct), ...
+	default: // 408 bad request, 413 too many results, ...
 		return directReply{}, fmt.Errorf("status %s %s", status, m.Header.Get("Description"))
 	}
 }

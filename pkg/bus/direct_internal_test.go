@@ -17,12 +17,12 @@ import (
 
 // fakeStream answers the direct gets of stream FAKE with answer, which
 // returns the replies to send for a request, in order.
-func fakeStream(t *testing.T, answer func(req batchRequest) []*nats.Msg) *nats.Conn {
+func fakeStream(t *testing.T, answer func(req getRequest) []*nats.Msg) *nats.Conn {
 	t.Helper()
-	url := natstest.Start(t)
+	url := coreServer(t)
 	server := natstest.Connect(t, url)
 	_, err := server.Subscribe("$JS.API.DIRECT.GET.FAKE", func(m *nats.Msg) {
-		var req batchRequest
+		var req getRequest
 		if err := json.Unmarshal(m.Data, &req); err != nil {
 			t.Errorf("request %q: %v", m.Data, err)
 			return
@@ -63,7 +63,7 @@ func readAll(t *testing.T, nc *nats.Conn, from, to uint64) ([]uint64, error) {
 	require.NoError(t, err)
 	defer d.close()
 	var seqs []uint64
-	err = d.readBatches(context.Background(), "", from, to, func(r directReply) error {
+	_, _, err = d.readBatches(context.Background(), "", from, to, func(r directReply) error {
 		seqs = append(seqs, r.seq)
 		return nil
 	})
@@ -76,13 +76,13 @@ func readAll(t *testing.T, nc *nats.Conn, from, to uint64) ([]uint64, error) {
 func TestDirectGet_Batches(t *testing.T) {
 	const last = 10 // the fake stream holds 1 to 10, and sends at most 3 per batch
 	var mu sync.Mutex
-	var asked []batchRequest
-	requests := func() []batchRequest {
+	var asked []getRequest
+	requests := func() []getRequest {
 		mu.Lock()
 		defer mu.Unlock()
 		return slices.Clone(asked)
 	}
-	nc := fakeStream(t, func(req batchRequest) []*nats.Msg {
+	nc := fakeStream(t, func(req getRequest) []*nats.Msg {
 		mu.Lock()
 		asked = append(asked, req)
 		mu.Unlock()
@@ -130,7 +130,7 @@ func TestDirectGet_Fails(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			nc := fakeStream(t, func(batchRequest) []*nats.Msg {
+			nc := fakeStream(t, func(getRequest) []*nats.Msg {
 				out := make([]*nats.Msg, len(tt.replies))
 				for i, r := range tt.replies { // each request gets its own copies
 					out[i] = &nats.Msg{Header: r.Header, Data: r.Data}
@@ -145,35 +145,4 @@ func TestDirectGet_Fails(t *testing.T) {
 			}
 		})
 	}
-}
-
-// ReadSeqs waits for every reply of a window, however they are ordered,
-// and fails when one is lost.
-func TestDirectGet_Seqs(t *testing.T) {
-	nc := fakeStream(t, func(req batchRequest) []*nats.Msg {
-		switch {
-		case req.Seq == 4:
-			return []*nats.Msg{statusMsg("404")} // deleted
-		case req.Seq == 9:
-			return nil // lost
-		}
-		return []*nats.Msg{storedMsg(req.Seq)}
-	})
-	read := func(seqs ...uint64) ([]uint64, error) {
-		d, err := openDirectGet(nc, "FAKE", 200*time.Millisecond)
-		require.NoError(t, err)
-		defer d.close()
-		var got []uint64
-		err = d.readSeqs(context.Background(), seqs, func(seq uint64, _ []byte) error {
-			got = append(got, seq)
-			return nil
-		})
-		return got, err
-	}
-	got, err := read(7, 4, 2, 3)
-	require.NoError(t, err)
-	require.Equal(t, []uint64{7, 2, 3}, got)
-
-	_, err = read(1, 9, 2)
-	require.ErrorIs(t, err, ErrNoReply)
 }

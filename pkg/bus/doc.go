@@ -12,11 +12,23 @@
 //     in stream order, every sequence once, reading the sequences a
 //     delivery skipped before going on, and acknowledges in batches.
 //   - Reads: Replay reads a range with an ordered consumer; ReadSubject,
-//     ReadRange and ReadSeqs read with direct gets, no consumer needed.
-//     Every direct-get reply is awaited at most DirectTimeout, and a
-//     batched read goes on until the server says nothing is left, however
-//     short a batch it sent. Stream offers these reads to a caller that
-//     holds only a connection.
+//     ReadRange and ReadSeqs read with direct gets, no consumer needed;
+//     LastOf asks for a subject's last record. Every direct-get reply is
+//     awaited at most DirectTimeout, and a batched read goes on until the
+//     server says nothing is left, however short a batch it sent. Stream
+//     offers these reads to a caller that holds only a connection.
+//   - Validated reads: on a replicated stream any replica answers a direct
+//     get, a follower that has not yet stored what the leader acknowledged
+//     included, and its 404 or "nothing more" speaks only for itself. So
+//     every read proves from the replies how far it reached: a message at
+//     sequence N proves its replica holds every sequence up to N, and a
+//     multi_last reply's Nats-UpTo-Sequence is its replica's last
+//     sequence. A read that stops short of a record it knows exists asks
+//     the replicas again, then the stream leader, whose "no message" alone
+//     makes a record gone; a read it cannot prove fails. When the replica
+//     is current this costs no request, except one multi_last for a
+//     ReadSubject that meets no record at or past its end. Reads counts
+//     the reads that had to ask again or ask the leader.
 //   - Writes: Publish stores one record, PublishAll many, pipelined.
 //   - Checkpoints: the key-value bucket of per-session checkpoints.
 //

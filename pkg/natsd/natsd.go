@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
 	"time"
@@ -19,6 +20,7 @@ import (
 
 // Defaults of a Server.
 const (
+	DefaultName       = "ctxd-embedded"
 	DefaultHost       = "127.0.0.1"
 	DefaultPort       = 4222
 	DefaultMaxPayload = 8 << 20 // a 5 MiB screenshot in a base64 JSON record fits
@@ -29,6 +31,9 @@ const (
 
 // Server is an embedded NATS server with JetStream.
 type Server struct {
+	// Name is the server's name, which the servers of a cluster tell
+	// each other apart by.
+	Name string
 	// Host and Port to listen on for clients; Port -1 picks a free port.
 	Host string
 	Port int
@@ -44,13 +49,31 @@ type Server struct {
 	SyncInterval time.Duration
 	// Logger receives the server's log lines; nil discards them.
 	Logger *slog.Logger
+	// Cluster, when its Name is set, joins the server to a cluster: its
+	// JetStream then replicates streams and elects leaders with the
+	// other servers'.
+	Cluster Cluster
 
 	ns *server.Server
+}
+
+// Cluster says where a server meets the other servers of its cluster.
+type Cluster struct {
+	// Name is the cluster's name, the same on every server of it.
+	Name string
+	// Host and Port to listen on for routes from the other servers.
+	Host string
+	Port int
+	// Routes are the route URLs (nats-route://host:port) of the servers
+	// to connect to; a server skips its own, so every server can be
+	// given the same list.
+	Routes []string
 }
 
 // New returns a server with the defaults, storing under storeDir.
 func New(storeDir string) *Server {
 	return &Server{
+		Name:         DefaultName,
 		Host:         DefaultHost,
 		Port:         DefaultPort,
 		StoreDir:     storeDir,
@@ -72,7 +95,7 @@ func (s *Server) Open() error {
 		return fmt.Errorf("natsd: store directory: %w", err)
 	}
 	opts := &server.Options{
-		ServerName:   "ctxd-embedded",
+		ServerName:   s.Name,
 		Host:         s.Host,
 		Port:         s.Port,
 		JetStream:    true,
@@ -82,6 +105,16 @@ func (s *Server) Open() error {
 		SyncInterval: s.SyncInterval,
 		NoSigs:       true,
 		NoLog:        s.Logger == nil,
+	}
+	if c := s.Cluster; c.Name != "" {
+		opts.Cluster = server.ClusterOpts{Name: c.Name, Host: c.Host, Port: c.Port}
+		for _, r := range c.Routes {
+			u, err := url.Parse(r)
+			if err != nil {
+				return fmt.Errorf("natsd: route %q: %w", r, err)
+			}
+			opts.Routes = append(opts.Routes, u)
+		}
 	}
 	ns, err := server.NewServer(opts)
 	if err != nil {

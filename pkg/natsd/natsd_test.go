@@ -45,6 +45,7 @@ func testContext(t *testing.T) context.Context {
 func TestNew(t *testing.T) {
 	s := New("dir")
 	require.Equal(t, &Server{
+		Name:         DefaultName,
 		Host:         DefaultHost,
 		Port:         DefaultPort,
 		StoreDir:     "dir",

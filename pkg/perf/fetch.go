@@ -376,10 +376,11 @@ const rebuildPrefix = "perf.rebuild."
 // startRebuilder answers context requests for a session on
 // perf.rebuild.<session> the way a design that stores records and
 // rebuilds on every request does: read the session's records from the
-// stream, to its end, run the batch passes, encode the reply. It answers
-// on rc, a connection of its own, as ctxd's service does, and honours
-// min_seq by checking that what it read reaches it (a record whose
-// publish was acknowledged is in the stream already).
+// stream, up to min_seq (to its end without one), run the batch passes,
+// encode the reply. It answers on rc, a connection of its own, as ctxd's
+// service does, and honours min_seq by checking that what it read
+// reaches it (a record whose publish was acknowledged is in the stream
+// already).
 func startRebuilder(ctx context.Context, rc *nats.Conn) (*nats.Subscription, error) {
 	def, err := streams.Transcripts()
 	if err != nil {
@@ -397,7 +398,11 @@ func startRebuilder(ctx context.Context, rc *nats.Conn) (*nats.Subscription, err
 			err = json.Unmarshal(m.Data, &req)
 		}
 		if err == nil {
-			out, seq, err = rebuildPerTurn(ctx, rc, def.Name, session)
+			to := uint64(math.MaxUint64) // the end, as the stream leader says
+			if req.MinSeq > 0 {
+				to = req.MinSeq // a record of the session: seeing it proves the read, with no request more
+			}
+			out, seq, err = rebuildPerTurn(ctx, rc, def.Name, session, to)
 		}
 		if err == nil && seq < req.MinSeq {
 			err = fmt.Errorf("read %s up to %d, short of min_seq %d", session, seq, req.MinSeq)
@@ -594,15 +599,15 @@ func replySeq(reply []byte) (uint64, error) {
 
 // rebuildPerTurn builds a session's context reply the way a design that
 // stores records and rebuilds on every request does: read the session's
-// records from the stream, run the batch passes, encode the reply. It
-// returns the reply and the sequence of the last record read.
-func rebuildPerTurn(ctx context.Context, nc *nats.Conn, stream, session string) ([]byte, uint64, error) {
+// records from the stream up to to, run the batch passes, encode the
+// reply. It returns the reply and the sequence of the last record read.
+func rebuildPerTurn(ctx context.Context, nc *nats.Conn, stream, session string, to uint64) ([]byte, uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	var recs []projection.Record
 	dec := record.Decoder{}
 	var seq uint64
-	err := bus.ReadSubject(ctx, nc, stream, subject.TranscriptsPrefix+session, 1, math.MaxUint64, func(s uint64, data []byte) error {
+	err := bus.ReadSubject(ctx, nc, stream, subject.TranscriptsPrefix+session, 1, to, func(s uint64, data []byte) error {
 		seq = s
 		if v, err := dec.Decode(data); err == nil {
 			recs = append(recs, projection.Record{Seq: s, Value: v})
