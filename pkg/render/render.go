@@ -108,18 +108,18 @@ type Breakpoint struct {
 
 // Change kinds.
 const (
-	IDRenamed       = "id_renamed"       // a call id the provider would refuse, or a repeated one
-	NameRenamed     = "name_renamed"     // a tool name outside the provider's pattern
-	ResultMoved     = "result_moved"     // a result placed right after its call
+	IDRenamed       = "id_renamed"        // a call id the provider would refuse, or a repeated one
+	NameRenamed     = "name_renamed"      // a tool name outside the provider's pattern
+	ResultMoved     = "result_moved"      // a result placed right after its call
 	DuplicateResult = "duplicate_dropped" // a second result for one call
-	CallRemoved     = "call_removed"     // a call that cannot be sent (Reason says why)
-	ResultRemoved   = "result_removed"   // a result whose call cannot be sent
-	MessagesMerged  = "messages_merged"  // a message merged into the one before it
-	BlockRemoved    = "block_removed"    // a block the provider would refuse (Reason says why)
-	MessageRemoved  = "message_removed"  // a message left with nothing to send
-	ImageMoved      = "image_moved"      // a tool result's images moved to where the provider takes them
-	SystemAsUser    = "system_as_user"   // a system message after the first turn sent as user text
-	CallsReordered  = "calls_reordered"  // tool calls moved after the text of their turn
+	CallRemoved     = "call_removed"      // a call that cannot be sent (Reason says why)
+	ResultRemoved   = "result_removed"    // a result whose call cannot be sent
+	MessagesMerged  = "messages_merged"   // a message merged into the one before it
+	BlockRemoved    = "block_removed"     // a block the provider would refuse (Reason says why)
+	MessageRemoved  = "message_removed"   // a message left with nothing to send
+	ImageMoved      = "image_moved"       // a tool result's images moved to where the provider takes them
+	SystemAsUser    = "system_as_user"    // a system message after the first turn sent as user text
+	CallsReordered  = "calls_reordered"   // tool calls moved after the text of their turn
 	ArgsWrapped     = "arguments_wrapped" // call arguments that are not an object, wrapped in one
 )
 
