@@ -285,8 +285,11 @@ func (p *plan) resultContent(r *result, content any) {
 	switch c := content.(type) {
 	case string:
 		r.stringContent = true
-		if c != "" {
+		switch {
+		case !blank(c):
 			r.parts = append(r.parts, part{kind: textPart, text: c, block: -1})
+		case c != "":
+			p.removed(BlockRemoved, r.src, r.block, "empty text in a tool result")
 		}
 	case []any:
 		for b, e := range c {
