@@ -105,9 +105,9 @@ func (c *checker) keys(m *record.Map, where, shapeErr string, required []string,
 }
 
 func str(m *record.Map, k string) string { s, _ := m.String(k); return s }
-func mapOf(v any) *record.Map             { m, _ := v.(*record.Map); return m }
-func arrOf(v any) ([]any, bool)           { a, ok := v.([]any); return a, ok }
-func field(m *record.Map, k string) any   { v, _ := m.Get(k); return v }
+func mapOf(v any) *record.Map            { m, _ := v.(*record.Map); return m }
+func arrOf(v any) ([]any, bool)          { a, ok := v.([]any); return a, ok }
+func field(m *record.Map, k string) any  { v, _ := m.Get(k); return v }
 
 func blank(s string) bool { return strings.TrimFunc(s, unicode.IsSpace) == "" }
 
