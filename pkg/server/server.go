@@ -47,6 +47,9 @@ type Service struct {
 	QueueGroup string
 	// Logger receives errors; nil discards them.
 	Logger *slog.Logger
+	// BrowserTools are the projections' browser tools, which place
+	// Anthropic's cache breakpoint; nil means the default.
+	BrowserTools []string
 
 	nc   *nats.Conn
 	proj Projections
@@ -90,7 +93,7 @@ func (s *Service) Open() error {
 	err = svc.AddEndpoint("context", micro.HandlerFunc(s.handleContext),
 		micro.WithEndpointSubject(subject.ContextPrefix+"*"),
 		micro.WithEndpointMetadata(map[string]string{
-			"description": "model context of a session; body: optional {min_seq, wait_ms}",
+			"description": "model context of a session; body: optional {min_seq, wait_ms, format, budget_tokens}",
 		}))
 	if err == nil {
 		// Chunks of a large reply are held by the instance that made it.
@@ -190,10 +193,21 @@ func (s *Service) reply(r micro.Request, session string, req contextRequest) {
 	var buf *[]byte // the msgpack reply's buffer, from replyBuffers
 	var err error
 	verr := s.proj.View(s.ctx, session, func(p *projection.Session) {
-		if req.msgpack {
+		switch {
+		case req.rendered():
+			// Rendered on request, into a buffer of its own.
+			buf = replyBuffers.Get().(*[]byte)
+			if req.msgpack {
+				scratch := replyBuffers.Get().(*[]byte)
+				out, *scratch, err = appendRenderedMsgpack((*buf)[:0], (*scratch)[:0], session, p, req, s.BrowserTools)
+				replyBuffers.Put(scratch)
+			} else {
+				out, err = appendRenderedJSON((*buf)[:0], session, p, req, s.BrowserTools)
+			}
+		case req.msgpack:
 			buf = replyBuffers.Get().(*[]byte)
 			out, err = appendReplyMsgpack((*buf)[:0], session, p)
-		} else {
+		default:
 			out = replyJSON(session, p)
 		}
 	})
