@@ -50,6 +50,9 @@ type Service struct {
 	// BrowserTools are the projections' browser tools, which place
 	// Anthropic's cache breakpoint; nil means the default.
 	BrowserTools []string
+	// RenderCacheBytes bounds the rendered replies kept, one per session
+	// (see renderCache); 0 keeps none.
+	RenderCacheBytes int
 
 	nc   *nats.Conn
 	proj Projections
@@ -61,6 +64,7 @@ type Service struct {
 
 	chunks      chunked // replies larger than the max payload
 	chunkPrefix string  // ctxd.chunk.<instance id>
+	rendered    renderCache
 
 	// closing is set by Close. Stopping the endpoints drains them in the
 	// background, so requests already queued still reach the handler
@@ -71,13 +75,14 @@ type Service struct {
 
 // New returns a service over the projections, with the defaults.
 func New(nc *nats.Conn, proj Projections) *Service {
-	return &Service{Name: "ctxd", QueueGroup: "ctxd", nc: nc, proj: proj}
+	return &Service{Name: "ctxd", QueueGroup: "ctxd", nc: nc, proj: proj, RenderCacheBytes: DefaultRenderCacheBytes}
 }
 
 // Open registers the service and its endpoints.
 func (s *Service) Open() error {
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.closing = false
+	s.rendered.max = s.RenderCacheBytes
 	svc, err := micro.AddService(s.nc, micro.Config{
 		Name:        s.Name,
 		Version:     Version,
@@ -195,14 +200,20 @@ func (s *Service) reply(r micro.Request, session string, req contextRequest) {
 	verr := s.proj.View(s.ctx, session, func(p *projection.Session) {
 		switch {
 		case req.rendered():
-			// Rendered on request, into a buffer of its own.
-			buf = replyBuffers.Get().(*[]byte)
+			// Rendered on request, kept until the session changes.
+			if out = s.rendered.get(session, p, req); out != nil {
+				return
+			}
 			if req.msgpack {
 				scratch := replyBuffers.Get().(*[]byte)
-				out, *scratch, err = appendRenderedMsgpack((*buf)[:0], (*scratch)[:0], session, p, req, s.BrowserTools)
+				out, *scratch, err = appendRenderedMsgpack(nil, (*scratch)[:0], session, p, req, s.BrowserTools)
 				replyBuffers.Put(scratch)
 			} else {
-				out, err = appendRenderedJSON((*buf)[:0], session, p, req, s.BrowserTools)
+				out, err = appendRenderedJSON(nil, session, p, req, s.BrowserTools)
+			}
+			if err == nil {
+				out = out[:len(out):len(out)]
+				s.rendered.put(session, p, req, out)
 			}
 		case req.msgpack:
 			buf = replyBuffers.Get().(*[]byte)
