@@ -167,4 +167,3 @@ func percentiles(d []time.Duration) (p50, p99 time.Duration) {
 	slices.Sort(s)
 	return s[len(s)*50/100], s[min(len(s)-1, len(s)*99/100)]
 }
-
