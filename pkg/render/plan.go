@@ -110,7 +110,13 @@ func (p *plan) extract() {
 		content, has := m.Get("content")
 		switch role {
 		case "system", "user", "assistant":
-			kind := map[string]itemKind{"system": systemItem, "user": userItem, "assistant": assistantItem}[role]
+			kind := userItem
+			switch role {
+			case "system":
+				kind = systemItem
+			case "assistant":
+				kind = assistantItem
+			}
 			it := &item{kind: kind, src: i, msg: m}
 			switch c := content.(type) {
 			case string:

@@ -160,3 +160,12 @@ func appendRenderedMsgpack(dst, scratch []byte, session string, p *projection.Se
 	}
 	return dst, scratch, nil
 }
+
+// sizeHint guesses the size of a rendered reply from the neutral one's.
+func sizeHint(p *projection.Session) int {
+	if p == nil {
+		return 1024
+	}
+	body, _ := p.JSONBody()
+	return len(body) + len(body)/8 + 4096
+}

@@ -204,12 +204,15 @@ func (s *Service) reply(r micro.Request, session string, req contextRequest) {
 			if out = s.rendered.get(session, p, req); out != nil {
 				return
 			}
+			// A rendering is about as large as the neutral context: one
+			// allocation instead of a doubling series.
+			dst := make([]byte, 0, sizeHint(p))
 			if req.msgpack {
 				scratch := replyBuffers.Get().(*[]byte)
-				out, *scratch, err = appendRenderedMsgpack(nil, (*scratch)[:0], session, p, req, s.BrowserTools)
+				out, *scratch, err = appendRenderedMsgpack(dst, (*scratch)[:0], session, p, req, s.BrowserTools)
 				replyBuffers.Put(scratch)
 			} else {
-				out, err = appendRenderedJSON(nil, session, p, req, s.BrowserTools)
+				out, err = appendRenderedJSON(dst, session, p, req, s.BrowserTools)
 			}
 			if err == nil {
 				out = out[:len(out):len(out)]
