@@ -11,6 +11,7 @@ import (
 
 	"github.com/ctxd/ctxd/pkg/projection"
 	"github.com/ctxd/ctxd/pkg/record"
+	"github.com/ctxd/ctxd/pkg/render"
 )
 
 const buildAbout = `Reads records and prints the model context as one JSON array: the pure
@@ -25,13 +26,19 @@ output, and exits 1.
 
 With --dropped the output is one JSON object instead:
   {"messages": [...], "dropped": {"unpaired_calls": [...], "orphan_results": [...], "images_omitted": N}}
-where seq is the record's 1-based position in the input.`
+where seq is the record's 1-based position in the input.
+
+With --format F (anthropic, openai-chat, openai-responses, gemini) the
+output is the body rendered for that provider (docs/RENDER.md), such as
+{"system": [...], "messages": [...]} for anthropic; --dropped adds
+"dropped" and "render", the report of what the rendering changed.`
 
 func runBuild(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "build", "build [flags] [FILE]", buildAbout)
 	dropped := fs.Bool("dropped", false, "print {\"messages\", \"dropped\"}: also report what the passes removed")
 	browser := fs.String("browser-tools", strings.Join(projection.DefaultBrowserTools, ","), "comma-separated tool names whose screenshots are trimmed to the latest")
 	maxBytes := fs.Int("max-record-bytes", record.DefaultMaxBytes, "largest record accepted, in bytes")
+	format := fs.String("format", "neutral", "neutral, anthropic, openai-chat, openai-responses or gemini")
 	fs.String("nats", natsURL(e), "NATS server URL (unused: build needs no server)")
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -51,10 +58,17 @@ func runBuild(ctx context.Context, e *env, args []string) error {
 		defer f.Close()
 		in = f
 	}
+	f, err := render.ParseFormat(*format)
+	if err != nil {
+		return err
+	}
 	dec := record.Decoder{MaxBytes: *maxBytes}
 	values, err := readRecords(in, dec)
 	if err != nil {
 		return err
+	}
+	if f != render.Neutral {
+		return buildRendered(e, f, values, splitList(*browser), *dropped)
 	}
 	res := projection.Build(projection.Numbered(values), projection.Options{BrowserTools: splitList(*browser)})
 	out, err := record.MarshalJSON(res.Messages)

@@ -103,13 +103,19 @@ func runPublish(ctx context.Context, e *env, args []string) error {
 const contextAbout = `Requests ctxd.context.SESSION and prints the reply as JSON:
   {"session": ..., "seq": ..., "messages": [...], "dropped": {...}}
 With --min-seq N the reply waits until the projection has applied every
-record up to stream sequence N (pass the sequence ctxd publish printed).`
+record up to stream sequence N (pass the sequence ctxd publish printed).
+With --format F (anthropic, openai-chat, openai-responses, gemini) the
+reply holds the context rendered for that provider, with a report of what
+the rendering changed (docs/RENDER.md); --budget-tokens N adds whether it
+is over N input tokens and where a compaction may cut.`
 
 func runContext(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "context", "context SESSION [flags]", contextAbout)
 	url := fs.String("nats", natsURL(e), "NATS server URL")
 	minSeq := fs.Uint64("min-seq", 0, "wait until the projection has applied this stream sequence")
 	waitMS := fs.Int("wait-ms", 2000, "how long the service may wait for --min-seq, in ms (at most 30000)")
+	format := fs.String("format", "", "neutral (the default), anthropic, openai-chat, openai-responses or gemini")
+	budget := fs.Uint64("budget-tokens", 0, "say whether the context is over this many input tokens (0: don't)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -129,7 +135,7 @@ func runContext(ctx context.Context, e *env, args []string) error {
 	timeout := time.Duration(min(max(*waitMS, 0), 30000))*time.Millisecond + 5*time.Second
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	data, err := client.Context(ctx, nc, pos[0], client.Request{MinSeq: *minSeq, WaitMS: max(*waitMS, 0)})
+	data, err := client.Context(ctx, nc, pos[0], client.Request{MinSeq: *minSeq, WaitMS: max(*waitMS, 0), Format: *format, BudgetTokens: *budget})
 	if err != nil {
 		return err
 	}

@@ -45,6 +45,13 @@ type Request struct {
 	WaitMS int
 	// Msgpack asks for a msgpack reply instead of JSON.
 	Msgpack bool
+	// Format asks for the context rendered for a provider: "anthropic",
+	// "openai-chat", "openai-responses" or "gemini"; "" (or "neutral") is
+	// the neutral context (docs/RENDER.md).
+	Format string
+	// BudgetTokens, when not 0, asks the reply to say whether the context
+	// is over this many input tokens, and where a compaction may cut.
+	BudgetTokens uint64
 }
 
 // Context fetches a session's context reply and returns its body, JSON or
@@ -55,10 +62,17 @@ func Context(ctx context.Context, nc *nats.Conn, session string, req Request) ([
 		return nil, err
 	}
 	msg := nats.NewMsg(subj)
-	if req.MinSeq > 0 || req.WaitMS > 0 {
+	if req.MinSeq > 0 || req.WaitMS > 0 || req.Format != "" || req.BudgetTokens > 0 {
 		body := []byte(`{"min_seq":` + strconv.FormatUint(req.MinSeq, 10))
 		if req.WaitMS > 0 {
 			body = append(body, `,"wait_ms":`+strconv.Itoa(req.WaitMS)...)
+		}
+		if req.Format != "" {
+			body = append(body, `,"format":`...)
+			body = record.AppendJSONString(body, req.Format)
+		}
+		if req.BudgetTokens > 0 {
+			body = append(body, `,"budget_tokens":`+strconv.FormatUint(req.BudgetTokens, 10)...)
 		}
 		msg.Data = append(body, '}')
 	}
@@ -116,12 +130,21 @@ func request(ctx context.Context, nc *nats.Conn, msg *nats.Msg) (*nats.Msg, erro
 	return reply, nil
 }
 
-// msgpackRequest encodes {"min_seq": N, "wait_ms": W} as a msgpack map.
+// msgpackRequest encodes {"min_seq": N, "wait_ms": W, "format": F,
+// "budget_tokens": B} as a msgpack map; format and budget_tokens only when
+// set.
 func msgpackRequest(req Request) []byte {
 	w := uint64(2000)
 	if req.WaitMS > 0 {
 		w = uint64(req.WaitMS)
 	}
-	b, _ := record.MarshalMsgpack(record.NewMap("min_seq", req.MinSeq, "wait_ms", w))
+	m := record.NewMap("min_seq", req.MinSeq, "wait_ms", w)
+	if req.Format != "" {
+		m.Set("format", req.Format)
+	}
+	if req.BudgetTokens > 0 {
+		m.Set("budget_tokens", req.BudgetTokens)
+	}
+	b, _ := record.MarshalMsgpack(m)
 	return b
 }

@@ -37,3 +37,13 @@ func TestMsgpackRequest(t *testing.T) {
 func TestError(t *testing.T) {
 	require.Equal(t, "504 min_seq not reached within wait_ms", (&Error{"504", "min_seq not reached within wait_ms"}).Error())
 }
+
+func TestMsgpackRequest_FormatAndBudget(t *testing.T) {
+	v, err := record.DecodeMsgpack(msgpackRequest(Request{Format: "gemini", BudgetTokens: 9000}))
+	require.NoError(t, err)
+	m := v.(*record.Map)
+	f, _ := m.Get("format")
+	b, _ := m.Get("budget_tokens")
+	require.Equal(t, "gemini", f)
+	require.Equal(t, int64(9000), b)
+}

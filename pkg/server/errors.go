@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 
+	"github.com/ctxd/ctxd/pkg/render"
 	"github.com/ctxd/ctxd/pkg/store"
 	"github.com/ctxd/ctxd/pkg/subject"
 )
@@ -32,6 +33,9 @@ var (
 func errorReply(err error) (code, description string) {
 	switch {
 	case errors.Is(err, subject.ErrBadSession), errors.Is(err, errBadBody):
+		return CodeBadRequest, err.Error()
+	case errors.Is(err, render.ErrUnknownFormat):
+		// Names the allowed values.
 		return CodeBadRequest, err.Error()
 	case errors.Is(err, store.ErrWaitExpired):
 		return CodeWaitExpired, "min_seq not reached within wait_ms"

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ctxd/ctxd/pkg/render"
 	"github.com/ctxd/ctxd/pkg/store"
 	"github.com/ctxd/ctxd/pkg/subject"
 )
@@ -28,6 +29,7 @@ func TestErrorReply(t *testing.T) {
 		{name: "bad session id", err: badSession, code: CodeBadRequest, desc: badSession.Error()},
 		{name: "bad session id, wrapped", err: fmt.Errorf("context: %w", badSession), code: CodeBadRequest, has: "invalid session id"},
 		{name: "bad body", err: fmt.Errorf("%w: min_seq must be a non-negative integer, got -1", errBadBody), code: CodeBadRequest, has: "min_seq must be a non-negative integer"},
+		{name: "unknown format", err: func() error { _, err := render.ParseFormat("x"); return err }(), code: CodeBadRequest, has: "want one of neutral, anthropic, openai-chat, openai-responses, gemini"},
 		{name: "wait expired", err: fmt.Errorf("%w: at 3, waiting for 9", store.ErrWaitExpired), code: CodeWaitExpired, desc: "min_seq not reached within wait_ms"},
 		{name: "wait ended by shutdown", err: fmt.Errorf("%w: shutting down", store.ErrWaitExpired), code: CodeWaitExpired, desc: "min_seq not reached within wait_ms"},
 		{name: "wait expired, bare", err: store.ErrWaitExpired, code: CodeWaitExpired, desc: "min_seq not reached within wait_ms"},

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ctxd/ctxd/pkg/record"
+	"github.com/ctxd/ctxd/pkg/render"
 )
 
 // Request limits and defaults of the context endpoint (PROTOCOL.md).
@@ -23,11 +24,16 @@ var errBadBody = errors.New("bad request body")
 type contextRequest struct {
 	minSeq  uint64
 	wait    time.Duration
-	msgpack bool // reply in msgpack
+	msgpack bool          // reply in msgpack
+	format  render.Format // "" for neutral
+	// budget is budget_tokens; hasBudget says whether the request gave one.
+	budget    uint64
+	hasBudget bool
 }
 
 // parseRequest reads the optional body: empty, a JSON object or a msgpack
-// map with optional min_seq and wait_ms; unknown fields are ignored.
+// map with optional min_seq, wait_ms, format and budget_tokens; unknown
+// fields are ignored.
 func parseRequest(body []byte, accept string) (contextRequest, error) {
 	req := contextRequest{wait: DefaultWait}
 	if len(body) == 0 {
@@ -61,7 +67,31 @@ func parseRequest(body []byte, accept string) (contextRequest, error) {
 		}
 		req.wait = time.Duration(min(n, uint64(MaxWait/time.Millisecond))) * time.Millisecond
 	}
+	if v, ok := m.Get("format"); ok {
+		name, isString := v.(string)
+		if !isString {
+			return req, fmt.Errorf("%w: format must be a string, got %s", errBadBody, describe(v))
+		}
+		f, err := render.ParseFormat(name)
+		if err != nil {
+			return req, err
+		}
+		req.format = f
+	}
+	if v, ok := m.Get("budget_tokens"); ok {
+		n, err := nonNegative("budget_tokens", v)
+		if err != nil {
+			return req, err
+		}
+		req.budget, req.hasBudget = n, true
+	}
 	return req, nil
+}
+
+// rendered reports whether the reply is one rendered on request: a
+// format other than neutral, or a budget to answer.
+func (r contextRequest) rendered() bool {
+	return (r.format != "" && r.format != render.Neutral) || r.hasBudget
 }
 
 // nonNegative reads a non-negative integer; values beyond uint64 clamp.

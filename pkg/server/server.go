@@ -47,6 +47,12 @@ type Service struct {
 	QueueGroup string
 	// Logger receives errors; nil discards them.
 	Logger *slog.Logger
+	// BrowserTools are the projections' browser tools, which place
+	// Anthropic's cache breakpoint; nil means the default.
+	BrowserTools []string
+	// RenderCacheBytes bounds the rendered replies kept, one per session
+	// (see renderCache); 0 keeps none.
+	RenderCacheBytes int
 
 	nc   *nats.Conn
 	proj Projections
@@ -58,6 +64,7 @@ type Service struct {
 
 	chunks      chunked // replies larger than the max payload
 	chunkPrefix string  // ctxd.chunk.<instance id>
+	rendered    renderCache
 
 	// closing is set by Close. Stopping the endpoints drains them in the
 	// background, so requests already queued still reach the handler
@@ -68,13 +75,14 @@ type Service struct {
 
 // New returns a service over the projections, with the defaults.
 func New(nc *nats.Conn, proj Projections) *Service {
-	return &Service{Name: "ctxd", QueueGroup: "ctxd", nc: nc, proj: proj}
+	return &Service{Name: "ctxd", QueueGroup: "ctxd", nc: nc, proj: proj, RenderCacheBytes: DefaultRenderCacheBytes}
 }
 
 // Open registers the service and its endpoints.
 func (s *Service) Open() error {
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.closing = false
+	s.rendered.max = s.RenderCacheBytes
 	svc, err := micro.AddService(s.nc, micro.Config{
 		Name:        s.Name,
 		Version:     Version,
@@ -90,7 +98,7 @@ func (s *Service) Open() error {
 	err = svc.AddEndpoint("context", micro.HandlerFunc(s.handleContext),
 		micro.WithEndpointSubject(subject.ContextPrefix+"*"),
 		micro.WithEndpointMetadata(map[string]string{
-			"description": "model context of a session; body: optional {min_seq, wait_ms}",
+			"description": "model context of a session; body: optional {min_seq, wait_ms, format, budget_tokens}",
 		}))
 	if err == nil {
 		// Chunks of a large reply are held by the instance that made it.
@@ -190,10 +198,30 @@ func (s *Service) reply(r micro.Request, session string, req contextRequest) {
 	var buf *[]byte // the msgpack reply's buffer, from replyBuffers
 	var err error
 	verr := s.proj.View(s.ctx, session, func(p *projection.Session) {
-		if req.msgpack {
+		switch {
+		case req.rendered():
+			// Rendered on request, kept until the session changes.
+			if out = s.rendered.get(session, p, req); out != nil {
+				return
+			}
+			// A rendering is about as large as the neutral context: one
+			// allocation instead of a doubling series.
+			dst := make([]byte, 0, sizeHint(p))
+			if req.msgpack {
+				scratch := replyBuffers.Get().(*[]byte)
+				out, *scratch, err = appendRenderedMsgpack(dst, (*scratch)[:0], session, p, req, s.BrowserTools)
+				replyBuffers.Put(scratch)
+			} else {
+				out, err = appendRenderedJSON(dst, session, p, req, s.BrowserTools)
+			}
+			if err == nil {
+				out = out[:len(out):len(out)]
+				s.rendered.put(session, p, req, out)
+			}
+		case req.msgpack:
 			buf = replyBuffers.Get().(*[]byte)
 			out, err = appendReplyMsgpack((*buf)[:0], session, p)
-		} else {
+		default:
 			out = replyJSON(session, p)
 		}
 	})

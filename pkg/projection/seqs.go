@@ -1,0 +1,20 @@
+package projection
+
+// MessageSeqs appends to dst the stream sequence of the record each
+// message of Messages came from, in the same order: the sequence of the
+// compaction for a message of its snapshot. A renderer that reports what
+// it changed, or names where a compaction could cut, says it in records.
+func (s *Session) MessageSeqs(dst []uint64) []uint64 {
+	s.Messages() // brings every entry's kept flag up to date
+	for i := range s.entries {
+		if s.entries[i].kept {
+			dst = append(dst, s.entries[i].seq)
+		}
+	}
+	return dst
+}
+
+// Version returns a number that changes whenever the context changes:
+// whatever is derived from Messages and Dropped may be kept while it and
+// Seq stay the same.
+func (s *Session) Version() uint64 { return s.version }

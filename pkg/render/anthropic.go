@@ -1,0 +1,216 @@
+package render
+
+import "github.com/ctxd/ctxd/pkg/record"
+
+// anthropic renders {"system": [text blocks] (only if any), "messages":
+// [...]} for the Messages API. RENDER.md lists the rules and the errors
+// they prevent.
+func (p *plan) anthropic() *record.Map {
+	browser := browserSet(p.opt.BrowserTools)
+	l := &outList{p: p, merge: true}
+	sys, n := p.leadingSystem()
+	var system []any
+	for _, pt := range sys {
+		system = append(system, record.NewMap("type", "text", "text", pt.text))
+	}
+	shot := [2]int{-1, -1} // the latest browser screenshot: message, block
+	for _, it := range p.items[n:] {
+		switch it.kind {
+		case systemItem:
+			var blocks []any
+			for _, pt := range it.parts {
+				blocks = append(blocks, record.NewMap("type", "text", "text", systemText(pt.text)))
+			}
+			if len(blocks) == 0 {
+				p.removed(MessageRemoved, it.src, -1, "empty")
+				continue
+			}
+			p.change(Change{Kind: SystemAsUser, Message: it.src, Block: -1})
+			l.add("user", it.src, blocks...)
+		case userItem:
+			var blocks []any
+			for _, pt := range it.parts {
+				switch pt.kind {
+				case textPart:
+					blocks = append(blocks, record.NewMap("type", "text", "text", pt.text))
+				case imagePart:
+					if p.imageFor(pt, it.src, pt.block) {
+						blocks = append(blocks, anthropicImage(pt.img))
+					}
+				}
+			}
+			if len(blocks) == 0 {
+				if len(it.parts) > 0 || !p.onlyResults(it.src) {
+					p.removed(MessageRemoved, it.src, -1, "empty")
+				}
+				continue
+			}
+			l.add("user", it.src, blocks...)
+		case assistantItem:
+			blocks := p.anthropicAssistant(it)
+			if len(blocks) == 0 {
+				p.removed(MessageRemoved, it.src, -1, "empty")
+				continue
+			}
+			l.add("assistant", it.src, blocks...)
+		case resultsItem:
+			var blocks []any
+			var srcs []int
+			for _, r := range it.results {
+				srcs = append(srcs, r.src)
+				b := record.NewMap("type", "tool_result", "tool_use_id", r.call.wire)
+				var content []any
+				for _, pt := range r.parts {
+					switch pt.kind {
+					case textPart:
+						content = append(content, record.NewMap("type", "text", "text", pt.text))
+					case imagePart:
+						if p.imageFor(pt, r.src, r.block) {
+							content = append(content, anthropicImage(pt.img))
+						}
+					}
+				}
+				if len(content) > 0 {
+					b.Set("content", content)
+				}
+				if r.isErr {
+					b.Set("is_error", true)
+				}
+				if isBrowserResult(r, browser) {
+					shot = [2]int{len(l.msgs), len(blocks)} // a results item starts a message
+				}
+				blocks = append(blocks, b)
+			}
+			l.addFrom("user", srcs, blocks)
+		}
+	}
+	msgs := make([]any, len(l.msgs))
+	for i, m := range l.msgs {
+		msgs[i] = record.NewMap("role", m.role, "content", m.blocks)
+	}
+	if len(l.msgs) > 0 {
+		p.report.EndsWithAssistant = l.msgs[len(l.msgs)-1].role == "assistant"
+		p.report.CacheBreakpoint = breakpoint(l.msgs, shot)
+	}
+	body := record.NewMap()
+	if len(system) > 0 {
+		body.Set("system", system)
+	}
+	body.Set("messages", msgs)
+	return body
+}
+
+// onlyResults reports whether neutral message i held tool results: a user
+// message left with no content of its own is then not worth reporting.
+func (p *plan) onlyResults(i int) bool {
+	for _, r := range p.results {
+		if r.src == i {
+			return true
+		}
+	}
+	return false
+}
+
+func anthropicImage(img image) *record.Map {
+	if img.url != "" {
+		return record.NewMap("type", "image", "source", record.NewMap("type", "url", "url", img.url))
+	}
+	return record.NewMap("type", "image", "source", record.NewMap("type", "base64", "media_type", img.mime, "data", img.data))
+}
+
+// anthropicAssistant renders an assistant message's blocks: signed
+// thinking made through Anthropic kept, text, then tool_use blocks, moved
+// after the text of their segment; a message never ends on thinking.
+func (p *plan) anthropicAssistant(it *item) []any {
+	type blk struct {
+		v     any
+		kind  partKind
+		block int
+	}
+	var segs [][]blk // segments, each ending before a thinking block
+	cur := []blk{}
+	sign := sameProvider(it.msg, "anthropic", "claude")
+	for _, pt := range it.parts {
+		switch pt.kind {
+		case textPart:
+			cur = append(cur, blk{record.NewMap("type", "text", "text", pt.text), textPart, pt.block})
+		case callPart:
+			c := pt.call
+			cur = append(cur, blk{record.NewMap("type", "tool_use", "id", c.wire, "name", c.tool, "input", p.object(c)), callPart, pt.block})
+		case thinkingPart, redactedPart:
+			var v *record.Map
+			switch {
+			case !sign:
+				p.removed(BlockRemoved, it.src, pt.block, "thinking signed by another provider")
+			case pt.kind == redactedPart && pt.sig != "":
+				v = record.NewMap("type", "redacted_thinking", "data", pt.sig)
+			case pt.kind == thinkingPart && pt.sig != "" && pt.text != "":
+				v = record.NewMap("type", "thinking", "thinking", pt.text, "signature", pt.sig)
+			default:
+				p.removed(BlockRemoved, it.src, pt.block, "thinking without a signature")
+			}
+			if v != nil {
+				segs = append(segs, cur)
+				cur = []blk{{v, pt.kind, pt.block}}
+			}
+		}
+	}
+	segs = append(segs, cur)
+	var blocks []any
+	var last []blk
+	for _, seg := range segs {
+		// Within a segment, tool_use blocks go last, in order.
+		var calls []blk
+		var rest []blk
+		moved := false
+		for _, b := range seg {
+			if b.kind == callPart {
+				calls = append(calls, b)
+			} else {
+				if len(calls) > 0 && b.kind == textPart {
+					moved = true
+				}
+				rest = append(rest, b)
+			}
+		}
+		if moved {
+			p.change(Change{Kind: CallsReordered, Message: it.src, Block: -1})
+		}
+		last = append(last, rest...)
+		last = append(last, calls...)
+	}
+	// The final block of an assistant message cannot be thinking.
+	for len(last) > 0 && (last[len(last)-1].kind == thinkingPart || last[len(last)-1].kind == redactedPart) {
+		p.removed(BlockRemoved, it.src, last[len(last)-1].block, "thinking last in its message")
+		last = last[:len(last)-1]
+	}
+	for _, b := range last {
+		blocks = append(blocks, b.v)
+	}
+	return blocks
+}
+
+// breakpoint places the cache breakpoint on the last block before the
+// latest browser screenshot, which the next screenshot does not rewrite
+// (CONTEXT.md pass 3 trims only the one before it); without one, on the
+// last block. Thinking blocks cannot carry one.
+func breakpoint(msgs []*out, shot [2]int) *Breakpoint {
+	m, b := len(msgs)-1, len(msgs[len(msgs)-1].blocks)-1
+	if shot[0] >= 0 {
+		m, b = shot[0], shot[1]-1
+	}
+	for m >= 0 {
+		if b < 0 {
+			m--
+			if m >= 0 {
+				b = len(msgs[m].blocks) - 1
+			}
+			continue
+		}
+		if t, _ := msgs[m].blocks[b].(*record.Map).String("type"); t != "thinking" && t != "redacted_thinking" {
+			return &Breakpoint{Message: m, Block: b}
+		}
+		b--
+	}
+	return nil
+}

@@ -1,0 +1,218 @@
+package render
+
+import (
+	"encoding/base64"
+	"strings"
+
+	"github.com/ctxd/ctxd/pkg/record"
+)
+
+// What the emitters share: the message being built, merging, the image
+// types each provider takes, and the thinking rule.
+
+// out is a provider message being built: its role, its blocks (parts,
+// items) and the neutral message each came from.
+type out struct {
+	role   string
+	blocks []any
+	srcs   []int
+}
+
+// outList builds a list of provider messages, merging a message into the
+// one before it when the provider wants runs of one role merged.
+type outList struct {
+	p     *plan
+	merge bool
+	msgs  []*out
+}
+
+// add appends blocks from neutral message src under role.
+func (l *outList) add(role string, src int, blocks ...any) {
+	srcs := make([]int, len(blocks))
+	for i := range srcs {
+		srcs[i] = src
+	}
+	l.addFrom(role, srcs, blocks)
+}
+
+// addFrom appends blocks, each from the neutral message in srcs.
+func (l *outList) addFrom(role string, srcs []int, blocks []any) {
+	if len(blocks) == 0 {
+		return
+	}
+	if n := len(l.msgs); n > 0 && l.merge && l.msgs[n-1].role == role {
+		last := l.msgs[n-1]
+		if last.srcs[len(last.srcs)-1] != srcs[0] {
+			l.p.change(Change{Kind: MessagesMerged, Message: srcs[0], Block: -1, Into: last.srcs[len(last.srcs)-1]})
+		}
+		last.blocks = append(last.blocks, blocks...)
+		last.srcs = append(last.srcs, srcs...)
+		return
+	}
+	l.msgs = append(l.msgs, &out{role: role, blocks: blocks, srcs: srcs})
+}
+
+// leadingSystem returns the text parts of the system messages before any
+// other message, and how many items they are.
+func (p *plan) leadingSystem() (parts []part, n int) {
+	for n < len(p.items) && p.items[n].kind == systemItem {
+		it := p.items[n]
+		if len(it.parts) == 0 {
+			p.removed(MessageRemoved, it.src, -1, "empty")
+		}
+		for _, pt := range it.parts {
+			if pt.kind == textPart {
+				parts = append(parts, pt)
+			}
+		}
+		n++
+	}
+	return parts, n
+}
+
+// systemText is a later system message's text, sent as user text where
+// the provider has system instructions only at the start: marked, so the
+// model can tell it from the user's words.
+func systemText(t string) string { return "<system>\n" + t + "\n</system>" }
+
+// imageTypes are the media types each provider documents for images.
+func imageOK(f Format, mime string) bool {
+	switch mime {
+	case "image/jpeg", "image/png", "image/gif", "image/webp":
+		return true
+	case "image/heic", "image/heif":
+		return f == Gemini
+	}
+	return false
+}
+
+// imageFor checks an image part for the plan's format, reporting it when
+// it goes.
+func (p *plan) imageFor(pt part, src, block int) bool {
+	switch {
+	case pt.img.url != "" && p.f == Gemini:
+		p.removed(BlockRemoved, src, block, "image by URL (Gemini takes inline images)")
+		return false
+	case pt.img.url == "" && !imageOK(p.f, pt.img.mime):
+		p.removed(BlockRemoved, src, block, "image of type "+quote(pt.img.mime))
+		return false
+	}
+	return true
+}
+
+func dataURL(img image) string {
+	if img.url != "" {
+		return img.url
+	}
+	return "data:" + img.mime + ";base64," + img.data
+}
+
+// sameProvider reports whether an assistant message was produced through
+// an API whose name holds one of the words, or names none: pi records api
+// and provider on its assistant messages. Signatures are only valid where
+// they were made.
+func sameProvider(m *record.Map, words ...string) bool {
+	for _, k := range []string{"api", "provider"} {
+		v, ok := m.String(k)
+		if !ok || v == "" {
+			continue
+		}
+		v = strings.ToLower(v)
+		for _, w := range words {
+			if strings.Contains(v, w) {
+				return true
+			}
+		}
+		return false
+	}
+	return true
+}
+
+// validBase64 reports whether s is standard base64, as Gemini's bytes
+// fields need.
+func validBase64(s string) bool {
+	_, err := base64.StdEncoding.DecodeString(s)
+	return err == nil && s != ""
+}
+
+// joinText joins text parts with a blank line.
+func joinText(parts []part) (string, int) {
+	var b strings.Builder
+	n := 0
+	for _, pt := range parts {
+		if pt.kind != textPart {
+			continue
+		}
+		if n > 0 {
+			b.WriteString("\n\n")
+		}
+		b.WriteString(pt.text)
+		n++
+	}
+	return b.String(), n
+}
+
+// resultText is a result's text blocks joined by newlines.
+func resultText(r *result) string {
+	var b strings.Builder
+	n := 0
+	for _, pt := range r.parts {
+		if pt.kind == textPart {
+			if n > 0 {
+				b.WriteByte('\n')
+			}
+			b.WriteString(pt.text)
+			n++
+		}
+	}
+	return b.String()
+}
+
+func hasImages(r *result) bool {
+	for _, pt := range r.parts {
+		if pt.kind == imagePart {
+			return true
+		}
+	}
+	return false
+}
+
+// isBrowserResult reports whether r answers a browser call and holds an
+// image.
+func isBrowserResult(r *result, browser map[string]bool) bool {
+	return r.call != nil && browser[r.call.name] && hasImages(r)
+}
+
+// object returns call arguments as an object: a map as it is, a string
+// holding a JSON object decoded, nothing as {}; anything else is wrapped
+// as {"rawInvalidInput": value} and reported.
+func (p *plan) object(c *call) *record.Map {
+	switch a := c.args.(type) {
+	case *record.Map:
+		return a
+	case nil:
+		return record.NewMap()
+	case string:
+		if v, err := record.DecodeJSON([]byte(a)); err == nil {
+			if m, ok := v.(*record.Map); ok {
+				return m
+			}
+		}
+	}
+	p.change(Change{Kind: ArgsWrapped, Message: c.src, Block: c.block, ID: c.id})
+	return record.NewMap("rawInvalidInput", c.args)
+}
+
+// argString returns call arguments as the JSON string OpenAI takes: a
+// string as it is, anything else encoded (a value that is not an object
+// wrapped as object does).
+func (p *plan) argString(c *call) string {
+	if s, ok := c.args.(string); ok {
+		return s
+	}
+	b, err := record.AppendJSON(nil, p.object(c))
+	if err != nil {
+		return "{}"
+	}
+	return string(b)
+}

@@ -1,0 +1,155 @@
+package render
+
+import "github.com/ctxd/ctxd/pkg/record"
+
+// gemini renders {"systemInstruction": {...} (only if any), "contents":
+// [...]} for generateContent: runs of one role merged, each model turn
+// with calls followed by a user turn whose first parts are the function
+// responses, one per call, in call order, and then the results' images.
+func (p *plan) gemini() *record.Map {
+	l := &outList{p: p, merge: true}
+	sys, n := p.leadingSystem()
+	items := p.items[n:]
+	p.geminiFirstCalls(items)
+	for _, it := range items {
+		switch it.kind {
+		case systemItem:
+			var parts []any
+			for _, pt := range it.parts {
+				parts = append(parts, record.NewMap("text", systemText(pt.text)))
+			}
+			if len(parts) == 0 {
+				p.removed(MessageRemoved, it.src, -1, "empty")
+				continue
+			}
+			p.change(Change{Kind: SystemAsUser, Message: it.src, Block: -1})
+			l.add("user", it.src, parts...)
+		case userItem:
+			var parts []any
+			for _, pt := range it.parts {
+				switch pt.kind {
+				case textPart:
+					parts = append(parts, record.NewMap("text", pt.text))
+				case imagePart:
+					if p.imageFor(pt, it.src, pt.block) {
+						parts = append(parts, geminiImage(pt.img))
+					}
+				}
+			}
+			if len(parts) == 0 {
+				if len(it.parts) > 0 || !p.onlyResults(it.src) {
+					p.removed(MessageRemoved, it.src, -1, "empty")
+				}
+				continue
+			}
+			l.add("user", it.src, parts...)
+		case assistantItem:
+			var parts []any
+			sign := sameProvider(it.msg, "google", "gemini", "vertex")
+			for _, pt := range it.parts {
+				switch pt.kind {
+				case textPart:
+					parts = append(parts, record.NewMap("text", pt.text))
+				case callPart:
+					c := pt.call
+					part := record.NewMap("functionCall", record.NewMap("id", c.wire, "name", c.tool, "args", p.object(c)))
+					switch {
+					case c.thoughtSig == "":
+					case sign && validBase64(c.thoughtSig):
+						part.Set("thoughtSignature", c.thoughtSig)
+					default:
+						p.removed(BlockRemoved, it.src, pt.block, "thought signature not valid here")
+					}
+					parts = append(parts, part)
+				case thinkingPart, redactedPart:
+					p.removed(BlockRemoved, it.src, pt.block, "thinking (Gemini keeps thought signatures on the parts they came on)")
+				}
+			}
+			if len(parts) == 0 {
+				p.removed(MessageRemoved, it.src, -1, "empty")
+				continue
+			}
+			l.add("model", it.src, parts...)
+		case resultsItem:
+			var parts, images []any
+			var srcs, imageSrcs []int
+			for _, r := range it.results {
+				srcs = append(srcs, r.src)
+				key := "output"
+				if r.isErr {
+					key = "error"
+				}
+				parts = append(parts, record.NewMap("functionResponse", record.NewMap(
+					"id", r.call.wire, "name", r.call.tool, "response", record.NewMap(key, resultText(r)))))
+				moved := false
+				for _, pt := range r.parts {
+					if pt.kind == imagePart && p.imageFor(pt, r.src, r.block) {
+						images = append(images, geminiImage(pt.img))
+						imageSrcs = append(imageSrcs, r.src)
+						moved = true
+					}
+				}
+				if moved {
+					p.change(Change{Kind: ImageMoved, Message: r.src, Block: r.block, ID: r.id})
+				}
+			}
+			l.addFrom("user", append(srcs, imageSrcs...), append(parts, images...))
+		}
+	}
+	contents := make([]any, len(l.msgs))
+	for i, m := range l.msgs {
+		contents[i] = record.NewMap("role", m.role, "parts", m.blocks)
+	}
+	if len(l.msgs) > 0 {
+		p.report.EndsWithAssistant = l.msgs[len(l.msgs)-1].role == "model"
+	}
+	body := record.NewMap()
+	if len(sys) > 0 {
+		parts := make([]any, len(sys))
+		for i, pt := range sys {
+			parts[i] = record.NewMap("text", pt.text)
+		}
+		body.Set("systemInstruction", record.NewMap("parts", parts))
+	}
+	body.Set("contents", contents)
+	return body
+}
+
+// geminiFirstCalls removes the calls of model turns that no user turn
+// precedes: Gemini refuses a function call turn that does not come right
+// after a user turn or a function response turn, and a context that a
+// compaction starts with the assistant has none before it. Their results
+// go with them.
+func (p *plan) geminiFirstCalls(items []*item) {
+	for k, it := range items {
+		if it.kind == userItem || it.kind == systemItem {
+			if len(it.parts) > 0 {
+				return
+			}
+			continue
+		}
+		if it.kind != assistantItem {
+			continue
+		}
+		kept := it.parts[:0:0]
+		removed := false
+		for _, pt := range it.parts {
+			if pt.kind == callPart {
+				c := pt.call
+				p.change(Change{Kind: CallRemoved, Message: c.src, Block: c.block, ID: c.id, Reason: "a function call turn must follow a user turn"})
+				p.change(Change{Kind: ResultRemoved, Message: c.res.src, Block: c.res.block, ID: c.id, Reason: "its call is removed"})
+				removed = true
+				continue
+			}
+			kept = append(kept, pt)
+		}
+		it.parts = kept
+		if removed && k+1 < len(items) && items[k+1].kind == resultsItem {
+			items[k+1].results = nil
+		}
+	}
+}
+
+func geminiImage(img image) *record.Map {
+	return record.NewMap("inlineData", record.NewMap("mimeType", img.mime, "data", img.data))
+}

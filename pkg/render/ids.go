@@ -1,0 +1,116 @@
+package render
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strconv"
+)
+
+// idMax is the longest call id a format takes: OpenAI Chat has refused
+// ids over 40 characters; Anthropic's pattern and Responses' call_id allow
+// 64; Gemini takes any, 64 keeps them readable.
+func idMax(f Format) int {
+	if f == OpenAIChat {
+		return 40
+	}
+	return 64
+}
+
+func idByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-'
+}
+
+// validID reports whether s matches ^[a-zA-Z0-9_-]{1,max}$.
+func validID(s string, max int) bool {
+	if s == "" || len(s) > max {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !idByte(s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// sanitize replaces every byte outside [a-zA-Z0-9_-] by '_'.
+func sanitize(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if !idByte(c) {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
+func shortHash(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:4])
+}
+
+// idMap maps call ids to ids a provider takes, deterministically and
+// without collisions: an id that is valid and seen for the first time is
+// kept; an invalid one is sanitized, cut and given a hash of the original;
+// the n-th call reusing an id gets the suffix _n. Should the result still
+// collide with an id given out before, a counter follows. The mapping of
+// an id depends only on the calls before it, so a session that grows keeps
+// the ids it had.
+type idMap struct {
+	max   int
+	seen  map[string]int
+	taken map[string]bool
+}
+
+func newIDMap(max int) *idMap {
+	return &idMap{max: max, seen: map[string]int{}, taken: map[string]bool{}}
+}
+
+func (m *idMap) wire(id string) string {
+	n := m.seen[id]
+	m.seen[id] = n + 1
+	w := id
+	if !validID(id, m.max) || n > 0 || m.taken[id] {
+		suffix := ""
+		if !validID(id, m.max) {
+			suffix = "_" + shortHash(id)
+		}
+		if n > 0 {
+			suffix += "_" + strconv.Itoa(n+1)
+		}
+		w = cut(sanitize(id), m.max-len(suffix)) + suffix
+		for k := 2; m.taken[w]; k++ {
+			more := suffix + "_x" + strconv.Itoa(k)
+			w = cut(sanitize(id), m.max-len(more)) + more
+		}
+	}
+	m.taken[w] = true
+	return w
+}
+
+func cut(s string, n int) string {
+	if len(s) > n {
+		return s[:max(n, 0)]
+	}
+	return s
+}
+
+// toolName returns the name a call is sent with: names outside the
+// pattern every provider documents for function names,
+// ^[a-zA-Z0-9_-]{1,64}$ (Gemini: starting with a letter or '_'), are
+// sanitized and cut; a name is never empty here.
+func toolName(f Format, name string) string {
+	ok := validID(name, 64)
+	if ok && f == Gemini {
+		c := name[0]
+		ok = c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+	}
+	if ok {
+		return name
+	}
+	s := cut(sanitize(name), 64)
+	if f == Gemini && !(s[0] == '_' || s[0] >= 'a' && s[0] <= 'z' || s[0] >= 'A' && s[0] <= 'Z') {
+		s = cut("_"+s, 64)
+	}
+	return s
+}

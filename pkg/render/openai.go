@@ -1,0 +1,241 @@
+package render
+
+import "github.com/ctxd/ctxd/pkg/record"
+
+// movedImageText stands in a tool message for the images that moved to
+// the user message after the tool messages.
+const movedImageText = "[image in the next user message]"
+
+// openAIChat renders {"messages": [...]} for Chat Completions: system
+// messages as system messages where they are, each assistant message with
+// tool_calls followed by one tool message per call, in call order, and
+// then one user message with the results' images, which tool messages
+// cannot hold.
+func (p *plan) openAIChat() *record.Map {
+	msgs := []any{}
+	var lastRole string
+	add := func(m *record.Map) {
+		msgs = append(msgs, m)
+		lastRole, _ = m.String("role")
+	}
+	for _, it := range p.items {
+		switch it.kind {
+		case systemItem, userItem:
+			role := "user"
+			if it.kind == systemItem {
+				role = "system"
+			}
+			content := p.chatContent(it)
+			if content == nil {
+				if len(it.parts) > 0 || !p.onlyResults(it.src) {
+					p.removed(MessageRemoved, it.src, -1, "empty")
+				}
+				continue
+			}
+			add(record.NewMap("role", role, "content", content))
+		case assistantItem:
+			var texts []part
+			var calls []any
+			for _, pt := range it.parts {
+				switch pt.kind {
+				case textPart:
+					texts = append(texts, pt)
+				case callPart:
+					c := pt.call
+					calls = append(calls, record.NewMap("id", c.wire, "type", "function",
+						"function", record.NewMap("name", c.tool, "arguments", p.argString(c))))
+				case thinkingPart, redactedPart:
+					p.removed(BlockRemoved, it.src, pt.block, "thinking (Chat Completions takes none back)")
+				}
+			}
+			if len(texts) == 0 && len(calls) == 0 {
+				p.removed(MessageRemoved, it.src, -1, "empty")
+				continue
+			}
+			m := record.NewMap("role", "assistant")
+			switch {
+			case len(texts) == 0:
+				m.Set("content", nil)
+			case len(texts) == 1 && it.stringContent:
+				m.Set("content", texts[0].text)
+			default:
+				m.Set("content", textParts(texts, "text"))
+			}
+			if len(calls) > 0 {
+				m.Set("tool_calls", calls)
+			}
+			add(m)
+		case resultsItem:
+			var images []any
+			for _, r := range it.results {
+				var texts []part
+				var label bool
+				for _, pt := range r.parts {
+					switch pt.kind {
+					case textPart:
+						texts = append(texts, pt)
+					case imagePart:
+						if !p.imageFor(pt, r.src, r.block) {
+							continue
+						}
+						if !label {
+							images = append(images, record.NewMap("type", "text", "text", "Images from tool result "+r.call.wire+":"))
+							p.change(Change{Kind: ImageMoved, Message: r.src, Block: r.block, ID: r.id})
+							label = true
+						}
+						images = append(images, record.NewMap("type", "image_url", "image_url", record.NewMap("url", dataURL(pt.img))))
+					}
+				}
+				var content any
+				switch {
+				case len(texts) == 0 && label:
+					content = movedImageText
+				case len(texts) == 0:
+					content = ""
+				case r.stringContent:
+					content = texts[0].text
+				default:
+					content = textParts(texts, "text")
+				}
+				add(record.NewMap("role", "tool", "tool_call_id", r.call.wire, "content", content))
+			}
+			if len(images) > 0 {
+				add(record.NewMap("role", "user", "content", images))
+			}
+		}
+	}
+	p.report.EndsWithAssistant = lastRole == "assistant"
+	return record.NewMap("messages", msgs)
+}
+
+// chatContent is a user or system message's content: a string when the
+// neutral content was one, else text and image parts; nil when nothing is
+// left.
+func (p *plan) chatContent(it *item) any {
+	if it.stringContent && len(it.parts) == 1 {
+		return it.parts[0].text
+	}
+	var parts []any
+	for _, pt := range it.parts {
+		switch pt.kind {
+		case textPart:
+			parts = append(parts, record.NewMap("type", "text", "text", pt.text))
+		case imagePart:
+			if it.kind == systemItem {
+				p.removed(BlockRemoved, it.src, pt.block, "image in a system message")
+				continue
+			}
+			if p.imageFor(pt, it.src, pt.block) {
+				parts = append(parts, record.NewMap("type", "image_url", "image_url", record.NewMap("url", dataURL(pt.img))))
+			}
+		}
+	}
+	if len(parts) == 0 {
+		return nil
+	}
+	return parts
+}
+
+func textParts(texts []part, typ string) []any {
+	out := make([]any, len(texts))
+	for i, pt := range texts {
+		out[i] = record.NewMap("type", typ, "text", pt.text)
+	}
+	return out
+}
+
+// openAIResponses renders {"input": [...]} for the Responses API: message
+// items for user, system and assistant text, a function_call item per
+// call and a function_call_output item per result right after its call's
+// items, in call order. Item ids are never sent: they must come from the
+// same API, and an omitted id is always valid.
+func (p *plan) openAIResponses() *record.Map {
+	items := []any{}
+	lastAssistant := false
+	for _, it := range p.items {
+		switch it.kind {
+		case systemItem, userItem:
+			role := "user"
+			if it.kind == systemItem {
+				role = "system"
+			}
+			var content any
+			if it.stringContent && len(it.parts) == 1 {
+				content = it.parts[0].text
+			} else {
+				var parts []any
+				for _, pt := range it.parts {
+					switch pt.kind {
+					case textPart:
+						parts = append(parts, record.NewMap("type", "input_text", "text", pt.text))
+					case imagePart:
+						if it.kind == systemItem {
+							p.removed(BlockRemoved, it.src, pt.block, "image in a system message")
+						} else if p.imageFor(pt, it.src, pt.block) {
+							parts = append(parts, responsesImage(pt.img))
+						}
+					}
+				}
+				if len(parts) > 0 {
+					content = parts
+				}
+			}
+			if content == nil {
+				if len(it.parts) > 0 || !p.onlyResults(it.src) {
+					p.removed(MessageRemoved, it.src, -1, "empty")
+				}
+				continue
+			}
+			items = append(items, record.NewMap("type", "message", "role", role, "content", content))
+			lastAssistant = false
+		case assistantItem:
+			n := len(items)
+			for _, pt := range it.parts {
+				switch pt.kind {
+				case textPart:
+					items = append(items, record.NewMap("type", "message", "role", "assistant", "content", pt.text))
+				case callPart:
+					c := pt.call
+					items = append(items, record.NewMap("type", "function_call", "call_id", c.wire, "name", c.tool, "arguments", p.argString(c)))
+				case thinkingPart, redactedPart:
+					p.removed(BlockRemoved, it.src, pt.block, "thinking (a reasoning item needs its encrypted content and id)")
+				}
+			}
+			if len(items) == n {
+				p.removed(MessageRemoved, it.src, -1, "empty")
+				continue
+			}
+			lastAssistant = true
+		case resultsItem:
+			for _, r := range it.results {
+				var output any = ""
+				if r.stringContent && len(r.parts) == 1 {
+					output = r.parts[0].text
+				} else if len(r.parts) > 0 {
+					var parts []any
+					for _, pt := range r.parts {
+						switch pt.kind {
+						case textPart:
+							parts = append(parts, record.NewMap("type", "input_text", "text", pt.text))
+						case imagePart:
+							if p.imageFor(pt, r.src, r.block) {
+								parts = append(parts, responsesImage(pt.img))
+							}
+						}
+					}
+					if len(parts) > 0 {
+						output = parts
+					}
+				}
+				items = append(items, record.NewMap("type", "function_call_output", "call_id", r.call.wire, "output", output))
+			}
+			lastAssistant = false
+		}
+	}
+	p.report.EndsWithAssistant = lastAssistant
+	return record.NewMap("input", items)
+}
+
+func responsesImage(img image) *record.Map {
+	return record.NewMap("type", "input_image", "image_url", dataURL(img), "detail", "auto")
+}

@@ -1,0 +1,171 @@
+package server
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/ctxd/ctxd/pkg/projection"
+	"github.com/ctxd/ctxd/pkg/record"
+	"github.com/ctxd/ctxd/pkg/render"
+)
+
+// A rendered reply (a format other than neutral, or a budget asked for)
+// is built on request from the session's messages: it is not kept, so a
+// session's memory stays what its neutral reply needs whatever formats
+// its clients ask for. Its fields (PROTOCOL.md):
+//
+//	{"session", "seq", "format", <the body's fields>, "dropped", "render", "usage", "budget"}
+//
+// A neutral reply with a budget is the neutral reply with "usage" and
+// "budget" after "dropped", and no "format" or "render".
+
+// rendering is what a rendered reply says beside session and seq.
+type rendering struct {
+	format  render.Format
+	body    render.Body
+	report  render.Report
+	dropped projection.Dropped
+	msgs    []any
+	seqs    []uint64
+	req     contextRequest
+}
+
+func renderSession(p *projection.Session, req contextRequest, browser []string) rendering {
+	r := rendering{format: req.format, req: req, msgs: []any{}}
+	if r.format == "" {
+		r.format = render.Neutral
+	}
+	if p != nil {
+		r.msgs, r.seqs, r.dropped = p.Messages(), p.MessageSeqs(nil), p.Dropped()
+	} else {
+		r.dropped = projection.Dropped{UnpairedCalls: []projection.UnpairedCall{}, OrphanResults: []projection.OrphanResult{}}
+	}
+	r.body, r.report = render.Render(r.format, r.msgs, render.Options{Seqs: r.seqs, BrowserTools: browser})
+	return r
+}
+
+// tail returns the fields after the body: dropped, render (not for
+// neutral), usage, budget (when asked for).
+func (r rendering) tail(bodyJSONBytes int) []record.Member {
+	u := render.Estimate(r.body, bodyJSONBytes)
+	fields := []record.Member{{Key: "dropped", Value: droppedMap(r.dropped)}}
+	if r.format != render.Neutral {
+		fields = append(fields, record.Member{Key: "render", Value: r.report.Map(r.format)})
+	}
+	fields = append(fields, record.Member{Key: "usage", Value: u.Map()})
+	if r.req.hasBudget {
+		b := render.CheckBudget(r.msgs, r.seqs, u, r.req.budget)
+		fields = append(fields, record.Member{Key: "budget", Value: b.Map()})
+	}
+	return fields
+}
+
+func droppedMap(d projection.Dropped) *record.Map {
+	calls := make([]any, len(d.UnpairedCalls))
+	for i, c := range d.UnpairedCalls {
+		calls[i] = record.NewMap("id", c.ID, "tool", c.Tool, "seq", c.Seq)
+	}
+	orphans := make([]any, len(d.OrphanResults))
+	for i, o := range d.OrphanResults {
+		orphans[i] = record.NewMap("id", o.ID, "seq", o.Seq)
+	}
+	return record.NewMap("unpaired_calls", calls, "orphan_results", orphans, "images_omitted", int64(d.ImagesOmitted))
+}
+
+// appendRenderedJSON appends a rendered reply as JSON.
+func appendRenderedJSON(dst []byte, session string, p *projection.Session, req contextRequest, browser []string) ([]byte, error) {
+	r := renderSession(p, req, browser)
+	var seq uint64
+	if p != nil {
+		seq = p.Seq()
+	}
+	dst = append(dst, `{"session":`...)
+	dst = record.AppendJSONString(dst, session)
+	dst = append(dst, `,"seq":`...)
+	dst = strconv.AppendUint(dst, seq, 10)
+	if r.format != render.Neutral {
+		dst = append(dst, `,"format":`...)
+		dst = record.AppendJSONString(dst, string(r.format))
+	}
+	// The body's fields, whose JSON object is as long as they are plus
+	// its braces less the first comma.
+	start := len(dst)
+	var err error
+	if r.format == render.Neutral && p != nil {
+		body, _ := p.JSONBody() // the cached encoding of the messages
+		dst = append(dst, `,"messages":[`...)
+		dst = append(dst, body...)
+		dst = append(dst, ']')
+	} else {
+		for _, m := range r.body.Fields.Members {
+			dst = append(dst, ',')
+			dst = record.AppendJSONString(dst, m.Key)
+			dst = append(dst, ':')
+			if dst, err = record.AppendJSON(dst, m.Value); err != nil {
+				return dst, fmt.Errorf("encode %s body: %w", r.format, err)
+			}
+		}
+	}
+	for _, m := range r.tail(len(dst) - start + 1) {
+		dst = append(dst, ',')
+		dst = record.AppendJSONString(dst, m.Key)
+		dst = append(dst, ':')
+		if dst, err = record.AppendJSON(dst, m.Value); err != nil {
+			return dst, err
+		}
+	}
+	return append(dst, '}'), nil
+}
+
+// appendRenderedMsgpack appends a rendered reply as a msgpack map. Usage
+// still counts the body's JSON bytes, what a provider is sent; scratch
+// is a buffer to measure them in.
+func appendRenderedMsgpack(dst, scratch []byte, session string, p *projection.Session, req contextRequest, browser []string) ([]byte, []byte, error) {
+	r := renderSession(p, req, browser)
+	var seq uint64
+	if p != nil {
+		seq = p.Seq()
+	}
+	jsonBytes := 0
+	if r.format == render.Neutral && p != nil {
+		body, _ := p.JSONBody()
+		jsonBytes = len(`{"messages":[]}`) + len(body)
+	} else {
+		var err error
+		if scratch, err = r.body.AppendJSON(scratch[:0]); err != nil {
+			return dst, scratch, fmt.Errorf("encode %s body: %w", r.format, err)
+		}
+		jsonBytes = len(scratch)
+	}
+	tail := r.tail(jsonBytes)
+	n := 2 + r.body.Fields.Len() + len(tail)
+	if r.format != render.Neutral {
+		n++
+	}
+	dst = record.AppendMsgpackMapLen(dst, n)
+	dst = record.AppendMsgpackString(dst, "session")
+	dst = record.AppendMsgpackString(dst, session)
+	dst = record.AppendMsgpackString(dst, "seq")
+	dst = appendMsgpackUint(dst, seq)
+	if r.format != render.Neutral {
+		dst = record.AppendMsgpackString(dst, "format")
+		dst = record.AppendMsgpackString(dst, string(r.format))
+	}
+	var err error
+	for _, m := range append(r.body.Fields.Members, tail...) {
+		dst = record.AppendMsgpackString(dst, m.Key)
+		if dst, err = record.AppendMsgpack(dst, m.Value); err != nil {
+			return dst, scratch, fmt.Errorf("%w: %w", errNotMsgpack, err)
+		}
+	}
+	return dst, scratch, nil
+}
+
+// sizeHint guesses the size of a rendered reply from the neutral one's.
+func sizeHint(p *projection.Session) int {
+	if p == nil {
+		return 1024
+	}
+	body, _ := p.JSONBody()
+	return len(body) + len(body)/8 + 4096
+}

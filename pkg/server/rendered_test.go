@@ -1,0 +1,199 @@
+package server
+
+import (
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ctxd/ctxd/pkg/projection"
+	"github.com/ctxd/ctxd/pkg/record"
+	"github.com/ctxd/ctxd/pkg/render"
+)
+
+func TestParseRequest_FormatAndBudget(t *testing.T) {
+	tests := []struct {
+		name   string
+		body   []byte
+		format render.Format
+		budget uint64
+		has    bool
+		bad    string
+	}{
+		{name: "no format: neutral", body: []byte(`{"min_seq":1}`), format: ""},
+		{name: "neutral", body: []byte(`{"format":"neutral"}`), format: render.Neutral},
+		{name: "empty string: neutral", body: []byte(`{"format":""}`), format: render.Neutral},
+		{name: "anthropic", body: []byte(`{"format":"anthropic"}`), format: render.Anthropic},
+		{name: "openai-chat", body: []byte(`{"format":"openai-chat"}`), format: render.OpenAIChat},
+		{name: "openai-responses", body: []byte(`{"format":"openai-responses"}`), format: render.OpenAIResponses},
+		{name: "gemini, msgpack", body: msgpackOf(t, "format", "gemini"), format: render.Gemini},
+		{name: "budget", body: []byte(`{"format":"gemini","budget_tokens":100000}`), format: render.Gemini, budget: 100000, has: true},
+		{name: "budget 0", body: []byte(`{"budget_tokens":0}`), format: "", has: true},
+		{name: "unknown format", body: []byte(`{"format":"claude"}`), bad: `unknown format "claude": want one of neutral, anthropic, openai-chat, openai-responses, gemini`},
+		{name: "format of another case", body: []byte(`{"format":"Anthropic"}`), bad: "want one of"},
+		{name: "format not a string", body: []byte(`{"format":1}`), bad: "format must be a string, got 1"},
+		{name: "negative budget", body: []byte(`{"budget_tokens":-5}`), bad: "budget_tokens must be a non-negative integer"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, err := parseRequest(tt.body, "")
+			if tt.bad != "" {
+				require.Error(t, err)
+				code, desc := errorReply(err)
+				require.Equal(t, CodeBadRequest, code)
+				require.Contains(t, desc, tt.bad)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tt.format, req.format)
+			require.Equal(t, tt.budget, req.budget)
+			require.Equal(t, tt.has, req.hasBudget)
+		})
+	}
+}
+
+// renderedSession has a call, a result after an interruption (moved), a
+// duplicate result, and two screenshots.
+func renderedSession(t testing.TB) *projection.Session {
+	return sessionOf(t, []string{
+		`{"role":"system","content":"You are careful."}`,
+		`{"role":"user","content":"open the page"}`,
+		`{"role":"assistant","content":[{"type":"text","text":"opening"},{"type":"toolCall","id":"functions.browser:1","name":"browser_use","arguments":{"url":"a"}}]}`,
+		`{"role":"user","content":"quickly"}`,
+		`{"role":"toolResult","toolCallId":"functions.browser:1","toolName":"browser_use","content":[{"type":"text","text":"p1"},{"type":"image","data":"AAAA","mimeType":"image/png"}]}`,
+		`{"role":"toolResult","toolCallId":"functions.browser:1","content":"again"}`,
+		`{"role":"assistant","content":[{"type":"toolCall","id":"b2","name":"browser_use","arguments":{"url":"b"}}]}`,
+		`{"role":"toolResult","toolCallId":"b2","toolName":"browser_use","content":[{"type":"image","data":"BBBB","mimeType":"image/png"}]}`,
+	})
+}
+
+func TestService_Formats(t *testing.T) {
+	url := startNATS(t, 0)
+	p := renderedSession(t)
+	proj := &fakeProjections{view: viewOf(map[string]*projection.Session{"s1": p})}
+	startService(t, url, proj)
+	nc := connect(t, url)
+
+	// Absent or neutral, the reply is today's, byte for byte.
+	want := string(replyJSON("s1", p))
+	for _, body := range []string{"", `{}`, `{"format":"neutral"}`, `{"format":""}`} {
+		msg := request(t, nc, "ctxd.context.s1", []byte(body), nil)
+		require.Empty(t, errorCode(msg), msg.Header.Get(micro.ErrorHeader))
+		require.Equal(t, want, string(msg.Data), "body %q", body)
+	}
+
+	for _, f := range render.Formats[1:] {
+		for _, asMsgpack := range []bool{false, true} {
+			name := string(f) + "/json"
+			if asMsgpack {
+				name = string(f) + "/msgpack"
+			}
+			t.Run(name, func(t *testing.T) {
+				body := []byte(`{"format":"` + string(f) + `"}`)
+				if asMsgpack {
+					body = msgpackOf(t, "format", string(f))
+				}
+				msg := request(t, nc, "ctxd.context.s1", body, nil)
+				require.Empty(t, errorCode(msg), msg.Header.Get(micro.ErrorHeader))
+				require.Equal(t, !asMsgpack, record.IsJSON(msg.Data))
+				var v any
+				var err error
+				if asMsgpack {
+					v, err = record.DecodeMsgpack(msg.Data)
+				} else {
+					v, err = record.DecodeJSON(msg.Data)
+				}
+				require.NoError(t, err)
+				m := v.(*record.Map)
+
+				wantBody, wantRep := render.Render(f, p.Messages(), render.Options{Seqs: p.MessageSeqs(nil)})
+				keys := []string{"session", "seq", "format"}
+				for _, mem := range wantBody.Fields.Members {
+					keys = append(keys, mem.Key)
+				}
+				keys = append(keys, "dropped", "render", "usage")
+				var got []string
+				for _, mem := range m.Members {
+					got = append(got, mem.Key)
+				}
+				require.Equal(t, keys, got)
+				require.Equal(t, "s1", field(m, "session"))
+				require.Equal(t, string(f), field(m, "format"))
+				for _, mem := range wantBody.Fields.Members {
+					requireEqualValues(t, mem.Value, field(m, mem.Key), mem.Key)
+				}
+				requireEqualValues(t, droppedOf(p.Dropped()), field(m, "dropped"), "dropped")
+				requireEqualValues(t, wantRep.Map(f), field(m, "render"), "render")
+				require.NotEmpty(t, wantRep.Changes, "the session needs changes")
+
+				u := field(m, "usage").(*record.Map)
+				bodyJSON, err := wantBody.AppendJSON(nil)
+				require.NoError(t, err)
+				requireEqualValues(t, render.Estimate(wantBody, len(bodyJSON)).Map(), u, "usage")
+				images, _ := record.IntegerString(field(u, "images"))
+				require.Equal(t, "1", images, "the latest screenshot; the earlier one is trimmed")
+			})
+		}
+	}
+
+	t.Run("unknown format", func(t *testing.T) {
+		msg := request(t, nc, "ctxd.context.s1", []byte(`{"format":"bedrock"}`), nil)
+		require.Equal(t, CodeBadRequest, errorCode(msg))
+		require.Contains(t, msg.Header.Get(micro.ErrorHeader), "neutral, anthropic, openai-chat, openai-responses, gemini")
+	})
+
+	t.Run("a session without records", func(t *testing.T) {
+		msg := request(t, nc, "ctxd.context.nobody", []byte(`{"format":"anthropic","budget_tokens":10}`), nil)
+		require.Empty(t, errorCode(msg), msg.Header.Get(micro.ErrorHeader))
+		require.Equal(t, `{"session":"nobody","seq":0,"format":"anthropic","messages":[],"dropped":{"unpaired_calls":[],"orphan_results":[],"images_omitted":0},"render":{"changes":[],"ends_with_assistant":false,"cache_breakpoint":null},"usage":{"bytes":15,"images":0,"input_tokens":4},"budget":{"tokens":10,"over":false}}`, string(msg.Data))
+	})
+}
+
+func field(m *record.Map, k string) any { v, _ := m.Get(k); return v }
+
+// Over budget, the reply names the latest record a compaction may start
+// after without separating a call from its result; the neutral reply
+// gains usage and budget only when a budget is asked for.
+func TestService_Budget(t *testing.T) {
+	url := startNATS(t, 0)
+	p := renderedSession(t)
+	proj := &fakeProjections{view: viewOf(map[string]*projection.Session{"s1": p})}
+	startService(t, url, proj)
+	nc := connect(t, url)
+
+	for _, hdr := range []nats.Header{nil, {"Accept": []string{"application/msgpack"}}} {
+		for _, f := range []string{"neutral", "anthropic", "gemini"} {
+			body := []byte(`{"format":"` + f + `","budget_tokens":5}`)
+			asMsgpack := hdr != nil
+			if asMsgpack {
+				body = msgpackOf(t, "format", f, "budget_tokens", int64(5))
+			}
+			msg := request(t, nc, "ctxd.context.s1", body, nil)
+			require.Empty(t, errorCode(msg), msg.Header.Get(micro.ErrorHeader))
+			var v any
+			var err error
+			if asMsgpack {
+				v, err = record.DecodeMsgpack(msg.Data)
+			} else {
+				v, err = record.DecodeJSON(msg.Data)
+			}
+			require.NoError(t, err)
+			m := v.(*record.Map)
+			b := field(m, "budget").(*record.Map)
+			require.Equal(t, true, field(b, "over"))
+			seq, _ := record.IntegerString(field(b, "compact_before_seq"))
+			// Records 3 (the call) to 6 (the duplicate) hang together; the
+			// latest cut that separates no pair is before record 7.
+			require.Equal(t, "7", seq, f)
+			if f == "neutral" {
+				var keys []string
+				for _, mem := range m.Members {
+					keys = append(keys, mem.Key)
+				}
+				require.Equal(t, []string{"session", "seq", "messages", "dropped", "usage", "budget"}, keys)
+				requireEqualValues(t, p.Messages(), field(m, "messages"), "messages")
+			}
+		}
+	}
+}
