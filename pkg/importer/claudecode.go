@@ -25,6 +25,7 @@ var claudeMetadata = map[string]bool{
 
 type ccEntry struct {
 	n      int
+	line   []byte
 	m      *record.Map
 	typ    string
 	uuid   string
@@ -64,7 +65,7 @@ func parseClaudeCode(name string, data []byte) ([]*Transcript, error) {
 		if m == nil {
 			return
 		}
-		e := &ccEntry{n: n, m: m, typ: str(m, "type"), uuid: str(m, "uuid"), parent: str(m, "parentUuid"),
+		e := &ccEntry{n: n, line: line, m: m, typ: str(m, "type"), uuid: str(m, "uuid"), parent: str(m, "parentUuid"),
 			side: record.IsTrue(get(m, "isSidechain")), agent: str(m, "agentId")}
 		switch {
 		case e.isMessage() || e.typ == "system" || e.typ == "attachment":
@@ -218,7 +219,7 @@ func convertClaudeGroup(b *builder, g *ccGroup, source string) {
 			fallthrough
 		case e.isMessage():
 			if msg := claudeMessage(rep, e); msg != nil {
-				b.add(claudeID(e, source), e.where(), msg)
+				b.addRaw(claudeID(e, source), e.where(), msg, claudeRaw(e, msg))
 			}
 		case e.isBoundary():
 			var summary *ccEntry
@@ -409,6 +410,16 @@ func claudeMessage(rep *Report, e *ccEntry) *record.Map {
 	}
 	setIf(out, "timestamp", get(e.m, "timestamp"))
 	return out
+}
+
+// claudeRaw is a converted message's JSON with its content and timestamp
+// as the line wrote them.
+func claudeRaw(e *ccEntry, msg *record.Map) []byte {
+	raw := map[string][]byte{"content": span(e.line, "message", "content")}
+	if has(msg, "timestamp") {
+		raw["timestamp"] = span(e.line, "timestamp")
+	}
+	return splice(msg, raw)
 }
 
 // claudeCompaction builds the checkpoint of a compact_boundary line: the

@@ -89,14 +89,17 @@ func (b *builder) report() *Report { return &b.t.Report }
 
 // add appends a record. An ID met twice (a source that repeats its own ids)
 // gets a "#2", "#3" suffix, so that no record of the file hides another.
-func (b *builder) add(id, where string, v *record.Map) {
+func (b *builder) add(id, where string, v *record.Map) { b.addRaw(id, where, v, nil) }
+
+// addRaw appends a record whose JSON is raw (nil: encode v).
+func (b *builder) addRaw(id, where string, v *record.Map, raw []byte) {
 	if n := b.ids[id]; n > 0 {
 		b.ids[id] = n + 1
 		id = fmt.Sprintf("%s#%d", id, n+1)
 	} else {
 		b.ids[id] = 1
 	}
-	b.t.Records = append(b.t.Records, Record{ID: id, Where: where, Value: v})
+	b.t.Records = append(b.t.Records, Record{ID: id, Where: where, Value: v, raw: raw})
 	b.t.Report.record(classOf(v))
 }
 

@@ -30,7 +30,7 @@ func checkTranscript(tr *Transcript) error {
 		if r.Where == "" {
 			return fmt.Errorf("record %d (%s): no place", i, r.ID)
 		}
-		b, err := record.MarshalJSON(r.Value)
+		b, err := r.AppendJSON(nil)
 		if err != nil {
 			return fmt.Errorf("record %d (%s): %w", i, r.ID, err)
 		}

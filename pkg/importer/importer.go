@@ -102,6 +102,19 @@ type Record struct {
 	Where string
 	// Value is the record, a map of the types pkg/record encodes.
 	Value *record.Map
+	// raw is Value's JSON made of the source's own bytes, when the record
+	// passes source values through; nil to encode Value.
+	raw []byte
+}
+
+// AppendJSON appends the record's JSON encoding to dst: the source's own
+// bytes for the values the record passes through unchanged, Value encoded
+// otherwise. Decoded, it is always Value.
+func (r Record) AppendJSON(dst []byte) ([]byte, error) {
+	if r.raw != nil {
+		return append(dst, r.raw...), nil
+	}
+	return record.AppendJSON(dst, r.Value)
 }
 
 // Class names the kind of a record for reports: its role, "compaction", or

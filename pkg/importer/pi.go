@@ -30,6 +30,7 @@ var piMetadata = map[string]bool{
 
 type piEntry struct {
 	n      int
+	line   []byte
 	index  int // among the file's entries, the header being 0
 	m      *record.Map
 	typ    string
@@ -42,6 +43,7 @@ func parsePi(name string, data []byte) ([]*Transcript, error) {
 	var entries []*piEntry
 	var header *record.Map
 	headerLine := 0
+	var headerRaw []byte
 	index := 0
 	eachLine(data, func(n int, line []byte) {
 		rep.Entries++
@@ -49,10 +51,10 @@ func parsePi(name string, data []byte) ([]*Transcript, error) {
 		if m == nil {
 			return
 		}
-		e := &piEntry{n: n, index: index, m: m, typ: str(m, "type"), id: str(m, "id"), parent: str(m, "parentId")}
+		e := &piEntry{n: n, line: line, index: index, m: m, typ: str(m, "type"), id: str(m, "id"), parent: str(m, "parentId")}
 		index++
 		if header == nil && e.typ == "session" {
-			header, headerLine = m, n
+			header, headerLine, headerRaw = m, n, line
 			return
 		}
 		entries = append(entries, e)
@@ -81,7 +83,7 @@ func parsePi(name string, data []byte) ([]*Transcript, error) {
 		}
 		return fmt.Sprintf("%s:%d", source, e.n)
 	}
-	b.add(source+":header", lineWhere(headerLine), header)
+	b.addRaw(source+":header", lineWhere(headerLine), header, headerRaw)
 
 	path := piPath(rep2, entries, version)
 	// Messages converted so far on the path, by entry, for the snapshots.
@@ -95,14 +97,15 @@ func parsePi(name string, data []byte) ([]*Transcript, error) {
 				rep2.unknown(where, "a message entry without a message")
 				continue
 			}
+			raw := span(e.line, "message")
 			if str(msg, "role") == "hookMessage" {
-				msg = with(msg, "role", "custom") // renamed in version 3
+				msg, raw = with(msg, "role", "custom"), nil // renamed in version 3
 			}
 			converted[e] = msg
-			b.add(id(e), where, msg)
+			b.addRaw(id(e), where, msg, raw)
 		case e.typ == "custom_message":
 			converted[e] = e.m
-			b.add(id(e), where, e.m)
+			b.addRaw(id(e), where, e.m, e.line)
 		case e.typ == "branch_summary":
 			summary := str(e.m, "summary")
 			if summary == "" {
@@ -117,7 +120,7 @@ func parsePi(name string, data []byte) ([]*Transcript, error) {
 		case e.typ == "compaction":
 			b.add(id(e), where, piCompaction(rep2, e, path[:i], converted, entries).record())
 		case piMetadata[e.typ]:
-			b.add(id(e), where, e.m)
+			b.addRaw(id(e), where, e.m, e.line)
 		default:
 			rep2.unknown(where, "type %q", e.typ)
 		}
