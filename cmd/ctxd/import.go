@@ -12,7 +12,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ctxd/ctxd/pkg/importer"
-	"github.com/ctxd/ctxd/pkg/record"
 	"github.com/ctxd/ctxd/pkg/subject"
 )
 
@@ -124,13 +123,12 @@ func importFile(ctx context.Context, e *env, out *bufio.Writer, pub *importPubli
 		}
 		head := fmt.Sprintf("%s: %s%s, session %s", name, t.Format, detected, sess)
 		if pub == nil {
+			var b []byte
 			for _, r := range t.Records {
-				b, err := record.MarshalJSON(r.Value)
-				if err != nil {
+				if b, err = r.AppendJSON(b[:0]); err != nil {
 					return fmt.Errorf("%s: %s: encode record: %w", name, r.Where, err)
 				}
-				out.Write(b)
-				out.WriteByte('\n')
+				out.Write(append(b, '\n'))
 			}
 			fmt.Fprintf(e.stderr, "%s: %d records printed\n%s", head, len(t.Records), t.Report.Summary("  "))
 			continue
@@ -214,26 +212,29 @@ func (p *importPublisher) publish(ctx context.Context, t *importer.Transcript, s
 	if err != nil {
 		return res, fmt.Errorf("%s: no stream stores %s (is ctxd serve running?): %w", t.Name, subj, err)
 	}
-	limit := p.nc.MaxPayload()
-	var maxMsg int64
-	if s, err := p.js.Stream(ctx, stream); err == nil {
-		if m := int64(s.CachedInfo().Config.MaxMsgSize); m > 0 {
-			maxMsg = m
-		}
+	st, err := p.js.Stream(ctx, stream)
+	if err != nil {
+		return res, fmt.Errorf("%s: stream %s: %w", t.Name, stream, err)
 	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(subj))
+	if err != nil {
+		return res, fmt.Errorf("%s: stream %s: %w", t.Name, stream, err)
+	}
+	limit, maxMsg := p.nc.MaxPayload(), int64(info.Config.MaxMsgSize)
 
 	// Encode everything first: a record too large fails the whole session,
 	// before anything of it is published, so that its order is kept.
 	payloads := make([][]byte, len(t.Records))
 	ids := make([]string, len(t.Records))
 	var tooBig []string
+	var buf []byte
 	for i, r := range t.Records {
-		b, err := record.MarshalJSON(r.Value)
-		if err != nil {
+		start := len(buf)
+		if buf, err = r.AppendJSON(buf); err != nil {
 			return res, fmt.Errorf("%s: %s: encode record: %w", t.Name, r.Where, err)
 		}
-		payloads[i], ids[i] = b, importMsgID(t.Format, session, r.ID)
-		size := int64(len(b))
+		payloads[i], ids[i] = buf[start:len(buf):len(buf)], importMsgID(t.Format, session, r.ID)
+		size := int64(len(payloads[i]))
 		if limit > 0 && size+int64(len(ids[i])+msgIDOverhead) > limit {
 			tooBig = append(tooBig, fmt.Sprintf("%s: %s: a %s record of %d bytes; the server accepts at most %d (its max_payload)", t.Name, r.Where, r.Class(), size, limit))
 		} else if maxMsg > 0 && size > maxMsg {
@@ -244,11 +245,12 @@ func (p *importPublisher) publish(ctx context.Context, t *importer.Transcript, s
 		return res, fmt.Errorf("%s\nnothing of session %s was published: raise the limit and import again", strings.Join(tooBig, "\n"), session)
 	}
 
-	present, last, err := presentIDs(ctx, p.js, stream, subj)
-	if err != nil {
-		return res, fmt.Errorf("%s: read %s: %w", t.Name, subj, err)
+	present := map[string]bool{}
+	if info.State.Subjects[subj] > 0 {
+		if present, res.last, err = presentIDs(ctx, p.js, stream, subj); err != nil {
+			return res, fmt.Errorf("%s: read %s: %w", t.Name, subj, err)
+		}
 	}
-	res.last = last
 	type sent struct {
 		i int
 		f jetstream.PubAckFuture
@@ -304,6 +306,13 @@ func presentIDs(ctx context.Context, js jetstream.JetStream, stream, subj string
 	if err != nil {
 		return nil, 0, err
 	}
+	defer func() {
+		// An ephemeral consumer would otherwise linger on the server
+		// until its inactivity threshold.
+		if name := cons.CachedInfo().Name; name != "" {
+			js.DeleteConsumer(context.WithoutCancel(ctx), stream, name)
+		}
+	}()
 	info, err := cons.Info(ctx)
 	if err != nil {
 		return nil, 0, err
