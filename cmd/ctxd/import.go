@@ -123,12 +123,13 @@ func importFile(ctx context.Context, e *env, out *bufio.Writer, pub *importPubli
 		}
 		head := fmt.Sprintf("%s: %s%s, session %s", name, t.Format, detected, sess)
 		if pub == nil {
-			var b []byte
 			for _, r := range t.Records {
-				if b, err = r.AppendJSON(b[:0]); err != nil {
+				b, err := r.JSON()
+				if err != nil {
 					return fmt.Errorf("%s: %s: encode record: %w", name, r.Where, err)
 				}
-				out.Write(append(b, '\n'))
+				out.Write(b)
+				out.WriteByte('\n')
 			}
 			fmt.Fprintf(e.stderr, "%s: %d records printed\n%s", head, len(t.Records), t.Report.Summary("  "))
 			continue
@@ -227,14 +228,13 @@ func (p *importPublisher) publish(ctx context.Context, t *importer.Transcript, s
 	payloads := make([][]byte, len(t.Records))
 	ids := make([]string, len(t.Records))
 	var tooBig []string
-	var buf []byte
 	for i, r := range t.Records {
-		start := len(buf)
-		if buf, err = r.AppendJSON(buf); err != nil {
+		b, err := r.JSON()
+		if err != nil {
 			return res, fmt.Errorf("%s: %s: encode record: %w", t.Name, r.Where, err)
 		}
-		payloads[i], ids[i] = buf[start:len(buf):len(buf)], importMsgID(t.Format, session, r.ID)
-		size := int64(len(payloads[i]))
+		payloads[i], ids[i] = b, importMsgID(t.Format, session, r.ID)
+		size := int64(len(b))
 		if limit > 0 && size+int64(len(ids[i])+msgIDOverhead) > limit {
 			tooBig = append(tooBig, fmt.Sprintf("%s: %s: a %s record of %d bytes; the server accepts at most %d (its max_payload)", t.Name, r.Where, r.Class(), size, limit))
 		} else if maxMsg > 0 && size > maxMsg {

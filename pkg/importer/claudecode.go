@@ -59,12 +59,7 @@ func parseClaudeCode(name string, data []byte) ([]*Transcript, error) {
 	main := &ccGroup{}
 	groups = append(groups, main)
 	sessionID := ""
-	eachLine(data, func(n int, line []byte) {
-		fileRep.Entries++
-		m := decodeLine(&fileRep, n, line)
-		if m == nil {
-			return
-		}
+	eachDecoded(data, &fileRep, func(n int, line []byte, m *record.Map) {
 		e := &ccEntry{n: n, line: line, m: m, typ: str(m, "type"), uuid: str(m, "uuid"), parent: str(m, "parentUuid"),
 			side: record.IsTrue(get(m, "isSidechain")), agent: str(m, "agentId")}
 		switch {

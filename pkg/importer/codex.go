@@ -52,11 +52,8 @@ func parseCodex(name string, data []byte) ([]*Transcript, error) {
 	}
 	var lines []line
 	var rep Report
-	eachLine(data, func(n int, raw []byte) {
-		rep.Entries++
-		if m := decodeLine(&rep, n, raw); m != nil {
-			lines = append(lines, line{n, m})
-		}
+	eachDecoded(data, &rep, func(n int, _ []byte, m *record.Map) {
+		lines = append(lines, line{n, m})
 	})
 	p := &codexParser{rep: &rep, pendingUser: -1}
 	for _, l := range lines {

@@ -114,12 +114,7 @@ func (p *geminiParser) fold(data []byte) (segs []*gsegment, sid string, understo
 	cur := &gsegment{}
 	index := map[string]int{}
 	first := true
-	eachLine(data, func(n int, line []byte) {
-		rep.Entries++
-		m := decodeLine(rep, n, line)
-		if m == nil {
-			return
-		}
+	eachDecoded(data, rep, func(n int, _ []byte, m *record.Map) {
 		where := lineWhere(n)
 		isFirst := first
 		first = false

@@ -30,7 +30,7 @@ func checkTranscript(tr *Transcript) error {
 		if r.Where == "" {
 			return fmt.Errorf("record %d (%s): no place", i, r.ID)
 		}
-		b, err := r.AppendJSON(nil)
+		b, err := r.JSON()
 		if err != nil {
 			return fmt.Errorf("record %d (%s): %w", i, r.ID, err)
 		}

@@ -107,14 +107,15 @@ type Record struct {
 	raw []byte
 }
 
-// AppendJSON appends the record's JSON encoding to dst: the source's own
-// bytes for the values the record passes through unchanged, Value encoded
-// otherwise. Decoded, it is always Value.
-func (r Record) AppendJSON(dst []byte) ([]byte, error) {
+// JSON returns the record's JSON encoding: the source's own bytes for the
+// values the record passes through unchanged, Value encoded otherwise.
+// Decoded, it is always Value. The bytes may be shared with the record:
+// the caller must not change them.
+func (r Record) JSON() ([]byte, error) {
 	if r.raw != nil {
-		return append(dst, r.raw...), nil
+		return r.raw, nil
 	}
-	return record.AppendJSON(dst, r.Value)
+	return record.MarshalJSON(r.Value)
 }
 
 // Class names the kind of a record for reports: its role, "compaction", or

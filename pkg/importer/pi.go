@@ -45,12 +45,7 @@ func parsePi(name string, data []byte) ([]*Transcript, error) {
 	headerLine := 0
 	var headerRaw []byte
 	index := 0
-	eachLine(data, func(n int, line []byte) {
-		rep.Entries++
-		m := decodeLine(&rep, n, line)
-		if m == nil {
-			return
-		}
+	eachDecoded(data, &rep, func(n int, line []byte, m *record.Map) {
 		e := &piEntry{n: n, line: line, index: index, m: m, typ: str(m, "type"), id: str(m, "id"), parent: str(m, "parentId")}
 		index++
 		if header == nil && e.typ == "session" {

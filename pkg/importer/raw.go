@@ -84,22 +84,25 @@ func skipSpace(b []byte, i int) int {
 	return i
 }
 
-// skipString returns the index after the string starting at b[i] ('"').
+// skipString returns the index after the string starting at b[i] ('"'):
+// the first quote not escaped, one preceded by an even number of
+// backslashes.
 func skipString(b []byte, i int) int {
 	i++
 	for {
-		j := bytes.IndexAny(b[i:], "\"\\")
+		j := bytes.IndexByte(b[i:], '"')
 		if j < 0 {
 			return -1
 		}
 		i += j
-		if b[i] == '"' {
+		k := i
+		for k > 0 && b[k-1] == '\\' {
+			k--
+		}
+		if (i-k)%2 == 0 {
 			return i + 1
 		}
-		i += 2 // an escape: the byte after the backslash never ends the string
-		if i > len(b) {
-			return -1
-		}
+		i++
 	}
 }
 

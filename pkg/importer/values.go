@@ -3,7 +3,10 @@ package importer
 import (
 	"bytes"
 	"fmt"
+	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/ctxd/ctxd/pkg/projection"
 	"github.com/ctxd/ctxd/pkg/record"
@@ -130,21 +133,57 @@ func eachLine(data []byte, fn func(n int, line []byte)) {
 
 func lineWhere(n int) string { return fmt.Sprintf("line %d", n) }
 
-// decodeLine decodes one JSON line into a map, reporting a line that is not
-// a JSON object as not understood.
-func decodeLine(rep *Report, n int, line []byte) *record.Map {
-	v, err := lineDecoder.DecodeJSON(line)
-	if err != nil {
-		rep.unknown(lineWhere(n), "not JSON: %v", err)
-		return nil
+// eachDecoded decodes the lines of a JSON-lines file and calls fn, in
+// order, for each line that is a JSON object; every line counts as an entry
+// of rep, and a line that is not an object is reported as not understood.
+// A large file is decoded on all processors at once: lines are independent,
+// and decoding is most of a conversion's work.
+func eachDecoded(data []byte, rep *Report, fn func(n int, line []byte, m *record.Map)) {
+	type decoded struct {
+		n    int
+		line []byte
+		v    any
+		err  error
 	}
-	m, ok := v.(*record.Map)
-	if !ok {
-		rep.unknown(lineWhere(n), "a JSON %s, not an object", record.TypeName(v))
-		return nil
+	var lines []decoded
+	eachLine(data, func(n int, line []byte) { lines = append(lines, decoded{n: n, line: line}) })
+	decode := func(d *decoded) { d.v, d.err = lineDecoder.DecodeJSON(d.line) }
+	if workers := runtime.GOMAXPROCS(0); workers > 1 && len(data) >= parallelBytes {
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for range workers {
+			wg.Go(func() {
+				for i := next.Add(1) - 1; i < int64(len(lines)); i = next.Add(1) - 1 {
+					decode(&lines[i])
+				}
+			})
+		}
+		wg.Wait()
+	} else {
+		for i := range lines {
+			decode(&lines[i])
+		}
 	}
-	return m
+	for i := range lines {
+		d := &lines[i]
+		rep.Entries++
+		if d.err != nil {
+			rep.unknown(lineWhere(d.n), "not JSON: %v", d.err)
+			continue
+		}
+		m, ok := d.v.(*record.Map)
+		if !ok {
+			rep.unknown(lineWhere(d.n), "a JSON %s, not an object", record.TypeName(d.v))
+			continue
+		}
+		d.v = nil // the map is the caller's now
+		fn(d.n, d.line, m)
+	}
 }
+
+// parallelBytes is the size from which eachDecoded decodes on all
+// processors.
+const parallelBytes = 1 << 20
 
 // noneUnderstood is the error of a file in which no entry was understood.
 func noneUnderstood(rep *Report, f Format) error {
