@@ -23,7 +23,7 @@ const samples = "../../pkg/importer/testdata/"
 
 // importServer starts an embedded server with the TRANSCRIPTS stream and
 // returns its URL and a JetStream client.
-func importServer(t *testing.T, configure ...func(*natsd.Server)) (string, jetstream.JetStream) {
+func importServer(t testing.TB, configure ...func(*natsd.Server)) (string, jetstream.JetStream) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
