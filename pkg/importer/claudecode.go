@@ -1,6 +1,7 @@
 package importer
 
 import (
+	"bytes"
 	"fmt"
 	"strings"
 
@@ -26,18 +27,106 @@ var claudeMetadata = map[string]bool{
 type ccEntry struct {
 	n      int
 	line   []byte
-	m      *record.Map
-	typ    string
-	uuid   string
-	parent string
-	side   bool
-	agent  string
-	msgID  string // message.id of an assistant line
+	sparse bool // m holds only what the conversion reads: message.content is in line
+	kept   kept
+	// content caches message.content decoded from line.
+	content    any
+	hasContent bool
+	m          *record.Map
+	typ        string
+	uuid       string
+	parent     string
+	side       bool
+	agent      string
+	msgID      string // message.id of an assistant line
 }
 
 func (e *ccEntry) where() string { return lineWhere(e.n) }
 
 func (e *ccEntry) isMessage() bool { return e.typ == "user" || e.typ == "assistant" }
+
+// contentValue returns message.content, decoding it from the line when the
+// line was read sparsely.
+func (e *ccEntry) contentValue() any {
+	if !e.sparse {
+		return get(mapAt(e.m, "message"), "content")
+	}
+	if !e.hasContent {
+		e.content, _ = rawDecoder.DecodeJSON(e.contentRaw())
+		e.hasContent = true
+	}
+	return e.content
+}
+
+// block is what the branch selection reads of a content block.
+type block struct {
+	isMap          bool
+	typ, id, useID string // type, id (a tool_use's), tool_use_id (a tool_result's)
+}
+
+// blocks lists the blocks of message.content (none when it is not an
+// array); a content read sparsely is scanned, not decoded.
+func (e *ccEntry) blocks() []block {
+	var out []block
+	if !e.sparse {
+		content, _ := e.contentValue().([]any)
+		for _, v := range content {
+			bm, ok := v.(*record.Map)
+			out = append(out, block{isMap: ok, typ: str(bm, "type"), id: str(bm, "id"), useID: str(bm, "tool_use_id")})
+		}
+		return out
+	}
+	arr := e.contentRaw()
+	if len(arr) == 0 || arr[0] != '[' {
+		return nil
+	}
+	text := func(raw []byte) string {
+		if raw == nil {
+			return ""
+		}
+		v, _ := smallValue(raw)
+		s, _ := v.(string)
+		return s
+	}
+	var f [3][]byte
+	for i := skipSpace(arr, 1); i < len(arr) && arr[i] != ']'; {
+		end := skipValue(arr, i)
+		if end < 0 {
+			break
+		}
+		elem := arr[i:end]
+		b := block{isMap: elem[0] == '{'}
+		if b.isMap {
+			members(elem, []string{"type", "id", "tool_use_id"}, f[:])
+			b.typ, b.id, b.useID = text(f[0]), text(f[1]), text(f[2])
+		}
+		out = append(out, b)
+		if i = skipSpace(arr, end); i < len(arr) && arr[i] == ',' {
+			i = skipSpace(arr, i+1)
+		}
+	}
+	return out
+}
+
+// contentRaw returns the bytes of message.content, nil when absent.
+func (e *ccEntry) contentRaw() []byte {
+	if e.sparse {
+		return e.kept.content
+	}
+	return span(e.line, "message", "content")
+}
+
+// claudeScan reads a large user or assistant line without decoding it:
+// the fields the conversion reads, and message.content as the line wrote
+// it. toolUseResult, a copy of the result for the UI that the conversion
+// drops, is never decoded.
+func claudeScan(line []byte) (*record.Map, kept) { return scanMessage(line, claudeFields) }
+
+var claudeFields = &messageFields{
+	top:   []string{"type", "uuid", "parentUuid", "isSidechain", "agentId", "sessionId", "timestamp", "isCompactSummary", "message"},
+	inner: []string{"id", "model", "content"},
+	types: map[string]bool{"user": true, "assistant": true},
+}
 
 func (e *ccEntry) isBoundary() bool {
 	return e.typ == "system" && str(e.m, "subtype") == "compact_boundary"
@@ -51,7 +140,7 @@ type ccGroup struct {
 	entries []*ccEntry
 }
 
-func parseClaudeCode(name string, data []byte) ([]*Transcript, error) {
+func parseClaudeCode(name string, data []byte, sparse bool) ([]*Transcript, error) {
 	var fileRep Report
 	understood := 0
 	var groups []*ccGroup
@@ -59,9 +148,13 @@ func parseClaudeCode(name string, data []byte) ([]*Transcript, error) {
 	main := &ccGroup{}
 	groups = append(groups, main)
 	sessionID := ""
-	eachDecoded(data, &fileRep, func(n int, line []byte, m *record.Map) {
+	var scan scanner
+	if sparse {
+		scan = claudeScan
+	}
+	eachDecoded(data, &fileRep, scan, func(n int, line []byte, m *record.Map, k kept) {
 		e := &ccEntry{n: n, line: line, m: m, typ: str(m, "type"), uuid: str(m, "uuid"), parent: str(m, "parentUuid"),
-			side: record.IsTrue(get(m, "isSidechain")), agent: str(m, "agentId")}
+			side: record.IsTrue(get(m, "isSidechain")), agent: str(m, "agentId"), sparse: k.sparse, kept: k}
 		switch {
 		case e.isMessage() || e.typ == "system" || e.typ == "attachment":
 			understood++
@@ -213,8 +306,9 @@ func convertClaudeGroup(b *builder, g *ccGroup, source string) {
 			rep.approx(e.where(), "a compact summary without its compact_boundary line: imported as a user message")
 			fallthrough
 		case e.isMessage():
-			if msg := claudeMessage(rep, e); msg != nil {
-				b.addRaw(claudeID(e, source), e.where(), msg, claudeRaw(e, msg))
+			if r, ok := claudeMessage(rep, e); ok {
+				r.ID, r.Where = claudeID(e, source), e.where()
+				b.addRecord(r)
 			}
 		case e.isBoundary():
 			var summary *ccEntry
@@ -229,7 +323,7 @@ func convertClaudeGroup(b *builder, g *ccGroup, source string) {
 				continue
 			}
 			consumed[summary] = true
-			b.add(claudeID(e, source), e.where(), claudeCompaction(rep, e, summary, byUUID).record())
+			b.addCheckpoint(claudeID(e, source), e.where(), claudeCompaction(rep, e, summary, byUUID))
 		case e.typ == "system":
 			if st := str(e.m, "subtype"); st != "" {
 				rep.metadata("system/" + st)
@@ -315,9 +409,12 @@ func selectClaudeBranch(rep *Report, entries []*ccEntry, byUUID map[string]*ccEn
 	calls := map[string]bool{}
 	for _, e := range entries {
 		if e.typ == "assistant" && responses[e.msgID] {
-			for _, blk := range arrAt(mapAt(e.m, "message"), "content") {
-				if bm, ok := blk.(*record.Map); ok && str(bm, "type") == "tool_use" {
-					calls[str(bm, "id")] = true
+			if e.sparse && !bytes.Contains(e.contentRaw(), []byte(`"tool_use"`)) {
+				continue // no call in it: no need to read it
+			}
+			for _, b := range e.blocks() {
+				if b.typ == "tool_use" {
+					calls[b.id] = true
 				}
 			}
 		}
@@ -330,14 +427,13 @@ func selectClaudeBranch(rep *Report, entries []*ccEntry, byUUID map[string]*ccEn
 			if record.IsTrue(get(e.m, "isCompactSummary")) {
 				return false
 			}
-			content := arrAt(mapAt(e.m, "message"), "content")
-			for _, blk := range content {
-				bm, ok := blk.(*record.Map)
-				if !ok || str(bm, "type") != "tool_result" || !calls[str(bm, "tool_use_id")] {
+			blocks := e.blocks()
+			for _, b := range blocks {
+				if !b.isMap || b.typ != "tool_result" || !calls[b.useID] {
 					return false
 				}
 			}
-			return len(content) > 0
+			return len(blocks) > 0
 		}
 		return true
 	}
@@ -390,13 +486,15 @@ func claudeID(e *ccEntry, source string) string {
 
 // claudeMessage converts a user or assistant line: Anthropic content
 // blocks, tool_use, tool_result and images included, pass through as
-// written.
-func claudeMessage(rep *Report, e *ccEntry) *record.Map {
+// written. Its JSON holds the content and timestamp as the line wrote
+// them; a line read sparsely is decoded again only if its value is asked
+// for.
+func claudeMessage(rep *Report, e *ccEntry) (Record, bool) {
 	msg := mapAt(e.m, "message")
 	content, ok := msg.Get("content")
 	if msg == nil || !ok {
 		rep.unknown(e.where(), "a %s line without message.content", e.typ)
-		return nil
+		return Record{}, false
 	}
 	out := record.NewMap("role", e.typ, "content", content)
 	if e.typ == "assistant" {
@@ -404,17 +502,18 @@ func claudeMessage(rep *Report, e *ccEntry) *record.Map {
 		setIf(out, "model", get(msg, "model"))
 	}
 	setIf(out, "timestamp", get(e.m, "timestamp"))
-	return out
-}
-
-// claudeRaw is a converted message's JSON with its content and timestamp
-// as the line wrote them.
-func claudeRaw(e *ccEntry, msg *record.Map) []byte {
-	raw := map[string][]byte{"content": span(e.line, "message", "content")}
-	if has(msg, "timestamp") {
-		raw["timestamp"] = span(e.line, "timestamp")
+	raw := map[string][]byte{"content": e.contentRaw()}
+	if has(out, "timestamp") {
+		if raw["timestamp"] = e.kept.timestamp; !e.sparse {
+			raw["timestamp"] = span(e.line, "timestamp")
+		}
 	}
-	return splice(msg, raw)
+	r := Record{class: e.typ, parts: newParts(out, raw)}
+	if !e.sparse || r.parts == nil {
+		out.Set("content", e.contentValue())
+		r.value = out
+	}
+	return r, true
 }
 
 // claudeCompaction builds the checkpoint of a compact_boundary line: the
@@ -422,10 +521,10 @@ func claudeRaw(e *ccEntry, msg *record.Map) []byte {
 func claudeCompaction(rep *Report, boundary, summary *ccEntry, byUUID map[string]*ccEntry) checkpoint {
 	cm := mapAt(boundary.m, "compactMetadata")
 	c := checkpoint{format: ClaudeCode, where: boundary.where(), at: get(boundary.m, "timestamp"), firstKept: 1}
-	if msg := claudeMessage(rep, summary); msg != nil {
-		c.messages = append(c.messages, msg)
+	if r, ok := claudeMessage(rep, summary); ok {
+		c.messages = append(c.messages, r)
 	}
-	c.summary = contentText(get(mapAt(summary.m, "message"), "content"))
+	c.summary = contentText(summary.contentValue())
 	c.before, _ = intAt(cm, "preTokens")
 	c.after, _ = intAt(cm, "postTokens")
 	c.source = record.NewMap("uuid", boundary.uuid, "summaryUuid", summary.uuid)
@@ -464,8 +563,8 @@ func claudeCompaction(rep *Report, boundary, summary *ccEntry, byUUID map[string
 		if !e.isMessage() {
 			continue
 		}
-		if msg := claudeMessage(rep, e); msg != nil {
-			c.messages = append(c.messages, msg)
+		if r, ok := claudeMessage(rep, e); ok {
+			c.messages = append(c.messages, r)
 		}
 	}
 	return c

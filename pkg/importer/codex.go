@@ -31,6 +31,7 @@ var codexItemTypes = map[string]bool{
 type codexRec struct {
 	id, where string
 	v         *record.Map
+	raw       []byte
 }
 
 type codexParser struct {
@@ -52,7 +53,7 @@ func parseCodex(name string, data []byte) ([]*Transcript, error) {
 	}
 	var lines []line
 	var rep Report
-	eachDecoded(data, &rep, func(n int, _ []byte, m *record.Map) {
+	eachDecoded(data, &rep, nil, func(n int, _ []byte, m *record.Map, _ kept) {
 		lines = append(lines, line{n, m})
 	})
 	p := &codexParser{rep: &rep, pendingUser: -1}
@@ -78,7 +79,11 @@ func parseCodex(name string, data []byte) ([]*Transcript, error) {
 	b := newBuilder(p.sid, SessionID(source))
 	b.t.Report = rep
 	for _, r := range p.recs {
-		b.add(r.id, r.where, r.v)
+		if r.v == nil {
+			b.addRecord(Record{ID: r.id, Where: r.where, class: "compaction", raw: r.raw})
+			continue
+		}
+		b.addRaw(r.id, r.where, r.v, r.raw)
 	}
 	return []*Transcript{b.t}, nil
 }
@@ -95,7 +100,7 @@ func codexMeta(m *record.Map) *record.Map {
 }
 
 func (p *codexParser) emit(id, where string, v *record.Map) {
-	p.recs = append(p.recs, codexRec{id, where, v})
+	p.recs = append(p.recs, codexRec{id, where, v, nil})
 }
 
 // line handles one line and reports whether it was understood.
@@ -385,7 +390,7 @@ func (p *codexParser) compacted(id, where string, payload *record.Map, ts any) {
 			}
 		}
 		p.rep.Metadata = counted
-		c.messages = snapshotOf(recs)
+		c.keepAll(snapshotOf(recs))
 	} else {
 		p.rep.approx(where, "a legacy compaction without replacement_history: rebuilt from the initial context, recent user messages and the summary")
 		// The history so far: the latest compaction's snapshot, then what
@@ -422,9 +427,14 @@ func (p *codexParser) compacted(id, where string, payload *record.Map, ts any) {
 			budget -= len(contentText(get(users[first-1], "content")))
 			first--
 		}
-		c.messages = append(append(initial, users[first:]...),
-			record.NewMap("role", "user", "content", []any{textBlock(codexSummaryPrefix + "\n" + summary)}))
+		c.keepAll(append(append(initial, users[first:]...),
+			record.NewMap("role", "user", "content", []any{textBlock(codexSummaryPrefix + "\n" + summary)})))
 		c.firstKept = len(initial)
 	}
-	p.emit(id, where, c.record())
+	raw, err := c.json()
+	if err != nil {
+		p.rep.unknown(where, "%v", err)
+		return
+	}
+	p.recs = append(p.recs, codexRec{id: id, where: where, raw: raw})
 }

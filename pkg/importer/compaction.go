@@ -19,7 +19,7 @@ type checkpoint struct {
 	summary string // the summary text as the source stores it
 	model   string // the summarising model when known
 	// messages is the snapshot: converted records, in order.
-	messages []*record.Map
+	messages []Record
 	// firstKept is the index in messages of the first message kept from
 	// before the compaction (1 after a leading summary message).
 	firstKept int
@@ -30,19 +30,43 @@ type checkpoint struct {
 	source *record.Map
 }
 
-func (c checkpoint) record() *record.Map {
+// keep appends a snapshot message: its value, and its JSON when that is
+// the source's own bytes (nil: encode the value).
+func (c *checkpoint) keep(m *record.Map, raw []byte) {
+	c.messages = append(c.messages, Record{value: m, raw: raw})
+}
+
+// keepAll appends snapshot messages known by their values.
+func (c *checkpoint) keepAll(ms []*record.Map) {
+	for _, m := range ms {
+		c.keep(m, nil)
+	}
+}
+
+// json returns the compaction record's JSON. The snapshot is encoded once,
+// from the source's bytes where they are known; tokensAfter, when
+// estimated, is a quarter of its length.
+func (c checkpoint) json() ([]byte, error) {
 	at, _ := c.at.(string)
 	model := c.model
 	if model == "" {
 		model = string(c.format) + "/import"
 	}
-	msgs := make([]any, len(c.messages))
-	for i, m := range c.messages {
-		msgs[i] = m
+	arr := []byte{'['}
+	for i := range c.messages {
+		if i > 0 {
+			arr = append(arr, ',')
+		}
+		b, err := c.messages[i].JSON()
+		if err != nil {
+			return nil, err
+		}
+		arr = append(arr, b...)
 	}
+	arr = append(arr, ']')
 	after := c.after
 	if after <= 0 {
-		after = estimateTokens(msgs)
+		after = int64(len(arr)+3) / 4
 	}
 	from := record.NewMap("format", string(c.format), "where", c.where)
 	if c.source != nil {
@@ -50,7 +74,7 @@ func (c checkpoint) record() *record.Map {
 			from.Set(mem.Key, mem.Value)
 		}
 	}
-	return record.NewMap(
+	m := record.NewMap(
 		"type", "compaction",
 		"at", at,
 		"baseSeq", int64(0),
@@ -58,21 +82,17 @@ func (c checkpoint) record() *record.Map {
 		"summaryModelRef", model,
 		"summary", c.summary,
 		"qualityAudit", "disabled",
-		"messages", msgs,
+		"messages", []any{}, // written from arr
 		"firstKeptIndex", int64(c.firstKept),
 		"tokensBefore", c.before,
 		"tokensAfter", after,
 		"importedFrom", from,
 	)
-}
-
-// estimateTokens guesses a token count at four characters of JSON a token.
-func estimateTokens(v any) int64 {
-	b, err := record.MarshalJSON(v)
-	if err != nil {
-		return 0
+	out := splice(m, map[string][]byte{"messages": arr})
+	if out == nil {
+		return nil, fmt.Errorf("the compaction of %s does not encode", c.where)
 	}
-	return int64(len(b)+3) / 4
+	return out, nil
 }
 
 // builder collects a transcript's records.
@@ -87,20 +107,35 @@ func newBuilder(source, session string) *builder {
 
 func (b *builder) report() *Report { return &b.t.Report }
 
-// add appends a record. An ID met twice (a source that repeats its own ids)
-// gets a "#2", "#3" suffix, so that no record of the file hides another.
+// add appends a record known by its value.
 func (b *builder) add(id, where string, v *record.Map) { b.addRaw(id, where, v, nil) }
 
 // addRaw appends a record whose JSON is raw (nil: encode v).
 func (b *builder) addRaw(id, where string, v *record.Map, raw []byte) {
-	if n := b.ids[id]; n > 0 {
-		b.ids[id] = n + 1
-		id = fmt.Sprintf("%s#%d", id, n+1)
+	b.addRecord(Record{ID: id, Where: where, class: classOf(v), value: v, raw: raw})
+}
+
+// addRecord appends r. An ID met twice (a source that repeats its own ids)
+// gets a "#2", "#3" suffix, so that no record of the file hides another.
+func (b *builder) addRecord(r Record) {
+	if n := b.ids[r.ID]; n > 0 {
+		b.ids[r.ID] = n + 1
+		r.ID = fmt.Sprintf("%s#%d", r.ID, n+1)
 	} else {
-		b.ids[id] = 1
+		b.ids[r.ID] = 1
 	}
-	b.t.Records = append(b.t.Records, Record{ID: id, Where: where, Value: v, raw: raw})
-	b.t.Report.record(classOf(v))
+	b.t.Records = append(b.t.Records, r)
+	b.t.Report.record(r.class)
+}
+
+// addCheckpoint appends the compaction record of c, kept as its JSON.
+func (b *builder) addCheckpoint(id, where string, c checkpoint) {
+	raw, err := c.json()
+	if err != nil {
+		b.report().unknown(where, "%v", err)
+		return
+	}
+	b.addRecord(Record{ID: id, Where: where, class: "compaction", raw: raw})
 }
 
 // snapshotOf keeps the records that are messages: metadata in a snapshot

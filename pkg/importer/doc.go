@@ -17,7 +17,7 @@ One parser per format:
 	ts, err := importer.Parse(importer.Pi, "session.jsonl", f)
 	for _, t := range ts {
 		// t.Session is the default ctxd session id; each of t.Records has a
-		// stable ID for Nats-Msg-Id and a Value to publish.
+		// stable ID for Nats-Msg-Id, its JSON to publish, and its Value.
 	}
 
 # What a conversion keeps
@@ -40,6 +40,16 @@ Every record has an ID derived from the source's own identity (an entry's
 uuid or id, else the file's session id and the line), so converting the
 same file twice, or the same file after it grew, gives the same IDs for the
 same records. The caller turns them into Nats-Msg-Id headers.
+
+# Reading
+
+A file is read whole, its lines decoded on all processors. A large line
+of a Claude Code or pi message is checked (it is JSON the record decoder
+takes) and scanned rather than decoded: only the fields the conversion
+reads are decoded, and the message is kept as the line's own bytes, which
+are what the record's JSON is made of. Record.Value decodes them when it
+is asked for. ParseBytes converts bytes the caller holds, a mapped file,
+without copying them.
 
 # Reports
 

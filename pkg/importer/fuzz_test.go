@@ -67,7 +67,10 @@ func FuzzClaudeCode(f *testing.F) {
 			`{"type":"user","uuid":"cs","parentUuid":"cb","isCompactSummary":true,"message":{"content":[{"type":"text","text":"s"}]}}`,
 		`{"type":"user","uuid":"x","isSidechain":true,"agentId":"a.b","sessionId":"s s","message":{"content":"hi"}}`,
 	)
-	f.Fuzz(func(t *testing.T, data []byte) { fuzzParse(t, ClaudeCode, data) })
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fuzzParse(t, ClaudeCode, data)
+		requireSameConversion(t, data, ClaudeCode)
+	})
 }
 
 func FuzzCodex(f *testing.F) {
@@ -85,7 +88,10 @@ func FuzzPi(f *testing.F) {
 		`{"type":"session","version":2,"id":"p"}`+"\n"+`{"type":"message","id":"a","parentId":"a","message":{"role":"hookMessage"}}`,
 		`{"type":"session","version":3,"id":"p"}`+"\n"+`{"type":"branch_summary","id":"b","summary":"x","timestamp":"2026-01-01T00:00:00Z"}`,
 	)
-	f.Fuzz(func(t *testing.T, data []byte) { fuzzParse(t, Pi, data) })
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fuzzParse(t, Pi, data)
+		requireSameConversion(t, data, Pi)
+	})
 }
 
 func FuzzGemini(f *testing.F) {

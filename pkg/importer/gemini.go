@@ -80,7 +80,7 @@ func parseGemini(name string, data []byte) ([]*Transcript, error) {
 		for _, g := range seg.list {
 			for _, r := range p.records(g) {
 				if !covered[r.ID] {
-					b.add(r.ID, r.Where, r.Value)
+					b.add(r.ID, r.Where, r.value)
 				}
 			}
 		}
@@ -98,11 +98,11 @@ func parseGemini(name string, data []byte) ([]*Transcript, error) {
 			}
 			for _, r := range p.records(&gmsg{id: str(mm, "id"), m: mm, where: fmt.Sprintf("%s, message %d", seg.resetWhere, i+1)}) {
 				covered[r.ID] = true
-				snap = append(snap, r.Value)
+				snap = append(snap, r.value)
 			}
 		}
-		c.messages = snapshotOf(snap)
-		b.add(fmt.Sprintf("%s:set@%d", p.source, seg.resetLine), seg.resetWhere, c.record())
+		c.keepAll(snapshotOf(snap))
+		b.addCheckpoint(fmt.Sprintf("%s:set@%d", p.source, seg.resetLine), seg.resetWhere, c)
 	}
 	return []*Transcript{b.t}, nil
 }
@@ -114,7 +114,7 @@ func (p *geminiParser) fold(data []byte) (segs []*gsegment, sid string, understo
 	cur := &gsegment{}
 	index := map[string]int{}
 	first := true
-	eachDecoded(data, rep, func(n int, _ []byte, m *record.Map) {
+	eachDecoded(data, rep, nil, func(n int, _ []byte, m *record.Map, _ kept) {
 		where := lineWhere(n)
 		isFirst := first
 		first = false
@@ -207,11 +207,11 @@ func (p *geminiParser) records(g *gmsg) []Record {
 		if c, ok := content.([]any); !ok || len(c) > 0 {
 			m := record.NewMap("role", "user", "content", content)
 			setIf(m, "timestamp", ts)
-			out = append(out, Record{ID: id, Where: g.where, Value: m})
+			out = append(out, Record{ID: id, Where: g.where, value: m})
 		}
 		for i, r := range results {
 			setIf(r, "timestamp", ts)
-			out = append(out, Record{ID: fmt.Sprintf("%s:%s", id, resultKey(r, i)), Where: g.where, Value: r})
+			out = append(out, Record{ID: fmt.Sprintf("%s:%s", id, resultKey(r, i)), Where: g.where, value: r})
 		}
 		return out
 	case "gemini":
@@ -251,15 +251,15 @@ func (p *geminiParser) records(g *gmsg) []Record {
 			m := record.NewMap("role", "assistant", "content", blocks)
 			setIf(m, "model", get(g.m, "model"))
 			setIf(m, "timestamp", ts)
-			out = append(out, Record{ID: id, Where: g.where, Value: m})
+			out = append(out, Record{ID: id, Where: g.where, value: m})
 		}
 		for i, r := range results {
 			setIf(r, "timestamp", ts)
-			out = append(out, Record{ID: fmt.Sprintf("%s:%s", id, resultKey(r, i)), Where: g.where, Value: r})
+			out = append(out, Record{ID: fmt.Sprintf("%s:%s", id, resultKey(r, i)), Where: g.where, value: r})
 		}
 		for _, c := range calls {
 			if r := p.result(g, c.tc); r != nil {
-				out = append(out, Record{ID: id + ":" + c.key, Where: g.where, Value: r})
+				out = append(out, Record{ID: id + ":" + c.key, Where: g.where, value: r})
 			}
 		}
 		return out

@@ -23,7 +23,7 @@ func requireGrows(t *testing.T, part, whole *Transcript) {
 	t.Helper()
 	byID := map[string]*record.Map{}
 	for _, r := range whole.Records {
-		byID[r.ID] = r.Value
+		byID[r.ID] = r.Value()
 	}
 	if len(part.Records) > 0 {
 		require.Equal(t, whole.Session, part.Session)
@@ -34,7 +34,7 @@ func requireGrows(t *testing.T, part, whole *Transcript) {
 			require.NotZero(t, whole.Report.Abandoned, "record %s (%s) of the beginning is not in the whole", r.ID, r.Where)
 			continue
 		}
-		require.True(t, record.Equal(v, r.Value), "record %s (%s) changed as the file grew", r.ID, r.Where)
+		require.True(t, record.Equal(v, r.Value()), "record %s (%s) changed as the file grew", r.ID, r.Where)
 	}
 }
 

@@ -38,10 +38,10 @@ func checkTranscript(tr *Transcript) error {
 		if err != nil {
 			return fmt.Errorf("record %d (%s) does not decode: %w", i, r.ID, err)
 		}
-		if !record.Equal(back, r.Value) {
+		if !record.Equal(back, r.Value()) {
 			return fmt.Errorf("record %d (%s) changes through JSON", i, r.ID)
 		}
-		if r.Class() == "compaction" && !projection.IsValidCompaction(r.Value) {
+		if r.Class() == "compaction" && !projection.IsValidCompaction(r.Value()) {
 			return fmt.Errorf("record %d (%s): an invalid compaction: %s", i, r.ID, b)
 		}
 	}

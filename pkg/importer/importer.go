@@ -100,27 +100,67 @@ type Record struct {
 	// Where is the place in the file the record came from: "line 12",
 	// "message 3" (Gemini's JSON files), or an event file's name.
 	Where string
-	// Value is the record, a map of the types pkg/record encodes.
-	Value *record.Map
-	// raw is Value's JSON made of the source's own bytes, when the record
-	// passes source values through; nil to encode Value.
-	raw []byte
+
+	class string
+	// value is the record as a map; nil until Value decodes raw, for a
+	// record kept only as bytes.
+	value *record.Map
+	// raw is the record's JSON made of the source's own bytes where it
+	// passes source values through; nil to encode value, or to splice
+	// parts.
+	raw   []byte
+	parts *parts
 }
 
-// JSON returns the record's JSON encoding: the source's own bytes for the
-// values the record passes through unchanged, Value encoded otherwise.
-// Decoded, it is always Value. The bytes may be shared with the record:
-// the caller must not change them.
-func (r Record) JSON() ([]byte, error) {
-	if r.raw != nil {
-		return r.raw, nil
+// Value returns the record: a map of the types pkg/record encodes. A
+// record whose bytes are the source's own is decoded from them on first
+// use: an import that only publishes never decodes what it passes through.
+func (r *Record) Value() *record.Map {
+	if r.value == nil && (r.raw != nil || r.parts != nil) {
+		b, _ := r.JSON()
+		v, err := rawDecoder.Decode(b)
+		if err != nil {
+			// The bytes were decoded or validated when the file was read.
+			panic(fmt.Sprintf("importer: record %s (%s) does not decode: %v", r.ID, r.Where, err))
+		}
+		r.value = v
 	}
-	return record.MarshalJSON(r.Value)
+	return r.value
+}
+
+// rawDecoder decodes a record's own bytes: no limit, they were checked.
+var rawDecoder = record.Decoder{MaxBytes: math.MaxInt, MaxDepth: math.MaxInt32}
+
+// JSON returns the record's JSON encoding: the source's own bytes for the
+// values the record passes through unchanged, the value encoded otherwise.
+// Decoded, it is Value. The bytes may be shared with the record: the
+// caller must not change them.
+func (r *Record) JSON() ([]byte, error) {
+	switch {
+	case r.raw != nil:
+		return r.raw, nil
+	case r.parts != nil:
+		return splice(r.parts.m, r.parts.raw), nil
+	}
+	return record.MarshalJSON(r.value)
+}
+
+// Size returns the length of the record's JSON, without building it when
+// it can.
+func (r *Record) Size() (int, error) {
+	switch {
+	case r.raw != nil:
+		return len(r.raw), nil
+	case r.parts != nil:
+		return r.parts.size, nil
+	}
+	b, err := record.MarshalJSON(r.value)
+	return len(b), err
 }
 
 // Class names the kind of a record for reports: its role, "compaction", or
 // "metadata" for records that never reach the model context.
-func (r Record) Class() string { return classOf(r.Value) }
+func (r *Record) Class() string { return r.class }
 
 func classOf(m *record.Map) string {
 	if t, _ := m.String("type"); t == "compaction" {
@@ -139,10 +179,24 @@ func classOf(m *record.Map) string {
 // no session id, it names the source. An OpenHands conversation is a
 // directory: use ParseFS.
 func Parse(f Format, name string, r io.Reader) ([]*Transcript, error) {
-	data, err := io.ReadAll(r)
+	data, err := readAll(r)
 	if err != nil {
 		return nil, &Error{Name: name, Err: err}
 	}
+	return parse(f, name, data, true)
+}
+
+// ParseBytes is Parse of a file's bytes, which the records it returns may
+// share: data must not change while they are in use.
+func ParseBytes(f Format, name string, data []byte) ([]*Transcript, error) {
+	return parse(f, name, data, true)
+}
+
+// parse converts a file's bytes. With sparse, large message contents that
+// pass through unchanged are checked and kept as bytes, not decoded; the
+// tests compare it with the full decoding.
+func parse(f Format, name string, data []byte, sparse bool) ([]*Transcript, error) {
+	var err error
 	if f == Auto {
 		if f, err = Detect(data); err != nil {
 			return nil, &Error{Name: name, Err: err}
@@ -151,11 +205,11 @@ func Parse(f Format, name string, r io.Reader) ([]*Transcript, error) {
 	var ts []*Transcript
 	switch f {
 	case ClaudeCode:
-		ts, err = parseClaudeCode(name, data)
+		ts, err = parseClaudeCode(name, data, sparse)
 	case Codex:
 		ts, err = parseCodex(name, data)
 	case Pi:
-		ts, err = parsePi(name, data)
+		ts, err = parsePi(name, data, sparse)
 	case Gemini:
 		ts, err = parseGemini(name, data)
 	case OpenHands:
@@ -193,6 +247,23 @@ func ParseFS(f Format, fsys fs.FS, name string) ([]*Transcript, error) {
 		t.Name, t.Format = name, f
 	}
 	return ts, nil
+}
+
+// readAll reads r whole, in one allocation when r knows its size (a file).
+func readAll(r io.Reader) ([]byte, error) {
+	var size int64
+	switch f := r.(type) {
+	case interface{ Len() int }:
+		size = int64(f.Len())
+	case interface{ Stat() (fs.FileInfo, error) }:
+		if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
+			size = st.Size()
+		}
+	}
+	var b bytes.Buffer
+	b.Grow(int(min(size, 1<<40)) + bytes.MinRead)
+	_, err := b.ReadFrom(r)
+	return b.Bytes(), err
 }
 
 // named makes err an *Error naming the file.

@@ -343,11 +343,11 @@ func (p *ohParser) condensation(e *ohEvent) {
 		msgs = append(msgs[:off], append([]*record.Map{sm}, msgs[off:]...)...)
 		c.firstKept = int(off) + 1
 	}
-	c.messages = msgs
+	c.keepAll(msgs)
 	c.source = record.NewMap("id", e.id, "forgotten", int64(len(arrAt(e.m, "forgotten_event_ids"))))
 	id := e.id
 	if id == "" {
 		id = e.file
 	}
-	p.b.add(id, e.file, c.record())
+	p.b.addCheckpoint(id, e.file, c)
 }

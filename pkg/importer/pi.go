@@ -2,6 +2,7 @@ package importer
 
 import (
 	"fmt"
+	"strconv"
 
 	"github.com/ctxd/ctxd/pkg/record"
 )
@@ -28,9 +29,28 @@ var piMetadata = map[string]bool{
 	"model_change": true, "thinking_level_change": true, "session_info": true, "label": true, "custom": true,
 }
 
+var piFields = &messageFields{
+	top:   []string{"type", "id", "parentId", "timestamp", "message"},
+	inner: []string{"role", "content"},
+	types: map[string]bool{"message": true},
+}
+
+// piScan reads a large message entry without decoding it: its envelope
+// and the message's role; the message stays as the line wrote it. A
+// hookMessage, which is renamed, is decoded whole.
+func piScan(line []byte) (*record.Map, kept) {
+	m, k := scanMessage(line, piFields)
+	if r := str(mapAt(m, "message"), "role"); r == "" || r == "hookMessage" {
+		return nil, kept{}
+	}
+	return m, k
+}
+
 type piEntry struct {
 	n      int
 	line   []byte
+	sparse bool // m holds only what the conversion reads: the message is in line
+	kept   kept
 	index  int // among the file's entries, the header being 0
 	m      *record.Map
 	typ    string
@@ -38,15 +58,20 @@ type piEntry struct {
 	parent string
 }
 
-func parsePi(name string, data []byte) ([]*Transcript, error) {
+func parsePi(name string, data []byte, sparse bool) ([]*Transcript, error) {
 	var rep Report
 	var entries []*piEntry
 	var header *record.Map
 	headerLine := 0
 	var headerRaw []byte
 	index := 0
-	eachDecoded(data, &rep, func(n int, line []byte, m *record.Map) {
-		e := &piEntry{n: n, line: line, index: index, m: m, typ: str(m, "type"), id: str(m, "id"), parent: str(m, "parentId")}
+	var scan scanner
+	if sparse {
+		scan = piScan
+	}
+	eachDecoded(data, &rep, scan, func(n int, line []byte, m *record.Map, k kept) {
+		e := &piEntry{n: n, line: line, index: index, m: m, typ: str(m, "type"), id: str(m, "id"), parent: str(m, "parentId"),
+			sparse: k.sparse, kept: k}
 		index++
 		if header == nil && e.typ == "session" {
 			header, headerLine, headerRaw = m, n, line
@@ -76,13 +101,13 @@ func parsePi(name string, data []byte) ([]*Transcript, error) {
 		if version >= 2 && e.id != "" {
 			return source + ":" + e.id
 		}
-		return fmt.Sprintf("%s:%d", source, e.n)
+		return source + ":" + strconv.Itoa(e.n)
 	}
 	b.addRaw(source+":header", lineWhere(headerLine), header, headerRaw)
 
 	path := piPath(rep2, entries, version)
 	// Messages converted so far on the path, by entry, for the snapshots.
-	converted := map[*piEntry]*record.Map{}
+	converted := map[*piEntry]Record{}
 	for i, e := range path {
 		where := lineWhere(e.n)
 		switch {
@@ -92,14 +117,25 @@ func parsePi(name string, data []byte) ([]*Transcript, error) {
 				rep2.unknown(where, "a message entry without a message")
 				continue
 			}
-			raw := span(e.line, "message")
-			if str(msg, "role") == "hookMessage" {
-				msg, raw = with(msg, "role", "custom"), nil // renamed in version 3
+			raw := e.kept.message
+			if !e.sparse {
+				raw = span(e.line, "message")
 			}
-			converted[e] = msg
-			b.addRaw(id(e), where, msg, raw)
+			r := Record{ID: id(e), Where: where, class: classOf(msg), raw: raw}
+			switch {
+			case str(msg, "role") == "hookMessage":
+				if e.sparse {
+					msg = r.Value() // decoded whole from raw
+				}
+				msg = with(msg, "role", "custom") // renamed in version 3
+				r.class, r.value, r.raw = classOf(msg), msg, nil
+			case !e.sparse:
+				r.value = msg
+			} // else the value is decoded from raw when asked for
+			converted[e] = r
+			b.addRecord(r)
 		case e.typ == "custom_message":
-			converted[e] = e.m
+			converted[e] = Record{value: e.m, raw: e.line}
 			b.addRaw(id(e), where, e.m, e.line)
 		case e.typ == "branch_summary":
 			summary := str(e.m, "summary")
@@ -110,10 +146,10 @@ func parsePi(name string, data []byte) ([]*Transcript, error) {
 			// ctxd drops pi's branch summary role; the model reads it as this text.
 			msg := record.NewMap("role", "user", "content", []any{textBlock(piBranchPrefix + summary + piBranchSuffix)})
 			setIf(msg, "timestamp", millis(get(e.m, "timestamp")))
-			converted[e] = msg
+			converted[e] = Record{value: msg}
 			b.add(id(e), where, msg)
 		case e.typ == "compaction":
-			b.add(id(e), where, piCompaction(rep2, e, path[:i], converted, entries).record())
+			b.addCheckpoint(id(e), where, piCompaction(rep2, e, path[:i], converted, entries))
 		case piMetadata[e.typ]:
 			b.addRaw(id(e), where, e.m, e.line)
 		default:
@@ -163,7 +199,7 @@ func piPath(rep *Report, entries []*piEntry, version int64) []*piEntry {
 // piCompaction builds the checkpoint of a compaction entry the way pi
 // builds the context after it: the summary as a user message, then the
 // messages of the path from the first kept entry up to the compaction.
-func piCompaction(rep *Report, e *piEntry, before []*piEntry, converted map[*piEntry]*record.Map, all []*piEntry) checkpoint {
+func piCompaction(rep *Report, e *piEntry, before []*piEntry, converted map[*piEntry]Record, all []*piEntry) checkpoint {
 	where := lineWhere(e.n)
 	summary, ok := e.m.String("summary")
 	if !ok {
@@ -177,7 +213,7 @@ func piCompaction(rep *Report, e *piEntry, before []*piEntry, converted map[*piE
 	}
 	msg := record.NewMap("role", "user", "content", []any{textBlock(piCompactionPrefix + summary + piCompactionSuffix)})
 	setIf(msg, "timestamp", millis(get(e.m, "timestamp")))
-	c.messages = append(c.messages, msg)
+	c.keep(msg, nil)
 
 	var first *piEntry
 	if idx, ok := intAt(e.m, "firstKeptEntryIndex"); ok {
@@ -201,8 +237,8 @@ func piCompaction(rep *Report, e *piEntry, before []*piEntry, converted map[*piE
 	keep := false
 	for _, x := range before {
 		keep = keep || x == first
-		if m := converted[x]; keep && m != nil {
-			c.messages = append(c.messages, m)
+		if r, ok := converted[x]; keep && ok {
+			c.messages = append(c.messages, r)
 		}
 	}
 	return c

@@ -54,7 +54,7 @@ func requireRecords(t *testing.T, want []string, tr *Transcript) {
 	t.Helper()
 	var got []string
 	for _, rec := range tr.Records {
-		b, err := record.MarshalJSON(rec.Value)
+		b, err := record.MarshalJSON(rec.Value())
 		require.NoError(t, err)
 		got = append(got, string(b))
 	}
@@ -62,7 +62,7 @@ func requireRecords(t *testing.T, want []string, tr *Transcript) {
 	for i := range want {
 		w, err := record.DecodeJSON([]byte(want[i]))
 		require.NoError(t, err, want[i])
-		require.True(t, record.Equal(w, tr.Records[i].Value), "record %d:\nwant %s\n got %s", i, want[i], got[i])
+		require.True(t, record.Equal(w, tr.Records[i].Value()), "record %d:\nwant %s\n got %s", i, want[i], got[i])
 	}
 }
 
@@ -224,7 +224,7 @@ func TestClaudeCode_Rules(t *testing.T) {
 			},
 			ids: []string{"u1", "a1", "cb", "u2"},
 			check: func(t *testing.T, ts []*Transcript) {
-				c := ts[0].Records[2].Value
+				c := ts[0].Records[2].Value()
 				require.True(t, projection.IsValidCompaction(c))
 				require.Equal(t, "Summary: a plan was made.", str(c, "summary"))
 				require.Equal(t, "2026-01-01T01:00:00Z", str(c, "at"))
@@ -391,7 +391,7 @@ func TestCodex_Rules(t *testing.T) {
 				item(`{"type":"message","role":"user","content":[{"type":"input_text","text":"new question"}]}`),
 			},
 			check: func(t *testing.T, ts []*Transcript) {
-				c := ts[0].Records[1].Value
+				c := ts[0].Records[1].Value()
 				require.True(t, projection.IsValidCompaction(c))
 				n, _ := intAt(c, "tokensBefore")
 				require.Equal(t, int64(5000), n)
@@ -512,7 +512,7 @@ func TestPi_Rules(t *testing.T) {
 				`{"type":"custom_message","id":"e2","parentId":"e1","timestamp":"2026-01-01T00:00:00Z","customType":"x","content":"also","display":false}`,
 			},
 			check: func(t *testing.T, ts []*Transcript) {
-				require.Equal(t, "custom", str(ts[0].Records[1].Value, "role"))
+				require.Equal(t, "custom", str(ts[0].Records[1].Value(), "role"))
 				require.Equal(t, `[{"role":"user","content":[{"type":"text","text":"remember"}],"timestamp":1},{"role":"user","content":[{"type":"text","text":"also"}],"timestamp":1767225600000}]`, contextJSON(t, ts[0]))
 			},
 		},
@@ -528,7 +528,7 @@ func TestPi_Rules(t *testing.T) {
 			},
 			ids: []string{"v1:header", "v1:2", "v1:3", "v1:4", "v1:5", "v1:6"},
 			check: func(t *testing.T, ts []*Transcript) {
-				require.True(t, projection.IsValidCompaction(ts[0].Records[4].Value))
+				require.True(t, projection.IsValidCompaction(ts[0].Records[4].Value()))
 				require.Equal(t, `[{"role":"user","content":[{"type":"text","text":"`+strings.ReplaceAll(piCompactionPrefix, "\n", `\n`)+`S\n</summary>"}],"timestamp":1767225604000},{"role":"user","content":"three","timestamp":3},{"role":"user","content":"five","timestamp":5}]`, contextJSON(t, ts[0]))
 			},
 		},
@@ -636,7 +636,7 @@ func TestGemini_Rules(t *testing.T) {
 			},
 			ids: []string{"g4:u1", "g4:a1", "g4:set@4", "g4:u2"},
 			check: func(t *testing.T, ts []*Transcript) {
-				require.True(t, projection.IsValidCompaction(ts[0].Records[2].Value))
+				require.True(t, projection.IsValidCompaction(ts[0].Records[2].Value()))
 				require.Equal(t, `[{"role":"user","content":"summary of the story"},{"role":"assistant","content":[{"type":"text","text":"long answer"}]},{"role":"user","content":"next"}]`, contextJSON(t, ts[0]))
 			},
 		},
@@ -692,7 +692,7 @@ func TestOpenHands_Rules(t *testing.T) {
 			`{"id":"e4","kind":"MessageEvent","llm_message":{"role":"user","content":[{"type":"text","text":"new ask"}]}}`,
 			`{"id":"e5","kind":"Condensation","forgotten_event_ids":["e2","e3"],"summary":"listed files","summary_offset":1}`,
 		))
-		require.True(t, projection.IsValidCompaction(tr.Records[4].Value))
+		require.True(t, projection.IsValidCompaction(tr.Records[4].Value()))
 		require.Equal(t, `[{"role":"user","content":[{"type":"text","text":"old ask"}]},{"role":"user","content":[{"type":"text","text":"listed files"}]},{"role":"user","content":[{"type":"text","text":"new ask"}]}]`, contextJSON(t, tr))
 	})
 	t.Run("events off the leaf's branch are left out", func(t *testing.T) {

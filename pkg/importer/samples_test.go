@@ -61,8 +61,8 @@ func parseSample(t testing.TB, path string) []*Transcript {
 
 func values(tr *Transcript) []any {
 	vs := make([]any, len(tr.Records))
-	for i, r := range tr.Records {
-		vs[i] = r.Value
+	for i := range tr.Records {
+		vs[i] = tr.Records[i].Value()
 	}
 	return vs
 }
@@ -289,4 +289,47 @@ func TestSamples_Shapes(t *testing.T) {
 		res := projection.Build(projection.Numbered(values(tr)), projection.Options{})
 		require.Empty(t, res.Dropped.UnpairedCalls)
 	})
+}
+
+// Reading sparsely (a large content kept as checked bytes, decoded only on
+// demand) converts every sample exactly as decoding every line whole does.
+func TestSamples_SparseEqualsWhole(t *testing.T) {
+	for _, smp := range samples {
+		if smp.format != ClaudeCode && smp.format != Pi {
+			continue
+		}
+		t.Run(smp.path, func(t *testing.T) {
+			data := mustReadFile(t, filepath.Join("testdata", smp.path))
+			requireSameConversion(t, data, smp.format)
+		})
+	}
+}
+
+func requireSameConversion(t testing.TB, data []byte, f Format) {
+	t.Helper()
+	sparse, err1 := parse(f, "f.jsonl", data, true)
+	whole, err2 := parse(f, "f.jsonl", data, false)
+	if err1 != nil || err2 != nil {
+		require.Equal(t, err2, err1)
+		return
+	}
+	require.Len(t, sparse, len(whole))
+	for i := range whole {
+		a, b := sparse[i], whole[i]
+		require.Equal(t, b.Session, a.Session)
+		require.Equal(t, b.Report, a.Report)
+		require.Len(t, a.Records, len(b.Records))
+		for k := range b.Records {
+			ra, rb := &a.Records[k], &b.Records[k]
+			require.Equal(t, rb.ID, ra.ID)
+			require.Equal(t, rb.Where, ra.Where)
+			require.Equal(t, rb.Class(), ra.Class())
+			ja, err := ra.JSON()
+			require.NoError(t, err)
+			jb, err := rb.JSON()
+			require.NoError(t, err)
+			require.Equal(t, string(jb), string(ja), "record %s", rb.ID)
+			require.True(t, record.Equal(rb.Value(), ra.Value()), "record %s", rb.ID)
+		}
+	}
 }

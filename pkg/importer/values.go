@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"fmt"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unicode/utf8"
 
 	"github.com/ctxd/ctxd/pkg/projection"
 	"github.com/ctxd/ctxd/pkg/record"
@@ -131,23 +133,48 @@ func eachLine(data []byte, fn func(n int, line []byte)) {
 	}
 }
 
-func lineWhere(n int) string { return fmt.Sprintf("line %d", n) }
+func lineWhere(n int) string { return "line " + strconv.Itoa(n) }
+
+// scanner reads what a parser needs of a large line without decoding the
+// line: it returns a map of only those fields and the bytes of the values
+// the parser keeps as written, or a nil map to have the line decoded
+// whole. It passes a line only when validCapture does, so that a line it
+// reads is one the decoder takes, and the conversion is the same.
+type scanner func(line []byte) (*record.Map, kept)
+
+// kept is what a scanner found in a line: the bytes of the values a parser
+// keeps as the line wrote them.
+type kept struct {
+	// sparse is set when the map holds only the fields the parser reads.
+	sparse                      bool
+	message, content, timestamp []byte
+}
 
 // eachDecoded decodes the lines of a JSON-lines file and calls fn, in
 // order, for each line that is a JSON object; every line counts as an entry
 // of rep, and a line that is not an object is reported as not understood.
-// A large file is decoded on all processors at once: lines are independent,
-// and decoding is most of a conversion's work.
-func eachDecoded(data []byte, rep *Report, fn func(n int, line []byte, m *record.Map)) {
+// With scan, a large line is read by scan rather than decoded, when scan
+// can. A large file is read on all processors at once: lines are
+// independent, and decoding is most of a conversion's work.
+func eachDecoded(data []byte, rep *Report, scan scanner, fn func(n int, line []byte, m *record.Map, k kept)) {
 	type decoded struct {
 		n    int
 		line []byte
 		v    any
 		err  error
+		k    kept
 	}
 	var lines []decoded
 	eachLine(data, func(n int, line []byte) { lines = append(lines, decoded{n: n, line: line}) })
-	decode := func(d *decoded) { d.v, d.err = lineDecoder.DecodeJSON(d.line) }
+	decode := func(d *decoded) {
+		if scan != nil && len(d.line) >= scanMin {
+			if m, k := scan(d.line); m != nil {
+				d.v, d.k = m, k
+				return
+			}
+		}
+		d.v, d.err = lineDecoder.DecodeJSON(d.line)
+	}
 	if workers := runtime.GOMAXPROCS(0); workers > 1 && len(data) >= parallelBytes {
 		var next atomic.Int64
 		var wg sync.WaitGroup
@@ -177,8 +204,86 @@ func eachDecoded(data []byte, rep *Report, fn func(n int, line []byte, m *record
 			continue
 		}
 		d.v = nil // the map is the caller's now
-		fn(d.n, d.line, m)
+		fn(d.n, d.line, m, d.k)
 	}
+}
+
+// scanMin is the size from which a line is scanned rather than decoded:
+// below it, scanning costs about what decoding does.
+const scanMin = 256
+
+// smallValue decodes a scalar JSON value: a string without escapes or a
+// literal directly, anything else with the decoder.
+func smallValue(v []byte) (any, bool) {
+	switch {
+	case len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' && bytes.IndexByte(v, '\\') < 0 && utf8.Valid(v):
+		return string(v[1 : len(v)-1]), true
+	case string(v) == "true":
+		return true, true
+	case string(v) == "false":
+		return false, true
+	case string(v) == "null":
+		return nil, true
+	}
+	x, err := lineDecoder.DecodeJSON(v)
+	return x, err == nil
+}
+
+// messageFields names what scanMessage reads of a line: the top-level
+// keys (first "type", last "message") and the keys of the message (last
+// "content").
+type messageFields struct {
+	top, inner []string
+	types      map[string]bool // the entry types to scan
+}
+
+// scanMessage is the scanner of formats whose large lines are message
+// entries: in one validating pass over the line, it reads the fields f
+// names, keeping message, message.content and timestamp as bytes.
+func scanMessage(line []byte, f *messageFields) (*record.Map, kept) {
+	line = bytes.TrimSpace(line)
+	var tb, ib [16][]byte
+	var sb [16]*capture
+	inner := &capture{keys: f.inner, vals: ib[:len(f.inner)]}
+	top := &capture{keys: f.top, sub: sb[:len(f.top)], vals: tb[:len(f.top)]}
+	top.sub[len(f.top)-1] = inner // "message"
+	if !validCapture(line, record.DefaultMaxDepth, top) {
+		return nil, kept{}
+	}
+	msg, content := top.vals[len(f.top)-1], inner.vals[len(f.inner)-1]
+	if msg == nil || msg[0] != '{' || content == nil {
+		return nil, kept{}
+	}
+	m, mm := scalars(f.top, top.vals), scalars(f.inner, inner.vals)
+	if m == nil || mm == nil || !f.types[str(m, "type")] {
+		return nil, kept{}
+	}
+	mm.Set("content", nil) // in kept.content
+	m.Set("message", mm)
+	k := kept{sparse: true, message: msg, content: content}
+	for i, key := range f.top {
+		if key == "timestamp" {
+			k.timestamp = top.vals[i]
+		}
+	}
+	return m, k
+}
+
+// scalars returns a map of the scalar values among vals, decoded; the
+// caller takes containers from their bytes.
+func scalars(keys []string, vals [][]byte) *record.Map {
+	m := &record.Map{Members: make([]record.Member, 0, len(keys))}
+	for i, v := range vals {
+		if v == nil || v[0] == '{' || v[0] == '[' {
+			continue
+		}
+		x, ok := smallValue(v)
+		if !ok {
+			return nil
+		}
+		m.Set(keys[i], x)
+	}
+	return m
 }
 
 // parallelBytes is the size from which eachDecoded decodes on all
