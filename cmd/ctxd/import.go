@@ -80,7 +80,10 @@ func runImport(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		pub = &importPublisher{nc: nc, js: js, e: e}
+		pub = &importPublisher{nc: nc, js: js, e: e, ready: make(chan struct{})}
+		// Find the stream while the first file is read and converted.
+		go pub.findStream(ctx)
+		defer func() { <-pub.ready }()
 	}
 	out := bufio.NewWriterSize(e.stdout, 1<<16)
 	failed := 0
@@ -104,10 +107,11 @@ func runImport(ctx context.Context, e *env, args []string) error {
 
 // importFile converts one file and prints or publishes its sessions.
 func importFile(ctx context.Context, e *env, out *bufio.Writer, pub *importPublisher, format importer.Format, session, name string) error {
-	ts, err := convertFile(e, format, name)
+	ts, release, err := convertFile(e, format, name)
 	if err != nil {
 		return err
 	}
+	defer release()
 	var errs []error
 	for i, t := range ts {
 		sess := t.Session
@@ -152,25 +156,47 @@ func importFile(ctx context.Context, e *env, out *bufio.Writer, pub *importPubli
 }
 
 // convertFile reads and converts a file, standard input ("-") or an
-// OpenHands conversation directory.
-func convertFile(e *env, format importer.Format, name string) ([]*importer.Transcript, error) {
+// OpenHands conversation directory. The transcripts may share the bytes of
+// a large file, mapped into memory rather than copied: release, once they
+// are no longer used.
+func convertFile(e *env, format importer.Format, name string) (ts []*importer.Transcript, release func(), err error) {
+	release = func() {}
 	if name == "-" {
-		return importer.Parse(format, "stdin", e.stdin)
+		ts, err = importer.Parse(format, "stdin", e.stdin)
+		return ts, release, err
 	}
 	st, err := os.Stat(name)
 	if err != nil {
-		return nil, err
+		return nil, release, err
 	}
 	if st.IsDir() {
-		return importer.ParseFS(format, os.DirFS(name), name)
+		ts, err = importer.ParseFS(format, os.DirFS(name), name)
+		return ts, release, err
 	}
 	f, err := os.Open(name)
 	if err != nil {
-		return nil, err
+		return nil, release, err
 	}
 	defer f.Close()
-	return importer.Parse(format, name, f)
+	if st.Mode().IsRegular() && st.Size() >= mapMinBytes {
+		if data, unmap, err := mapFile(f, st.Size()); err == nil {
+			if ts, err = importer.ParseBytes(format, name, data); err != nil {
+				unmap()
+				return nil, release, err
+			}
+			return ts, unmap, nil
+		}
+	}
+	ts, err = importer.Parse(format, name, f)
+	return ts, release, err
 }
+
+// mapMinBytes is the size from which a file is mapped into memory instead
+// of read: reading copies it into fresh memory, which costs about a tenth
+// of a second per 100 MB. Transcripts that large are logs that grow by
+// appending; a file cut shorter while it is imported makes the import
+// fail (SIGBUS).
+const mapMinBytes = 16 << 20
 
 // importPublisher publishes converted transcripts. It publishes the way
 // ctxd publish does (asynchronously, then every PubAck read) with a
@@ -180,6 +206,24 @@ type importPublisher struct {
 	nc *nats.Conn
 	js jetstream.JetStream
 	e  *env
+	// The stream that stores transcripts.>, found once; ready is closed
+	// when stream or err is set.
+	ready  chan struct{}
+	stream jetstream.Stream
+	err    error
+}
+
+// findStream looks up the stream that stores the transcripts.
+func (p *importPublisher) findStream(ctx context.Context) {
+	defer close(p.ready)
+	name, err := p.js.StreamNameBySubject(ctx, subject.TranscriptsPrefix+">")
+	if err != nil {
+		p.err = fmt.Errorf("no stream stores %s> (is ctxd serve running?): %w", subject.TranscriptsPrefix, err)
+		return
+	}
+	if p.stream, err = p.js.Stream(ctx, name); err != nil {
+		p.err = fmt.Errorf("stream %s: %w", name, err)
+	}
 }
 
 type importResult struct {
@@ -209,14 +253,16 @@ func (p *importPublisher) publish(ctx context.Context, t *importer.Transcript, s
 	if err != nil {
 		return res, err
 	}
-	stream, err := p.js.StreamNameBySubject(ctx, subj)
-	if err != nil {
-		return res, fmt.Errorf("%s: no stream stores %s (is ctxd serve running?): %w", t.Name, subj, err)
+	select {
+	case <-p.ready:
+	case <-ctx.Done():
+		return res, ctx.Err()
 	}
-	st, err := p.js.Stream(ctx, stream)
-	if err != nil {
-		return res, fmt.Errorf("%s: stream %s: %w", t.Name, stream, err)
+	if p.err != nil {
+		return res, fmt.Errorf("%s: %w", t.Name, p.err)
 	}
+	st := p.stream
+	stream := st.CachedInfo().Config.Name
 	info, err := st.Info(ctx, jetstream.WithSubjectFilter(subj))
 	if err != nil {
 		return res, fmt.Errorf("%s: stream %s: %w", t.Name, stream, err)
@@ -225,16 +271,15 @@ func (p *importPublisher) publish(ctx context.Context, t *importer.Transcript, s
 
 	// Encode everything first: a record too large fails the whole session,
 	// before anything of it is published, so that its order is kept.
-	payloads := make([][]byte, len(t.Records))
 	ids := make([]string, len(t.Records))
 	var tooBig []string
 	for i, r := range t.Records {
-		b, err := r.JSON()
+		n, err := r.Size()
 		if err != nil {
 			return res, fmt.Errorf("%s: %s: encode record: %w", t.Name, r.Where, err)
 		}
-		payloads[i], ids[i] = b, importMsgID(t.Format, session, r.ID)
-		size := int64(len(b))
+		ids[i] = importMsgID(t.Format, session, r.ID)
+		size := int64(n)
 		if limit > 0 && size+int64(len(ids[i])+msgIDOverhead) > limit {
 			tooBig = append(tooBig, fmt.Sprintf("%s: %s: a %s record of %d bytes; the server accepts at most %d (its max_payload)", t.Name, r.Where, r.Class(), size, limit))
 		} else if maxMsg > 0 && size > maxMsg {
@@ -256,10 +301,16 @@ func (p *importPublisher) publish(ctx context.Context, t *importer.Transcript, s
 		f jetstream.PubAckFuture
 	}
 	var futures []sent
-	for i, b := range payloads {
+	for i := range t.Records {
 		if present[ids[i]] {
 			res.present++
 			continue
+		}
+		// Each record's bytes are made as it is sent, while the server
+		// stores the ones before.
+		b, err := t.Records[i].JSON()
+		if err != nil {
+			return res, fmt.Errorf("%s: %s: encode record: %w", t.Name, t.Records[i].Where, err)
 		}
 		f, err := p.js.PublishAsync(subj, b, jetstream.WithMsgID(ids[i]))
 		if err != nil {
