@@ -1,8 +1,7 @@
-package main
+package integration
 
 import (
 	"bufio"
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"flag"
@@ -10,6 +9,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,14 +21,16 @@ import (
 var importBenchMB = flag.Int("import.mb", 100, "size in MB of the Claude Code file BenchmarkImport generates")
 
 // BenchmarkImport times ctxd import of a file beside ctxd publish of the
-// same records already converted (ctxd import --print), against one
-// embedded server, each into a session of its own, alternately. It reports
-// both rates in records/s and their ratio (import over publish):
+// same records already converted (by ctxd import --print), plain and with
+// --msg-id-prefix (which, like import, sends a Nats-Msg-Id per record), as
+// a user runs them: the built binary against ctxd serve, each into a
+// session of its own, in turn. It reports the rates in records/s and
+// import's ratio to each:
 //
-//	go test ./cmd/ctxd -run '^$' -bench BenchmarkImport -benchtime 3x
+//	go test ./integration -run '^$' -bench BenchmarkImport -benchtime 5x
 func BenchmarkImport(b *testing.B) {
 	b.Run("largest-sample", func(b *testing.B) {
-		benchImport(b, samples+"pi/before-compaction.jsonl", "pi")
+		benchImport(b, "../pkg/importer/testdata/pi/before-compaction.jsonl", "pi")
 	})
 	b.Run(fmt.Sprintf("claude-code-%dMB", *importBenchMB), func(b *testing.B) {
 		path := filepath.Join(b.TempDir(), "generated.jsonl")
@@ -43,55 +45,68 @@ func BenchmarkImport(b *testing.B) {
 }
 
 func benchImport(b *testing.B, path, format string) {
-	url, _ := importServer(b)
+	bin := ctxdBinary(b)
+	ns := startNATS(b)
+	url := ns.ClientURL()
+	startProcess(b, "--nats", url)
 	records := filepath.Join(b.TempDir(), "records.jsonl")
 	out, err := os.Create(records)
 	require.NoError(b, err)
-	e := &env{stdin: strings.NewReader(""), stdout: out, stderr: io.Discard, getenv: func(string) string { return "" }}
-	require.Equal(b, 0, run(context.Background(), e, []string{"import", "--from", format, "--print", path}))
+	cmd := exec.Command(bin, "import", "--from", format, "--print", path)
+	cmd.Stdout = out
+	require.NoError(b, cmd.Run())
 	require.NoError(b, out.Close())
 	st, err := os.Stat(path)
 	require.NoError(b, err)
 	n := countLines(b, records)
 
-	quiet := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: io.Discard, getenv: func(string) string { return "" }}
-	// A first round, not timed: the stream's files and both code paths warm.
-	require.Equal(b, 0, run(context.Background(), quiet, []string{"import", "--nats", url, "--from", format, "--session", "warm-import", path}))
-	require.Equal(b, 0, run(context.Background(), quiet, []string{"publish", "--nats", url, "--session", "warm-publish", records}))
-	var importTime, publishTime time.Duration
+	sides := []struct {
+		name string
+		args func(session string) []string
+		time time.Duration
+	}{
+		{"import", func(s string) []string {
+			return []string{"import", "--nats", url, "--from", format, "--session", s, path}
+		}, 0},
+		{"publish", func(s string) []string {
+			return []string{"publish", "--nats", url, "--session", s, records}
+		}, 0},
+		{"publish-ids", func(s string) []string {
+			return []string{"publish", "--nats", url, "--session", s, "--msg-id-prefix", s, records}
+		}, 0},
+	}
+	runSide := func(args []string) time.Duration {
+		var stderr strings.Builder
+		cmd := exec.Command(bin, args...)
+		cmd.Stderr = &stderr
+		start := time.Now()
+		err := cmd.Run()
+		elapsed := time.Since(start)
+		require.NoError(b, err, "%s", stderr.String())
+		return elapsed
+	}
+	// A first round, not timed: the stream's files and the page cache warm.
+	for _, side := range sides {
+		runSide(side.args("warm-" + side.name))
+	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		session := fmt.Sprintf("bench-%d", i)
-		sides := []func(){
-			func() {
-				start := time.Now()
-				code := run(context.Background(), quiet, []string{"import", "--nats", url, "--from", format, "--session", "import-" + session, path})
-				importTime += time.Since(start)
-				require.Equal(b, 0, code)
-			},
-			func() {
-				start := time.Now()
-				code := run(context.Background(), quiet, []string{"publish", "--nats", url, "--session", "publish-" + session, records})
-				publishTime += time.Since(start)
-				require.Equal(b, 0, code)
-			},
-		}
-		if i%2 == 1 {
-			sides[0], sides[1] = sides[1], sides[0]
-		}
-		for _, side := range sides {
-			side()
+		for k := range sides {
+			side := &sides[(i+k)%len(sides)] // each side goes first in turn
+			side.time += runSide(side.args(fmt.Sprintf("%s-%d", side.name, i)))
 		}
 	}
 	b.StopTimer()
-	importRate := float64(n*b.N) / importTime.Seconds()
-	publishRate := float64(n*b.N) / publishTime.Seconds()
+	rate := func(d time.Duration) float64 { return float64(n*b.N) / d.Seconds() }
+	importRate, publishRate, idsRate := rate(sides[0].time), rate(sides[1].time), rate(sides[2].time)
 	b.ReportMetric(importRate, "import-records/s")
 	b.ReportMetric(publishRate, "publish-records/s")
 	b.ReportMetric(importRate/publishRate, "import/publish")
+	b.ReportMetric(importRate/idsRate, "import/publish-ids")
 	b.ReportMetric(0, "ns/op")
-	b.Logf("%s: %d bytes, %d records: import %.0f records/s (%.1f MB/s), publish %.0f records/s, ratio %.2f",
-		filepath.Base(path), st.Size(), n, importRate, float64(st.Size())*float64(b.N)/importTime.Seconds()/1e6, publishRate, importRate/publishRate)
+	b.Logf("%s: %d bytes, %d records: import %.0f records/s (%.1f MB/s); publish %.0f records/s, ratio %.2f; publish with --msg-id-prefix %.0f records/s, ratio %.2f",
+		filepath.Base(path), st.Size(), n, importRate, float64(st.Size())*float64(b.N)/sides[0].time.Seconds()/1e6,
+		publishRate, importRate/publishRate, idsRate, importRate/idsRate)
 }
 
 func countLines(t testing.TB, path string) int {
