@@ -67,15 +67,10 @@ type block struct {
 // blocks lists the blocks of message.content (none when it is not an
 // array); a content read sparsely is scanned, not decoded.
 func (e *ccEntry) blocks() []block {
-	var out []block
 	if !e.sparse {
-		content, _ := e.contentValue().([]any)
-		for _, v := range content {
-			bm, ok := v.(*record.Map)
-			out = append(out, block{isMap: ok, typ: str(bm, "type"), id: str(bm, "id"), useID: str(bm, "tool_use_id")})
-		}
-		return out
+		return e.decodedBlocks()
 	}
+	var out []block
 	arr := e.contentRaw()
 	if len(arr) == 0 || arr[0] != '[' {
 		return nil
@@ -97,13 +92,26 @@ func (e *ccEntry) blocks() []block {
 		elem := arr[i:end]
 		b := block{isMap: elem[0] == '{'}
 		if b.isMap {
-			members(elem, []string{"type", "id", "tool_use_id"}, f[:])
+			if !members(elem, []string{"type", "id", "tool_use_id"}, f[:]) {
+				return e.decodedBlocks() // a block the scan cannot read as the decoder does
+			}
 			b.typ, b.id, b.useID = text(f[0]), text(f[1]), text(f[2])
 		}
 		out = append(out, b)
 		if i = skipSpace(arr, end); i < len(arr) && arr[i] == ',' {
 			i = skipSpace(arr, i+1)
 		}
+	}
+	return out
+}
+
+// decodedBlocks lists the blocks of the decoded message.content.
+func (e *ccEntry) decodedBlocks() []block {
+	content, _ := e.contentValue().([]any)
+	out := make([]block, 0, len(content))
+	for _, v := range content {
+		bm, ok := v.(*record.Map)
+		out = append(out, block{isMap: ok, typ: str(bm, "type"), id: str(bm, "id"), useID: str(bm, "tool_use_id")})
 	}
 	return out
 }

@@ -279,43 +279,44 @@ func member(obj []byte, key string) []byte {
 }
 
 // members finds the values of several keys of the object obj in one scan:
-// out[i] gets the bytes of the value of keys[i], nil when it is absent or
-// obj is not an object the decoder would take.
-func members(obj []byte, keys []string, out [][]byte) {
+// out[i] gets the bytes of the value of keys[i], nil when it is absent. It
+// reports false, with out cleared, when obj is not an object it can read
+// as the decoder would (a key spelled with escapes, for one).
+func members(obj []byte, keys []string, out [][]byte) (ok bool) {
 	clear(out)
 	if len(obj) == 0 || obj[0] != '{' {
-		return
+		return false
 	}
 	fail := func() { clear(out) }
 	i := skipSpace(obj, 1)
 	if i < len(obj) && obj[i] == '}' {
-		return
+		return true
 	}
 	for i < len(obj) {
 		if obj[i] != '"' {
 			fail()
-			return
+			return false
 		}
 		end := skipString(obj, i)
 		if end < 0 {
 			fail()
-			return
+			return false
 		}
 		k := obj[i+1 : end-1]
 		if bytes.IndexByte(k, '\\') >= 0 {
 			fail() // a key spelled with escapes: leave it to the decoder
-			return
+			return false
 		}
 		i = skipSpace(obj, end)
 		if i >= len(obj) || obj[i] != ':' {
 			fail()
-			return
+			return false
 		}
 		i = skipSpace(obj, i+1)
 		vend := skipValue(obj, i)
 		if vend < 0 {
 			fail()
-			return
+			return false
 		}
 		for j, key := range keys {
 			if string(k) == key {
@@ -325,19 +326,20 @@ func members(obj []byte, keys []string, out [][]byte) {
 		i = skipSpace(obj, vend)
 		if i >= len(obj) {
 			fail()
-			return
+			return false
 		}
 		switch obj[i] {
 		case ',':
 			i = skipSpace(obj, i+1)
 		case '}':
-			return
+			return true
 		default:
 			fail()
-			return
+			return false
 		}
 	}
 	fail()
+	return false
 }
 
 func skipSpace(b []byte, i int) int {

@@ -3,6 +3,7 @@ package importer
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -332,4 +333,27 @@ func requireSameConversion(t testing.TB, data []byte, f Format) {
 			require.True(t, record.Equal(rb.Value(), ra.Value()), "record %s", rb.ID)
 		}
 	}
+}
+
+// Lines that a scan could read differently from the decoder convert the
+// same: keys spelled with escapes, repeated keys, a content elsewhere.
+func TestSparseEqualsWhole_Tricky(t *testing.T) {
+	pad := strings.Repeat("x", 300) // past scanMin: the lines are scanned
+	lines := []string{
+		`{"type":"user","uuid":"u1","parentUuid":null,"sessionId":"s","message":{"role":"user","content":"` + pad + `"}}`,
+		`{"type":"assistant","uuid":"a1","parentUuid":"u1","sessionId":"s","message":{"id":"m1","content":[{"type":"tool_use","id":"t1","name":"Bash","input":{"p":"` + pad + `"}}]}}`,
+		`{"type":"assistant","uuid":"a2","parentUuid":"a1","sessionId":"s","message":{"id":"m1","content":[{"type":"tool_use","id":"t2","name":"Bash","input":{}}]},"pad":"` + pad + `"}`,
+		`{"type":"user","uuid":"r2","parentUuid":"a2","sessionId":"s","message":{"content":[{"\u0074ype":"tool_result","tool_use_id":"t2","content":"` + pad + `"}]}}`,
+		`{"type":"user","uuid":"r1","parentUuid":"a1","sessionId":"s","message":{"content":[{"type":"tool_result","type":"tool_result","tool_use_id":"t1","content":"` + pad + `"}]}}`,
+		`{"type":"user","uuid":"u2","parentUuid":"r1","sessionId":"s","message":{"content":"` + pad + `"},"message":{"role":"user","content":"last wins ` + pad + `"}}`,
+		`{"typ\u0065":"user","uuid":"u3","parentUuid":"u2","sessionId":"s","message":{"content":"` + pad + `"}}`,
+	}
+	requireSameConversion(t, []byte(strings.Join(lines, "\n")), ClaudeCode)
+	pi := []string{
+		`{"type":"session","version":3,"id":"p"}`,
+		`{"type":"message","id":"e1","parentId":null,"message":{"role":"user","content":"` + pad + `","timestamp":1}}`,
+		`{"type":"message","id":"e2","parentId":"e1","message":{"role":"hookMessage","content":"` + pad + `"}}`,
+		`{"type":"message","id":"e3","parentId":"e2","message":{"role":"assistant","content":[{"type":"text","text":"` + pad + `"}]},"message":{"role":"user","content":"` + pad + `"}}`,
+	}
+	requireSameConversion(t, []byte(strings.Join(pi, "\n")), Pi)
 }
