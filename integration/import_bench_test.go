@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bufio"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"flag"
@@ -11,11 +12,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	ctxdclient "github.com/ctxd/ctxd/pkg/client"
 )
 
 var importBenchMB = flag.Int("import.mb", 100, "size in MB of the Claude Code file BenchmarkImport generates")
@@ -24,7 +28,8 @@ var importBenchMB = flag.Int("import.mb", 100, "size in MB of the Claude Code fi
 // same records already converted (by ctxd import --print), plain and with
 // --msg-id-prefix (which, like import, sends a Nats-Msg-Id per record), as
 // a user runs them: the built binary against ctxd serve, each into a
-// session of its own, in turn. It reports the rates in records/s and
+// session of its own, in turn, each run once the service has applied the
+// records of the one before. It reports the rates in records/s and
 // import's ratio to each:
 //
 //	go test ./integration -run '^$' -bench BenchmarkImport -benchtime 5x
@@ -75,25 +80,37 @@ func benchImport(b *testing.B, path, format string) {
 			return []string{"publish", "--nats", url, "--session", s, "--msg-id-prefix", s, records}
 		}, 0},
 	}
-	runSide := func(args []string) time.Duration {
-		var stderr strings.Builder
+	nc := newClient(b, url).nc
+	runSide := func(session string, args []string) time.Duration {
+		var stdout, stderr strings.Builder
 		cmd := exec.Command(bin, args...)
-		cmd.Stderr = &stderr
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		start := time.Now()
 		err := cmd.Run()
 		elapsed := time.Since(start)
 		require.NoError(b, err, "%s", stderr.String())
+		// Untimed: wait until the service has applied the records, so that
+		// the next run does not share the machine with their ingestion.
+		fields := strings.Fields(stdout.String())
+		require.NotEmpty(b, fields)
+		seq, err := strconv.ParseUint(fields[len(fields)-1], 10, 64)
+		require.NoError(b, err)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		_, err = ctxdclient.Context(ctx, nc, session, ctxdclient.Request{MinSeq: seq, WaitMS: 30000})
+		require.NoError(b, err)
 		return elapsed
 	}
 	// A first round, not timed: the stream's files and the page cache warm.
 	for _, side := range sides {
-		runSide(side.args("warm-" + side.name))
+		runSide("warm-"+side.name, side.args("warm-"+side.name))
 	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		for k := range sides {
 			side := &sides[(i+k)%len(sides)] // each side goes first in turn
-			side.time += runSide(side.args(fmt.Sprintf("%s-%d", side.name, i)))
+			session := fmt.Sprintf("%s-%d", side.name, i)
+			side.time += runSide(session, side.args(session))
 		}
 	}
 	b.StopTimer()
