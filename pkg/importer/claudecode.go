@@ -128,7 +128,16 @@ func (e *ccEntry) contentRaw() []byte {
 // the fields the conversion reads, and message.content as the line wrote
 // it. toolUseResult, a copy of the result for the UI that the conversion
 // drops, is never decoded.
-func claudeScan(line []byte) (*record.Map, kept) { return scanMessage(line, claudeFields) }
+func claudeScan(line []byte) (*record.Map, kept) {
+	m, k := scanMessage(line, claudeFields)
+	if m != nil {
+		e := &ccEntry{line: line, m: m, typ: str(m, "type"), sparse: true, kept: k}
+		if r, ok := claudeMessage(&Report{}, e); ok {
+			k.rec = &r
+		}
+	}
+	return m, k
+}
 
 var claudeFields = &messageFields{
 	top:   []string{"type", "uuid", "parentUuid", "isSidechain", "agentId", "sessionId", "timestamp", "isCompactSummary", "message"},
@@ -314,7 +323,13 @@ func convertClaudeGroup(b *builder, g *ccGroup, source string) {
 			rep.approx(e.where(), "a compact summary without its compact_boundary line: imported as a user message")
 			fallthrough
 		case e.isMessage():
-			if r, ok := claudeMessage(rep, e); ok {
+			r, ok := Record{}, e.kept.rec != nil
+			if ok {
+				r = *e.kept.rec
+			} else {
+				r, ok = claudeMessage(rep, e)
+			}
+			if ok {
 				r.ID, r.Where = claudeID(e, source), e.where()
 				b.addRecord(r)
 			}

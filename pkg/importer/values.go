@@ -148,6 +148,9 @@ type kept struct {
 	// sparse is set when the map holds only the fields the parser reads.
 	sparse                      bool
 	message, content, timestamp []byte
+	// rec is the record a scanner built from the line, when it can: the
+	// work then happens on all processors.
+	rec *Record
 }
 
 // eachDecoded decodes the lines of a JSON-lines file and calls fn, in
