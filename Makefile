@@ -25,6 +25,13 @@ fuzz:
 	$(GO) test ./pkg/server -run '^$$' -fuzz '^FuzzParseRequest$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./pkg/render -run '^$$' -fuzz '^FuzzRender$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./pkg/rebuild -run '^$$' -fuzz '^FuzzResets$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./pkg/importer -run '^$$' -fuzz '^FuzzClaudeCode$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./pkg/importer -run '^$$' -fuzz '^FuzzCodex$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./pkg/importer -run '^$$' -fuzz '^FuzzPi$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./pkg/importer -run '^$$' -fuzz '^FuzzGemini$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./pkg/importer -run '^$$' -fuzz '^FuzzOpenHands$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./pkg/importer -run '^$$' -fuzz '^FuzzDetect$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./pkg/importer -run '^$$' -fuzz '^FuzzValidJSON$$' -fuzztime $(FUZZTIME)
 
 ## bench: the benchmarks of the core and of the service
 bench:

@@ -38,6 +38,7 @@ func init() {
 	commands = []command{
 		{"serve", "run the service: ingest transcripts and answer context requests", runServe},
 		{"publish", "publish JSON-lines records to a session's transcript", runPublish},
+		{"import", "convert transcripts of Claude Code, Codex, pi, Gemini CLI or OpenHands and publish them", runImport},
 		{"context", "print a session's context reply as JSON", runContext},
 		{"rejected", "list the records the projections skipped", runRejected},
 		{"rebuild", "rebuild projections from the stream; --check compares them with the service", runRebuild},

@@ -1,0 +1,397 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ctxd/ctxd/pkg/importer"
+	"github.com/ctxd/ctxd/pkg/subject"
+)
+
+const importAbout = `Converts transcripts written by agent tools into ctxd records and publishes
+them to transcripts.SESSION. FORMAT is claude-code, codex, pi, gemini,
+openhands (a conversation directory), or auto, which tells the format from
+the content and says what it chose. FILE "-" is standard input.
+
+The session is the one the file names (its own session id made valid; a
+subagent's is SESSION_agent-ID), or --session. Every record carries a
+Nats-Msg-Id derived from the source's ids, and records already in the
+session's stream are skipped: importing a file twice, or a file that grew
+since, stores each record once.
+
+With --print the records are written to standard output as JSON lines and
+nothing is published:
+  ctxd import --from pi --print FILE | ctxd build --dropped
+
+A summary of each file goes to standard error: records by class, entries
+skipped as metadata, entries not understood (with their line), and what was
+approximated. Without --print, standard output gets one line per session:
+SESSION and the stream sequence of its last record.
+
+A record larger than the server accepts (its max_payload, or the stream's
+largest message) is never cut: the file's session is not published at all,
+the error names the file, line and size, and the other files go on. Raise
+the server's max_payload and import again.`
+
+func runImport(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "import", "import --from FORMAT [flags] FILE...", importAbout)
+	url := fs.String("nats", natsURL(e), "NATS server URL")
+	from := fs.String("from", "", "the transcripts' format: claude-code, codex, pi, gemini, openhands or auto (required)")
+	session := fs.String("session", "", "publish to this session instead of the one the file names")
+	printOnly := fs.Bool("print", false, "write the records to standard output as JSON lines; publish nothing")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if *from == "" {
+		fmt.Fprintln(e.stderr, "ctxd import: --from is required")
+		return errUsage
+	}
+	format, err := importer.ParseFormat(*from)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "ctxd import: --from: %v\n", err)
+		return errUsage
+	}
+	if len(pos) == 0 {
+		fmt.Fprintln(e.stderr, "ctxd import: want at least one FILE")
+		return errUsage
+	}
+	if *session != "" {
+		if err := subject.CheckSession(*session); err != nil {
+			return err
+		}
+	}
+
+	var pub *importPublisher
+	if !*printOnly {
+		nc, err := connect(*url)
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return err
+		}
+		pub = &importPublisher{nc: nc, js: js, e: e, ready: make(chan struct{})}
+		// Find the stream while the first file is read and converted.
+		go pub.findStream(ctx)
+		defer func() { <-pub.ready }()
+	}
+	out := bufio.NewWriterSize(e.stdout, 1<<16)
+	failed := 0
+	for _, name := range pos {
+		if err := importFile(ctx, e, out, pub, format, *session, name); err != nil {
+			if errors.Is(err, context.Canceled) {
+				return err
+			}
+			fmt.Fprintf(e.stderr, "ctxd import: %v\n", err)
+			failed++
+		}
+	}
+	if err := out.Flush(); err != nil {
+		return err
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d files not imported", failed, len(pos))
+	}
+	return nil
+}
+
+// importFile converts one file and prints or publishes its sessions.
+func importFile(ctx context.Context, e *env, out *bufio.Writer, pub *importPublisher, format importer.Format, session, name string) error {
+	ts, release, err := convertFile(e, format, name)
+	if err != nil {
+		return err
+	}
+	defer release()
+	var errs []error
+	for i, t := range ts {
+		sess := t.Session
+		if session != "" {
+			sess = session
+			if i > 0 {
+				sess = importer.AgentSession(session, t.Agent)
+			}
+		}
+		detected := ""
+		if format == importer.Auto {
+			detected = " (detected)"
+		}
+		head := fmt.Sprintf("%s: %s%s, session %s", name, t.Format, detected, sess)
+		if pub == nil {
+			for _, r := range t.Records {
+				b, err := r.JSON()
+				if err != nil {
+					return fmt.Errorf("%s: %s: encode record: %w", name, r.Where, err)
+				}
+				out.Write(b)
+				out.WriteByte('\n')
+			}
+			fmt.Fprintf(e.stderr, "%s: %d records printed\n%s", head, len(t.Records), t.Report.Summary("  "))
+			continue
+		}
+		res, err := pub.publish(ctx, t, sess)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "%s: not published\n%s", head, t.Report.Summary("  "))
+			errs = append(errs, err)
+			continue
+		}
+		dups := ""
+		if res.duplicate > 0 {
+			dups = fmt.Sprintf(", %d dropped by the server as duplicates", res.duplicate)
+		}
+		fmt.Fprintf(e.stderr, "%s: %d records, %d published, %d already in the stream%s, last sequence %d\n%s",
+			head, len(t.Records), res.published, res.present, dups, res.last, t.Report.Summary("  "))
+		fmt.Fprintf(out, "%s %d\n", sess, res.last)
+	}
+	return errors.Join(errs...)
+}
+
+// convertFile reads and converts a file, standard input ("-") or an
+// OpenHands conversation directory. The transcripts may share the bytes of
+// a large file, mapped into memory rather than copied: release, once they
+// are no longer used.
+func convertFile(e *env, format importer.Format, name string) (ts []*importer.Transcript, release func(), err error) {
+	release = func() {}
+	if name == "-" {
+		ts, err = importer.Parse(format, "stdin", e.stdin)
+		return ts, release, err
+	}
+	st, err := os.Stat(name)
+	if err != nil {
+		return nil, release, err
+	}
+	if st.IsDir() {
+		ts, err = importer.ParseFS(format, os.DirFS(name), name)
+		return ts, release, err
+	}
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, release, err
+	}
+	defer f.Close()
+	if st.Mode().IsRegular() && st.Size() >= mapMinBytes {
+		if data, unmap, err := mapFile(f, st.Size()); err == nil {
+			if ts, err = importer.ParseBytes(format, name, data); err != nil {
+				unmap()
+				return nil, release, err
+			}
+			return ts, unmap, nil
+		}
+	}
+	ts, err = importer.Parse(format, name, f)
+	return ts, release, err
+}
+
+// mapMinBytes is the size from which a file is mapped into memory instead
+// of read: reading copies it into fresh memory, which costs about a tenth
+// of a second per 100 MB. Transcripts that large are logs that grow by
+// appending; a file cut shorter while it is imported makes the import
+// fail (SIGBUS).
+const mapMinBytes = 16 << 20
+
+// importPublisher publishes converted transcripts. It publishes the way
+// ctxd publish does (asynchronously, then every PubAck read) with a
+// Nats-Msg-Id per record; when pkg/bus gains a batch publish, this should
+// call it.
+type importPublisher struct {
+	nc *nats.Conn
+	js jetstream.JetStream
+	e  *env
+	// The stream that stores transcripts.>, found once; ready is closed
+	// when stream or err is set.
+	ready  chan struct{}
+	stream jetstream.Stream
+	err    error
+}
+
+// findStream looks up the stream that stores the transcripts.
+func (p *importPublisher) findStream(ctx context.Context) {
+	defer close(p.ready)
+	name, err := p.js.StreamNameBySubject(ctx, subject.TranscriptsPrefix+">")
+	if err != nil {
+		p.err = fmt.Errorf("no stream stores %s> (is ctxd serve running?): %w", subject.TranscriptsPrefix, err)
+		return
+	}
+	if p.stream, err = p.js.Stream(ctx, name); err != nil {
+		p.err = fmt.Errorf("stream %s: %w", name, err)
+	}
+}
+
+type importResult struct {
+	published int // stored by this import
+	present   int // found in the stream before publishing, not sent
+	duplicate int // sent, and dropped by the server as duplicates
+	last      uint64
+}
+
+// importMsgID is the Nats-Msg-Id of an imported record: the format, the
+// session and the record's own ID, so the same source record imported into
+// two sessions is two records.
+func importMsgID(format importer.Format, session, id string) string {
+	return "import:" + string(format) + ":" + session + ":" + id
+}
+
+// msgIDOverhead is what the Nats-Msg-Id header adds to a message's size
+// against the server's max_payload: "NATS/1.0\r\nNats-Msg-Id: " ID
+// "\r\n\r\n".
+const msgIDOverhead = len("NATS/1.0\r\nNats-Msg-Id: \r\n\r\n")
+
+// publish stores a transcript's records that the session's stream does not
+// hold yet, in order.
+func (p *importPublisher) publish(ctx context.Context, t *importer.Transcript, session string) (importResult, error) {
+	var res importResult
+	subj, err := subject.Transcript(session)
+	if err != nil {
+		return res, err
+	}
+	select {
+	case <-p.ready:
+	case <-ctx.Done():
+		return res, ctx.Err()
+	}
+	if p.err != nil {
+		return res, fmt.Errorf("%s: %w", t.Name, p.err)
+	}
+	st := p.stream
+	stream := st.CachedInfo().Config.Name
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(subj))
+	if err != nil {
+		return res, fmt.Errorf("%s: stream %s: %w", t.Name, stream, err)
+	}
+	limit, maxMsg := p.nc.MaxPayload(), int64(info.Config.MaxMsgSize)
+
+	// Encode everything first: a record too large fails the whole session,
+	// before anything of it is published, so that its order is kept.
+	ids := make([]string, len(t.Records))
+	var tooBig []string
+	for i, r := range t.Records {
+		n, err := r.Size()
+		if err != nil {
+			return res, fmt.Errorf("%s: %s: encode record: %w", t.Name, r.Where, err)
+		}
+		ids[i] = importMsgID(t.Format, session, r.ID)
+		size := int64(n)
+		if limit > 0 && size+int64(len(ids[i])+msgIDOverhead) > limit {
+			tooBig = append(tooBig, fmt.Sprintf("%s: %s: a %s record of %d bytes; the server accepts at most %d (its max_payload)", t.Name, r.Where, r.Class(), size, limit))
+		} else if maxMsg > 0 && size > maxMsg {
+			tooBig = append(tooBig, fmt.Sprintf("%s: %s: a %s record of %d bytes; stream %s stores at most %d (its max_msg_size)", t.Name, r.Where, r.Class(), size, stream, maxMsg))
+		}
+	}
+	if len(tooBig) > 0 {
+		return res, fmt.Errorf("%s\nnothing of session %s was published: raise the limit and import again", strings.Join(tooBig, "\n"), session)
+	}
+
+	present := map[string]bool{}
+	if info.State.Subjects[subj] > 0 {
+		if present, res.last, err = presentIDs(ctx, p.js, stream, subj); err != nil {
+			return res, fmt.Errorf("%s: read %s: %w", t.Name, subj, err)
+		}
+	}
+	type sent struct {
+		i int
+		f jetstream.PubAckFuture
+	}
+	var futures []sent
+	for i := range t.Records {
+		if present[ids[i]] {
+			res.present++
+			continue
+		}
+		// Each record's bytes are made as it is sent, while the server
+		// stores the ones before.
+		b, err := t.Records[i].JSON()
+		if err != nil {
+			return res, fmt.Errorf("%s: %s: encode record: %w", t.Name, t.Records[i].Where, err)
+		}
+		f, err := p.js.PublishAsync(subj, b, jetstream.WithMsgID(ids[i]))
+		if err != nil {
+			return res, fmt.Errorf("%s: %s: %w", t.Name, t.Records[i].Where, err)
+		}
+		futures = append(futures, sent{i, f})
+	}
+	var prog *progress
+	if pr := newProgress(p.e.stderr, "import "+t.Name, uint64(len(futures))); pr.tty && len(futures) > 0 {
+		prog = pr
+	}
+	for n, s := range futures {
+		select {
+		case ack := <-s.f.Ok():
+			if ack.Duplicate {
+				res.duplicate++ // stored by a concurrent import within the duplicate window
+			} else {
+				res.published++
+			}
+			res.last = max(res.last, ack.Sequence)
+		case err := <-s.f.Err():
+			return res, fmt.Errorf("%s: %s: record not stored: %w", t.Name, t.Records[s.i].Where, err)
+		case <-ctx.Done():
+			return res, ctx.Err()
+		}
+		if prog != nil {
+			prog.update(uint64(n + 1))
+		}
+	}
+	if prog != nil {
+		prog.finish(uint64(len(futures)))
+	}
+	return res, nil
+}
+
+// presentIDs reads the Nats-Msg-Id of every record on subj (headers only)
+// and the stream sequence of the last one.
+func presentIDs(ctx context.Context, js jetstream.JetStream, stream, subj string) (map[string]bool, uint64, error) {
+	ids := map[string]bool{}
+	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{subj},
+		HeadersOnly:    true,
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	defer func() {
+		// An ephemeral consumer would otherwise linger on the server
+		// until its inactivity threshold.
+		if name := cons.CachedInfo().Name; name != "" {
+			js.DeleteConsumer(context.WithoutCancel(ctx), stream, name)
+		}
+	}()
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	pending := info.NumPending
+	var last uint64
+	for pending > 0 {
+		batch, err := cons.Fetch(int(min(pending, 1000)))
+		if err != nil {
+			return nil, 0, err
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			if id := m.Headers().Get(jetstream.MsgIDHeader); id != "" {
+				ids[id] = true
+			}
+			if meta, err := m.Metadata(); err == nil {
+				last = max(last, meta.Sequence.Stream)
+				pending = meta.NumPending
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			return nil, 0, err
+		}
+		if n == 0 {
+			return nil, 0, fmt.Errorf("%d records announced, none delivered", pending)
+		}
+	}
+	return ids, last, nil
+}

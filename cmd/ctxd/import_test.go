@@ -1,0 +1,228 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ctxd/ctxd/internal/natstest"
+	"github.com/ctxd/ctxd/pkg/bus"
+	"github.com/ctxd/ctxd/pkg/natsd"
+	"github.com/ctxd/ctxd/pkg/record"
+	"github.com/ctxd/ctxd/streams"
+)
+
+const samples = "../../pkg/importer/testdata/"
+
+// importServer starts an embedded server with the TRANSCRIPTS stream and
+// returns its URL and a JetStream client.
+func importServer(t testing.TB, configure ...func(*natsd.Server)) (string, jetstream.JetStream) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	url := natstest.Start(t, configure...)
+	js, err := jetstream.New(natstest.Connect(t, url))
+	require.NoError(t, err)
+	def, err := streams.Transcripts()
+	require.NoError(t, err)
+	_, err = bus.EnsureStream(ctx, js, def)
+	require.NoError(t, err)
+	return url, js
+}
+
+// stored returns the Nats-Msg-Id of every record stored on a session's
+// subject, in stream order, and the records.
+func stored(t *testing.T, js jetstream.JetStream, session string) ([]string, []any) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cons, err := js.OrderedConsumer(ctx, "TRANSCRIPTS", jetstream.OrderedConsumerConfig{FilterSubjects: []string{"transcripts." + session}})
+	require.NoError(t, err)
+	info, err := cons.Info(ctx)
+	require.NoError(t, err)
+	var ids []string
+	var recs []any
+	for left := info.NumPending; left > 0; {
+		msg, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
+		require.NoError(t, err)
+		ids = append(ids, msg.Headers().Get(jetstream.MsgIDHeader))
+		v, err := record.Decoder{MaxBytes: 64 << 20}.Decode(msg.Data())
+		require.NoError(t, err)
+		recs = append(recs, v)
+		meta, err := msg.Metadata()
+		require.NoError(t, err)
+		left = meta.NumPending
+	}
+	return ids, recs
+}
+
+func requireUnique(t *testing.T, ids []string) {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, id := range ids {
+		require.NotEmpty(t, id)
+		require.False(t, seen[id], "record %s stored twice", id)
+		seen[id] = true
+	}
+}
+
+// The printed records are what ctxd build reads: the pipe of the README.
+func TestImport_PrintToBuild(t *testing.T) {
+	code, out, errOut := runCmd(t, "", "import", "--from", "pi", "--print", samples+"pi/agent-sessions-pi-small.jsonl")
+	require.Equal(t, 0, code, errOut)
+	require.Equal(t, 9, strings.Count(out, "\n"))
+	require.Contains(t, errOut, "pi/agent-sessions-pi-small.jsonl: pi, session 019e19b4-eb48-746a-aa6b-8dfcfa37954b: 9 records printed")
+	code, ctx, errOut := runCmd(t, out, "build", "--dropped")
+	require.Equal(t, 0, code, errOut)
+	got := decodeOutput(t, ctx).(*record.Map)
+	msgs, _ := got.Get("messages")
+	require.Len(t, msgs, 5, "the latest compaction's summary and kept messages, then what followed")
+}
+
+func TestImport_CommandLine(t *testing.T) {
+	file := samples + "pi/session-01.jsonl"
+	cases := []struct {
+		name string
+		args []string
+		code int
+		err  string
+	}{
+		{"--from is required", []string{"import", "--print", file}, 2, "--from is required"},
+		{"an unknown format", []string{"import", "--from", "cursor", file}, 2, "want one of claude-code, codex, pi, gemini, openhands, auto"},
+		{"no file", []string{"import", "--from", "pi"}, 2, "at least one FILE"},
+		{"a bad session", []string{"import", "--from", "pi", "--session", "a.b", "--print", file}, 1, "invalid session id"},
+		{"a missing file", []string{"import", "--from", "pi", "--print", "nope.jsonl"}, 1, "nope.jsonl"},
+		{"the wrong format names the file and line", []string{"import", "--from", "codex", "--print", file}, 1, "session-01.jsonl: line 1: not a transcript of this format (codex)"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, _, errOut := runCmd(t, "", c.args...)
+			require.Equal(t, c.code, code, errOut)
+			require.Contains(t, errOut, c.err)
+		})
+	}
+	t.Run("auto says what it detected", func(t *testing.T) {
+		code, _, errOut := runCmd(t, "", "import", "--from", "auto", "--print", samples+"openhands/software-agent-sdk-v1_49_4_mcp")
+		require.Equal(t, 0, code, errOut)
+		require.Contains(t, errOut, "openhands (detected), session software-agent-sdk-v1_49_4_mcp: 11 records printed")
+	})
+	t.Run("standard input", func(t *testing.T) {
+		code, out, errOut := runCmd(t, mustRead(t, file), "import", "--from", "pi", "--print", "-")
+		require.Equal(t, 0, code, errOut)
+		require.Equal(t, 6, strings.Count(out, "\n"))
+	})
+}
+
+func mustRead(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return string(b)
+}
+
+// Importing a file twice, and a file that grew, stores each record once:
+// the second import reads what the session holds and sends nothing it
+// already has, whatever the server's duplicate window.
+func TestImport_Idempotent(t *testing.T) {
+	url, js := importServer(t)
+	const session = "cfa1e878-62b5-4e40-b281-bbf9b250d766"
+	full := mustRead(t, samples+"claude-code/full-session-three.jsonl")
+	lines := strings.SplitAfter(full, "\n")
+	file := filepath.Join(t.TempDir(), "full-session-three.jsonl")
+
+	// The first half, then the whole file, then the whole file again.
+	require.NoError(t, os.WriteFile(file, []byte(strings.Join(lines[:len(lines)/2], "")), 0o644))
+	code, out, errOut := runCmd(t, "", "import", "--nats", url, "--from", "claude-code", file)
+	require.Equal(t, 0, code, errOut)
+	require.Regexp(t, `^`+session+` \d+\n$`, out)
+	half, _ := stored(t, js, session)
+	require.NotEmpty(t, half)
+
+	require.NoError(t, os.WriteFile(file, []byte(full), 0o644))
+	code, _, errOut = runCmd(t, "", "import", "--nats", url, "--from", "claude-code", file)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, errOut, "49 records, "+itoa(49-len(half))+" published, "+itoa(len(half))+" already in the stream")
+
+	code, _, errOut = runCmd(t, "", "import", "--nats", url, "--from", "claude-code", file)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, errOut, "49 records, 0 published, 49 already in the stream")
+
+	ids, recs := stored(t, js, session)
+	require.Len(t, ids, 49)
+	requireUnique(t, ids)
+	require.Equal(t, half, ids[:len(half)], "the records of the first import stay first")
+
+	// The stream holds exactly what --print gives.
+	code, printed, errOut := runCmd(t, "", "import", "--from", "claude-code", "--print", file)
+	require.Equal(t, 0, code, errOut)
+	var want []any
+	for _, line := range strings.Split(strings.TrimSpace(printed), "\n") {
+		v, err := record.DecodeJSON([]byte(line))
+		require.NoError(t, err)
+		want = append(want, v)
+	}
+	require.True(t, record.Equal(want, recs), "the stream holds the printed records, in order")
+}
+
+func itoa(n int) string {
+	b, _ := record.MarshalJSON(int64(n))
+	return string(b)
+}
+
+// Several files into one --session; a subagent goes to its own session;
+// an OpenHands directory is one conversation.
+func TestImport_Sessions(t *testing.T) {
+	url, js := importServer(t)
+	dir := samples + "claude-code/"
+	code, out, errOut := runCmd(t, "", "import", "--nats", url, "--from", "auto", "--session", "merged",
+		dir+"dag_compact_after_rewind.jsonl", dir+"full-session-two.jsonl")
+	require.Equal(t, 0, code, errOut)
+	require.Equal(t, 2, strings.Count(out, "merged "))
+	ids, _ := stored(t, js, "merged")
+	require.Len(t, ids, 9+35)
+	requireUnique(t, ids)
+
+	code, out, errOut = runCmd(t, "", "import", "--nats", url, "--from", "claude-code",
+		dir+"ef958aa1-0e93-49f0-bb71-150f63befcd1/subagents/agent-aef063ba534d73153.jsonl",
+		samples+"openhands/software-agent-sdk-v1_49_4_mcp")
+	require.Equal(t, 1, code, "an OpenHands directory is not a claude-code file")
+	require.Contains(t, errOut, "software-agent-sdk-v1_49_4_mcp: a directory")
+	require.Contains(t, out, "ef958aa1-0e93-49f0-bb71-150f63befcd1_agent-aef063ba534d73153 ")
+}
+
+// A record larger than the server's max payload is never cut: the file's
+// session is not published, the error names the file, line and size, and
+// the other files go on.
+func TestImport_RecordTooLarge(t *testing.T) {
+	url, js := importServer(t, func(s *natsd.Server) { s.MaxPayload = 1000000 })
+	big := samples + "claude-code/0d3a8e6f-290f-4105-a327-a2496e5e2a83.jsonl"
+	code, out, errOut := runCmd(t, "", "import", "--nats", url, "--from", "auto", big, samples+"pi/session-01.jsonl")
+	require.Equal(t, 1, code, errOut)
+	require.Regexp(t, `0d3a8e6f-290f-4105-a327-a2496e5e2a83\.jsonl: line \d+: a user record of 104\d{4} bytes; the server accepts at most 1000000 \(its max_payload\)`, errOut)
+	require.Contains(t, errOut, "nothing of session 0d3a8e6f-290f-4105-a327-a2496e5e2a83 was published")
+	require.Contains(t, errOut, "1 of 2 files not imported")
+	ids, _ := stored(t, js, "0d3a8e6f-290f-4105-a327-a2496e5e2a83")
+	require.Empty(t, ids)
+	require.Contains(t, out, "019e963d-6bd6-7ade-8a49-256ac3391bdd ", "the other file is imported")
+
+	// With the embedded server's default (8 MiB) the same file imports whole.
+	url, js = importServer(t)
+	code, _, errOut = runCmd(t, "", "import", "--nats", url, "--from", "claude-code", big)
+	require.Equal(t, 0, code, errOut)
+	ids, recs := stored(t, js, "0d3a8e6f-290f-4105-a327-a2496e5e2a83")
+	require.Len(t, ids, 56)
+	var body bytes.Buffer
+	for _, r := range recs {
+		b, err := record.MarshalJSON(r)
+		require.NoError(t, err)
+		body.Write(b)
+	}
+	require.Greater(t, body.Len(), 1<<20)
+}

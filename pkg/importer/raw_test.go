@@ -1,0 +1,90 @@
+package importer
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ctxd/ctxd/pkg/record"
+)
+
+func TestSpan(t *testing.T) {
+	line := []byte(` {"a":1, "message" : {"content":[{"type":"text","text":"x \"}\" y"}],"n":-1.5e3},"b":[1,{"c":"]"}],"d":null,"message2":true} `)
+	cases := []struct {
+		path []string
+		want string
+	}{
+		{[]string{"a"}, `1`},
+		{[]string{"message"}, `{"content":[{"type":"text","text":"x \"}\" y"}],"n":-1.5e3}`},
+		{[]string{"message", "content"}, `[{"type":"text","text":"x \"}\" y"}]`},
+		{[]string{"message", "n"}, `-1.5e3`},
+		{[]string{"b"}, `[1,{"c":"]"}]`},
+		{[]string{"d"}, `null`},
+		{[]string{"message2"}, `true`},
+	}
+	for _, c := range cases {
+		require.Equal(t, c.want, string(span(line, c.path...)), "%v", c.path)
+	}
+	for _, path := range [][]string{{"missing"}, {"a", "b"}, {"b", "c"}, {"message", "content", "type"}} {
+		require.Nil(t, span(line, path...), "%v", path)
+	}
+	require.Equal(t, `2`, string(span([]byte(`{"k":1,"k":2}`), "k")), "the last of repeated keys, as the decoder takes")
+	require.Nil(t, span([]byte(`{"\u006b":1}`), "k"), "a key spelled with escapes is left to the decoder")
+	require.Nil(t, span([]byte(`{"k":"unterminated`), "k"))
+	require.Nil(t, span([]byte(`[1]`), "k"))
+}
+
+func TestSplice(t *testing.T) {
+	m := record.NewMap("role", "user", "content", "x", "timestamp", "t")
+	got := splice(m, map[string][]byte{"content": []byte(`[ {"type" : "text"} ]`)})
+	require.Equal(t, `{"role":"user","content":[ {"type" : "text"} ],"timestamp":"t"}`, string(got))
+	require.Nil(t, splice(m, map[string][]byte{"content": nil}), "a value not found: encode the whole record")
+}
+
+func TestValidCapture(t *testing.T) {
+	good := []string{`0`, `-0`, `1.5e-3`, `1E400`, `18446744073709551617`, `"a\u00e9\n\"\\\/"`, `"\ud800"`, `"é ☃ 😀"`,
+		`[]`, `{}`, ` { "a" : [ 1 , true , false , null , { } ] } `, `{"a":1,"a":2}`}
+	for _, g := range good {
+		require.True(t, validCapture([]byte(g), 128, nil), g)
+		_, err := record.DecodeJSON([]byte(g))
+		require.NoError(t, err, g)
+	}
+	bad := []string{``, ` `, `01`, `1.`, `.5`, `1e`, `+1`, `-`, `tru`, `nul`, `"abc`, "\"a\x01\"", `"\x"`, `"\u12g4"`,
+		"\"\xff\"", "\"\xed\xa0\x80\"", `[1,]`, `{"a":1,}`, `{"a"}`, `{1:2}`, `[1 2]`, `1 2`, `{"a":1}}`}
+	for _, b := range bad {
+		require.False(t, validCapture([]byte(b), 128, nil), "%q", b)
+	}
+	deep := strings.Repeat("[", 128) + strings.Repeat("]", 128)
+	require.True(t, validCapture([]byte(deep), 128, nil))
+	require.False(t, validCapture([]byte(deep), 127, nil))
+}
+
+// FuzzValidJSON: what validCapture passes, the record decoder accepts, so
+// that bytes kept without decoding are never refused by ctxd.
+func FuzzValidJSON(f *testing.F) {
+	for _, s := range []string{`{"a":[1,"x\n",{"b":null}]}`, `"\ud83d\ude00"`, `-12.5E+3`, `[[[]]]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if !validCapture(b, record.DefaultMaxDepth, nil) {
+			return
+		}
+		if _, err := record.DecodeJSON(b); err != nil {
+			t.Fatalf("validCapture passed %q, the decoder refuses it: %v", b, err)
+		}
+	})
+}
+
+func TestValidCapture_Keeps(t *testing.T) {
+	inner := &capture{keys: []string{"content"}, vals: make([][]byte, 1)}
+	top := &capture{keys: []string{"type", "message"}, sub: []*capture{nil, inner}, vals: make([][]byte, 2)}
+	line := []byte(`{"type":"user","message":{"content":[1]},"x":{"content":2},"message":{"role":"user"}}`)
+	require.True(t, validCapture(line, 128, top))
+	require.Equal(t, `"user"`, string(top.vals[0]))
+	require.Equal(t, `{"role":"user"}`, string(top.vals[1]), "the last of repeated keys")
+	require.Nil(t, inner.vals[0], "what an earlier, replaced value held is forgotten")
+
+	require.False(t, validCapture([]byte(`{"\u0074ype":"user"}`), 128, top), "a key spelled with escapes may be a captured one")
+	require.True(t, validCapture([]byte(`{"\u0074ype":"user"}`), 128, nil))
+}

@@ -1,0 +1,303 @@
+package importer
+
+import (
+	"bytes"
+	"fmt"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"unicode/utf8"
+
+	"github.com/ctxd/ctxd/pkg/projection"
+	"github.com/ctxd/ctxd/pkg/record"
+)
+
+// str returns m[key] when it is a string, else "".
+func str(m *record.Map, key string) string {
+	s, _ := m.String(key)
+	return s
+}
+
+// get returns m[key], nil when absent.
+func get(m *record.Map, key string) any {
+	v, _ := m.Get(key)
+	return v
+}
+
+// mapAt returns m[key] when it is a map, else nil.
+func mapAt(m *record.Map, key string) *record.Map {
+	v, _ := m.Get(key)
+	mm, _ := v.(*record.Map)
+	return mm
+}
+
+// arrAt returns m[key] when it is an array, else nil.
+func arrAt(m *record.Map, key string) []any {
+	v, _ := m.Get(key)
+	a, _ := v.([]any)
+	return a
+}
+
+// intAt returns m[key] when it is an integer that fits in int64.
+func intAt(m *record.Map, key string) (int64, bool) {
+	v, _ := m.Get(key)
+	switch n := v.(type) {
+	case int64:
+		return n, true
+	case float64:
+		if n == float64(int64(n)) {
+			return int64(n), true
+		}
+	case record.Number:
+		if f, ok := record.Float(n); ok && f == float64(int64(f)) {
+			return int64(f), true
+		}
+	}
+	return 0, false
+}
+
+// with returns a copy of m's members with key set to value (appended when
+// absent), leaving m unchanged.
+func with(m *record.Map, key string, value any) *record.Map {
+	c := m.Clone()
+	c.Set(key, value)
+	return c
+}
+
+// setIf sets key on m when value is not nil.
+func setIf(m *record.Map, key string, value any) {
+	if value != nil {
+		m.Set(key, value)
+	}
+}
+
+func textBlock(text string) *record.Map {
+	return record.NewMap("type", "text", "text", text)
+}
+
+// imageFromDataURL turns a data URL (data:image/png;base64,....) into a
+// ctxd image block holding the base64 text unchanged. It reports false for
+// anything else: an http URL cannot be inlined without inventing bytes.
+func imageFromDataURL(url string) (*record.Map, bool) {
+	rest, ok := strings.CutPrefix(url, "data:")
+	if !ok {
+		return nil, false
+	}
+	meta, data, ok := strings.Cut(rest, ",")
+	if !ok {
+		return nil, false
+	}
+	mime, ok := strings.CutSuffix(meta, ";base64")
+	if !ok || !strings.HasPrefix(mime, "image/") {
+		return nil, false
+	}
+	return record.NewMap("type", "image", "data", data, "mimeType", mime), true
+}
+
+// millis turns an RFC 3339 timestamp into Unix milliseconds, the way pi
+// stamps the messages it builds; anything else stays as it was.
+func millis(v any) any {
+	if s, ok := v.(string); ok {
+		if ms, ok := projection.ParseTimestamp(s); ok {
+			return ms
+		}
+	}
+	return v
+}
+
+// jsonText encodes a value as JSON text, for a structured tool output that
+// becomes a text block.
+func jsonText(v any) string {
+	b, err := record.MarshalJSON(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
+}
+
+// eachLine calls fn for every non-blank line of data with its 1-based
+// number.
+func eachLine(data []byte, fn func(n int, line []byte)) {
+	for n := 1; len(data) > 0; n++ {
+		line := data
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			line, data = data[:i], data[i+1:]
+		} else {
+			data = nil
+		}
+		if line = bytes.TrimSpace(line); len(line) > 0 {
+			fn(n, line)
+		}
+	}
+}
+
+func lineWhere(n int) string { return "line " + strconv.Itoa(n) }
+
+// scanner reads what a parser needs of a large line without decoding the
+// line: it returns a map of only those fields and the bytes of the values
+// the parser keeps as written, or a nil map to have the line decoded
+// whole. It passes a line only when validCapture does, so that a line it
+// reads is one the decoder takes, and the conversion is the same.
+type scanner func(line []byte) (*record.Map, kept)
+
+// kept is what a scanner found in a line: the bytes of the values a parser
+// keeps as the line wrote them.
+type kept struct {
+	// sparse is set when the map holds only the fields the parser reads.
+	sparse                      bool
+	message, content, timestamp []byte
+	// rec is the record a scanner built from the line, when it can: the
+	// work then happens on all processors.
+	rec *Record
+}
+
+// eachDecoded decodes the lines of a JSON-lines file and calls fn, in
+// order, for each line that is a JSON object; every line counts as an entry
+// of rep, and a line that is not an object is reported as not understood.
+// With scan, a large line is read by scan rather than decoded, when scan
+// can. A large file is read on all processors at once: lines are
+// independent, and decoding is most of a conversion's work.
+func eachDecoded(data []byte, rep *Report, scan scanner, fn func(n int, line []byte, m *record.Map, k kept)) {
+	type decoded struct {
+		n    int
+		line []byte
+		v    any
+		err  error
+		k    kept
+	}
+	var lines []decoded
+	eachLine(data, func(n int, line []byte) { lines = append(lines, decoded{n: n, line: line}) })
+	decode := func(d *decoded) {
+		if scan != nil && len(d.line) >= scanMin {
+			if m, k := scan(d.line); m != nil {
+				d.v, d.k = m, k
+				return
+			}
+		}
+		d.v, d.err = lineDecoder.DecodeJSON(d.line)
+	}
+	if workers := runtime.GOMAXPROCS(0); workers > 1 && len(data) >= parallelBytes {
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for range workers {
+			wg.Go(func() {
+				for i := next.Add(1) - 1; i < int64(len(lines)); i = next.Add(1) - 1 {
+					decode(&lines[i])
+				}
+			})
+		}
+		wg.Wait()
+	} else {
+		for i := range lines {
+			decode(&lines[i])
+		}
+	}
+	for i := range lines {
+		d := &lines[i]
+		rep.Entries++
+		if d.err != nil {
+			rep.unknown(lineWhere(d.n), "not JSON: %v", d.err)
+			continue
+		}
+		m, ok := d.v.(*record.Map)
+		if !ok {
+			rep.unknown(lineWhere(d.n), "a JSON %s, not an object", record.TypeName(d.v))
+			continue
+		}
+		d.v = nil // the map is the caller's now
+		fn(d.n, d.line, m, d.k)
+	}
+}
+
+// scanMin is the size from which a line is scanned rather than decoded:
+// below it, scanning costs about what decoding does.
+const scanMin = 256
+
+// smallValue decodes a scalar JSON value: a string without escapes or a
+// literal directly, anything else with the decoder.
+func smallValue(v []byte) (any, bool) {
+	switch {
+	case len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' && bytes.IndexByte(v, '\\') < 0 && utf8.Valid(v):
+		return string(v[1 : len(v)-1]), true
+	case string(v) == "true":
+		return true, true
+	case string(v) == "false":
+		return false, true
+	case string(v) == "null":
+		return nil, true
+	}
+	x, err := lineDecoder.DecodeJSON(v)
+	return x, err == nil
+}
+
+// messageFields names what scanMessage reads of a line: the top-level
+// keys (first "type", last "message") and the keys of the message (last
+// "content").
+type messageFields struct {
+	top, inner []string
+	types      map[string]bool // the entry types to scan
+}
+
+// scanMessage is the scanner of formats whose large lines are message
+// entries: in one validating pass over the line, it reads the fields f
+// names, keeping message, message.content and timestamp as bytes.
+func scanMessage(line []byte, f *messageFields) (*record.Map, kept) {
+	line = bytes.TrimSpace(line)
+	var tb, ib [16][]byte
+	var sb [16]*capture
+	inner := &capture{keys: f.inner, vals: ib[:len(f.inner)]}
+	top := &capture{keys: f.top, sub: sb[:len(f.top)], vals: tb[:len(f.top)]}
+	top.sub[len(f.top)-1] = inner // "message"
+	if !validCapture(line, record.DefaultMaxDepth, top) {
+		return nil, kept{}
+	}
+	msg, content := top.vals[len(f.top)-1], inner.vals[len(f.inner)-1]
+	if msg == nil || msg[0] != '{' || content == nil {
+		return nil, kept{}
+	}
+	m, mm := scalars(f.top, top.vals), scalars(f.inner, inner.vals)
+	if m == nil || mm == nil || !f.types[str(m, "type")] {
+		return nil, kept{}
+	}
+	mm.Set("content", nil) // in kept.content
+	m.Set("message", mm)
+	k := kept{sparse: true, message: msg, content: content}
+	for i, key := range f.top {
+		if key == "timestamp" {
+			k.timestamp = top.vals[i]
+		}
+	}
+	return m, k
+}
+
+// scalars returns a map of the scalar values among vals, decoded; the
+// caller takes containers from their bytes.
+func scalars(keys []string, vals [][]byte) *record.Map {
+	m := &record.Map{Members: make([]record.Member, 0, len(keys))}
+	for i, v := range vals {
+		if v == nil || v[0] == '{' || v[0] == '[' {
+			continue
+		}
+		x, ok := smallValue(v)
+		if !ok {
+			return nil
+		}
+		m.Set(keys[i], x)
+	}
+	return m
+}
+
+// parallelBytes is the size from which eachDecoded decodes on all
+// processors.
+const parallelBytes = 1 << 20
+
+// noneUnderstood is the error of a file in which no entry was understood.
+func noneUnderstood(rep *Report, f Format) error {
+	if len(rep.Unknown) > 0 {
+		n := rep.Unknown[0]
+		return &Error{Where: n.Where, Err: fmt.Errorf("%w (%s): %s", ErrFormat, f, n.Text)}
+	}
+	return fmt.Errorf("%w (%s): no entries", ErrFormat, f)
+}
