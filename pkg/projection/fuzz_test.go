@@ -55,8 +55,8 @@ func fuzzSession(seed uint64, data []byte) ([]fuzzStep, Options) {
 	opt := Options{}
 	if seed != 0 {
 		g := newGen(r)
-		opt = g.options()
-		for _, v := range g.session(int(seed % 41)) {
+		opt = Options{BrowserTools: g.BrowserTools()}
+		for _, v := range g.Session(int(seed % 41)) {
 			generated = append(generated, fuzzStep{value: v, ok: true})
 		}
 	}

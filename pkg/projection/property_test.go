@@ -88,7 +88,7 @@ type equivalence struct {
 func checkEquivalence(t *testing.T, seed uint64) {
 	r := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
 	g := newGen(r)
-	e := &equivalence{t: t, r: r, opt: g.options()}
+	e := &equivalence{t: t, r: r, opt: Options{BrowserTools: g.BrowserTools()}}
 	e.s = New(e.opt)
 	// Sessions are short, 5 to 60 records, so that thousands of them can
 	// be checked after every record; one in a hundred is long, 100 to 250
@@ -98,7 +98,7 @@ func checkEquivalence(t *testing.T, seed uint64) {
 	if long {
 		n = 100 + r.IntN(151)
 	}
-	values := g.session(n)
+	values := g.Session(n)
 	before := encodeAll(t, values)
 	defer func() {
 		if t.Failed() {
@@ -128,7 +128,7 @@ func checkEquivalence(t *testing.T, seed uint64) {
 			// A redelivered or replayed record is ignored.
 			last := e.s.Seq()
 			old := r.Uint64N(last + 1)
-			if e.s.Apply(old, g.record()) || e.s.Seq() != last {
+			if e.s.Apply(old, g.Record()) || e.s.Seq() != last {
 				t.Fatalf("Apply(%d) after %d was applied: Seq %d", old, last, e.s.Seq())
 			}
 			e.maybeCheck(sparse)

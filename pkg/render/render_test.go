@@ -124,8 +124,8 @@ func TestRender_Generated(t *testing.T) {
 func generated(seed uint64) ([]any, render.Options) {
 	r := rand.New(rand.NewPCG(seed, 0x7265_6e64))
 	g := newGen(r)
-	popt := g.options()
-	recs := g.session(5 + r.IntN(56))
+	popt := projection.Options{BrowserTools: g.BrowserTools()}
+	recs := g.Session(5 + r.IntN(56))
 	s := projection.New(popt)
 	for i, v := range recs {
 		s.Apply(uint64(i+1), v)
@@ -471,8 +471,8 @@ func FuzzRender(f *testing.F) {
 		if seed != 0 {
 			r := rand.New(rand.NewPCG(seed, 1))
 			g := newGen(r)
-			popt = g.options()
-			gen := g.session(int(seed % 41))
+			popt = projection.Options{BrowserTools: g.BrowserTools()}
+			gen := g.Session(int(seed % 41))
 			mixed := make([]any, 0, len(recs)+len(gen))
 			for len(recs)+len(gen) > 0 {
 				if len(gen) == 0 || (len(recs) > 0 && r.IntN(2) == 0) {
