@@ -1,6 +1,10 @@
 package render
 
-import "github.com/ctxd/ctxd/pkg/record"
+import (
+	"slices"
+
+	"github.com/ctxd/ctxd/pkg/record"
+)
 
 // gemini renders {"systemInstruction": {...} (only if any), "contents":
 // [...]} for generateContent: runs of one role merged, each model turn
@@ -118,12 +122,14 @@ func (p *plan) gemini() *record.Map {
 // geminiFirstCalls removes the calls of model turns that no user turn
 // precedes: Gemini refuses a function call turn that does not come right
 // after a user turn or a function response turn, and a context that a
-// compaction starts with the assistant has none before it. Their results
-// go with them.
+// compaction starts with the assistant has none before it. A user turn
+// counts by what of it is sent: one left with no part (its only image of
+// a type Gemini refuses, say) precedes nothing. Their results go with
+// them.
 func (p *plan) geminiFirstCalls(items []*item) {
 	for k, it := range items {
 		if it.kind == userItem || it.kind == systemItem {
-			if len(it.parts) > 0 {
+			if slices.ContainsFunc(it.parts, p.sent) {
 				return
 			}
 			continue
