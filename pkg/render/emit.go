@@ -120,6 +120,30 @@ func (p *plan) sent(pt part) bool {
 	return false
 }
 
+// contentParts renders the text and image parts of a message or result
+// of neutral message src, in order: each text through text, each image the
+// format takes through img; an image it does not take is reported removed
+// at its block. A nil constructor leaves that kind out (sent elsewhere).
+func (p *plan) contentParts(parts []part, src int, text func(string) any, img func(image) any) []any {
+	var out []any
+	for _, pt := range parts {
+		switch pt.kind {
+		case textPart:
+			if text != nil {
+				out = append(out, text(pt.text))
+			}
+		case imagePart:
+			if img != nil && p.imageFor(pt, src, pt.block) {
+				out = append(out, img(pt.img))
+			}
+		}
+	}
+	return out
+}
+
+// textBlock is Anthropic's and Chat Completions' text block.
+func textBlock(t string) any { return record.NewMap("type", "text", "text", t) }
+
 func dataURL(img image) string {
 	if img.url != "" {
 		return img.url
