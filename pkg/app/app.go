@@ -43,7 +43,9 @@ type Config struct {
 	// the stream then deletes or refuses records, and the contexts hold
 	// only what it keeps. Without it such a stream is refused (bus.ErrLimit).
 	AllowStreamLimits bool
-	// BrowserTools name the tools whose screenshots are trimmed.
+	// BrowserTools name the tools whose screenshots are trimmed, and before
+	// whose latest screenshot a rendered Anthropic reply places its cache
+	// breakpoint.
 	BrowserTools []string
 	// MaxRecordBytes is the largest record decoded.
 	MaxRecordBytes int
@@ -198,6 +200,7 @@ func (a *App) Open(ctx context.Context) (err error) {
 	}
 	a.svc = server.New(a.nc, a.store)
 	a.svc.Logger = a.Logger
+	a.svc.BrowserTools = a.BrowserTools // the projections' own
 	// Open returns once the server holds the service's subscriptions: a
 	// request sent right after finds a responder.
 	return a.svc.Open()
