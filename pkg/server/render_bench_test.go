@@ -141,24 +141,37 @@ func TestService_RenderedMemory(t *testing.T) {
 	require.Contains(t, string(c.Data), "one more")
 }
 
-// BenchmarkRender is the rendering alone of the same session, per format.
+// BenchmarkRender is the rendering alone of the same session, per format,
+// as a JSON and as a msgpack reply; "neutral" is the neutral reply with a
+// budget.
 func BenchmarkRender(b *testing.B) {
 	p := projection.New(projection.Options{})
 	for i, r := range workload.New(1, workload.Default.WithScreenshots(200<<10, 200)).Records(200) {
 		p.Apply(uint64(i+1), r)
 	}
-	for _, f := range render.Formats[1:] {
-		b.Run(string(f), func(b *testing.B) {
-			req := contextRequest{format: f}
-			var buf []byte
-			for b.Loop() {
-				var err error
-				if buf, err = appendRenderedJSON(buf[:0], "bench", p, req, nil); err != nil {
-					b.Fatal(err)
-				}
+	for _, f := range render.Formats {
+		for _, asMsgpack := range []bool{false, true} {
+			name := string(f) + "/json"
+			if asMsgpack {
+				name = string(f) + "/msgpack"
 			}
-			b.SetBytes(int64(len(buf)))
-		})
+			b.Run(name, func(b *testing.B) {
+				req := contextRequest{format: f, msgpack: asMsgpack, hasBudget: f == render.Neutral, budget: 1000}
+				var buf, scratch []byte
+				for b.Loop() {
+					var err error
+					if asMsgpack {
+						buf, scratch, err = appendRenderedMsgpack(buf[:0], scratch, "bench", p, req, nil)
+					} else {
+						buf, err = appendRenderedJSON(buf[:0], "bench", p, req, nil)
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.SetBytes(int64(len(buf)))
+			})
+		}
 	}
 }
 
