@@ -83,6 +83,10 @@ func (b Body) Messages() []any {
 // AppendJSON appends the body as a JSON object.
 func (b Body) AppendJSON(dst []byte) ([]byte, error) { return record.AppendJSON(dst, b.Fields) }
 
+// JSONLen returns the length of the body's JSON object without encoding
+// it: what Estimate counts, for a body sent in another encoding.
+func (b Body) JSONLen() (int, error) { return record.JSONLen(b.Fields) }
+
 // Report says what a rendering changed to make the neutral context valid
 // for the provider, so that a runtime can log why a body differs.
 type Report struct {

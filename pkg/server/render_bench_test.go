@@ -157,11 +157,11 @@ func BenchmarkRender(b *testing.B) {
 			}
 			b.Run(name, func(b *testing.B) {
 				req := contextRequest{format: f, msgpack: asMsgpack, hasBudget: f == render.Neutral, budget: 1000}
-				var buf, scratch []byte
+				var buf []byte
 				for b.Loop() {
 					var err error
 					if asMsgpack {
-						buf, scratch, err = appendRenderedMsgpack(buf[:0], scratch, "bench", p, req, nil)
+						buf, err = appendRenderedMsgpack(buf[:0], "bench", p, req, nil)
 					} else {
 						buf, err = appendRenderedJSON(buf[:0], "bench", p, req, nil)
 					}

@@ -118,9 +118,9 @@ func appendRenderedJSON(dst []byte, session string, p *projection.Session, req c
 }
 
 // appendRenderedMsgpack appends a rendered reply as a msgpack map. Usage
-// still counts the body's JSON bytes, what a provider is sent; scratch
-// is a buffer to measure them in.
-func appendRenderedMsgpack(dst, scratch []byte, session string, p *projection.Session, req contextRequest, browser []string) ([]byte, []byte, error) {
+// still counts the body's JSON bytes, what a provider is sent, measured
+// without encoding them.
+func appendRenderedMsgpack(dst []byte, session string, p *projection.Session, req contextRequest, browser []string) ([]byte, error) {
 	r := renderSession(p, req, browser)
 	var seq uint64
 	if p != nil {
@@ -132,10 +132,9 @@ func appendRenderedMsgpack(dst, scratch []byte, session string, p *projection.Se
 		jsonBytes = len(`{"messages":[]}`) + len(body)
 	} else {
 		var err error
-		if scratch, err = r.body.AppendJSON(scratch[:0]); err != nil {
-			return dst, scratch, fmt.Errorf("encode %s body: %w", r.format, err)
+		if jsonBytes, err = r.body.JSONLen(); err != nil {
+			return dst, fmt.Errorf("encode %s body: %w", r.format, err)
 		}
-		jsonBytes = len(scratch)
 	}
 	tail := r.tail(jsonBytes)
 	n := 2 + r.body.Fields.Len() + len(tail)
@@ -155,10 +154,10 @@ func appendRenderedMsgpack(dst, scratch []byte, session string, p *projection.Se
 	for _, m := range append(r.body.Fields.Members, tail...) {
 		dst = record.AppendMsgpackString(dst, m.Key)
 		if dst, err = record.AppendMsgpack(dst, m.Value); err != nil {
-			return dst, scratch, fmt.Errorf("%w: %w", errNotMsgpack, err)
+			return dst, fmt.Errorf("%w: %w", errNotMsgpack, err)
 		}
 	}
-	return dst, scratch, nil
+	return dst, nil
 }
 
 // sizeHint guesses the size of a rendered reply from the neutral one's.

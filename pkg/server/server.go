@@ -208,9 +208,7 @@ func (s *Service) reply(r micro.Request, session string, req contextRequest) {
 			// allocation instead of a doubling series.
 			dst := make([]byte, 0, sizeHint(p))
 			if req.msgpack {
-				scratch := replyBuffers.Get().(*[]byte)
-				out, *scratch, err = appendRenderedMsgpack(dst, (*scratch)[:0], session, p, req, s.BrowserTools)
-				replyBuffers.Put(scratch)
+				out, err = appendRenderedMsgpack(dst, session, p, req, s.BrowserTools)
 			} else {
 				out, err = appendRenderedJSON(dst, session, p, req, s.BrowserTools)
 			}
