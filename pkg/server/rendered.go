@@ -150,11 +150,24 @@ func appendRenderedMsgpack(dst []byte, session string, p *projection.Session, re
 		dst = record.AppendMsgpackString(dst, "format")
 		dst = record.AppendMsgpackString(dst, string(r.format))
 	}
-	var err error
-	for _, m := range append(r.body.Fields.Members, tail...) {
-		dst = record.AppendMsgpackString(dst, m.Key)
-		if dst, err = record.AppendMsgpack(dst, m.Value); err != nil {
+	fields := r.body.Fields.Members
+	if r.format == render.Neutral && p != nil {
+		body, n, err := p.MsgpackBody() // the cached encoding of the messages
+		if err != nil {
 			return dst, fmt.Errorf("%w: %w", errNotMsgpack, err)
+		}
+		dst = record.AppendMsgpackString(dst, "messages")
+		dst = record.AppendMsgpackArrayLen(dst, n)
+		dst = append(dst, body...)
+		fields = nil
+	}
+	var err error
+	for _, fs := range [][]record.Member{fields, tail} {
+		for _, m := range fs {
+			dst = record.AppendMsgpackString(dst, m.Key)
+			if dst, err = record.AppendMsgpack(dst, m.Value); err != nil {
+				return dst, fmt.Errorf("%w: %w", errNotMsgpack, err)
+			}
 		}
 	}
 	return dst, nil
