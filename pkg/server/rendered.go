@@ -93,6 +93,7 @@ func appendRenderedJSON(dst []byte, session string, p *projection.Session, req c
 	var err error
 	if r.format == render.Neutral && p != nil {
 		body, _ := p.JSONBody() // the cached encoding of the messages
+		dst = grow(dst, len(body)+4096)
 		dst = append(dst, `,"messages":[`...)
 		dst = append(dst, body...)
 		dst = append(dst, ']')
@@ -135,6 +136,7 @@ func appendRenderedMsgpack(dst []byte, session string, p *projection.Session, re
 		if jsonBytes, err = r.body.JSONLen(); err != nil {
 			return dst, fmt.Errorf("encode %s body: %w", r.format, err)
 		}
+		dst = grow(dst, jsonBytes+4096) // msgpack is at most about as long
 	}
 	tail := r.tail(jsonBytes)
 	n := 2 + r.body.Fields.Len() + len(tail)
@@ -156,6 +158,7 @@ func appendRenderedMsgpack(dst []byte, session string, p *projection.Session, re
 		if err != nil {
 			return dst, fmt.Errorf("%w: %w", errNotMsgpack, err)
 		}
+		dst = grow(dst, len(body)+4096)
 		dst = record.AppendMsgpackString(dst, "messages")
 		dst = record.AppendMsgpackArrayLen(dst, n)
 		dst = append(dst, body...)
@@ -173,11 +176,14 @@ func appendRenderedMsgpack(dst []byte, session string, p *projection.Session, re
 	return dst, nil
 }
 
-// sizeHint guesses the size of a rendered reply from the neutral one's.
-func sizeHint(p *projection.Session) int {
-	if p == nil {
-		return 1024
+// sizeHint is the buffer a rendered reply starts in: the size of the one
+// kept before for the session (prev), which a session that grows by a
+// turn at a time stays close to, so that one allocation does instead of a
+// doubling series. Without one the encoders grow it by what they measure
+// of the body, or append doubles it.
+func sizeHint(prev int) int {
+	if prev == 0 {
+		return 4096
 	}
-	body, _ := p.JSONBody()
-	return len(body) + len(body)/8 + 4096
+	return prev + prev/8 + 4096
 }
