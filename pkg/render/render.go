@@ -141,12 +141,13 @@ type Change struct {
 }
 
 // Render renders the neutral context (projection values: *record.Map
-// messages as Session.Messages and Build return them) in format f. It
+// messages as Session.Messages and Build return them) in format f, one of
+// Formats (ParseFormat reads "" as Neutral; Render does not). It
 // never fails: what cannot be made valid for the provider is left out and
 // reported. The messages are not modified; the body shares strings and
 // unchanged values with them.
 func Render(f Format, messages []any, opt Options) (Body, Report) {
-	if f == Neutral || f == "" {
+	if f == Neutral {
 		if messages == nil {
 			messages = []any{}
 		}

@@ -32,9 +32,6 @@ type rendering struct {
 
 func renderSession(p *projection.Session, req contextRequest, browser []string) rendering {
 	r := rendering{format: req.format, req: req, msgs: []any{}}
-	if r.format == "" {
-		r.format = render.Neutral
-	}
 	if p != nil {
 		r.msgs, r.seqs, r.dropped = p.Messages(), p.MessageSeqs(nil), p.Dropped()
 	} else {
