@@ -68,18 +68,6 @@ type Body struct {
 	Fields *record.Map
 }
 
-// Messages returns the body's list of messages or items: "messages",
-// "input" or "contents".
-func (b Body) Messages() []any {
-	for _, k := range []string{"messages", "input", "contents"} {
-		if v, ok := b.Fields.Get(k); ok {
-			l, _ := v.([]any)
-			return l
-		}
-	}
-	return nil
-}
-
 // AppendJSON appends the body as a JSON object.
 func (b Body) AppendJSON(dst []byte) ([]byte, error) { return record.AppendJSON(dst, b.Fields) }
 
