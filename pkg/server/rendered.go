@@ -10,9 +10,11 @@ import (
 )
 
 // A rendered reply (a format other than neutral, or a budget asked for)
-// is built on request from the session's messages: it is not kept, so a
-// session's memory stays what its neutral reply needs whatever formats
-// its clients ask for. Its fields (PROTOCOL.md):
+// is built on request from the session's messages. The service keeps the
+// latest one of each session (renderCache: one per session whatever the
+// format, all within RenderCacheBytes) until the session changes, so a
+// session's memory grows by at most one reply whatever formats its
+// clients ask for. Its fields (PROTOCOL.md):
 //
 //	{"session", "seq", "format", <the body's fields>, "dropped", "render", "usage", "budget"}
 //
