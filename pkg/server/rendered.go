@@ -47,7 +47,7 @@ func renderSession(p *projection.Session, req contextRequest, browser []string) 
 // neutral), usage, budget (when asked for).
 func (r rendering) tail(bodyJSONBytes int) []record.Member {
 	u := render.Estimate(r.body, bodyJSONBytes)
-	fields := []record.Member{{Key: "dropped", Value: droppedMap(r.dropped)}}
+	fields := []record.Member{{Key: "dropped", Value: r.dropped.Map()}}
 	if r.format != render.Neutral {
 		fields = append(fields, record.Member{Key: "render", Value: r.report.Map(r.format)})
 	}
@@ -57,18 +57,6 @@ func (r rendering) tail(bodyJSONBytes int) []record.Member {
 		fields = append(fields, record.Member{Key: "budget", Value: b.Map()})
 	}
 	return fields
-}
-
-func droppedMap(d projection.Dropped) *record.Map {
-	calls := make([]any, len(d.UnpairedCalls))
-	for i, c := range d.UnpairedCalls {
-		calls[i] = record.NewMap("id", c.ID, "tool", c.Tool, "seq", c.Seq)
-	}
-	orphans := make([]any, len(d.OrphanResults))
-	for i, o := range d.OrphanResults {
-		orphans[i] = record.NewMap("id", o.ID, "seq", o.Seq)
-	}
-	return record.NewMap("unpaired_calls", calls, "orphan_results", orphans, "images_omitted", int64(d.ImagesOmitted))
 }
 
 // appendRenderedJSON appends a rendered reply as JSON.
