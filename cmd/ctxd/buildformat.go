@@ -20,15 +20,7 @@ func buildRendered(e *env, f render.Format, values []any, browser []string, drop
 	out := body.Fields
 	if dropped {
 		out = out.Clone()
-		d, err := jsonMarshal(s.Dropped())
-		if err != nil {
-			return fmt.Errorf("encode report: %w", err)
-		}
-		dv, err := record.DecodeJSON(d)
-		if err != nil {
-			return fmt.Errorf("encode report: %w", err)
-		}
-		out.Set("dropped", dv)
+		out.Set("dropped", s.Dropped().Map())
 		out.Set("render", rep.Map(f))
 	}
 	b, err := record.MarshalJSON(out)

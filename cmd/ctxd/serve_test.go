@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ctxd/ctxd/internal/natstest"
+	"github.com/ctxd/ctxd/pkg/record"
 	"github.com/ctxd/ctxd/streams"
 )
 
@@ -65,4 +66,51 @@ func TestServe_StreamLimits(t *testing.T) {
 	require.Equal(t, 0, <-done, "stderr: %s", logs.String())
 	require.Contains(t, logs.String(), "stream limit accepted")
 	require.Contains(t, logs.String(), "field=max_age")
+}
+
+// ctxd serve --browser-tools places a served Anthropic reply's cache
+// breakpoint before the latest screenshot of those tools, as ctxd build
+// --browser-tools does with the same records.
+func TestServe_BrowserToolsBreakpoint(t *testing.T) {
+	url := natstest.Start(t)
+	records := strings.Join([]string{
+		`{"role":"user","content":"look at the page"}`,
+		`{"role":"assistant","content":[{"type":"toolCall","id":"s1","name":"screenshot","arguments":{}}]}`,
+		`{"role":"toolResult","toolCallId":"s1","toolName":"screenshot","content":[{"type":"image","data":"iVBOR","mimeType":"image/png"}]}`,
+		`{"role":"assistant","content":"a login form"}`,
+		`{"role":"user","content":"log in"}`,
+	}, "\n") + "\n"
+
+	ctx, stop := context.WithCancel(context.Background())
+	var out, logs syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &logs, getenv: func(string) string { return "" }}
+		done <- run(ctx, e, []string{"serve", "--nats", url, "--browser-tools", "screenshot"})
+	}()
+	t.Cleanup(func() {
+		stop()
+		require.Equal(t, 0, <-done, "stderr: %s", logs.String())
+	})
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), "ctxd ready") }, 20*time.Second, 10*time.Millisecond, "stderr: %s", logs.String())
+
+	code, seq, errOut := runCmd(t, records, "publish", "--session", "b1", "--nats", url)
+	require.Equal(t, 0, code, errOut)
+	code, served, errOut := runCmd(t, "", "context", "b1", "--nats", url, "--format", "anthropic", "--min-seq", strings.TrimSpace(seq))
+	require.Equal(t, 0, code, errOut)
+	code, built, errOut := runCmd(t, records, "build", "--format", "anthropic", "--browser-tools", "screenshot", "--dropped")
+	require.Equal(t, 0, code, errOut)
+	code, byDefault, errOut := runCmd(t, records, "build", "--format", "anthropic", "--dropped")
+	require.Equal(t, 0, code, errOut)
+
+	breakpoint := func(out string) any {
+		m := decodeOutput(t, out).(*record.Map)
+		rep, _ := m.Get("render")
+		bp, ok := rep.(*record.Map).Get("cache_breakpoint")
+		require.True(t, ok, out)
+		return bp
+	}
+	want := breakpoint(built)
+	require.False(t, record.Equal(want, breakpoint(byDefault)), "the records place the breakpoint apart from the default browser tools")
+	require.True(t, record.Equal(want, breakpoint(served)), "served %s, built %s", served, built)
 }

@@ -43,7 +43,9 @@ type Config struct {
 	// the stream then deletes or refuses records, and the contexts hold
 	// only what it keeps. Without it such a stream is refused (bus.ErrLimit).
 	AllowStreamLimits bool
-	// BrowserTools name the tools whose screenshots are trimmed.
+	// BrowserTools name the tools whose screenshots are trimmed, and before
+	// whose latest screenshot a rendered Anthropic reply places its cache
+	// breakpoint.
 	BrowserTools []string
 	// MaxRecordBytes is the largest record decoded.
 	MaxRecordBytes int
@@ -51,6 +53,9 @@ type Config struct {
 	// others load from the stream when asked for.
 	CacheSessions int
 	CacheBytes    int64
+	// RenderCacheBytes bounds the rendered replies the service keeps, one
+	// per session, beside the projections' CacheBytes; 0 keeps none.
+	RenderCacheBytes int
 	// MaxSessionBytes bounds one session's records since its latest
 	// compaction; a record past it is quarantined.
 	MaxSessionBytes int64
@@ -64,17 +69,18 @@ type Config struct {
 // DefaultConfig returns the defaults of ctxd serve.
 func DefaultConfig() Config {
 	return Config{
-		DataDir:         "./data",
-		Host:            natsd.DefaultHost,
-		Port:            natsd.DefaultPort,
-		MaxPayload:      natsd.DefaultMaxPayload,
-		SyncInterval:    natsd.DefaultSyncInterval,
-		Replicas:        1,
-		BrowserTools:    projection.DefaultBrowserTools,
-		MaxRecordBytes:  record.DefaultMaxBytes,
-		CacheSessions:   store.DefaultMaxSessions,
-		CacheBytes:      store.DefaultMaxBytes,
-		MaxSessionBytes: store.DefaultMaxSessionBytes,
+		DataDir:          "./data",
+		Host:             natsd.DefaultHost,
+		Port:             natsd.DefaultPort,
+		MaxPayload:       natsd.DefaultMaxPayload,
+		SyncInterval:     natsd.DefaultSyncInterval,
+		Replicas:         1,
+		BrowserTools:     projection.DefaultBrowserTools,
+		MaxRecordBytes:   record.DefaultMaxBytes,
+		CacheSessions:    store.DefaultMaxSessions,
+		CacheBytes:       store.DefaultMaxBytes,
+		RenderCacheBytes: server.DefaultRenderCacheBytes,
+		MaxSessionBytes:  store.DefaultMaxSessionBytes,
 	}
 }
 
@@ -198,6 +204,8 @@ func (a *App) Open(ctx context.Context) (err error) {
 	}
 	a.svc = server.New(a.nc, a.store)
 	a.svc.Logger = a.Logger
+	a.svc.BrowserTools = a.BrowserTools // the projections' own
+	a.svc.RenderCacheBytes = a.RenderCacheBytes
 	// Open returns once the server holds the service's subscriptions: a
 	// request sent right after finds a responder.
 	return a.svc.Open()

@@ -77,6 +77,96 @@ func AppendJSON(dst []byte, v any) ([]byte, error) {
 	return dst, fmt.Errorf("encode json: %w: Go type %T", ErrUnsupported, v)
 }
 
+// JSONLen returns the length of v's JSON encoding, len(AppendJSON(nil, v)),
+// without making it: strings are scanned, not copied. Its error is the
+// one AppendJSON would return.
+func JSONLen(v any) (int, error) {
+	switch x := v.(type) {
+	case nil:
+		return len("null"), nil
+	case bool:
+		if x {
+			return len("true"), nil
+		}
+		return len("false"), nil
+	case string:
+		return jsonStringLen(x), nil
+	case int64:
+		var buf [20]byte
+		return len(strconv.AppendInt(buf[:0], x, 10)), nil
+	case uint64:
+		var buf [20]byte
+		return len(strconv.AppendUint(buf[:0], x, 10)), nil
+	case float64:
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return 0, fmt.Errorf("encode json: %w: non-finite float", ErrUnsupported)
+		}
+		var buf [32]byte
+		return len(appendFloat(buf[:0], x)), nil
+	case Number:
+		if !validNumber(string(x)) {
+			return 0, fmt.Errorf("encode json: %w: invalid number literal %.40q", ErrUnsupported, string(x))
+		}
+		return len(x), nil
+	case []any:
+		n := 2 + max(len(x)-1, 0) // brackets and commas
+		for _, e := range x {
+			k, err := JSONLen(e)
+			if err != nil {
+				return 0, err
+			}
+			n += k
+		}
+		return n, nil
+	case *Map:
+		if x == nil {
+			return len("null"), nil
+		}
+		n := 2 + max(len(x.Members)-1, 0) // braces and commas
+		for _, m := range x.Members {
+			k, err := JSONLen(m.Value)
+			if err != nil {
+				return 0, err
+			}
+			n += jsonStringLen(m.Key) + 1 + k
+		}
+		return n, nil
+	}
+	return 0, fmt.Errorf("encode json: %w: Go type %T", ErrUnsupported, v)
+}
+
+// jsonStringLen is len(AppendJSONString(nil, s)).
+func jsonStringLen(s string) int {
+	n := 2
+	for len(s) > 0 {
+		k := plainASCII(s)
+		n += k
+		s = s[k:]
+		if len(s) == 0 {
+			break
+		}
+		c := s[0]
+		if c >= utf8.RuneSelf {
+			r, size := utf8.DecodeRuneInString(s)
+			if r == utf8.RuneError && size == 1 {
+				n += len(`\ufffd`)
+			} else {
+				n += size
+			}
+			s = s[size:]
+			continue
+		}
+		switch c {
+		case '"', '\\', '\n', '\r', '\t', '\b', '\f':
+			n += 2
+		default:
+			n += len(`\u0000`)
+		}
+		s = s[1:]
+	}
+	return n
+}
+
 // appendFloat writes the shortest text that reads back as the same
 // float64, exactly as encoding/json does.
 func appendFloat(dst []byte, f float64) []byte {

@@ -69,6 +69,9 @@ func TestAppendJSON(t *testing.T) {
 			if err != nil || string(got) != "x"+tt.want {
 				t.Errorf("AppendJSON = %s, %v", got, err)
 			}
+			if n, err := record.JSONLen(tt.v); err != nil || n != len(tt.want) {
+				t.Errorf("JSONLen = %d, %v; want %d", n, err, len(tt.want))
+			}
 		})
 	}
 }
@@ -100,6 +103,9 @@ func TestAppendJSON_Errors(t *testing.T) {
 			out, err := record.MarshalJSON(tt.v)
 			if !errors.Is(err, record.ErrUnsupported) {
 				t.Errorf("got %s, %v; want ErrUnsupported", out, err)
+			}
+			if _, lerr := record.JSONLen(tt.v); lerr == nil || lerr.Error() != err.Error() {
+				t.Errorf("JSONLen: %v; AppendJSON: %v", lerr, err)
 			}
 			out, err = record.MarshalMsgpack(tt.v)
 			if !errors.Is(err, record.ErrUnsupported) {
@@ -141,14 +147,26 @@ func TestAppendJSONString(t *testing.T) {
 		if back != s {
 			t.Errorf("%q encodes as %s, which reads back as %q", s, out, back)
 		}
+		if n, _ := record.JSONLen(s); n != len(out) {
+			t.Errorf("%q: JSONLen %d, encoded %d", s, n, len(out))
+		}
 	}
 	// Long strings with a character to escape at every position.
 	for _, c := range []string{"\"", "\\", "\n", "\x00", "é", "\xff"} {
 		for n := range 40 {
 			s := strings.Repeat("a", n) + c + strings.Repeat("b", 40-n)
 			var back string
-			if err := json.Unmarshal(record.AppendJSONString(nil, s), &back); err != nil {
+			out := record.AppendJSONString(nil, s)
+			if err := json.Unmarshal(out, &back); err != nil {
 				t.Fatal(err)
+			}
+			if l, _ := record.JSONLen(s); l != len(out) {
+				t.Errorf("%q: JSONLen %d, encoded %d", s, l, len(out))
+			}
+			// Past the length at which the scan changes method.
+			long := strings.Repeat(s, 10)
+			if l, _ := record.JSONLen(long); l != len(record.AppendJSONString(nil, long)) {
+				t.Errorf("%q x 10: JSONLen %d, encoded %d", s, l, len(record.AppendJSONString(nil, long)))
 			}
 			if want := strings.ToValidUTF8(s, "\ufffd"); back != want {
 				t.Errorf("%q reads back as %q", s, back)
@@ -274,6 +292,9 @@ func TestRoundTrip_Random(t *testing.T) {
 		js, err := record.MarshalJSON(v)
 		if err != nil {
 			t.Fatalf("seed %d: %v", seed, err)
+		}
+		if n, err := record.JSONLen(v); err != nil || n != len(js) {
+			t.Fatalf("seed %d: JSONLen %d, %v; encoded %d", seed, n, err, len(js))
 		}
 		back, err := record.Decode(js)
 		if err != nil {

@@ -74,6 +74,9 @@ func FuzzDecode(f *testing.F) {
 		if err != nil {
 			t.Fatalf("JSON: %v", err)
 		}
+		if n, err := record.JSONLen(m); err != nil || n != len(js) {
+			t.Fatalf("JSONLen %d, %v; encoded %d", n, err, len(js))
+		}
 		if !json.Valid(js) {
 			t.Fatalf("encoding/json refuses our JSON %s", js)
 		}

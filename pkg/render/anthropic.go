@@ -28,17 +28,7 @@ func (p *plan) anthropic() *record.Map {
 			p.change(Change{Kind: SystemAsUser, Message: it.src, Block: -1})
 			l.add("user", it.src, blocks...)
 		case userItem:
-			var blocks []any
-			for _, pt := range it.parts {
-				switch pt.kind {
-				case textPart:
-					blocks = append(blocks, record.NewMap("type", "text", "text", pt.text))
-				case imagePart:
-					if p.imageFor(pt, it.src, pt.block) {
-						blocks = append(blocks, anthropicImage(pt.img))
-					}
-				}
-			}
+			blocks := p.contentParts(it.parts, it.src, textBlock, anthropicImage)
 			if len(blocks) == 0 {
 				if len(it.parts) > 0 || !p.onlyResults(it.src) {
 					p.removed(MessageRemoved, it.src, -1, "empty")
@@ -59,18 +49,7 @@ func (p *plan) anthropic() *record.Map {
 			for _, r := range it.results {
 				srcs = append(srcs, r.src)
 				b := record.NewMap("type", "tool_result", "tool_use_id", r.call.wire)
-				var content []any
-				for _, pt := range r.parts {
-					switch pt.kind {
-					case textPart:
-						content = append(content, record.NewMap("type", "text", "text", pt.text))
-					case imagePart:
-						if p.imageFor(pt, r.src, r.block) {
-							content = append(content, anthropicImage(pt.img))
-						}
-					}
-				}
-				if len(content) > 0 {
+				if content := p.contentParts(r.parts, r.src, textBlock, anthropicImage); len(content) > 0 {
 					b.Set("content", content)
 				}
 				if r.isErr {
@@ -111,7 +90,7 @@ func (p *plan) onlyResults(i int) bool {
 	return false
 }
 
-func anthropicImage(img image) *record.Map {
+func anthropicImage(img image) any {
 	if img.url != "" {
 		return record.NewMap("type", "image", "source", record.NewMap("type", "url", "url", img.url))
 	}

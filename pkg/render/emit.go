@@ -86,19 +86,63 @@ func imageOK(f Format, mime string) bool {
 	return false
 }
 
+// imageRefused says why the plan's format does not take an image; "" when
+// it does.
+func (p *plan) imageRefused(img image) string {
+	switch {
+	case img.url != "" && p.f == Gemini:
+		return "image by URL (Gemini takes inline images)"
+	case img.url == "" && !imageOK(p.f, img.mime):
+		return "image of type " + quote(img.mime)
+	}
+	return ""
+}
+
 // imageFor checks an image part for the plan's format, reporting it when
 // it goes.
 func (p *plan) imageFor(pt part, src, block int) bool {
-	switch {
-	case pt.img.url != "" && p.f == Gemini:
-		p.removed(BlockRemoved, src, block, "image by URL (Gemini takes inline images)")
-		return false
-	case pt.img.url == "" && !imageOK(p.f, pt.img.mime):
-		p.removed(BlockRemoved, src, block, "image of type "+quote(pt.img.mime))
+	if reason := p.imageRefused(pt.img); reason != "" {
+		p.removed(BlockRemoved, src, block, reason)
 		return false
 	}
 	return true
 }
+
+// sent reports whether a part of a user or system message is sent: text,
+// or an image the format takes.
+func (p *plan) sent(pt part) bool {
+	switch pt.kind {
+	case textPart:
+		return true
+	case imagePart:
+		return p.imageRefused(pt.img) == ""
+	}
+	return false
+}
+
+// contentParts renders the text and image parts of a message or result
+// of neutral message src, in order: each text through text, each image the
+// format takes through img; an image it does not take is reported removed
+// at its block. A nil constructor leaves that kind out (sent elsewhere).
+func (p *plan) contentParts(parts []part, src int, text func(string) any, img func(image) any) []any {
+	var out []any
+	for _, pt := range parts {
+		switch pt.kind {
+		case textPart:
+			if text != nil {
+				out = append(out, text(pt.text))
+			}
+		case imagePart:
+			if img != nil && p.imageFor(pt, src, pt.block) {
+				out = append(out, img(pt.img))
+			}
+		}
+	}
+	return out
+}
+
+// textBlock is Anthropic's and Chat Completions' text block.
+func textBlock(t string) any { return record.NewMap("type", "text", "text", t) }
 
 func dataURL(img image) string {
 	if img.url != "" {

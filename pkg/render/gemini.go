@@ -1,6 +1,10 @@
 package render
 
-import "github.com/ctxd/ctxd/pkg/record"
+import (
+	"slices"
+
+	"github.com/ctxd/ctxd/pkg/record"
+)
 
 // gemini renders {"systemInstruction": {...} (only if any), "contents":
 // [...]} for generateContent: runs of one role merged, each model turn
@@ -25,17 +29,7 @@ func (p *plan) gemini() *record.Map {
 			p.change(Change{Kind: SystemAsUser, Message: it.src, Block: -1})
 			l.add("user", it.src, parts...)
 		case userItem:
-			var parts []any
-			for _, pt := range it.parts {
-				switch pt.kind {
-				case textPart:
-					parts = append(parts, record.NewMap("text", pt.text))
-				case imagePart:
-					if p.imageFor(pt, it.src, pt.block) {
-						parts = append(parts, geminiImage(pt.img))
-					}
-				}
-			}
+			parts := p.contentParts(it.parts, it.src, geminiText, geminiImage)
 			if len(parts) == 0 {
 				if len(it.parts) > 0 || !p.onlyResults(it.src) {
 					p.removed(MessageRemoved, it.src, -1, "empty")
@@ -81,15 +75,11 @@ func (p *plan) gemini() *record.Map {
 				}
 				parts = append(parts, record.NewMap("functionResponse", record.NewMap(
 					"id", r.call.wire, "name", r.call.tool, "response", record.NewMap(key, resultText(r)))))
-				moved := false
-				for _, pt := range r.parts {
-					if pt.kind == imagePart && p.imageFor(pt, r.src, r.block) {
-						images = append(images, geminiImage(pt.img))
+				if imgs := p.contentParts(r.parts, r.src, nil, geminiImage); len(imgs) > 0 {
+					images = append(images, imgs...)
+					for range imgs {
 						imageSrcs = append(imageSrcs, r.src)
-						moved = true
 					}
-				}
-				if moved {
 					p.change(Change{Kind: ImageMoved, Message: r.src, Block: r.block, ID: r.id})
 				}
 			}
@@ -118,12 +108,14 @@ func (p *plan) gemini() *record.Map {
 // geminiFirstCalls removes the calls of model turns that no user turn
 // precedes: Gemini refuses a function call turn that does not come right
 // after a user turn or a function response turn, and a context that a
-// compaction starts with the assistant has none before it. Their results
-// go with them.
+// compaction starts with the assistant has none before it. A user turn
+// counts by what of it is sent: one left with no part (its only image of
+// a type Gemini refuses, say) precedes nothing. Their results go with
+// them.
 func (p *plan) geminiFirstCalls(items []*item) {
 	for k, it := range items {
 		if it.kind == userItem || it.kind == systemItem {
-			if len(it.parts) > 0 {
+			if slices.ContainsFunc(it.parts, p.sent) {
 				return
 			}
 			continue
@@ -150,6 +142,8 @@ func (p *plan) geminiFirstCalls(items []*item) {
 	}
 }
 
-func geminiImage(img image) *record.Map {
+func geminiText(t string) any { return record.NewMap("text", t) }
+
+func geminiImage(img image) any {
 	return record.NewMap("inlineData", record.NewMap("mimeType", img.mime, "data", img.data))
 }

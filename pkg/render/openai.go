@@ -69,22 +69,17 @@ func (p *plan) openAIChat() *record.Map {
 			var images []any
 			for _, r := range it.results {
 				var texts []part
-				var label bool
 				for _, pt := range r.parts {
-					switch pt.kind {
-					case textPart:
+					if pt.kind == textPart {
 						texts = append(texts, pt)
-					case imagePart:
-						if !p.imageFor(pt, r.src, r.block) {
-							continue
-						}
-						if !label {
-							images = append(images, record.NewMap("type", "text", "text", "Images from tool result "+r.call.wire+":"))
-							p.change(Change{Kind: ImageMoved, Message: r.src, Block: r.block, ID: r.id})
-							label = true
-						}
-						images = append(images, record.NewMap("type", "image_url", "image_url", record.NewMap("url", dataURL(pt.img))))
 					}
+				}
+				imgs := p.contentParts(r.parts, r.src, nil, chatImage)
+				label := len(imgs) > 0
+				if label {
+					images = append(images, textBlock("Images from tool result "+r.call.wire+":"))
+					images = append(images, imgs...)
+					p.change(Change{Kind: ImageMoved, Message: r.src, Block: r.block, ID: r.id})
 				}
 				var content any
 				switch {
@@ -109,31 +104,21 @@ func (p *plan) openAIChat() *record.Map {
 }
 
 // chatContent is a user or system message's content: a string when the
-// neutral content was one, else text and image parts; nil when nothing is
-// left.
+// neutral content was one, else text and image parts (a system message
+// has no image: extraction takes images in user messages only); nil when
+// nothing is left.
 func (p *plan) chatContent(it *item) any {
 	if it.stringContent && len(it.parts) == 1 {
 		return it.parts[0].text
 	}
-	var parts []any
-	for _, pt := range it.parts {
-		switch pt.kind {
-		case textPart:
-			parts = append(parts, record.NewMap("type", "text", "text", pt.text))
-		case imagePart:
-			if it.kind == systemItem {
-				p.removed(BlockRemoved, it.src, pt.block, "image in a system message")
-				continue
-			}
-			if p.imageFor(pt, it.src, pt.block) {
-				parts = append(parts, record.NewMap("type", "image_url", "image_url", record.NewMap("url", dataURL(pt.img))))
-			}
-		}
+	if parts := p.contentParts(it.parts, it.src, textBlock, chatImage); len(parts) > 0 {
+		return parts
 	}
-	if len(parts) == 0 {
-		return nil
-	}
-	return parts
+	return nil
+}
+
+func chatImage(img image) any {
+	return record.NewMap("type", "image_url", "image_url", record.NewMap("url", dataURL(img)))
 }
 
 func textParts(texts []part, typ string) []any {
@@ -162,23 +147,8 @@ func (p *plan) openAIResponses() *record.Map {
 			var content any
 			if it.stringContent && len(it.parts) == 1 {
 				content = it.parts[0].text
-			} else {
-				var parts []any
-				for _, pt := range it.parts {
-					switch pt.kind {
-					case textPart:
-						parts = append(parts, record.NewMap("type", "input_text", "text", pt.text))
-					case imagePart:
-						if it.kind == systemItem {
-							p.removed(BlockRemoved, it.src, pt.block, "image in a system message")
-						} else if p.imageFor(pt, it.src, pt.block) {
-							parts = append(parts, responsesImage(pt.img))
-						}
-					}
-				}
-				if len(parts) > 0 {
-					content = parts
-				}
+			} else if parts := p.contentParts(it.parts, it.src, inputText, responsesImage); len(parts) > 0 {
+				content = parts // a system message has text parts only
 			}
 			if content == nil {
 				if len(it.parts) > 0 || !p.onlyResults(it.src) {
@@ -211,21 +181,8 @@ func (p *plan) openAIResponses() *record.Map {
 				var output any = ""
 				if r.stringContent && len(r.parts) == 1 {
 					output = r.parts[0].text
-				} else if len(r.parts) > 0 {
-					var parts []any
-					for _, pt := range r.parts {
-						switch pt.kind {
-						case textPart:
-							parts = append(parts, record.NewMap("type", "input_text", "text", pt.text))
-						case imagePart:
-							if p.imageFor(pt, r.src, r.block) {
-								parts = append(parts, responsesImage(pt.img))
-							}
-						}
-					}
-					if len(parts) > 0 {
-						output = parts
-					}
+				} else if parts := p.contentParts(r.parts, r.src, inputText, responsesImage); len(parts) > 0 {
+					output = parts
 				}
 				items = append(items, record.NewMap("type", "function_call_output", "call_id", r.call.wire, "output", output))
 			}
@@ -236,6 +193,8 @@ func (p *plan) openAIResponses() *record.Map {
 	return record.NewMap("input", items)
 }
 
-func responsesImage(img image) *record.Map {
+func inputText(t string) any { return record.NewMap("type", "input_text", "text", t) }
+
+func responsesImage(img image) any {
 	return record.NewMap("type", "input_image", "image_url", dataURL(img), "detail", "auto")
 }

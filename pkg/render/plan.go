@@ -38,12 +38,15 @@ type image struct {
 }
 
 type part struct {
-	kind  partKind
-	text  string // text, or thinking
-	sig   string // a thinking block's signature, a redacted block's data
-	img   image
-	call  *call
-	block int // index in the neutral content; -1 for string content
+	kind partKind
+	text string // text, or thinking
+	sig  string // a thinking block's signature, a redacted block's data
+	img  image
+	call *call
+	// block indexes the neutral message's content: the part's own block,
+	// or for a part of a tool_result block that block's; -1 for string
+	// content.
+	block int
 }
 
 type call struct {
@@ -286,22 +289,27 @@ func (p *plan) toolCalls(it *item, m *record.Map) {
 	}
 }
 
-// resultContent takes a result's content: text and images.
+// resultContent takes a result's content: text and images. A block of a
+// result message is reported at its own index; one of a tool_result block
+// at that block's, the index the message's content has.
 func (p *plan) resultContent(r *result, content any) {
 	switch c := content.(type) {
 	case string:
 		r.stringContent = true
 		switch {
 		case !blank(c):
-			r.parts = append(r.parts, part{kind: textPart, text: c, block: -1})
+			r.parts = append(r.parts, part{kind: textPart, text: c, block: r.block})
 		case c != "":
 			p.removed(BlockRemoved, r.src, r.block, "empty text in a tool result")
 		}
 	case []any:
 		for b, e := range c {
+			if r.block >= 0 {
+				b = r.block
+			}
 			blk, ok := e.(*record.Map)
 			if !ok {
-				p.removed(BlockRemoved, r.src, r.block, "not a block in a tool result")
+				p.removed(BlockRemoved, r.src, b, "not a block in a tool result")
 				continue
 			}
 			switch typ, _ := blk.String("type"); typ {
@@ -309,17 +317,17 @@ func (p *plan) resultContent(r *result, content any) {
 				if t, ok := blk.String("text"); ok && !blank(t) {
 					r.parts = append(r.parts, part{kind: textPart, text: t, block: b})
 				} else {
-					p.removed(BlockRemoved, r.src, r.block, "empty text in a tool result")
+					p.removed(BlockRemoved, r.src, b, "empty text in a tool result")
 				}
 			case "image", "image_url":
 				img, reason := parseImage(blk)
 				if reason != "" {
-					p.removed(BlockRemoved, r.src, r.block, reason+" in a tool result")
+					p.removed(BlockRemoved, r.src, b, reason+" in a tool result")
 					continue
 				}
 				r.parts = append(r.parts, part{kind: imagePart, img: img, block: b})
 			default:
-				p.removed(BlockRemoved, r.src, r.block, "unsupported block type "+quote(typ)+" in a tool result")
+				p.removed(BlockRemoved, r.src, b, "unsupported block type "+quote(typ)+" in a tool result")
 			}
 		}
 	}

@@ -68,20 +68,12 @@ type Body struct {
 	Fields *record.Map
 }
 
-// Messages returns the body's list of messages or items: "messages",
-// "input" or "contents".
-func (b Body) Messages() []any {
-	for _, k := range []string{"messages", "input", "contents"} {
-		if v, ok := b.Fields.Get(k); ok {
-			l, _ := v.([]any)
-			return l
-		}
-	}
-	return nil
-}
-
 // AppendJSON appends the body as a JSON object.
 func (b Body) AppendJSON(dst []byte) ([]byte, error) { return record.AppendJSON(dst, b.Fields) }
+
+// JSONLen returns the length of the body's JSON object without encoding
+// it: what Estimate counts, for a body sent in another encoding.
+func (b Body) JSONLen() (int, error) { return record.JSONLen(b.Fields) }
 
 // Report says what a rendering changed to make the neutral context valid
 // for the provider, so that a runtime can log why a body differs.
@@ -137,12 +129,13 @@ type Change struct {
 }
 
 // Render renders the neutral context (projection values: *record.Map
-// messages as Session.Messages and Build return them) in format f. It
+// messages as Session.Messages and Build return them) in format f, one of
+// Formats (ParseFormat reads "" as Neutral; Render does not). It
 // never fails: what cannot be made valid for the provider is left out and
 // reported. The messages are not modified; the body shares strings and
 // unchanged values with them.
 func Render(f Format, messages []any, opt Options) (Body, Report) {
-	if f == Neutral || f == "" {
+	if f == Neutral {
 		if messages == nil {
 			messages = []any{}
 		}

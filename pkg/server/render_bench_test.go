@@ -96,69 +96,141 @@ func benchmarkFetchFormat(b *testing.B, f render.Format, turn bool) {
 		f, float64(rp50)/1e3, float64(rp99)/1e3, sizes[1], float64(rp50)/float64(np50), float64(rp99)/float64(np99))
 }
 
-// TestService_RenderedMemory: asking a session for every format keeps at
-// most one rendered reply for it, and the replies kept stay within the
-// bound.
+// TestService_RenderedMemory: asking sessions for every format keeps at
+// most one rendered reply per session, the replies kept stay within the
+// bound (which here holds four of them, fewer than the sessions, so that
+// replies are evicted), a session asked again unchanged is served the
+// kept reply, and a changed one is never served the old reply.
 func TestService_RenderedMemory(t *testing.T) {
 	url := natstest.Start(t)
 	sessions := map[string]*projection.Session{}
-	for i := range 3 {
+	var ids []string
+	for i := range 5 {
 		p := projection.New(projection.Options{})
 		for k, r := range workload.New(uint64(i+1), workload.Default.WithScreenshots(64<<10, 50)).Records(60) {
 			p.Apply(uint64(k+1), r)
 		}
-		sessions[fmt.Sprint("s", i)] = p
+		id := fmt.Sprint("s", i)
+		sessions[id] = p
+		ids = append(ids, id)
+	}
+	// The bound: room for four of the largest replies (a reply larger than
+	// a quarter of it is never kept), not for every session's.
+	largest, all := 0, map[render.Format]int{}
+	for _, f := range render.Formats[1:] {
+		for _, id := range ids {
+			b, err := appendRenderedJSON(nil, id, sessions[id], contextRequest{format: f}, nil)
+			require.NoError(t, err)
+			largest = max(largest, len(b))
+			all[f] += len(b)
+		}
+	}
+	for f, n := range all {
+		require.Greater(t, n, 4*largest, "%s: the sessions' replies outgrow the bound", f)
 	}
 	svc := New(natstest.Connect(t, url), &fakeProjections{view: viewOf(sessions)})
-	svc.RenderCacheBytes = 2 * 160 << 10
+	svc.RenderCacheBytes = 4 * largest
 	require.NoError(t, svc.Open())
 	t.Cleanup(func() { svc.Close() })
 	nc := natstest.Connect(t, url)
-	for _, f := range render.Formats[1:] {
-		for id := range sessions {
-			reply, err := nc.Request("ctxd.context."+id, []byte(`{"format":"`+string(f)+`"}`), 10*time.Second)
-			require.NoError(t, err)
-			require.Empty(t, reply.Header.Get("Nats-Service-Error-Code"))
-			svc.rendered.mu.Lock()
-			require.LessOrEqual(t, svc.rendered.bytes, svc.RenderCacheBytes)
-			require.LessOrEqual(t, len(svc.rendered.byID), len(sessions))
-			require.Equal(t, svc.rendered.lru.Len(), len(svc.rendered.byID))
-			svc.rendered.mu.Unlock()
-		}
+
+	fetch := func(id string, f render.Format) []byte {
+		t.Helper()
+		reply, err := nc.Request("ctxd.context."+id, []byte(`{"format":"`+string(f)+`"}`), 10*time.Second)
+		require.NoError(t, err)
+		require.Empty(t, reply.Header.Get("Nats-Service-Error-Code"))
+		return reply.Data
 	}
-	// Asked again, unchanged, a kept reply is the same bytes.
-	id := "s0"
-	a, err := nc.Request("ctxd.context."+id, []byte(`{"format":"gemini"}`), 10*time.Second)
-	require.NoError(t, err)
-	b, err := nc.Request("ctxd.context."+id, []byte(`{"format":"gemini"}`), 10*time.Second)
-	require.NoError(t, err)
-	require.Equal(t, a.Data, b.Data)
+	// kept returns the reply kept for a session, nil for none, checking
+	// the cache's books on the way.
+	kept := func(id string) *cachedReply {
+		t.Helper()
+		c := &svc.rendered
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		require.LessOrEqual(t, c.bytes, svc.RenderCacheBytes)
+		require.LessOrEqual(t, len(c.byID), len(sessions))
+		require.Equal(t, c.lru.Len(), len(c.byID))
+		sum := 0
+		for el := c.lru.Front(); el != nil; el = el.Next() {
+			sum += len(el.Value.(*cachedReply).reply)
+		}
+		require.Equal(t, sum, c.bytes)
+		if el := c.byID[id]; el != nil {
+			return el.Value.(*cachedReply)
+		}
+		return nil
+	}
+
+	hits, evicted := 0, false
+	for _, f := range render.Formats[1:] {
+		for _, id := range ids {
+			a := fetch(id, f)
+			ka := kept(id)
+			require.NotNil(t, ka, "%s %s: the reply just made is kept", id, f)
+			require.Equal(t, a, ka.reply, "%s %s: the reply kept is the one sent", id, f)
+			// Asked again unchanged: the same bytes, from the same entry.
+			b := fetch(id, f)
+			require.Equal(t, a, b, "%s %s", id, f)
+			if kb := kept(id); kb == ka {
+				hits++
+			}
+		}
+		svc.rendered.mu.Lock()
+		if len(svc.rendered.byID) < len(sessions) {
+			evicted = true
+		}
+		svc.rendered.mu.Unlock()
+	}
+	require.Equal(t, len(ids)*len(render.Formats[1:]), hits, "every second request is served from the cache")
+	require.True(t, evicted, "the bound holds fewer replies than sessions: some are evicted")
+
 	// A change of the session is never served from the old reply.
+	id := ids[len(ids)-1]
+	old := kept(id)
+	require.NotNil(t, old)
 	p := sessions[id]
 	p.Apply(p.Seq()+1, record.NewMap("role", "user", "content", "one more"))
-	c, err := nc.Request("ctxd.context."+id, []byte(`{"format":"gemini"}`), 10*time.Second)
-	require.NoError(t, err)
-	require.Contains(t, string(c.Data), "one more")
+	c := fetch(id, render.Gemini)
+	require.Contains(t, string(c), "one more")
+	require.NotEqual(t, old.reply, c)
+	now := kept(id)
+	require.NotSame(t, old, now)
+	require.Equal(t, c, now.reply)
+	require.Equal(t, p.Version(), now.version)
 }
 
-// BenchmarkRender is the rendering alone of the same session, per format.
+// BenchmarkRender is the rendering alone of the same session, per format,
+// as a JSON and as a msgpack reply; "neutral" is the neutral reply with a
+// budget.
 func BenchmarkRender(b *testing.B) {
 	p := projection.New(projection.Options{})
 	for i, r := range workload.New(1, workload.Default.WithScreenshots(200<<10, 200)).Records(200) {
 		p.Apply(uint64(i+1), r)
 	}
-	for _, f := range render.Formats[1:] {
-		b.Run(string(f), func(b *testing.B) {
-			req := contextRequest{format: f}
-			var buf []byte
-			for b.Loop() {
-				var err error
-				if buf, err = appendRenderedJSON(buf[:0], "bench", p, req, nil); err != nil {
-					b.Fatal(err)
-				}
+	for _, f := range render.Formats {
+		for _, asMsgpack := range []bool{false, true} {
+			name := string(f) + "/json"
+			if asMsgpack {
+				name = string(f) + "/msgpack"
 			}
-			b.SetBytes(int64(len(buf)))
-		})
+			b.Run(name, func(b *testing.B) {
+				req := contextRequest{format: f, msgpack: asMsgpack, hasBudget: f == render.Neutral, budget: 1000}
+				var buf []byte
+				for b.Loop() {
+					var err error
+					if asMsgpack {
+						buf, err = appendRenderedMsgpack(buf[:0], "bench", p, req, nil)
+					} else {
+						buf, err = appendRenderedJSON(buf[:0], "bench", p, req, nil)
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.SetBytes(int64(len(buf)))
+			})
+		}
 	}
 }
 

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"container/list"
 	"sync"
 	"weak"
@@ -51,30 +52,38 @@ func keyOf(req contextRequest) replyKey {
 }
 
 // get returns the reply kept for the session's projection as it is now,
-// or nil. The caller holds the session's lock.
-func (c *renderCache) get(session string, p *projection.Session, req contextRequest) []byte {
+// or nil and the size of the reply kept for the session before (0 when
+// none), which the next one is likely close to. The caller holds the
+// session's lock.
+func (c *renderCache) get(session string, p *projection.Session, req contextRequest) (reply []byte, prev int) {
 	if p == nil {
-		return nil
+		return nil, 0
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	el := c.byID[session]
 	if el == nil {
-		return nil
+		return nil, 0
 	}
 	r := el.Value.(*cachedReply)
 	if r.proj.Value() != p || r.version != p.Version() || r.seq != p.Seq() || r.key != keyOf(req) {
-		return nil
+		return nil, len(r.reply)
 	}
 	c.lru.MoveToFront(el)
-	return r.reply
+	return r.reply, len(r.reply)
 }
 
-// put keeps reply, which is never written again, for the session.
+// put keeps reply, which is never written again, for the session. A
+// reply whose buffer is much larger than itself is kept as a copy: what
+// is kept holds the memory it is counted for.
 func (c *renderCache) put(session string, p *projection.Session, req contextRequest, reply []byte) {
 	if p == nil || c.max <= 0 || len(reply) > c.max/4 {
 		return
 	}
+	if cap(reply)-len(reply) > len(reply)/4 {
+		reply = bytes.Clone(reply)
+	}
+	reply = reply[:len(reply):len(reply)]
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.byID == nil {

@@ -10,9 +10,11 @@ import (
 )
 
 // A rendered reply (a format other than neutral, or a budget asked for)
-// is built on request from the session's messages: it is not kept, so a
-// session's memory stays what its neutral reply needs whatever formats
-// its clients ask for. Its fields (PROTOCOL.md):
+// is built on request from the session's messages. The service keeps the
+// latest one of each session (renderCache: one per session whatever the
+// format, all within RenderCacheBytes) until the session changes, so a
+// session's memory grows by at most one reply whatever formats its
+// clients ask for. Its fields (PROTOCOL.md):
 //
 //	{"session", "seq", "format", <the body's fields>, "dropped", "render", "usage", "budget"}
 //
@@ -32,9 +34,6 @@ type rendering struct {
 
 func renderSession(p *projection.Session, req contextRequest, browser []string) rendering {
 	r := rendering{format: req.format, req: req, msgs: []any{}}
-	if r.format == "" {
-		r.format = render.Neutral
-	}
 	if p != nil {
 		r.msgs, r.seqs, r.dropped = p.Messages(), p.MessageSeqs(nil), p.Dropped()
 	} else {
@@ -48,7 +47,7 @@ func renderSession(p *projection.Session, req contextRequest, browser []string) 
 // neutral), usage, budget (when asked for).
 func (r rendering) tail(bodyJSONBytes int) []record.Member {
 	u := render.Estimate(r.body, bodyJSONBytes)
-	fields := []record.Member{{Key: "dropped", Value: droppedMap(r.dropped)}}
+	fields := []record.Member{{Key: "dropped", Value: r.dropped.Map()}}
 	if r.format != render.Neutral {
 		fields = append(fields, record.Member{Key: "render", Value: r.report.Map(r.format)})
 	}
@@ -58,18 +57,6 @@ func (r rendering) tail(bodyJSONBytes int) []record.Member {
 		fields = append(fields, record.Member{Key: "budget", Value: b.Map()})
 	}
 	return fields
-}
-
-func droppedMap(d projection.Dropped) *record.Map {
-	calls := make([]any, len(d.UnpairedCalls))
-	for i, c := range d.UnpairedCalls {
-		calls[i] = record.NewMap("id", c.ID, "tool", c.Tool, "seq", c.Seq)
-	}
-	orphans := make([]any, len(d.OrphanResults))
-	for i, o := range d.OrphanResults {
-		orphans[i] = record.NewMap("id", o.ID, "seq", o.Seq)
-	}
-	return record.NewMap("unpaired_calls", calls, "orphan_results", orphans, "images_omitted", int64(d.ImagesOmitted))
 }
 
 // appendRenderedJSON appends a rendered reply as JSON.
@@ -93,6 +80,7 @@ func appendRenderedJSON(dst []byte, session string, p *projection.Session, req c
 	var err error
 	if r.format == render.Neutral && p != nil {
 		body, _ := p.JSONBody() // the cached encoding of the messages
+		dst = grow(dst, len(body)+4096)
 		dst = append(dst, `,"messages":[`...)
 		dst = append(dst, body...)
 		dst = append(dst, ']')
@@ -118,9 +106,9 @@ func appendRenderedJSON(dst []byte, session string, p *projection.Session, req c
 }
 
 // appendRenderedMsgpack appends a rendered reply as a msgpack map. Usage
-// still counts the body's JSON bytes, what a provider is sent; scratch
-// is a buffer to measure them in.
-func appendRenderedMsgpack(dst, scratch []byte, session string, p *projection.Session, req contextRequest, browser []string) ([]byte, []byte, error) {
+// still counts the body's JSON bytes, what a provider is sent, measured
+// without encoding them.
+func appendRenderedMsgpack(dst []byte, session string, p *projection.Session, req contextRequest, browser []string) ([]byte, error) {
 	r := renderSession(p, req, browser)
 	var seq uint64
 	if p != nil {
@@ -132,10 +120,10 @@ func appendRenderedMsgpack(dst, scratch []byte, session string, p *projection.Se
 		jsonBytes = len(`{"messages":[]}`) + len(body)
 	} else {
 		var err error
-		if scratch, err = r.body.AppendJSON(scratch[:0]); err != nil {
-			return dst, scratch, fmt.Errorf("encode %s body: %w", r.format, err)
+		if jsonBytes, err = r.body.JSONLen(); err != nil {
+			return dst, fmt.Errorf("encode %s body: %w", r.format, err)
 		}
-		jsonBytes = len(scratch)
+		dst = grow(dst, jsonBytes+4096) // msgpack is at most about as long
 	}
 	tail := r.tail(jsonBytes)
 	n := 2 + r.body.Fields.Len() + len(tail)
@@ -151,21 +139,38 @@ func appendRenderedMsgpack(dst, scratch []byte, session string, p *projection.Se
 		dst = record.AppendMsgpackString(dst, "format")
 		dst = record.AppendMsgpackString(dst, string(r.format))
 	}
+	fields := r.body.Fields.Members
+	if r.format == render.Neutral && p != nil {
+		body, n, err := p.MsgpackBody() // the cached encoding of the messages
+		if err != nil {
+			return dst, fmt.Errorf("%w: %w", errNotMsgpack, err)
+		}
+		dst = grow(dst, len(body)+4096)
+		dst = record.AppendMsgpackString(dst, "messages")
+		dst = record.AppendMsgpackArrayLen(dst, n)
+		dst = append(dst, body...)
+		fields = nil
+	}
 	var err error
-	for _, m := range append(r.body.Fields.Members, tail...) {
-		dst = record.AppendMsgpackString(dst, m.Key)
-		if dst, err = record.AppendMsgpack(dst, m.Value); err != nil {
-			return dst, scratch, fmt.Errorf("%w: %w", errNotMsgpack, err)
+	for _, fs := range [][]record.Member{fields, tail} {
+		for _, m := range fs {
+			dst = record.AppendMsgpackString(dst, m.Key)
+			if dst, err = record.AppendMsgpack(dst, m.Value); err != nil {
+				return dst, fmt.Errorf("%w: %w", errNotMsgpack, err)
+			}
 		}
 	}
-	return dst, scratch, nil
+	return dst, nil
 }
 
-// sizeHint guesses the size of a rendered reply from the neutral one's.
-func sizeHint(p *projection.Session) int {
-	if p == nil {
-		return 1024
+// sizeHint is the buffer a rendered reply starts in: the size of the one
+// kept before for the session (prev), which a session that grows by a
+// turn at a time stays close to, so that one allocation does instead of a
+// doubling series. Without one the encoders grow it by what they measure
+// of the body, or append doubles it.
+func sizeHint(prev int) int {
+	if prev == 0 {
+		return 4096
 	}
-	body, _ := p.JSONBody()
-	return len(body) + len(body)/8 + 4096
+	return prev + prev/8 + 4096
 }

@@ -21,7 +21,7 @@ func TestParseRequest_FormatAndBudget(t *testing.T) {
 		has    bool
 		bad    string
 	}{
-		{name: "no format: neutral", body: []byte(`{"min_seq":1}`), format: ""},
+		{name: "no format: neutral", body: []byte(`{"min_seq":1}`), format: render.Neutral},
 		{name: "neutral", body: []byte(`{"format":"neutral"}`), format: render.Neutral},
 		{name: "empty string: neutral", body: []byte(`{"format":""}`), format: render.Neutral},
 		{name: "anthropic", body: []byte(`{"format":"anthropic"}`), format: render.Anthropic},
@@ -29,7 +29,7 @@ func TestParseRequest_FormatAndBudget(t *testing.T) {
 		{name: "openai-responses", body: []byte(`{"format":"openai-responses"}`), format: render.OpenAIResponses},
 		{name: "gemini, msgpack", body: msgpackOf(t, "format", "gemini"), format: render.Gemini},
 		{name: "budget", body: []byte(`{"format":"gemini","budget_tokens":100000}`), format: render.Gemini, budget: 100000, has: true},
-		{name: "budget 0", body: []byte(`{"budget_tokens":0}`), format: "", has: true},
+		{name: "budget 0", body: []byte(`{"budget_tokens":0}`), format: render.Neutral, has: true},
 		{name: "unknown format", body: []byte(`{"format":"claude"}`), bad: `unknown format "claude": want one of neutral, anthropic, openai-chat, openai-responses, gemini`},
 		{name: "format of another case", body: []byte(`{"format":"Anthropic"}`), bad: "want one of"},
 		{name: "format not a string", body: []byte(`{"format":1}`), bad: "format must be a string, got 1"},
@@ -195,5 +195,25 @@ func TestService_Budget(t *testing.T) {
 				requireEqualValues(t, p.Messages(), field(m, "messages"), "messages")
 			}
 		}
+	}
+}
+
+// No format is the neutral format: a request without one and one naming
+// neutral are the same request, answered from one kept reply.
+func TestParseRequest_NeutralOnce(t *testing.T) {
+	var reqs []contextRequest
+	for _, body := range []string{`{"budget_tokens":5}`, `{"format":"neutral","budget_tokens":5}`, `{"format":"","budget_tokens":5}`} {
+		req, err := parseRequest([]byte(body), "")
+		require.NoError(t, err)
+		require.True(t, req.rendered(), body)
+		reqs = append(reqs, req)
+	}
+	require.Equal(t, keyOf(reqs[1]), keyOf(reqs[0]))
+	require.Equal(t, keyOf(reqs[1]), keyOf(reqs[2]))
+	for _, body := range []string{"", `{}`, `{"format":"neutral"}`} {
+		req, err := parseRequest([]byte(body), "")
+		require.NoError(t, err)
+		require.Equal(t, render.Neutral, req.format, body)
+		require.False(t, req.rendered(), body)
 	}
 }

@@ -25,7 +25,7 @@ type contextRequest struct {
 	minSeq  uint64
 	wait    time.Duration
 	msgpack bool          // reply in msgpack
-	format  render.Format // "" for neutral
+	format  render.Format // never "": no format is render.Neutral
 	// budget is budget_tokens; hasBudget says whether the request gave one.
 	budget    uint64
 	hasBudget bool
@@ -35,7 +35,7 @@ type contextRequest struct {
 // map with optional min_seq, wait_ms, format and budget_tokens; unknown
 // fields are ignored.
 func parseRequest(body []byte, accept string) (contextRequest, error) {
-	req := contextRequest{wait: DefaultWait}
+	req := contextRequest{wait: DefaultWait, format: render.Neutral}
 	if len(body) == 0 {
 		req.msgpack = accept == "application/msgpack"
 		return req, nil
@@ -72,7 +72,7 @@ func parseRequest(body []byte, accept string) (contextRequest, error) {
 		if !isString {
 			return req, fmt.Errorf("%w: format must be a string, got %s", errBadBody, describe(v))
 		}
-		f, err := render.ParseFormat(name)
+		f, err := render.ParseFormat(name) // "" is neutral
 		if err != nil {
 			return req, err
 		}
@@ -91,7 +91,7 @@ func parseRequest(body []byte, accept string) (contextRequest, error) {
 // rendered reports whether the reply is one rendered on request: a
 // format other than neutral, or a budget to answer.
 func (r contextRequest) rendered() bool {
-	return (r.format != "" && r.format != render.Neutral) || r.hasBudget
+	return r.format != render.Neutral || r.hasBudget
 }
 
 // nonNegative reads a non-negative integer; values beyond uint64 clamp.

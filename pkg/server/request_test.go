@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ctxd/ctxd/pkg/record"
+	"github.com/ctxd/ctxd/pkg/render"
 )
 
 const maxUint64 = ^uint64(0)
@@ -149,7 +150,7 @@ func TestParseRequest(t *testing.T) {
 				return
 			}
 			require.NoError(t, err)
-			require.Equal(t, contextRequest{minSeq: tt.minSeq, wait: tt.wait, msgpack: tt.msgpack}, req)
+			require.Equal(t, contextRequest{minSeq: tt.minSeq, wait: tt.wait, msgpack: tt.msgpack, format: render.Neutral}, req)
 		})
 	}
 }

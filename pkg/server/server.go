@@ -201,21 +201,17 @@ func (s *Service) reply(r micro.Request, session string, req contextRequest) {
 		switch {
 		case req.rendered():
 			// Rendered on request, kept until the session changes.
-			if out = s.rendered.get(session, p, req); out != nil {
+			var prev int
+			if out, prev = s.rendered.get(session, p, req); out != nil {
 				return
 			}
-			// A rendering is about as large as the neutral context: one
-			// allocation instead of a doubling series.
-			dst := make([]byte, 0, sizeHint(p))
+			dst := make([]byte, 0, sizeHint(prev))
 			if req.msgpack {
-				scratch := replyBuffers.Get().(*[]byte)
-				out, *scratch, err = appendRenderedMsgpack(dst, (*scratch)[:0], session, p, req, s.BrowserTools)
-				replyBuffers.Put(scratch)
+				out, err = appendRenderedMsgpack(dst, session, p, req, s.BrowserTools)
 			} else {
 				out, err = appendRenderedJSON(dst, session, p, req, s.BrowserTools)
 			}
 			if err == nil {
-				out = out[:len(out):len(out)]
 				s.rendered.put(session, p, req, out)
 			}
 		case req.msgpack:
