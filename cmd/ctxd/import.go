@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ctxd/ctxd/pkg/bus"
 	"github.com/ctxd/ctxd/pkg/importer"
 	"github.com/ctxd/ctxd/pkg/subject"
 )
@@ -76,7 +77,7 @@ func runImport(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		defer nc.Close()
-		js, err := jetstream.New(nc)
+		js, err := bus.JetStream(nc)
 		if err != nil {
 			return err
 		}
@@ -198,10 +199,8 @@ func convertFile(e *env, format importer.Format, name string) (ts []*importer.Tr
 // fail (SIGBUS).
 const mapMinBytes = 16 << 20
 
-// importPublisher publishes converted transcripts. It publishes the way
-// ctxd publish does (asynchronously, then every PubAck read) with a
-// Nats-Msg-Id per record; when pkg/bus gains a batch publish, this should
-// call it.
+// importPublisher publishes converted transcripts, a Nats-Msg-Id per
+// record.
 type importPublisher struct {
 	nc *nats.Conn
 	js jetstream.JetStream
@@ -216,13 +215,8 @@ type importPublisher struct {
 // findStream looks up the stream that stores the transcripts.
 func (p *importPublisher) findStream(ctx context.Context) {
 	defer close(p.ready)
-	name, err := p.js.StreamNameBySubject(ctx, subject.TranscriptsPrefix+">")
-	if err != nil {
-		p.err = fmt.Errorf("no stream stores %s> (is ctxd serve running?): %w", subject.TranscriptsPrefix, err)
-		return
-	}
-	if p.stream, err = p.js.Stream(ctx, name); err != nil {
-		p.err = fmt.Errorf("stream %s: %w", name, err)
+	if p.stream, p.err = bus.StreamFor(ctx, p.js, subject.TranscriptsPrefix+">"); p.err != nil {
+		p.err = fmt.Errorf("%w (is ctxd serve running?)", p.err)
 	}
 }
 
@@ -261,13 +255,12 @@ func (p *importPublisher) publish(ctx context.Context, t *importer.Transcript, s
 	if p.err != nil {
 		return res, fmt.Errorf("%s: %w", t.Name, p.err)
 	}
-	st := p.stream
-	stream := st.CachedInfo().Config.Name
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter(subj))
+	log, err := bus.ReadSubjectLog(ctx, p.js, p.stream, subj)
 	if err != nil {
-		return res, fmt.Errorf("%s: stream %s: %w", t.Name, stream, err)
+		return res, fmt.Errorf("%s: %w", t.Name, err)
 	}
-	limit, maxMsg := p.nc.MaxPayload(), int64(info.Config.MaxMsgSize)
+	stream := log.Stream
+	limit, maxMsg := p.nc.MaxPayload(), log.MaxMsgSize
 
 	// Encode everything first: a record too large fails the whole session,
 	// before anything of it is published, so that its order is kept.
@@ -290,12 +283,11 @@ func (p *importPublisher) publish(ctx context.Context, t *importer.Transcript, s
 		return res, fmt.Errorf("%s\nnothing of session %s was published: raise the limit and import again", strings.Join(tooBig, "\n"), session)
 	}
 
-	present := map[string]bool{}
-	if info.State.Subjects[subj] > 0 {
-		if present, res.last, err = presentIDs(ctx, p.js, stream, subj); err != nil {
-			return res, fmt.Errorf("%s: read %s: %w", t.Name, subj, err)
-		}
+	present := make(map[string]bool, len(log.IDs))
+	for _, id := range log.IDs {
+		present[id] = true
 	}
+	res.last = log.Last
 	type sent struct {
 		i int
 		f jetstream.PubAckFuture
@@ -344,54 +336,4 @@ func (p *importPublisher) publish(ctx context.Context, t *importer.Transcript, s
 		prog.finish(uint64(len(futures)))
 	}
 	return res, nil
-}
-
-// presentIDs reads the Nats-Msg-Id of every record on subj (headers only)
-// and the stream sequence of the last one.
-func presentIDs(ctx context.Context, js jetstream.JetStream, stream, subj string) (map[string]bool, uint64, error) {
-	ids := map[string]bool{}
-	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{subj},
-		HeadersOnly:    true,
-	})
-	if err != nil {
-		return nil, 0, err
-	}
-	defer func() {
-		// An ephemeral consumer would otherwise linger on the server
-		// until its inactivity threshold.
-		if name := cons.CachedInfo().Name; name != "" {
-			js.DeleteConsumer(context.WithoutCancel(ctx), stream, name)
-		}
-	}()
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return nil, 0, err
-	}
-	pending := info.NumPending
-	var last uint64
-	for pending > 0 {
-		batch, err := cons.Fetch(int(min(pending, 1000)))
-		if err != nil {
-			return nil, 0, err
-		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
-			if id := m.Headers().Get(jetstream.MsgIDHeader); id != "" {
-				ids[id] = true
-			}
-			if meta, err := m.Metadata(); err == nil {
-				last = max(last, meta.Sequence.Stream)
-				pending = meta.NumPending
-			}
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-			return nil, 0, err
-		}
-		if n == 0 {
-			return nil, 0, fmt.Errorf("%d records announced, none delivered", pending)
-		}
-	}
-	return ids, last, nil
 }
