@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -220,6 +221,10 @@ func (p *importPublisher) findStream(ctx context.Context) {
 	}
 }
 
+// importAckWait is how long the import waits for the acknowledgements of
+// a window of records; 0 for pkg/bus's default. Tests shorten it.
+var importAckWait time.Duration
+
 type importResult struct {
 	published int // stored by this import
 	present   int // found in the stream before publishing, not sent
@@ -288,52 +293,47 @@ func (p *importPublisher) publish(ctx context.Context, t *importer.Transcript, s
 		present[id] = true
 	}
 	res.last = log.Last
-	type sent struct {
-		i int
-		f jetstream.PubAckFuture
-	}
-	var futures []sent
+	var todo []int // the records to publish
 	for i := range t.Records {
 		if present[ids[i]] {
 			res.present++
-			continue
+		} else {
+			todo = append(todo, i)
 		}
-		// Each record's bytes are made as it is sent, while the server
-		// stores the ones before.
-		b, err := t.Records[i].JSON()
-		if err != nil {
-			return res, fmt.Errorf("%s: %s: encode record: %w", t.Name, t.Records[i].Where, err)
-		}
-		f, err := p.js.PublishAsync(subj, b, jetstream.WithMsgID(ids[i]))
-		if err != nil {
-			return res, fmt.Errorf("%s: %s: %w", t.Name, t.Records[i].Where, err)
-		}
-		futures = append(futures, sent{i, f})
 	}
 	var prog *progress
-	if pr := newProgress(p.e.stderr, "import "+t.Name, uint64(len(futures))); pr.tty && len(futures) > 0 {
+	if pr := newProgress(p.e.stderr, "import "+t.Name, uint64(len(todo))); pr.tty && len(todo) > 0 {
 		prog = pr
 	}
-	for n, s := range futures {
-		select {
-		case ack := <-s.f.Ok():
-			if ack.Duplicate {
-				res.duplicate++ // stored by a concurrent import within the duplicate window
-			} else {
-				res.published++
+	out, err := bus.Append(ctx, p.js, bus.AppendRecords{
+		Subject: subj,
+		N:       len(todo),
+		// Each record's bytes are made as it is sent, while the server
+		// stores the ones before.
+		Data: func(i int) ([]byte, error) {
+			b, err := t.Records[todo[i]].JSON()
+			if err != nil {
+				return nil, fmt.Errorf("encode record: %w", err)
 			}
-			res.last = max(res.last, ack.Sequence)
-		case err := <-s.f.Err():
-			return res, fmt.Errorf("%s: %s: record not stored: %w", t.Name, t.Records[s.i].Where, err)
-		case <-ctx.Done():
-			return res, ctx.Err()
-		}
-		if prog != nil {
-			prog.update(uint64(n + 1))
-		}
-	}
+			return b, nil
+		},
+		MsgID: func(i int) string { return ids[todo[i]] },
+		Progress: func(acked int) {
+			if prog != nil {
+				prog.update(uint64(acked))
+			}
+		},
+		AckWait: importAckWait,
+	})
+	res.published, res.duplicate = out.Stored, out.Duplicate
+	res.last = max(res.last, out.Last)
 	if prog != nil {
-		prog.finish(uint64(len(futures)))
+		prog.finish(uint64(res.published + res.duplicate))
+	}
+	if re := (*bus.RecordError)(nil); errors.As(err, &re) {
+		return res, fmt.Errorf("%s: %s: record not stored: %w", t.Name, t.Records[todo[re.Index]].Where, re.Err)
+	} else if err != nil {
+		return res, err
 	}
 	return res, nil
 }

@@ -226,3 +226,35 @@ func TestImport_RecordTooLarge(t *testing.T) {
 	}
 	require.Greater(t, body.Len(), 1<<20)
 }
+
+// A stream that stores without acknowledging: the import fails after a
+// while, naming the record, instead of waiting forever.
+func TestImport_NoAcknowledgement(t *testing.T) {
+	url := natstest.Start(t)
+	js, err := jetstream.New(natstest.Connect(t, url))
+	require.NoError(t, err)
+	def, err := streams.Transcripts()
+	require.NoError(t, err)
+	def.NoAck = true
+	_, err = js.CreateStream(context.Background(), def)
+	require.NoError(t, err)
+
+	importAckWait = 500 * time.Millisecond
+	t.Cleanup(func() { importAckWait = 0 })
+	type result struct {
+		code        int
+		out, errOut string
+	}
+	done := make(chan result, 1)
+	go func() {
+		code, out, errOut := runCmd(t, "", "import", "--nats", url, "--from", "pi", samples+"pi/session-01.jsonl")
+		done <- result{code, out, errOut}
+	}()
+	select {
+	case r := <-done:
+		require.Equal(t, 1, r.code, r.errOut)
+		require.Regexp(t, `session-01\.jsonl: line \d+: record not stored: no acknowledgement in `, r.errOut)
+	case <-time.After(20 * time.Second):
+		t.Fatal("ctxd import still waits for an acknowledgement after 20s")
+	}
+}

@@ -31,7 +31,9 @@
 //     is current this costs no request, except one multi_last for a
 //     ReadSubject that meets no record at or past its end. Reads counts
 //     the reads that had to ask again or ask the leader.
-//   - Writes: Publish stores one record, PublishAll many, pipelined.
+//   - Writes: Publish stores one record, PublishAll many, pipelined;
+//     Append appends records to a subject, pipelined, and tells what the
+//     server did with each.
 //   - Checkpoints: the key-value bucket of per-session checkpoints.
 //
 // Data flows one way: publisher -> stream -> consumer -> handler. The

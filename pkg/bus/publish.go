@@ -77,15 +77,18 @@ const (
 // the key-value API (jetstream.KeyValue.Put) wait for every write's
 // acknowledgement in turn, a round trip each.
 type pipeline struct {
-	js       jetstream.JetStream
-	fail     func(i int, err error) error // the error of the i-th message published
+	js   jetstream.JetStream
+	fail func(i int, err error) error // the error of the i-th message published
+	// acked, when not nil, is told each acknowledgement, in order.
+	acked    func(i int, ack *jetstream.PubAck)
+	ackWait  time.Duration
 	inFlight []jetstream.PubAckFuture
 	first    int    // index of inFlight[0]
 	last     uint64 // highest stream sequence acknowledged
 }
 
 func newPipeline(js jetstream.JetStream, fail func(i int, err error) error) *pipeline {
-	return &pipeline{js: js, fail: fail}
+	return &pipeline{js: js, fail: fail, ackWait: pipelineAckWait}
 }
 
 // publish sends one message, and awaits the window's acknowledgements
@@ -109,16 +112,19 @@ func (p *pipeline) publish(ctx context.Context, subject string, data []byte, opt
 // the first failure.
 func (p *pipeline) wait(ctx context.Context) error {
 	defer func() { p.first, p.inFlight = p.first+len(p.inFlight), p.inFlight[:0] }()
-	timeout := time.NewTimer(pipelineAckWait)
+	timeout := time.NewTimer(p.ackWait)
 	defer timeout.Stop()
 	for i, f := range p.inFlight {
 		select {
 		case ack := <-f.Ok():
 			p.last = max(p.last, ack.Sequence)
+			if p.acked != nil {
+				p.acked(p.first+i, ack)
+			}
 		case err := <-f.Err():
 			return p.fail(p.first+i, err)
 		case <-timeout.C:
-			return p.fail(p.first+i, fmt.Errorf("no acknowledgement in %v", pipelineAckWait))
+			return p.fail(p.first+i, fmt.Errorf("no acknowledgement in %v", p.ackWait))
 		case <-ctx.Done():
 			return ctx.Err()
 		}
