@@ -288,19 +288,18 @@ func (p *importPublisher) publish(ctx context.Context, t *importer.Transcript, s
 		return res, fmt.Errorf("%s\nnothing of session %s was published: raise the limit and import again", strings.Join(tooBig, "\n"), session)
 	}
 
-	present := make(map[string]bool, len(log.IDs))
-	for _, id := range log.IDs {
-		present[id] = true
+	// The session must hold the file's first records, in the file's order
+	// (records of other sources may come between them), and no other
+	// record of the file: the rest is appended after them. A hole (a
+	// record a stream limit deleted, or that an import failed to store
+	// while records after it were stored) cannot be filled in the file's
+	// order any more: refuse rather than append out of order.
+	done, bad := storedPrefix(log.IDs, ids)
+	if bad != nil {
+		return res, bad.describe(t, session)
 	}
-	res.last = log.Last
-	var todo []int // the records to publish
-	for i := range t.Records {
-		if present[ids[i]] {
-			res.present++
-		} else {
-			todo = append(todo, i)
-		}
-	}
+	res.present, res.last = done, log.Last
+	todo := t.Records[done:]
 	var prog *progress
 	if pr := newProgress(p.e.stderr, "import "+t.Name, uint64(len(todo))); pr.tty && len(todo) > 0 {
 		prog = pr
@@ -311,13 +310,13 @@ func (p *importPublisher) publish(ctx context.Context, t *importer.Transcript, s
 		// Each record's bytes are made as it is sent, while the server
 		// stores the ones before.
 		Data: func(i int) ([]byte, error) {
-			b, err := t.Records[todo[i]].JSON()
+			b, err := todo[i].JSON()
 			if err != nil {
 				return nil, fmt.Errorf("encode record: %w", err)
 			}
 			return b, nil
 		},
-		MsgID: func(i int) string { return ids[todo[i]] },
+		MsgID: func(i int) string { return ids[done+i] },
 		Progress: func(acked int) {
 			if prog != nil {
 				prog.update(uint64(acked))
@@ -331,9 +330,49 @@ func (p *importPublisher) publish(ctx context.Context, t *importer.Transcript, s
 		prog.finish(uint64(res.published + res.duplicate))
 	}
 	if re := (*bus.RecordError)(nil); errors.As(err, &re) {
-		return res, fmt.Errorf("%s: %s: record not stored: %w", t.Name, t.Records[todo[re.Index]].Where, re.Err)
+		return res, fmt.Errorf("%s: %s: record not stored: %w", t.Name, todo[re.Index].Where, re.Err)
 	} else if err != nil {
 		return res, err
 	}
 	return res, nil
+}
+
+// orderError is a session whose records are not the file's first ones in
+// the file's order: record want (an index in the file) is missing, and
+// record got is stored where it belongs.
+type orderError struct{ want, got int }
+
+// storedPrefix checks the ids a session holds (in stream order) against
+// the ids of a file's records: those of the file's records must be its
+// first ones, in order, and it returns how many they are. The session
+// may hold other records (of other files imported into it, or of live
+// publishers) anywhere.
+func storedPrefix(stored, ids []string) (int, *orderError) {
+	index := make(map[string]int, len(ids))
+	for i, id := range ids {
+		index[id] = i
+	}
+	n := 0
+	for _, id := range stored {
+		i, ok := index[id]
+		if !ok {
+			continue
+		}
+		if i != n {
+			return 0, &orderError{want: n, got: i}
+		}
+		n++
+	}
+	return n, nil
+}
+
+func (e *orderError) describe(t *importer.Transcript, session string) error {
+	want, got := &t.Records[e.want], &t.Records[e.got]
+	what := fmt.Sprintf("%s: session %s lacks %s (record %d of %d) but holds records after it, from %s: a stream limit deleted it, or an import failed to store it",
+		t.Name, session, want.Where, e.want+1, len(t.Records), got.Where)
+	if e.got < e.want {
+		what = fmt.Sprintf("%s: session %s holds %s (record %d of %d) again, after %s",
+			t.Name, session, got.Where, e.got+1, len(t.Records), t.Records[e.want-1].Where)
+	}
+	return fmt.Errorf("%s; what follows can no longer be stored in the file's order, so nothing was published: import the file into a new --session", what)
 }
