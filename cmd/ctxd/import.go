@@ -239,11 +239,6 @@ func importMsgID(format importer.Format, session, id string) string {
 	return "import:" + string(format) + ":" + session + ":" + id
 }
 
-// msgIDOverhead is what the Nats-Msg-Id header adds to a message's size
-// against the server's max_payload: "NATS/1.0\r\nNats-Msg-Id: " ID
-// "\r\n\r\n".
-const msgIDOverhead = len("NATS/1.0\r\nNats-Msg-Id: \r\n\r\n")
-
 // publish stores a transcript's records that the session's stream does not
 // hold yet, in order.
 func (p *importPublisher) publish(ctx context.Context, t *importer.Transcript, session string) (importResult, error) {
@@ -278,7 +273,7 @@ func (p *importPublisher) publish(ctx context.Context, t *importer.Transcript, s
 		}
 		ids[i] = importMsgID(t.Format, session, r.ID)
 		size := int64(n)
-		if limit > 0 && size+int64(len(ids[i])+msgIDOverhead) > limit {
+		if limit > 0 && size+int64(bus.AppendHeaderBytes(ids[i])) > limit {
 			tooBig = append(tooBig, fmt.Sprintf("%s: %s: a %s record of %d bytes; the server accepts at most %d (its max_payload)", t.Name, r.Where, r.Class(), size, limit))
 		} else if maxMsg > 0 && size > maxMsg {
 			tooBig = append(tooBig, fmt.Sprintf("%s: %s: a %s record of %d bytes; stream %s stores at most %d (its max_msg_size)", t.Name, r.Where, r.Class(), size, stream, maxMsg))
@@ -304,8 +299,14 @@ func (p *importPublisher) publish(ctx context.Context, t *importer.Transcript, s
 	if pr := newProgress(p.e.stderr, "import "+t.Name, uint64(len(todo))); pr.tty && len(todo) > 0 {
 		prog = pr
 	}
+	// bus.Append stores the records right after the session's last one,
+	// in the file's order, and stops at the first that fails; records
+	// sent before the failure was known may be stored after it, leaving
+	// the session without it: it says so, and importing again refuses
+	// (above) rather than append it out of order.
 	out, err := bus.Append(ctx, p.js, bus.AppendRecords{
 		Subject: subj,
+		After:   log.Last,
 		N:       len(todo),
 		// Each record's bytes are made as it is sent, while the server
 		// stores the ones before.
@@ -330,7 +331,14 @@ func (p *importPublisher) publish(ctx context.Context, t *importer.Transcript, s
 		prog.finish(uint64(res.published + res.duplicate))
 	}
 	if re := (*bus.RecordError)(nil); errors.As(err, &re) {
-		return res, fmt.Errorf("%s: %s: record not stored: %w", t.Name, todo[re.Index].Where, re.Err)
+		if errors.Is(err, bus.ErrSubjectMoved) {
+			return res, fmt.Errorf("%s: session %s got records from elsewhere while the import read it; nothing was published: import again (%w)", t.Name, session, re.Err)
+		}
+		err := fmt.Errorf("%s: %s: record not stored: %w", t.Name, todo[re.Index].Where, re.Err)
+		if re.StoredAfter > 0 {
+			return res, fmt.Errorf("%w; %d records after it were stored all the same: session %s lacks it, and importing the file into it again refuses: import the file into a new --session", err, re.StoredAfter, session)
+		}
+		return res, fmt.Errorf("%w; session %s holds the records before it: importing again goes on from it", err, session)
 	} else if err != nil {
 		return res, err
 	}

@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -70,6 +71,10 @@ const (
 	pipelineAckWait = 30 * time.Second
 )
 
+// errNoAck is the failure of a message whose acknowledgement did not
+// come in time: it may be stored or not.
+var errNoAck = errors.New("no acknowledgement")
+
 // pipeline publishes many messages to streams without waiting for each
 // acknowledgement before sending the next: a window of them is sent, then
 // their acknowledgements are awaited. It is the one place the package
@@ -109,25 +114,51 @@ func (p *pipeline) publish(ctx context.Context, subject string, data []byte, opt
 }
 
 // wait awaits the acknowledgements of the messages in flight, and returns
-// the first failure.
+// the first failure; the messages after it stay in flight, for drain.
 func (p *pipeline) wait(ctx context.Context) error {
-	defer func() { p.first, p.inFlight = p.first+len(p.inFlight), p.inFlight[:0] }()
 	timeout := time.NewTimer(p.ackWait)
 	defer timeout.Stop()
 	for i, f := range p.inFlight {
+		var err error
 		select {
 		case ack := <-f.Ok():
 			p.last = max(p.last, ack.Sequence)
 			if p.acked != nil {
 				p.acked(p.first+i, ack)
 			}
-		case err := <-f.Err():
-			return p.fail(p.first+i, err)
+			continue
+		case err = <-f.Err():
 		case <-timeout.C:
-			return p.fail(p.first+i, fmt.Errorf("no acknowledgement in %v", p.ackWait))
+			err = fmt.Errorf("%w in %v", errNoAck, p.ackWait)
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+		err = p.fail(p.first+i, err)
+		p.first, p.inFlight = p.first+i+1, p.inFlight[i+1:]
+		return err
 	}
+	p.first, p.inFlight = p.first+len(p.inFlight), p.inFlight[:0]
 	return nil
+}
+
+// drain awaits the acknowledgements of the messages still in flight after
+// wait failed, and returns how many say stored (not as duplicates).
+func (p *pipeline) drain(ctx context.Context) (stored int, err error) {
+	timeout := time.NewTimer(p.ackWait)
+	defer timeout.Stop()
+	for _, f := range p.inFlight {
+		select {
+		case ack := <-f.Ok():
+			if !ack.Duplicate {
+				stored++
+			}
+		case <-f.Err():
+		case <-timeout.C:
+			return stored, fmt.Errorf("%w in %v", errNoAck, p.ackWait)
+		case <-ctx.Done():
+			return stored, ctx.Err()
+		}
+	}
+	p.first, p.inFlight = p.first+len(p.inFlight), p.inFlight[:0]
+	return stored, nil
 }
