@@ -152,6 +152,16 @@ func importFile(ctx context.Context, e *env, out *bufio.Writer, pub *importPubli
 		}
 		fmt.Fprintf(e.stderr, "%s: %d records, %d published, %d already in the stream%s, last sequence %d\n%s",
 			head, len(t.Records), res.published, res.present, dups, res.last, t.Report.Summary("  "))
+		if res.abandoned > 0 {
+			// Records cannot be taken back: they stay in the context.
+			if session == "" {
+				fmt.Fprintf(e.stderr, "%s: warning: session %s holds %d records imported from this file that it no longer produces: a branch abandoned since they were imported; they stay in the session\n",
+					name, sess, res.abandoned)
+			} else {
+				fmt.Fprintf(e.stderr, "%s: warning: session %s holds %d records imported from %s files that this file does not produce: another file's, or a branch abandoned since they were imported; they stay in the session\n",
+					name, sess, res.abandoned, t.Format)
+			}
+		}
 		fmt.Fprintf(out, "%s %d\n", sess, res.last)
 	}
 	return errors.Join(errs...)
@@ -228,6 +238,7 @@ var importAckWait time.Duration
 type importResult struct {
 	published int // stored by this import
 	present   int // found in the stream before publishing, not sent
+	abandoned int // in the stream, imported from the format, not produced by the file
 	duplicate int // sent, and dropped by the server as duplicates
 	last      uint64
 }
@@ -289,11 +300,11 @@ func (p *importPublisher) publish(ctx context.Context, t *importer.Transcript, s
 	// record a stream limit deleted, or that an import failed to store
 	// while records after it were stored) cannot be filled in the file's
 	// order any more: refuse rather than append out of order.
-	done, bad := storedPrefix(log.IDs, ids)
+	done, abandoned, bad := storedPrefix(log.IDs, ids, importMsgID(t.Format, session, ""))
 	if bad != nil {
 		return res, bad.describe(t, session)
 	}
-	res.present, res.last = done, log.Last
+	res.present, res.abandoned, res.last = done, abandoned, log.Last
 	todo := t.Records[done:]
 	var prog *progress
 	if pr := newProgress(p.e.stderr, "import "+t.Name, uint64(len(todo))); pr.tty && len(todo) > 0 {
@@ -354,24 +365,28 @@ type orderError struct{ want, got int }
 // the ids of a file's records: those of the file's records must be its
 // first ones, in order, and it returns how many they are. The session
 // may hold other records (of other files imported into it, or of live
-// publishers) anywhere.
-func storedPrefix(stored, ids []string) (int, *orderError) {
+// publishers) anywhere; abandoned counts those whose id starts with
+// prefix, which an import of the same format into the same session
+// stored: of a branch the file abandoned since, or of another file.
+func storedPrefix(stored, ids []string, prefix string) (n, abandoned int, bad *orderError) {
 	index := make(map[string]int, len(ids))
 	for i, id := range ids {
 		index[id] = i
 	}
-	n := 0
 	for _, id := range stored {
 		i, ok := index[id]
 		if !ok {
+			if strings.HasPrefix(id, prefix) {
+				abandoned++
+			}
 			continue
 		}
 		if i != n {
-			return 0, &orderError{want: n, got: i}
+			return 0, 0, &orderError{want: n, got: i}
 		}
 		n++
 	}
-	return n, nil
+	return n, abandoned, nil
 }
 
 func (e *orderError) describe(t *importer.Transcript, session string) error {

@@ -187,6 +187,7 @@ func TestImport_Sessions(t *testing.T) {
 		dir+"dag_compact_after_rewind.jsonl", dir+"full-session-two.jsonl")
 	require.Equal(t, 0, code, errOut)
 	require.Equal(t, 2, strings.Count(out, "merged "))
+	require.Contains(t, errOut, "full-session-two.jsonl: warning: session merged holds 9 records imported from claude-code files that this file does not produce: another file's")
 	ids, _ := stored(t, js, "merged")
 	require.Len(t, ids, 9+35)
 	requireUnique(t, ids)
@@ -410,8 +411,40 @@ func TestStoredPrefix(t *testing.T) {
 		{[]string{"a", "b", "a"}, 0, &orderError{want: 2, got: 0}},
 	}
 	for _, c := range cases {
-		n, bad := storedPrefix(c.stored, ids)
+		n, _, bad := storedPrefix(c.stored, ids, "")
 		require.Equal(t, c.n, n, "%v", c.stored)
 		require.Equal(t, c.bad, bad, "%v", c.stored)
 	}
+
+	// The ids with the import's prefix that the file does not produce.
+	n, abandoned, bad := storedPrefix([]string{"p:a", "p:x", "q:y", "p:b", "p:z"}, []string{"p:a", "p:b", "p:c"}, "p:")
+	require.Nil(t, bad)
+	require.Equal(t, 2, n)
+	require.Equal(t, 2, abandoned)
+}
+
+// A file rewound after it was imported (here: cut back to its first
+// half): the records of the abandoned branch stay in the session, and the
+// import says how many there are.
+func TestImport_AbandonedBranch(t *testing.T) {
+	url, js := importServer(t)
+	const session = "cfa1e878-62b5-4e40-b281-bbf9b250d766"
+	full := mustRead(t, samples+"claude-code/full-session-three.jsonl")
+	lines := strings.SplitAfter(full, "\n")
+	file := filepath.Join(t.TempDir(), "full-session-three.jsonl")
+	require.NoError(t, os.WriteFile(file, []byte(full), 0o644))
+	code, _, errOut := runCmd(t, "", "import", "--nats", url, "--from", "claude-code", file)
+	require.Equal(t, 0, code, errOut)
+	require.NotContains(t, errOut, "warning")
+
+	require.NoError(t, os.WriteFile(file, []byte(strings.Join(lines[:len(lines)/2], "")), 0o644))
+	code, _, errOut = runCmd(t, "", "import", "--nats", url, "--from", "claude-code", file)
+	require.Equal(t, 0, code, errOut)
+	half, _ := stored(t, js, session)
+	require.Len(t, half, 49)
+	code, printed, _ := runCmd(t, "", "import", "--from", "claude-code", "--print", file)
+	require.Equal(t, 0, code)
+	n := strings.Count(printed, "\n")
+	require.Contains(t, errOut, fmt.Sprintf("%d records, 0 published, %d already in the stream", n, n))
+	require.Contains(t, errOut, fmt.Sprintf("full-session-three.jsonl: warning: session %s holds %d records imported from this file that it no longer produces", session, 49-n))
 }
