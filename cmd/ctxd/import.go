@@ -283,11 +283,20 @@ func (p *importPublisher) publish(ctx context.Context, t *importer.Transcript, s
 			return res, fmt.Errorf("%s: %s: encode record: %w", t.Name, r.Where, err)
 		}
 		ids[i] = importMsgID(t.Format, session, r.ID)
+		// Both limits count the headers.
 		size := int64(n)
-		if limit > 0 && size+int64(bus.AppendHeaderBytes(ids[i])) > limit {
-			tooBig = append(tooBig, fmt.Sprintf("%s: %s: a %s record of %d bytes; the server accepts at most %d (its max_payload)", t.Name, r.Where, r.Class(), size, limit))
-		} else if maxMsg > 0 && size > maxMsg {
-			tooBig = append(tooBig, fmt.Sprintf("%s: %s: a %s record of %d bytes; stream %s stores at most %d (its max_msg_size)", t.Name, r.Where, r.Class(), size, stream, maxMsg))
+		withHeaders := size + int64(bus.AppendHeaderBytes(ids[i]))
+		record := func(most int64) string {
+			s := fmt.Sprintf("%s: %s: a %s record of %d bytes", t.Name, r.Where, r.Class(), size)
+			if size <= most {
+				s += fmt.Sprintf(", %d with its headers", withHeaders)
+			}
+			return s
+		}
+		if limit > 0 && withHeaders > limit {
+			tooBig = append(tooBig, fmt.Sprintf("%s; the server accepts at most %d (its max_payload)", record(limit), limit))
+		} else if maxMsg > 0 && withHeaders > maxMsg {
+			tooBig = append(tooBig, fmt.Sprintf("%s; stream %s stores at most %d (its max_msg_size)", record(maxMsg), stream, maxMsg))
 		}
 	}
 	if len(tooBig) > 0 {

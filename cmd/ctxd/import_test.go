@@ -448,3 +448,29 @@ func TestImport_AbandonedBranch(t *testing.T) {
 	require.Contains(t, errOut, fmt.Sprintf("%d records, 0 published, %d already in the stream", n, n))
 	require.Contains(t, errOut, fmt.Sprintf("full-session-three.jsonl: warning: session %s holds %d records imported from this file that it no longer produces", session, 49-n))
 }
+
+// A stream's max_msg_size counts a message's headers: a record that fits
+// it only without the import's headers is refused before anything of its
+// session is published, like a record over it.
+func TestImport_RecordOverMaxMsgSizeWithHeaders(t *testing.T) {
+	ctx := context.Background()
+	file := writePi(t, 60, 30, 5000)
+	code, printed, errOut := runCmd(t, "", "import", "--from", "pi", "--print", file)
+	require.Equal(t, 0, code, errOut)
+	size := len(strings.Split(printed, "\n")[31]) // line 32's record
+	url := natstest.Start(t)
+	js, err := jetstream.New(natstest.Connect(t, url))
+	require.NoError(t, err)
+	def, err := streams.Transcripts()
+	require.NoError(t, err)
+	def.MaxMsgSize = int32(size + 10)
+	_, err = js.CreateStream(ctx, def)
+	require.NoError(t, err)
+
+	code, _, errOut = runCmd(t, "", "import", "--nats", url, "--from", "pi", "--session", "big", file)
+	require.Equal(t, 1, code, errOut)
+	require.Regexp(t, fmt.Sprintf(`session\.jsonl: line 32: a user record of %d bytes, \d+ with its headers; stream TRANSCRIPTS stores at most %d \(its max_msg_size\)`, size, size+10), errOut)
+	require.Contains(t, errOut, "nothing of session big was published")
+	ids, _ := stored(t, js, "big")
+	require.Empty(t, ids)
+}
