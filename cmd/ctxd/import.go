@@ -273,11 +273,12 @@ func (p *importPublisher) publish(ctx context.Context, t *importer.Transcript, s
 	stream := log.Stream
 	limit, maxMsg := p.nc.MaxPayload(), log.MaxMsgSize
 
-	// Encode everything first: a record too large fails the whole session,
+	// Size everything first: a record too large fails the whole session,
 	// before anything of it is published, so that its order is kept.
 	ids := make([]string, len(t.Records))
 	var tooBig []string
-	for i, r := range t.Records {
+	for i := range t.Records {
+		r := &t.Records[i] // Size keeps the encoding of a record kept as a value, for JSON
 		n, err := r.Size()
 		if err != nil {
 			return res, fmt.Errorf("%s: %s: encode record: %w", t.Name, r.Where, err)
