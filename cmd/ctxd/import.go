@@ -26,7 +26,11 @@ The session is the one the file names (its own session id made valid; a
 subagent's is SESSION_agent-ID), or --session. Every record carries a
 Nats-Msg-Id derived from the source's ids, and records already in the
 session's stream are skipped: importing a file twice, or a file that grew
-since, stores each record once.
+since, stores each record once. They must be the file's first records, in
+its order: a session that lacks one before records it holds (a stream
+limit deleted it, or an import failed to store it) is refused, since what
+is missing could no longer be stored in order. An import stops at the
+first record not stored, and says whether records after it were.
 
 With --print the records are written to standard output as JSON lines and
 nothing is published:
