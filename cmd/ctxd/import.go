@@ -360,6 +360,9 @@ func (p *importPublisher) publish(ctx context.Context, t *importer.Transcript, s
 			return res, fmt.Errorf("%s: session %s got records from elsewhere while the import read it; nothing was published: import again (%w)", t.Name, session, re.Err)
 		}
 		err := fmt.Errorf("%s: %s: record not stored: %w", t.Name, todo[re.Index].Where, re.Err)
+		if errors.Is(err, bus.ErrNoAck) {
+			return res, fmt.Errorf("%w; it and the records after it may be stored or not: importing again goes on from what session %s holds, or refuses if it lacks a record before ones it holds", err, session)
+		}
 		if re.StoredAfter > 0 {
 			return res, fmt.Errorf("%w; %d records after it were stored all the same: session %s lacks it, and importing the file into it again refuses: import the file into a new --session", err, re.StoredAfter, session)
 		}

@@ -136,7 +136,7 @@ func Append(ctx context.Context, js jetstream.JetStream, r AppendRecords) (Appen
 	// whether the subject now lacks it before them. After one that did
 	// not come, the others will not either.
 	var re *RecordError
-	if errors.As(err, &re) && !errors.Is(err, errNoAck) {
+	if errors.As(err, &re) && !errors.Is(err, ErrNoAck) {
 		n, derr := p.drain(ctx)
 		re.StoredAfter = n
 		if derr != nil {

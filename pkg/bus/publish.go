@@ -71,9 +71,9 @@ const (
 	pipelineAckWait = 30 * time.Second
 )
 
-// errNoAck is the failure of a message whose acknowledgement did not
-// come in time: it may be stored or not.
-var errNoAck = errors.New("no acknowledgement")
+// ErrNoAck is wrapped by the failure of a message whose acknowledgement
+// did not come in time: it may be stored or not.
+var ErrNoAck = errors.New("no acknowledgement")
 
 // pipeline publishes many messages to streams without waiting for each
 // acknowledgement before sending the next: a window of them is sent, then
@@ -129,7 +129,7 @@ func (p *pipeline) wait(ctx context.Context) error {
 			continue
 		case err = <-f.Err():
 		case <-timeout.C:
-			err = fmt.Errorf("%w in %v", errNoAck, p.ackWait)
+			err = fmt.Errorf("%w in %v", ErrNoAck, p.ackWait)
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -154,7 +154,7 @@ func (p *pipeline) drain(ctx context.Context) (stored int, err error) {
 			}
 		case <-f.Err():
 		case <-timeout.C:
-			return stored, fmt.Errorf("%w in %v", errNoAck, p.ackWait)
+			return stored, fmt.Errorf("%w in %v", ErrNoAck, p.ackWait)
 		case <-ctx.Done():
 			return stored, ctx.Err()
 		}
