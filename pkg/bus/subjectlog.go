@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -63,7 +64,7 @@ func (l *SubjectLog) read(ctx context.Context, js jetstream.JetStream, subject s
 		HeadersOnly:    true,
 	})
 	if err != nil {
-		return err
+		return fmt.Errorf("create consumer: %w", err)
 	}
 	defer func() {
 		// An ephemeral consumer would otherwise linger on the server
@@ -74,29 +75,48 @@ func (l *SubjectLog) read(ctx context.Context, js jetstream.JetStream, subject s
 	}()
 	info, err := cons.Info(ctx)
 	if err != nil {
-		return err
+		return fmt.Errorf("consumer info: %w", err)
 	}
 	pending := info.NumPending
+	retries := 0
 	for pending > 0 {
-		batch, err := cons.Fetch(int(min(pending, 1000)))
-		if err != nil {
-			return err
-		}
 		n := 0
-		for m := range batch.Messages() {
-			n++
-			l.IDs = append(l.IDs, m.Headers().Get(jetstream.MsgIDHeader))
-			if meta, err := m.Metadata(); err == nil {
-				l.Last = max(l.Last, meta.Sequence.Stream)
-				pending = meta.NumPending
+		batch, err := cons.Fetch(int(min(pending, 1000)))
+		if err == nil {
+			for m := range batch.Messages() {
+				n++
+				l.IDs = append(l.IDs, m.Headers().Get(jetstream.MsgIDHeader))
+				if meta, err := m.Metadata(); err == nil {
+					l.Last = max(l.Last, meta.Sequence.Stream)
+					pending = meta.NumPending
+				}
 			}
+			err = batch.Error()
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-			return err
+		switch {
+		case err == nil || errors.Is(err, nats.ErrTimeout):
+		case errors.Is(err, nats.ErrNoResponders) && retries < fetchRetries:
+			// Each fetch of an ordered consumer makes a consumer, from
+			// the last message delivered; in a cluster the server this
+			// connection uses may not know it yet.
+			retries++
+			select {
+			case <-time.After(time.Duration(retries) * 20 * time.Millisecond):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			continue
+		default:
+			return fmt.Errorf("fetch: %w", err)
 		}
 		if n == 0 {
 			return fmt.Errorf("%d records announced, none delivered", pending)
 		}
+		retries = 0
 	}
 	return nil
 }
+
+// fetchRetries is how many times in a row ReadSubjectLog fetches again
+// when no server answered a fetch.
+const fetchRetries = 5
