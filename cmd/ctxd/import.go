@@ -235,8 +235,8 @@ func (p *importPublisher) findStream(ctx context.Context) {
 	}
 }
 
-// importAckWait is how long the import waits for the acknowledgements of
-// a window of records; 0 for pkg/bus's default. Tests shorten it.
+// importAckWait is how long the import waits for a record's
+// acknowledgement; 0 for pkg/bus's default. Tests shorten it.
 var importAckWait time.Duration
 
 type importResult struct {

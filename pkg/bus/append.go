@@ -26,8 +26,8 @@ type AppendRecords struct {
 	// Progress, when not nil, is told how many records are acknowledged,
 	// as they are.
 	Progress func(acked int)
-	// AckWait is how long a window of records waits for its
-	// acknowledgements; 0 for the pipeline's 30 s.
+	// AckWait is how long Append waits for an acknowledgement; 0 for the
+	// pipeline's 30 s.
 	AckWait time.Duration
 }
 
@@ -66,9 +66,9 @@ func (e *RecordError) Unwrap() error { return e.Err }
 // another publisher wrote to the subject since.
 var ErrSubjectMoved = errors.New("the subject got a message from elsewhere since it was read")
 
-// Append stores records at the end of a subject, in order, pipelined: a
-// window of records is sent, then their acknowledgements are awaited, at
-// most AckWait. The first record carries
+// Append stores records at the end of a subject, in order, pipelined (a
+// window of records in flight, each acknowledgement awaited at most
+// AckWait). The first record carries
 // Nats-Expected-Last-Subject-Sequence: After, so that it is stored right
 // after the message the caller read last, or not at all.
 //

@@ -202,3 +202,23 @@ func TestAppend_UnderTrafficCluster(t *testing.T) {
 	c.WaitStreamLeader(t, cfg.Name)
 	appendUnderTraffic(t, js, other, 3000)
 }
+
+// Records of 7 MiB, more together than the window's bytes: they go a few
+// at a time, and all are stored in order.
+func TestAppend_LargeRecords(t *testing.T) {
+	js := natstest.JetStream(t)
+	ctx := testContext(t)
+	st := ensureTranscripts(t, js)
+	big := bytes.Repeat([]byte("x"), 7<<20)
+	r := appendRecords("transcripts.big", 12)
+	r.Data = func(i int) ([]byte, error) { return fmt.Appendf(nil, `{"role":"user","content":"%d%s"}`, i, big), nil }
+	res, err := bus.Append(ctx, js, r)
+	require.NoError(t, err)
+	require.Equal(t, 12, res.Stored)
+	log, err := bus.ReadSubjectLog(ctx, js, st, "transcripts.big")
+	require.NoError(t, err)
+	for i, id := range log.IDs {
+		require.Equal(t, r.MsgID(i), id)
+	}
+	require.Len(t, log.IDs, 12)
+}
