@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ctxd/ctxd/pkg/bus"
 	"github.com/ctxd/ctxd/pkg/importer"
 	"github.com/ctxd/ctxd/pkg/subject"
 )
@@ -24,7 +26,11 @@ The session is the one the file names (its own session id made valid; a
 subagent's is SESSION_agent-ID), or --session. Every record carries a
 Nats-Msg-Id derived from the source's ids, and records already in the
 session's stream are skipped: importing a file twice, or a file that grew
-since, stores each record once.
+since, stores each record once. They must be the file's first records, in
+its order: a session that lacks one before records it holds (a stream
+limit deleted it, or an import failed to store it) is refused, since what
+is missing could no longer be stored in order. An import stops at the
+first record not stored, and says whether records after it were.
 
 With --print the records are written to standard output as JSON lines and
 nothing is published:
@@ -76,7 +82,7 @@ func runImport(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		defer nc.Close()
-		js, err := jetstream.New(nc)
+		js, err := bus.JetStream(nc)
 		if err != nil {
 			return err
 		}
@@ -150,6 +156,16 @@ func importFile(ctx context.Context, e *env, out *bufio.Writer, pub *importPubli
 		}
 		fmt.Fprintf(e.stderr, "%s: %d records, %d published, %d already in the stream%s, last sequence %d\n%s",
 			head, len(t.Records), res.published, res.present, dups, res.last, t.Report.Summary("  "))
+		if res.abandoned > 0 {
+			// Records cannot be taken back: they stay in the context.
+			if session == "" {
+				fmt.Fprintf(e.stderr, "%s: warning: session %s holds %d records imported from this file that it no longer produces: a branch abandoned since they were imported; they stay in the session\n",
+					name, sess, res.abandoned)
+			} else {
+				fmt.Fprintf(e.stderr, "%s: warning: session %s holds %d records imported from %s files that this file does not produce: another file's, or a branch abandoned since they were imported; they stay in the session\n",
+					name, sess, res.abandoned, t.Format)
+			}
+		}
 		fmt.Fprintf(out, "%s %d\n", sess, res.last)
 	}
 	return errors.Join(errs...)
@@ -198,10 +214,8 @@ func convertFile(e *env, format importer.Format, name string) (ts []*importer.Tr
 // fail (SIGBUS).
 const mapMinBytes = 16 << 20
 
-// importPublisher publishes converted transcripts. It publishes the way
-// ctxd publish does (asynchronously, then every PubAck read) with a
-// Nats-Msg-Id per record; when pkg/bus gains a batch publish, this should
-// call it.
+// importPublisher publishes converted transcripts, a Nats-Msg-Id per
+// record.
 type importPublisher struct {
 	nc *nats.Conn
 	js jetstream.JetStream
@@ -216,19 +230,19 @@ type importPublisher struct {
 // findStream looks up the stream that stores the transcripts.
 func (p *importPublisher) findStream(ctx context.Context) {
 	defer close(p.ready)
-	name, err := p.js.StreamNameBySubject(ctx, subject.TranscriptsPrefix+">")
-	if err != nil {
-		p.err = fmt.Errorf("no stream stores %s> (is ctxd serve running?): %w", subject.TranscriptsPrefix, err)
-		return
-	}
-	if p.stream, err = p.js.Stream(ctx, name); err != nil {
-		p.err = fmt.Errorf("stream %s: %w", name, err)
+	if p.stream, p.err = bus.StreamFor(ctx, p.js, subject.TranscriptsPrefix+">"); p.err != nil {
+		p.err = fmt.Errorf("%w (is ctxd serve running?)", p.err)
 	}
 }
+
+// importAckWait is how long the import waits for a record's
+// acknowledgement; 0 for pkg/bus's default. Tests shorten it.
+var importAckWait time.Duration
 
 type importResult struct {
 	published int // stored by this import
 	present   int // found in the stream before publishing, not sent
+	abandoned int // in the stream, imported from the format, not produced by the file
 	duplicate int // sent, and dropped by the server as duplicates
 	last      uint64
 }
@@ -239,11 +253,6 @@ type importResult struct {
 func importMsgID(format importer.Format, session, id string) string {
 	return "import:" + string(format) + ":" + session + ":" + id
 }
-
-// msgIDOverhead is what the Nats-Msg-Id header adds to a message's size
-// against the server's max_payload: "NATS/1.0\r\nNats-Msg-Id: " ID
-// "\r\n\r\n".
-const msgIDOverhead = len("NATS/1.0\r\nNats-Msg-Id: \r\n\r\n")
 
 // publish stores a transcript's records that the session's stream does not
 // hold yet, in order.
@@ -261,137 +270,149 @@ func (p *importPublisher) publish(ctx context.Context, t *importer.Transcript, s
 	if p.err != nil {
 		return res, fmt.Errorf("%s: %w", t.Name, p.err)
 	}
-	st := p.stream
-	stream := st.CachedInfo().Config.Name
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter(subj))
+	log, err := bus.ReadSubjectLog(ctx, p.js, p.stream, subj)
 	if err != nil {
-		return res, fmt.Errorf("%s: stream %s: %w", t.Name, stream, err)
+		return res, fmt.Errorf("%s: %w", t.Name, err)
 	}
-	limit, maxMsg := p.nc.MaxPayload(), int64(info.Config.MaxMsgSize)
+	stream := log.Stream
+	limit, maxMsg := p.nc.MaxPayload(), log.MaxMsgSize
 
-	// Encode everything first: a record too large fails the whole session,
+	// Size everything first: a record too large fails the whole session,
 	// before anything of it is published, so that its order is kept.
 	ids := make([]string, len(t.Records))
 	var tooBig []string
-	for i, r := range t.Records {
+	for i := range t.Records {
+		r := &t.Records[i] // Size keeps the encoding of a record kept as a value, for JSON
 		n, err := r.Size()
 		if err != nil {
 			return res, fmt.Errorf("%s: %s: encode record: %w", t.Name, r.Where, err)
 		}
 		ids[i] = importMsgID(t.Format, session, r.ID)
+		// Both limits count the headers.
 		size := int64(n)
-		if limit > 0 && size+int64(len(ids[i])+msgIDOverhead) > limit {
-			tooBig = append(tooBig, fmt.Sprintf("%s: %s: a %s record of %d bytes; the server accepts at most %d (its max_payload)", t.Name, r.Where, r.Class(), size, limit))
-		} else if maxMsg > 0 && size > maxMsg {
-			tooBig = append(tooBig, fmt.Sprintf("%s: %s: a %s record of %d bytes; stream %s stores at most %d (its max_msg_size)", t.Name, r.Where, r.Class(), size, stream, maxMsg))
+		withHeaders := size + int64(bus.AppendHeaderBytes(ids[i]))
+		record := func(most int64) string {
+			s := fmt.Sprintf("%s: %s: a %s record of %d bytes", t.Name, r.Where, r.Class(), size)
+			if size <= most {
+				s += fmt.Sprintf(", %d with its headers", withHeaders)
+			}
+			return s
+		}
+		if limit > 0 && withHeaders > limit {
+			tooBig = append(tooBig, fmt.Sprintf("%s; the server accepts at most %d (its max_payload)", record(limit), limit))
+		} else if maxMsg > 0 && withHeaders > maxMsg {
+			tooBig = append(tooBig, fmt.Sprintf("%s; stream %s stores at most %d (its max_msg_size)", record(maxMsg), stream, maxMsg))
 		}
 	}
 	if len(tooBig) > 0 {
 		return res, fmt.Errorf("%s\nnothing of session %s was published: raise the limit and import again", strings.Join(tooBig, "\n"), session)
 	}
 
-	present := map[string]bool{}
-	if info.State.Subjects[subj] > 0 {
-		if present, res.last, err = presentIDs(ctx, p.js, stream, subj); err != nil {
-			return res, fmt.Errorf("%s: read %s: %w", t.Name, subj, err)
-		}
+	// The session must hold the file's first records, in the file's order
+	// (records of other sources may come between them), and no other
+	// record of the file: the rest is appended after them. A hole (a
+	// record a stream limit deleted, or that an import failed to store
+	// while records after it were stored) cannot be filled in the file's
+	// order any more: refuse rather than append out of order.
+	done, abandoned, bad := storedPrefix(log.IDs, ids, importMsgID(t.Format, session, ""))
+	if bad != nil {
+		return res, bad.describe(t, session)
 	}
-	type sent struct {
-		i int
-		f jetstream.PubAckFuture
-	}
-	var futures []sent
-	for i := range t.Records {
-		if present[ids[i]] {
-			res.present++
-			continue
-		}
-		// Each record's bytes are made as it is sent, while the server
-		// stores the ones before.
-		b, err := t.Records[i].JSON()
-		if err != nil {
-			return res, fmt.Errorf("%s: %s: encode record: %w", t.Name, t.Records[i].Where, err)
-		}
-		f, err := p.js.PublishAsync(subj, b, jetstream.WithMsgID(ids[i]))
-		if err != nil {
-			return res, fmt.Errorf("%s: %s: %w", t.Name, t.Records[i].Where, err)
-		}
-		futures = append(futures, sent{i, f})
-	}
+	res.present, res.abandoned, res.last = done, abandoned, log.Last
+	todo := t.Records[done:]
 	var prog *progress
-	if pr := newProgress(p.e.stderr, "import "+t.Name, uint64(len(futures))); pr.tty && len(futures) > 0 {
+	if pr := newProgress(p.e.stderr, "import "+t.Name, uint64(len(todo))); pr.tty && len(todo) > 0 {
 		prog = pr
 	}
-	for n, s := range futures {
-		select {
-		case ack := <-s.f.Ok():
-			if ack.Duplicate {
-				res.duplicate++ // stored by a concurrent import within the duplicate window
-			} else {
-				res.published++
+	// bus.Append stores the records right after the session's last one,
+	// in the file's order, and stops at the first that fails; records
+	// sent before the failure was known may be stored after it, leaving
+	// the session without it: it says so, and importing again refuses
+	// (above) rather than append it out of order.
+	out, err := bus.Append(ctx, p.js, bus.AppendRecords{
+		Subject: subj,
+		After:   log.Last,
+		N:       len(todo),
+		// Each record's bytes are made as it is sent, while the server
+		// stores the ones before.
+		Data: func(i int) ([]byte, error) {
+			b, err := todo[i].JSON()
+			if err != nil {
+				return nil, fmt.Errorf("encode record: %w", err)
 			}
-			res.last = max(res.last, ack.Sequence)
-		case err := <-s.f.Err():
-			return res, fmt.Errorf("%s: %s: record not stored: %w", t.Name, t.Records[s.i].Where, err)
-		case <-ctx.Done():
-			return res, ctx.Err()
-		}
-		if prog != nil {
-			prog.update(uint64(n + 1))
-		}
-	}
+			return b, nil
+		},
+		MsgID: func(i int) string { return ids[done+i] },
+		Progress: func(acked int) {
+			if prog != nil {
+				prog.update(uint64(acked))
+			}
+		},
+		AckWait: importAckWait,
+	})
+	res.published, res.duplicate = out.Stored, out.Duplicate
+	res.last = max(res.last, out.Last)
 	if prog != nil {
-		prog.finish(uint64(len(futures)))
+		prog.finish(uint64(res.published + res.duplicate))
+	}
+	if re := (*bus.RecordError)(nil); errors.As(err, &re) {
+		if errors.Is(err, bus.ErrSubjectMoved) {
+			return res, fmt.Errorf("%s: session %s got records from elsewhere while the import read it; nothing was published: import again (%w)", t.Name, session, re.Err)
+		}
+		err := fmt.Errorf("%s: %s: record not stored: %w", t.Name, todo[re.Index].Where, re.Err)
+		if errors.Is(err, bus.ErrNoAck) {
+			return res, fmt.Errorf("%w; it and the records after it may be stored or not: importing again goes on from what session %s holds, or refuses if it lacks a record before ones it holds", err, session)
+		}
+		if re.StoredAfter > 0 {
+			return res, fmt.Errorf("%w; %d records after it were stored all the same: session %s lacks it, and importing the file into it again refuses: import the file into a new --session", err, re.StoredAfter, session)
+		}
+		return res, fmt.Errorf("%w; session %s holds the records before it: importing again goes on from it", err, session)
+	} else if err != nil {
+		return res, err
 	}
 	return res, nil
 }
 
-// presentIDs reads the Nats-Msg-Id of every record on subj (headers only)
-// and the stream sequence of the last one.
-func presentIDs(ctx context.Context, js jetstream.JetStream, stream, subj string) (map[string]bool, uint64, error) {
-	ids := map[string]bool{}
-	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{subj},
-		HeadersOnly:    true,
-	})
-	if err != nil {
-		return nil, 0, err
+// orderError is a session whose records are not the file's first ones in
+// the file's order: record want (an index in the file) is missing, and
+// record got is stored where it belongs.
+type orderError struct{ want, got int }
+
+// storedPrefix checks the ids a session holds (in stream order) against
+// the ids of a file's records: those of the file's records must be its
+// first ones, in order, and it returns how many they are. The session
+// may hold other records (of other files imported into it, or of live
+// publishers) anywhere; abandoned counts those whose id starts with
+// prefix, which an import of the same format into the same session
+// stored: of a branch the file abandoned since, or of another file.
+func storedPrefix(stored, ids []string, prefix string) (n, abandoned int, bad *orderError) {
+	index := make(map[string]int, len(ids))
+	for i, id := range ids {
+		index[id] = i
 	}
-	defer func() {
-		// An ephemeral consumer would otherwise linger on the server
-		// until its inactivity threshold.
-		if name := cons.CachedInfo().Name; name != "" {
-			js.DeleteConsumer(context.WithoutCancel(ctx), stream, name)
-		}
-	}()
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return nil, 0, err
-	}
-	pending := info.NumPending
-	var last uint64
-	for pending > 0 {
-		batch, err := cons.Fetch(int(min(pending, 1000)))
-		if err != nil {
-			return nil, 0, err
-		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
-			if id := m.Headers().Get(jetstream.MsgIDHeader); id != "" {
-				ids[id] = true
+	for _, id := range stored {
+		i, ok := index[id]
+		if !ok {
+			if strings.HasPrefix(id, prefix) {
+				abandoned++
 			}
-			if meta, err := m.Metadata(); err == nil {
-				last = max(last, meta.Sequence.Stream)
-				pending = meta.NumPending
-			}
+			continue
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-			return nil, 0, err
+		if i != n {
+			return 0, 0, &orderError{want: n, got: i}
 		}
-		if n == 0 {
-			return nil, 0, fmt.Errorf("%d records announced, none delivered", pending)
-		}
+		n++
 	}
-	return ids, last, nil
+	return n, abandoned, nil
+}
+
+func (e *orderError) describe(t *importer.Transcript, session string) error {
+	want, got := &t.Records[e.want], &t.Records[e.got]
+	what := fmt.Sprintf("%s: session %s lacks %s (record %d of %d) but holds records after it, from %s: a stream limit deleted it, or an import failed to store it",
+		t.Name, session, want.Where, e.want+1, len(t.Records), got.Where)
+	if e.got < e.want {
+		what = fmt.Sprintf("%s: session %s holds %s (record %d of %d) again, after %s",
+			t.Name, session, got.Where, e.got+1, len(t.Records), t.Records[e.want-1].Where)
+	}
+	return fmt.Errorf("%s; what follows can no longer be stored in the file's order, so nothing was published: import the file into a new --session", what)
 }

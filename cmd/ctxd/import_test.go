@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -185,6 +187,7 @@ func TestImport_Sessions(t *testing.T) {
 		dir+"dag_compact_after_rewind.jsonl", dir+"full-session-two.jsonl")
 	require.Equal(t, 0, code, errOut)
 	require.Equal(t, 2, strings.Count(out, "merged "))
+	require.Contains(t, errOut, "full-session-two.jsonl: warning: session merged holds 9 records imported from claude-code files that this file does not produce: another file's")
 	ids, _ := stored(t, js, "merged")
 	require.Len(t, ids, 9+35)
 	requireUnique(t, ids)
@@ -225,4 +228,249 @@ func TestImport_RecordTooLarge(t *testing.T) {
 		body.Write(b)
 	}
 	require.Greater(t, body.Len(), 1<<20)
+}
+
+// A stream that stores without acknowledging: the import fails after a
+// while, naming the record, instead of waiting forever.
+func TestImport_NoAcknowledgement(t *testing.T) {
+	url := natstest.Start(t)
+	js, err := jetstream.New(natstest.Connect(t, url))
+	require.NoError(t, err)
+	def, err := streams.Transcripts()
+	require.NoError(t, err)
+	def.NoAck = true
+	_, err = js.CreateStream(context.Background(), def)
+	require.NoError(t, err)
+
+	importAckWait = 500 * time.Millisecond
+	t.Cleanup(func() { importAckWait = 0 })
+	type result struct {
+		code        int
+		out, errOut string
+	}
+	done := make(chan result, 1)
+	go func() {
+		code, out, errOut := runCmd(t, "", "import", "--nats", url, "--from", "pi", samples+"pi/session-01.jsonl")
+		done <- result{code, out, errOut}
+	}()
+	select {
+	case r := <-done:
+		require.Equal(t, 1, r.code, r.errOut)
+		require.Regexp(t, `session-01\.jsonl: line \d+: record not stored: no acknowledgement in 500ms; it and the records after it may be stored or not`, r.errOut)
+	case <-time.After(20 * time.Second):
+		t.Fatal("ctxd import still waits for an acknowledgement after 20s")
+	}
+}
+
+// writePi writes a pi session of n user messages, the one at big of size
+// bytes, the others short, and returns the path.
+func writePi(t *testing.T, n, big, size int) string {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString(`{"type":"session","version":3,"id":"0199d1a4-0000-7000-8000-000000000001","timestamp":"2026-01-02T03:04:05.000Z","cwd":"/tmp"}` + "\n")
+	parent := "null"
+	for i := range n {
+		text := fmt.Sprintf("message %d", i)
+		if i == big {
+			text = strings.Repeat("x", size)
+		}
+		id := fmt.Sprintf("%08x", i+1)
+		fmt.Fprintf(&b, `{"type":"message","id":%q,"parentId":%s,"timestamp":"2026-01-02T03:04:%02d.000Z","message":{"role":"user","content":[{"type":"text","text":%q}],"timestamp":%d}}`+"\n",
+			id, parent, i%60, text, 1767323045000+i)
+		parent = strconv.Quote(id)
+	}
+	path := filepath.Join(t.TempDir(), "session.jsonl")
+	require.NoError(t, os.WriteFile(path, []byte(b.String()), 0o644))
+	return path
+}
+
+// decodeLines decodes JSON lines, the output of import --print.
+func decodeLines(t *testing.T, s string) []any {
+	t.Helper()
+	var vs []any
+	for _, line := range strings.Split(strings.TrimSpace(s), "\n") {
+		v, err := record.DecodeJSON([]byte(line))
+		require.NoError(t, err)
+		vs = append(vs, v)
+	}
+	return vs
+}
+
+// requireSubsequence checks that got holds records of want, in want's
+// order: perhaps not all of them, never one out of its place.
+func requireSubsequence(t *testing.T, want, got []any) {
+	t.Helper()
+	i := 0
+	for n, g := range got {
+		for i < len(want) && !record.Equal(want[i], g) {
+			i++
+		}
+		require.Less(t, i, len(want), "stored record %d is out of the file's order", n)
+		i++
+	}
+}
+
+// A record the server refuses in the middle of a session (here the
+// stream's max_bytes, with discard new, reached by a large record while
+// the smaller ones after it fit), then the limit raised and the file
+// imported again: the stream holds the file's records in order, or the
+// import refuses, naming the session and the record; the session is never
+// stored out of order silently.
+func TestImport_FailureInTheMiddle(t *testing.T) {
+	ctx := context.Background()
+	const session = "middle"
+	file := writePi(t, 60, 30, 20000)
+	prefix := writePi(t, 30, -1, 0) // the records before the large one
+	code, printed, errOut := runCmd(t, "", "import", "--from", "pi", "--print", file)
+	require.Equal(t, 0, code, errOut)
+	want := decodeLines(t, printed)
+
+	// What the records before the large one take in the stream.
+	url, js := importServer(t)
+	code, _, errOut = runCmd(t, "", "import", "--nats", url, "--from", "pi", "--session", session, prefix)
+	require.Equal(t, 0, code, errOut)
+	st, err := js.Stream(ctx, "TRANSCRIPTS")
+	require.NoError(t, err)
+	before := st.CachedInfo().State.Bytes
+	require.NotZero(t, before)
+
+	// The stream takes them and 10000 bytes more.
+	url = natstest.Start(t)
+	js, err = jetstream.New(natstest.Connect(t, url))
+	require.NoError(t, err)
+	def, err := streams.Transcripts()
+	require.NoError(t, err)
+	def.MaxBytes, def.Discard = int64(before)+10000, jetstream.DiscardNew
+	_, err = js.CreateStream(ctx, def)
+	require.NoError(t, err)
+	code, _, errOut = runCmd(t, "", "import", "--nats", url, "--from", "pi", "--session", session, file)
+	require.Equal(t, 1, code, errOut)
+	require.Regexp(t, `session\.jsonl: line 32: record not stored: .*maximum bytes.*; 29 records after it were stored all the same: session middle lacks it`, errOut)
+	_, recs := stored(t, js, session)
+	requireSubsequence(t, want, recs)
+
+	def.MaxBytes = -1
+	_, err = js.UpdateStream(ctx, def)
+	require.NoError(t, err)
+	code, _, errOut = runCmd(t, "", "import", "--nats", url, "--from", "pi", "--session", session, file)
+	ids, recs := stored(t, js, session)
+	requireUnique(t, ids)
+	requireSubsequence(t, want, recs)
+	if code == 0 {
+		require.True(t, record.Equal(want, recs), "the stream holds the file's records in its order")
+		return
+	}
+	require.Regexp(t, `session\.jsonl: session middle lacks line 32 .*but holds records after it`, errOut)
+}
+
+// Records a stream limit deleted (a stream may have limits with ctxd
+// serve --allow-stream-limits; here max_msgs_per_subject) are missing
+// from the session, before the ones kept: importing the file again, past
+// the stream's duplicate window, would store them after those, out of
+// order. The import refuses, naming the session and the first record
+// missing, and publishes nothing.
+func TestImport_LimitDeleted(t *testing.T) {
+	ctx := context.Background()
+	url := natstest.Start(t)
+	js, err := jetstream.New(natstest.Connect(t, url))
+	require.NoError(t, err)
+	def, err := streams.Transcripts()
+	require.NoError(t, err)
+	def.MaxMsgsPerSubject, def.Duplicates = 5, 100*time.Millisecond
+	_, err = js.CreateStream(ctx, def)
+	require.NoError(t, err)
+	file := samples + "pi/agent-sessions-pi-small.jsonl"
+	const session = "019e19b4-eb48-746a-aa6b-8dfcfa37954b"
+	code, _, errOut := runCmd(t, "", "import", "--nats", url, "--from", "pi", file)
+	require.Equal(t, 0, code, errOut)
+	kept, _ := stored(t, js, session)
+	require.Len(t, kept, 5, "the limit deleted the first 4 of 9")
+
+	time.Sleep(200 * time.Millisecond) // past the duplicate window
+	code, _, errOut = runCmd(t, "", "import", "--nats", url, "--from", "pi", file)
+	require.Equal(t, 1, code, errOut)
+	require.Contains(t, errOut, "agent-sessions-pi-small.jsonl: session "+session+" lacks line 1 (record 1 of 9) but holds records after it")
+	ids, _ := stored(t, js, session)
+	require.Equal(t, kept, ids, "nothing published")
+}
+
+// The records a session holds of a file must be the file's first ones, in
+// order, whatever else the session holds.
+func TestStoredPrefix(t *testing.T) {
+	ids := []string{"a", "b", "c", "d"}
+	cases := []struct {
+		stored []string
+		n      int
+		bad    *orderError
+	}{
+		{nil, 0, nil},
+		{[]string{"a", "b"}, 2, nil},
+		{[]string{"x", "a", "y", "b", "c", "d", "z"}, 4, nil},
+		{[]string{"b", "c"}, 0, &orderError{want: 0, got: 1}},
+		{[]string{"a", "c", "d"}, 0, &orderError{want: 1, got: 2}},
+		{[]string{"a", "b", "a"}, 0, &orderError{want: 2, got: 0}},
+	}
+	for _, c := range cases {
+		n, _, bad := storedPrefix(c.stored, ids, "")
+		require.Equal(t, c.n, n, "%v", c.stored)
+		require.Equal(t, c.bad, bad, "%v", c.stored)
+	}
+
+	// The ids with the import's prefix that the file does not produce.
+	n, abandoned, bad := storedPrefix([]string{"p:a", "p:x", "q:y", "p:b", "p:z"}, []string{"p:a", "p:b", "p:c"}, "p:")
+	require.Nil(t, bad)
+	require.Equal(t, 2, n)
+	require.Equal(t, 2, abandoned)
+}
+
+// A file rewound after it was imported (here: cut back to its first
+// half): the records of the abandoned branch stay in the session, and the
+// import says how many there are.
+func TestImport_AbandonedBranch(t *testing.T) {
+	url, js := importServer(t)
+	const session = "cfa1e878-62b5-4e40-b281-bbf9b250d766"
+	full := mustRead(t, samples+"claude-code/full-session-three.jsonl")
+	lines := strings.SplitAfter(full, "\n")
+	file := filepath.Join(t.TempDir(), "full-session-three.jsonl")
+	require.NoError(t, os.WriteFile(file, []byte(full), 0o644))
+	code, _, errOut := runCmd(t, "", "import", "--nats", url, "--from", "claude-code", file)
+	require.Equal(t, 0, code, errOut)
+	require.NotContains(t, errOut, "warning")
+
+	require.NoError(t, os.WriteFile(file, []byte(strings.Join(lines[:len(lines)/2], "")), 0o644))
+	code, _, errOut = runCmd(t, "", "import", "--nats", url, "--from", "claude-code", file)
+	require.Equal(t, 0, code, errOut)
+	half, _ := stored(t, js, session)
+	require.Len(t, half, 49)
+	code, printed, _ := runCmd(t, "", "import", "--from", "claude-code", "--print", file)
+	require.Equal(t, 0, code)
+	n := strings.Count(printed, "\n")
+	require.Contains(t, errOut, fmt.Sprintf("%d records, 0 published, %d already in the stream", n, n))
+	require.Contains(t, errOut, fmt.Sprintf("full-session-three.jsonl: warning: session %s holds %d records imported from this file that it no longer produces", session, 49-n))
+}
+
+// A stream's max_msg_size counts a message's headers: a record that fits
+// it only without the import's headers is refused before anything of its
+// session is published, like a record over it.
+func TestImport_RecordOverMaxMsgSizeWithHeaders(t *testing.T) {
+	ctx := context.Background()
+	file := writePi(t, 60, 30, 5000)
+	code, printed, errOut := runCmd(t, "", "import", "--from", "pi", "--print", file)
+	require.Equal(t, 0, code, errOut)
+	size := len(strings.Split(printed, "\n")[31]) // line 32's record
+	url := natstest.Start(t)
+	js, err := jetstream.New(natstest.Connect(t, url))
+	require.NoError(t, err)
+	def, err := streams.Transcripts()
+	require.NoError(t, err)
+	def.MaxMsgSize = int32(size + 10)
+	_, err = js.CreateStream(ctx, def)
+	require.NoError(t, err)
+
+	code, _, errOut = runCmd(t, "", "import", "--nats", url, "--from", "pi", "--session", "big", file)
+	require.Equal(t, 1, code, errOut)
+	require.Regexp(t, fmt.Sprintf(`session\.jsonl: line 32: a user record of %d bytes, \d+ with its headers; stream TRANSCRIPTS stores at most %d \(its max_msg_size\)`, size, size+10), errOut)
+	require.Contains(t, errOut, "nothing of session big was published")
+	ids, _ := stored(t, js, "big")
+	require.Empty(t, ids)
 }

@@ -13,7 +13,9 @@
 //     delivery skipped before going on, and acknowledges in batches.
 //   - Reads: Replay reads a range with an ordered consumer; ReadSubject,
 //     ReadRange and ReadSeqs read with direct gets, no consumer needed;
-//     LastOf asks for a subject's last record. Every direct-get reply is
+//     LastOf asks for a subject's last record; StreamFor finds the stream
+//     of a subject, and ReadSubjectLog the ids of a subject's records, with
+//     a consumer that delivers headers only. Every direct-get reply is
 //     awaited at most DirectTimeout, and a batched read goes on until the
 //     server says nothing is left, however short a batch it sent. Stream
 //     offers these reads to a caller that holds only a connection.
@@ -29,7 +31,9 @@
 //     is current this costs no request, except one multi_last for a
 //     ReadSubject that meets no record at or past its end. Reads counts
 //     the reads that had to ask again or ask the leader.
-//   - Writes: Publish stores one record, PublishAll many, pipelined.
+//   - Writes: Publish stores one record, PublishAll many, pipelined;
+//     Append appends records to a subject, pipelined, and tells what the
+//     server did with each.
 //   - Checkpoints: the key-value bucket of per-session checkpoints.
 //
 // Data flows one way: publisher -> stream -> consumer -> handler. The

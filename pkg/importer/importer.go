@@ -110,6 +110,9 @@ type Record struct {
 	// parts.
 	raw   []byte
 	parts *parts
+	// enc is value's encoding, once Size made it: a record does not change
+	// once converted.
+	enc []byte
 }
 
 // Value returns the record: a map of the types pkg/record encodes. A
@@ -141,21 +144,31 @@ func (r *Record) JSON() ([]byte, error) {
 		return r.raw, nil
 	case r.parts != nil:
 		return splice(r.parts.m, r.parts.raw), nil
+	case r.enc != nil:
+		return r.enc, nil
 	}
 	return record.MarshalJSON(r.value)
 }
 
 // Size returns the length of the record's JSON, without building it when
-// it can.
+// it can. A record kept as a value is encoded, and the encoding kept for
+// JSON (so Size must not run concurrently with another call on the
+// record): a caller that checks sizes before it sends encodes each
+// record once.
 func (r *Record) Size() (int, error) {
 	switch {
 	case r.raw != nil:
 		return len(r.raw), nil
 	case r.parts != nil:
 		return r.parts.size, nil
+	case r.enc == nil:
+		b, err := record.MarshalJSON(r.value)
+		if err != nil {
+			return 0, err
+		}
+		r.enc = b
 	}
-	b, err := record.MarshalJSON(r.value)
-	return len(b), err
+	return len(r.enc), nil
 }
 
 // Class names the kind of a record for reports: its role, "compaction", or

@@ -1,0 +1,122 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// StreamFor returns the stream that stores subject.
+func StreamFor(ctx context.Context, js jetstream.JetStream, subject string) (jetstream.Stream, error) {
+	name, err := js.StreamNameBySubject(ctx, subject)
+	if err != nil {
+		return nil, fmt.Errorf("no stream stores %s: %w", subject, err)
+	}
+	st, err := js.Stream(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", name, err)
+	}
+	return st, nil
+}
+
+// SubjectLog is what a stream holds of one subject, as a publisher that
+// appends to it needs to know: the ids of its messages and its last
+// sequence, and the stream's largest message.
+type SubjectLog struct {
+	Stream string
+	// IDs holds the Nats-Msg-Id of every message on the subject, in
+	// stream order ("" for a message without one).
+	IDs []string
+	// Last is the stream sequence of the subject's last message; 0 when
+	// it holds none.
+	Last uint64
+	// MaxMsgSize is the largest message the stream stores, headers
+	// included; 0 or less for no limit of the stream's own.
+	MaxMsgSize int64
+}
+
+// ReadSubjectLog reads the ids of the messages on subject in st with an
+// ordered consumer that delivers headers only: however large the records,
+// only their headers travel.
+func ReadSubjectLog(ctx context.Context, js jetstream.JetStream, st jetstream.Stream, subject string) (*SubjectLog, error) {
+	stream := st.CachedInfo().Config.Name
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(subject))
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", stream, err)
+	}
+	log := &SubjectLog{Stream: stream, MaxMsgSize: int64(info.Config.MaxMsgSize)}
+	if info.State.Subjects[subject] == 0 {
+		return log, nil
+	}
+	if err := log.read(ctx, js, subject); err != nil {
+		return nil, fmt.Errorf("stream %s: read %s: %w", stream, subject, err)
+	}
+	return log, nil
+}
+
+func (l *SubjectLog) read(ctx context.Context, js jetstream.JetStream, subject string) error {
+	cons, err := js.OrderedConsumer(ctx, l.Stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{subject},
+		HeadersOnly:    true,
+	})
+	if err != nil {
+		return fmt.Errorf("create consumer: %w", err)
+	}
+	defer func() {
+		// An ephemeral consumer would otherwise linger on the server
+		// until its inactivity threshold.
+		if name := cons.CachedInfo().Name; name != "" {
+			js.DeleteConsumer(context.WithoutCancel(ctx), l.Stream, name)
+		}
+	}()
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("consumer info: %w", err)
+	}
+	pending := info.NumPending
+	retries := 0
+	for pending > 0 {
+		n := 0
+		batch, err := cons.Fetch(int(min(pending, 1000)))
+		if err == nil {
+			for m := range batch.Messages() {
+				n++
+				l.IDs = append(l.IDs, m.Headers().Get(jetstream.MsgIDHeader))
+				if meta, err := m.Metadata(); err == nil {
+					l.Last = max(l.Last, meta.Sequence.Stream)
+					pending = meta.NumPending
+				}
+			}
+			err = batch.Error()
+		}
+		switch {
+		case err == nil || errors.Is(err, nats.ErrTimeout):
+		case errors.Is(err, nats.ErrNoResponders) && retries < fetchRetries:
+			// Each fetch of an ordered consumer makes a consumer, from
+			// the last message delivered; in a cluster the server this
+			// connection uses may not know it yet.
+			retries++
+			select {
+			case <-time.After(time.Duration(retries) * 20 * time.Millisecond):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			continue
+		default:
+			return fmt.Errorf("fetch: %w", err)
+		}
+		if n == 0 {
+			return fmt.Errorf("%d records announced, none delivered", pending)
+		}
+		retries = 0
+	}
+	return nil
+}
+
+// fetchRetries is how many times in a row ReadSubjectLog fetches again
+// when no server answered a fetch.
+const fetchRetries = 5
