@@ -62,6 +62,23 @@ func BenchmarkStore_Apply(b *testing.B) {
 		s.Loader = l
 		run(b, s, benchRecords(1000, 50))
 	})
+	b.Run("delivered again, not loaded", func(b *testing.B) {
+		// The backlog of a restart: records every session has seen.
+		l := newFakeLoader()
+		s := New()
+		s.Loader = l
+		recs := benchRecords(1000, 50)
+		const seen = 10000
+		for j := range seen {
+			s.Apply(ids[j%sessions], uint64(j)+1, recs[j%len(recs)])
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := range b.N {
+			j := i % seen
+			s.Apply(ids[j%sessions], uint64(j)+1, recs[j%len(recs)])
+		}
+	})
 	b.Run("loaded through a Loader", func(b *testing.B) {
 		l := newFakeLoader()
 		s := New()
