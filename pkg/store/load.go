@@ -56,7 +56,9 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 	for attempt := 1; ; attempt++ {
 		// Every record up to the watermark is stored, and so is every
 		// record this session has seen: the ingest notes it before moving
-		// the watermark. Later ones the ingest keeps for this load.
+		// the watermark. Later ones the ingest keeps for this load. A load
+		// by index reads the records the session has seen, and keeps
+		// every later one.
 		ld.to, ld.pending = max(s.watermark.get(), sl.seq), nil
 		start, fromKnown := sl.from, sl.fromKnown
 		known := slices.Clone(sl.quarantined)
@@ -64,6 +66,7 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 		byIndex := bySeq && sl.indexed
 		if byIndex {
 			seqs = slices.Clone(sl.seqs)
+			ld.to = sl.seq
 		}
 		sl.mu.Unlock()
 

@@ -171,7 +171,9 @@ type slot struct {
 	saved uint64
 
 	// seqs lists every record of the session from its latest compaction
-	// on, when indexed is true: a load reads exactly these.
+	// on, when indexed is true: a load reads exactly these. An index
+	// starts at a record past the watermark, from where the ingest meets
+	// every record of the session, in order.
 	seqs    []uint64
 	indexed bool
 
@@ -333,7 +335,14 @@ func (s *Store) checkpointsWritten(batch map[string]Checkpoint, idle bool) {
 // A session that is not loaded only notes the sequences it needs; one
 // being loaded keeps the record for its load, which applies it before it
 // shows the projection: Apply never waits for a load.
+//
+// A record past the watermark is new: the ingest meets those in stream
+// order, every one of them. One at or below it comes from the backlog
+// of a restart (the watermark starts at the stream's end) or is
+// delivered again: records of its session after it may be met later, or
+// never, so it starts no index and ends the one its session has.
 func (s *Store) Apply(session string, seq uint64, data []byte) {
+	inOrder := seq > s.watermark.get()
 	defer s.watermark.advance(seq)
 	v, err := s.Decoder.Decode(data)
 	sl := s.lockSlot(session)
@@ -344,6 +353,9 @@ func (s *Store) Apply(session string, seq uint64, data []byte) {
 	}
 	sl.seq = seq
 	sl.recent = true
+	if !inOrder {
+		s.dropIndex(sl) // loads of this session scan its subject
+	}
 	if err != nil {
 		s.index(sl, seq) // a load skips it again
 		if sl.proj != nil {
@@ -360,7 +372,9 @@ func (s *Store) Apply(session string, seq uint64, data []byte) {
 	if resets {
 		sl.from = seq
 		sl.fromKnown = true
-		s.setIndex(sl, []uint64{seq})
+		if inOrder {
+			s.setIndex(sl, []uint64{seq})
+		}
 		sl.quarantined = sl.quarantined[:0] // never read again
 	} else {
 		s.index(sl, seq)
