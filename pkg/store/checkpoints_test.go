@@ -210,3 +210,35 @@ func TestStore_OldCheckpoint(t *testing.T) {
 		})
 	}
 }
+
+// A checkpoint past the watermark (ctxd rebuild writes them as of the
+// stream's end, and the service may be behind) is not used: a load reads
+// the session up to the watermark, and the ingest goes on from there.
+func TestStore_CheckpointAheadOfTheWatermark(t *testing.T) {
+	for _, bySeq := range []bool{false, true} {
+		t.Run(fmt.Sprintf("bySeq %v", bySeq), func(t *testing.T) {
+			l := newFakeLoader()
+			l.publish("s", userRecord("one"))
+			w := l.publish("s", userRecord("two"))
+			c := l.publish("s", compactionRecord("kept"))
+			after := l.publish("s", userRecord("three"))
+			l.checkpoints["s"] = Checkpoint{From: c, Seq: after} // by a rebuild, at the stream's end
+			s := newLazyStore(l, lazyConfig{maxSessions: 100, maxBytes: DefaultMaxBytes, maxSessionBytes: DefaultMaxSessionBytes, bySeq: bySeq})
+			t.Cleanup(func() { s.Close() })
+			s.Advance(w) // the service has applied up to w
+
+			js, seq, isNil := viewJSON(t, s, "s")
+			require.False(t, isNil, "the session has records up to the watermark")
+			require.Equal(t, w, seq)
+			requireCovers(t, l, "s", js, seq, w, s.MaxSessionBytes)
+
+			// The ingest catches up.
+			for _, r := range l.stream("s")[2:] {
+				s.Apply("s", r.seq, r.data)
+			}
+			requireView(t, s, l, "s")
+			s.Evict("s")
+			requireView(t, s, l, "s")
+		})
+	}
+}

@@ -78,7 +78,10 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 				if err != nil {
 					return err
 				}
-				if ok {
+				// A checkpoint past what the load reads (written by a
+				// rebuild at the stream's end, ahead of the ingest) would
+				// start the read after the records it must hold.
+				if ok && cp.From <= ld.to {
 					saved, start = cp.From, max(start, cp.From)
 				}
 			}
