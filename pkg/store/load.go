@@ -128,32 +128,27 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 type build struct {
 	s       *Store
 	session string
+	subject string // the session's, once a record is quarantined
 	proj    *projection.Session
 	size    int64
 	weight  int64
 	from    uint64        // the latest compaction met, or where the read started
 	seen    []uint64      // the records from the latest compaction on
-	known   []quarantined // quarantined before the load: skipped, not reported
+	known   []uint64      // failed before the load, in order: skipped, not reported
 	found   []quarantined // quarantined by this load
 	why     []Rejection   // why, for each of found
 }
 
-func (s *Store) newBuild(session string, from uint64, known []quarantined) *build {
+func (s *Store) newBuild(session string, from uint64, known []uint64) *build {
 	return &build{s: s, session: session, proj: projection.New(s.Options), from: from, known: known}
 }
 
+// isQuarantined reports whether the record seq failed before the load.
+// A record this load quarantines is not met again: the load adds each
+// record once, in order.
 func (b *build) isQuarantined(seq uint64) bool {
-	for _, q := range b.known {
-		if q.seq == seq {
-			return true
-		}
-	}
-	for _, q := range b.found {
-		if q.seq == seq {
-			return true
-		}
-	}
-	return false
+	_, ok := slices.BinarySearch(b.known, seq)
+	return ok
 }
 
 // addData decodes and adds one record of the stream.
@@ -206,6 +201,9 @@ func (b *build) add(seq uint64, skip bool, v any, n int, resets bool) error {
 }
 
 func (b *build) quarantine(q quarantined, n int, err error) {
+	if b.subject == "" {
+		b.subject = subject.TranscriptsPrefix + b.session
+	}
 	b.found = append(b.found, q)
-	b.why = append(b.why, Rejection{Subject: subject.TranscriptsPrefix + b.session, Session: b.session, Seq: q.seq, Size: n, Reason: err.Error()})
+	b.why = append(b.why, Rejection{Subject: b.subject, Session: b.session, Seq: q.seq, Size: n, Reason: err.Error()})
 }

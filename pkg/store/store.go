@@ -178,8 +178,10 @@ type slot struct {
 	indexed bool
 
 	// quarantined lists the session's records since its latest
-	// compaction that are never applied, in order.
-	quarantined []quarantined
+	// compaction that failed to apply, in order: a load never applies
+	// them. Those past the session bound are not kept: a load finds them
+	// again.
+	quarantined []uint64
 
 	// loading is the load in progress, reading without the lock.
 	loading *loading
@@ -411,7 +413,6 @@ func (s *Store) Apply(session string, seq uint64, data []byte) {
 func (s *Store) applyLoaded(sl *slot, seq uint64, v any, n int, resets bool) error {
 	w, err := s.limits().Weigh(sl.weight, n, resets)
 	if err != nil {
-		sl.quarantined = append(sl.quarantined, quarantined{seq: seq})
 		sl.proj.Skip(seq)
 		s.cache.touch(sl)
 		return err
@@ -470,9 +471,6 @@ func (s *Store) Reject(r Rejection) {
 }
 
 func (s *Store) reject(r Rejection) {
-	if r.At.IsZero() {
-		r.At = time.Now().UTC()
-	}
 	if s.rejects.add(r, s.RejectLog) {
 		s.Logger.Warn("record skipped", "subject", r.Subject, "session", r.Session, "seq", r.Seq, "size", r.Size, "reason", r.Reason)
 	}
