@@ -242,3 +242,38 @@ func TestStore_CheckpointAheadOfTheWatermark(t *testing.T) {
 		})
 	}
 }
+
+// A load that finds a later compaction than the checkpoint it read (or
+// than none) has the session's checkpoint written from there: the next
+// start loads from it, and the session may be forgotten once it is
+// written.
+func TestStore_LoadWritesTheCompactionItFinds(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cp   bool
+	}{{"an old checkpoint", true}, {"no checkpoint", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newFakeLoader()
+			l.publish("a", userRecord("one"))
+			c1 := l.publish("a", compactionRecord("first"))
+			l.publish("a", userRecord("two"))
+			c2 := l.publish("a", compactionRecord("second"))
+			last := l.publish("a", userRecord("three"))
+			if tc.cp {
+				l.checkpoints["a"] = Checkpoint{From: c1, Seq: c1}
+			}
+			s := newLazyStore(l, lazyConfig{maxSessions: 100, maxBytes: DefaultMaxBytes, maxSessionBytes: DefaultMaxSessionBytes})
+			t.Cleanup(func() { s.Close() })
+			s.Advance(last)
+			requireView(t, s, l, "a")
+			require.NoError(t, s.checkpoints.flush(context.Background()))
+			require.Equal(t, Checkpoint{From: c2, Seq: last}, checkpointsOf(l)["a"])
+
+			s.Evict("a")
+			sl := s.slot("a", false)
+			sl.mu.Lock()
+			defer sl.mu.Unlock()
+			require.True(t, s.forgettable(sl), "its checkpoint is written")
+		})
+	}
+}

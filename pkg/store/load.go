@@ -105,7 +105,13 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 		}
 		// What the read found holds whether it finished or not: the
 		// checkpoint, the compactions and the poison records it met.
+		from := sl.from
 		sl.from, sl.fromKnown, sl.saved = max(sl.from, b.from), true, max(sl.saved, saved)
+		if sl.from > from && sl.from > sl.saved {
+			// A later compaction than the checkpoint's: written behind,
+			// as one the ingest meets.
+			s.checkpoints.put(sl.id, Checkpoint{From: sl.from, Seq: max(sl.seq, b.proj.Seq())})
+		}
 		s.quarantine(sl, b.found, b.why)
 		if errors.Is(err, errPanicked) && attempt < maxLoadAttempts {
 			continue // again, without the record now quarantined
