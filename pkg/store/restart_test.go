@@ -278,3 +278,28 @@ func TestStore_ConcurrentLoadsBySeqAcrossRestarts(t *testing.T) {
 		}
 	}
 }
+
+// A record met again (a restart's backlog, a redelivery) is counted as a
+// duplicate and not decoded.
+func TestStore_ApplyDoesNotDecodeARecordMetAgain(t *testing.T) {
+	l := newFakeLoader()
+	s := New()
+	s.Loader = l
+	t.Cleanup(func() { s.Close() })
+	var recs []stored
+	for i := range 20 {
+		data := fmt.Appendf(nil, `{"role":"assistant","content":[{"type":"toolCall","id":"c%d","name":"bash","arguments":{"cmd":"go test ./...","env":{"A":"1","B":"2"}}}]}`, i)
+		recs = append(recs, stored{ingest(s, l, "a", data), data})
+	}
+	requireView(t, s, l, "a")
+	before := s.Stats().Duplicates
+	i := 0
+	allocs := testing.AllocsPerRun(100, func() {
+		r := recs[i%len(recs)]
+		i++
+		s.Apply("a", r.seq, r.data)
+	})
+	require.Equal(t, before+101, s.Stats().Duplicates) // AllocsPerRun runs once more to warm up
+	require.Zero(t, allocs, "a record met again is decoded")
+	requireView(t, s, l, "a")
+}

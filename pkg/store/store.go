@@ -342,10 +342,15 @@ func (s *Store) checkpointsWritten(batch map[string]Checkpoint, idle bool) {
 // order, every one of them. One at or below it comes from the backlog
 // of a restart (the watermark starts at the stream's end) or is
 // delivered again: records of its session after it may be met later, or
-// never, so it starts no index and ends the one its session has.
+// never, so it starts no index and ends the one its session has. It may
+// be one its session has seen: that is found before it is decoded.
 func (s *Store) Apply(session string, seq uint64, data []byte) {
 	inOrder := seq > s.watermark.get()
 	defer s.watermark.advance(seq)
+	if !inOrder && s.seen(session, seq) {
+		s.stats.duplicates.Add(1)
+		return // a redelivery or a replay
+	}
 	v, err := s.Decoder.Decode(data)
 	sl := s.lockSlot(session)
 	if seq <= sl.seq {
@@ -405,6 +410,17 @@ func (s *Store) Apply(session string, seq uint64, data []byte) {
 	}
 	s.evict()
 	s.forget(false)
+}
+
+// seen reports whether the session's slot has seen the record seq.
+func (s *Store) seen(session string, seq uint64) bool {
+	sl := s.dir.get(session)
+	if sl == nil {
+		return false
+	}
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	return !sl.dead && seq <= sl.seq
 }
 
 // applyLoaded applies a decoded record to a loaded session, or
