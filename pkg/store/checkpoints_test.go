@@ -65,7 +65,15 @@ func TestStore_CheckpointsBehindTheIngest(t *testing.T) {
 		}()
 		require.Eventually(t, isClosed(applied), 10*time.Second, time.Millisecond, "Apply waited for a checkpoint save")
 		require.Equal(t, l.lastSeq(), s.Applied())
-		require.Empty(t, checkpointsOf(l), "nothing written while the save blocks")
+		require.Eventually(t, func() bool { return saves.Load() > 0 }, 10*time.Second, time.Millisecond, "the writer is in a save")
+		require.Equal(t, int64(1), saves.Load(), "the writer waits for the save in hand")
+		for _, id := range sessions {
+			sl := s.slot(id, false)
+			sl.mu.Lock()
+			saved := sl.saved
+			sl.mu.Unlock()
+			require.Zero(t, saved, "%s: nothing counted as written while the save blocks", id)
+		}
 
 		releaseOnce()
 		require.Eventually(t, func() bool { return maps.Equal(want, checkpointsOf(l)) }, 10*time.Second, time.Millisecond,
