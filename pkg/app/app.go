@@ -167,9 +167,7 @@ func (a *App) Open(ctx context.Context) (err error) {
 	a.store.Loader = &streamLoader{nc: a.nc, stream: want.Name, cps: cps}
 	a.store.MaxSessions, a.store.MaxBytes = a.CacheSessions, a.CacheBytes
 	a.store.MaxSessionBytes = a.MaxSessionBytes
-	if a.Logger != nil {
-		a.store.Logger = a.Logger
-	}
+	a.store.Logger = a.Logger
 
 	// Every record stored so far can be read from the stream: a session
 	// loads from there when it is asked for, so nothing is replayed here.

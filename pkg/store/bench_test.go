@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/ctxd/ctxd/pkg/projection"
@@ -61,6 +62,23 @@ func BenchmarkStore_Apply(b *testing.B) {
 		s := New()
 		s.Loader = l
 		run(b, s, benchRecords(1000, 50))
+	})
+	b.Run("delivered again, not loaded", func(b *testing.B) {
+		// The backlog of a restart: records every session has seen.
+		l := newFakeLoader()
+		s := New()
+		s.Loader = l
+		recs := benchRecords(1000, 50)
+		const seen = 10000
+		for j := range seen {
+			s.Apply(ids[j%sessions], uint64(j)+1, recs[j%len(recs)])
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := range b.N {
+			j := i % seen
+			s.Apply(ids[j%sessions], uint64(j)+1, recs[j%len(recs)])
+		}
 	})
 	b.Run("loaded through a Loader", func(b *testing.B) {
 		l := newFakeLoader()
@@ -124,6 +142,35 @@ func BenchmarkStore_Evict(b *testing.B) {
 			b.ResetTimer()
 			for i := range b.N {
 				if err := s.View(ctx, ids[(i*7919)%known], func(*projection.Session) {}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkStore_LoadQuarantined measures a load of a session whose
+// records are nearly all past its bound: each is found, and quarantined,
+// again.
+func BenchmarkStore_LoadQuarantined(b *testing.B) {
+	for _, n := range []int{5000, 20000} {
+		b.Run(fmt.Sprintf("%d quarantined", n), func(b *testing.B) {
+			const bound = 400
+			l := newFakeLoader()
+			s := New()
+			s.Loader = l
+			s.MaxSessionBytes = bound
+			ingest(s, l, "a", userRecord("before"))
+			big := userRecord(strings.Repeat("x", bound))
+			for range n {
+				ingest(s, l, "a", big)
+			}
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				s.Evict("a")
+				if err := s.View(ctx, "a", func(*projection.Session) {}); err != nil {
 					b.Fatal(err)
 				}
 			}

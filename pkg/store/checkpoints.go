@@ -60,7 +60,9 @@ func (w *checkpointWriter) init() {
 	w.pending = map[string]Checkpoint{}
 }
 
-// put queues a session's checkpoint in place of an older one.
+// put queues a session's checkpoint in place of an older one. A load
+// calls it with its slot locked: the writer takes no slot's lock while it
+// holds its own.
 func (w *checkpointWriter) put(session string, cp Checkpoint) {
 	w.putAll(func(yield func(string, Checkpoint) bool) { yield(session, cp) })
 }

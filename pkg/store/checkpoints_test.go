@@ -65,7 +65,15 @@ func TestStore_CheckpointsBehindTheIngest(t *testing.T) {
 		}()
 		require.Eventually(t, isClosed(applied), 10*time.Second, time.Millisecond, "Apply waited for a checkpoint save")
 		require.Equal(t, l.lastSeq(), s.Applied())
-		require.Empty(t, checkpointsOf(l), "nothing written while the save blocks")
+		require.Eventually(t, func() bool { return saves.Load() > 0 }, 10*time.Second, time.Millisecond, "the writer is in a save")
+		require.Equal(t, int64(1), saves.Load(), "the writer waits for the save in hand")
+		for _, id := range sessions {
+			sl := s.slot(id, false)
+			sl.mu.Lock()
+			saved := sl.saved
+			sl.mu.Unlock()
+			require.Zero(t, saved, "%s: nothing counted as written while the save blocks", id)
+		}
 
 		releaseOnce()
 		require.Eventually(t, func() bool { return maps.Equal(want, checkpointsOf(l)) }, 10*time.Second, time.Millisecond,
@@ -207,6 +215,73 @@ func TestStore_OldCheckpoint(t *testing.T) {
 			require.Equal(t, seqReads+1, l.seqReads)
 			require.NoError(t, fresh.SaveCheckpoints(context.Background()))
 			require.Equal(t, Checkpoint{From: c2, Seq: last}, checkpointsOf(l)["a"], "the latest compaction is found again")
+		})
+	}
+}
+
+// A checkpoint past the watermark (ctxd rebuild writes them as of the
+// stream's end, and the service may be behind) is not used: a load reads
+// the session up to the watermark, and the ingest goes on from there.
+func TestStore_CheckpointAheadOfTheWatermark(t *testing.T) {
+	for _, bySeq := range []bool{false, true} {
+		t.Run(fmt.Sprintf("bySeq %v", bySeq), func(t *testing.T) {
+			l := newFakeLoader()
+			l.publish("s", userRecord("one"))
+			w := l.publish("s", userRecord("two"))
+			c := l.publish("s", compactionRecord("kept"))
+			after := l.publish("s", userRecord("three"))
+			l.checkpoints["s"] = Checkpoint{From: c, Seq: after} // by a rebuild, at the stream's end
+			s := newLazyStore(l, lazyConfig{maxSessions: 100, maxBytes: DefaultMaxBytes, maxSessionBytes: DefaultMaxSessionBytes, bySeq: bySeq})
+			t.Cleanup(func() { s.Close() })
+			s.Advance(w) // the service has applied up to w
+
+			js, seq, isNil := viewJSON(t, s, "s")
+			require.False(t, isNil, "the session has records up to the watermark")
+			require.Equal(t, w, seq)
+			requireCovers(t, l, "s", js, seq, w, s.MaxSessionBytes)
+
+			// The ingest catches up.
+			for _, r := range l.stream("s")[2:] {
+				s.Apply("s", r.seq, r.data)
+			}
+			requireView(t, s, l, "s")
+			s.Evict("s")
+			requireView(t, s, l, "s")
+		})
+	}
+}
+
+// A load that finds a later compaction than the checkpoint it read (or
+// than none) has the session's checkpoint written from there: the next
+// start loads from it, and the session may be forgotten once it is
+// written.
+func TestStore_LoadWritesTheCompactionItFinds(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cp   bool
+	}{{"an old checkpoint", true}, {"no checkpoint", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newFakeLoader()
+			l.publish("a", userRecord("one"))
+			c1 := l.publish("a", compactionRecord("first"))
+			l.publish("a", userRecord("two"))
+			c2 := l.publish("a", compactionRecord("second"))
+			last := l.publish("a", userRecord("three"))
+			if tc.cp {
+				l.checkpoints["a"] = Checkpoint{From: c1, Seq: c1}
+			}
+			s := newLazyStore(l, lazyConfig{maxSessions: 100, maxBytes: DefaultMaxBytes, maxSessionBytes: DefaultMaxSessionBytes})
+			t.Cleanup(func() { s.Close() })
+			s.Advance(last)
+			requireView(t, s, l, "a")
+			require.NoError(t, s.checkpoints.flush(context.Background()))
+			require.Equal(t, Checkpoint{From: c2, Seq: last}, checkpointsOf(l)["a"])
+
+			s.Evict("a")
+			sl := s.slot("a", false)
+			sl.mu.Lock()
+			defer sl.mu.Unlock()
+			require.True(t, s.forgettable(sl), "its checkpoint is written")
 		})
 	}
 }

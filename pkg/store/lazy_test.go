@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -146,6 +147,30 @@ func (l *fakeLoader) stream(session string) []stored {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return slices.Clone(l.streams[session])
+}
+
+// delivery is a record as the consumer hands it on.
+type delivery struct {
+	session string
+	seq     uint64
+	data    []byte
+}
+
+// between returns the stream's records with a sequence in (after, to],
+// in order.
+func (l *fakeLoader) between(after, to uint64) []delivery {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []delivery
+	for id, recs := range l.streams {
+		for _, r := range recs {
+			if r.seq > after && r.seq <= to {
+				out = append(out, delivery{id, r.seq, r.data})
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b delivery) int { return cmp.Compare(a.seq, b.seq) })
+	return out
 }
 
 func (l *fakeLoader) readsOf(session string) []readRange {
@@ -442,6 +467,10 @@ type lazyRun struct {
 	quarantined, undecodable, misaddressed map[uint64]bool
 	ops                                    []string // the latest operations
 	step                                   int
+	// handled is the last record handed to the store before a restart;
+	// backlog is what the consumer delivers again after it, in order.
+	handled uint64
+	backlog []delivery
 }
 
 var lazySessions = []string{"s0", "s1", "s2", "s3", "s4", "s5"}
@@ -464,22 +493,67 @@ func (run *lazyRun) report() {
 		run.seed, run.seed, run.step, run.cfg, strings.Join(run.ops, "\n\t"))
 }
 
+// restart starts a new store at the stream's last sequence, as
+// app.Open does. Half the time the consumer then has a backlog: records
+// the stream stored that no store applied, and records past the
+// consumer's ack floor, delivered again. It delivers those it never
+// delivered first, in order, then, after their ack wait, the others.
 func (run *lazyRun) restart() {
-	if run.r.IntN(2) == 0 {
+	r := run.r
+	withBacklog := r.IntN(2) == 0
+	if withBacklog {
+		for range r.IntN(4) {
+			run.publishUnhandled(lazyPick(r, lazySessions...))
+		}
+	}
+	if r.IntN(2) == 0 {
 		// A clean shutdown writes every checkpoint; a crash drops those
 		// not written yet.
 		require.NoError(run.t, run.s.SaveCheckpoints(context.Background()))
 		run.logf("SaveCheckpoints")
 	}
 	require.NoError(run.t, run.s.Close())
+	last := run.l.lastSeq()
 	run.s = newLazyStore(run.l, run.cfg)
-	run.s.Advance(run.l.lastSeq())
-	run.logf("restart at %d", run.l.lastSeq())
+	run.s.Advance(last)
+	run.backlog = nil
+	if withBacklog {
+		floor := run.handled - min(run.handled, uint64(r.IntN(80)))
+		delivered := floor + uint64(r.IntN(int(last-floor)+1))
+		run.backlog = append(run.l.between(delivered, last), run.l.between(floor, delivered)...)
+		run.logf("restart at %d, backlog (%d, %d] then (%d, %d]", last, delivered, last, floor, delivered)
+		return
+	}
+	run.logf("restart at %d", last)
+}
+
+// redeliver hands the store the next record of the backlog.
+func (run *lazyRun) redeliver() {
+	d := run.backlog[0]
+	run.backlog = run.backlog[1:]
+	run.s.Apply(d.session, d.seq, d.data)
+	run.logf("Apply(%s, %d: %s) again", d.session, d.seq, kindOf(d.data))
+}
+
+// publishUnhandled stores a record in the stream that the store never
+// applies: it stops before the consumer hands it on.
+func (run *lazyRun) publishUnhandled(session string) {
+	data := run.g.record(session)
+	seq := run.l.publish(session, data)
+	run.model(session, seq, data)
+	run.logf("Publish(%s, %d, %d bytes: %s), not applied", session, seq, len(data), kindOf(data))
 }
 
 func (run *lazyRun) publish(session string) {
 	data := run.g.record(session)
 	seq := ingest(run.s, run.l, session, data)
+	run.handled = seq
+	run.model(session, seq, data)
+	run.logf("Apply(%s, %d, %d bytes: %s)", session, seq, len(data), kindOf(data))
+}
+
+// model adds a record of the stream to its session's model.
+func (run *lazyRun) model(session string, seq uint64, data []byte) {
 	m := run.models[session]
 	if m == nil {
 		m = &model{maxSessionBytes: run.cfg.maxSessionBytes}
@@ -492,7 +566,6 @@ func (run *lazyRun) publish(session string) {
 	case slices.Contains(m.undecodable, seq):
 		run.undecodable[seq] = true
 	}
-	run.logf("Apply(%s, %d, %d bytes: %s)", session, seq, len(data), kindOf(data))
 }
 
 // kindOf names a record's shape for the operation log.
@@ -550,6 +623,8 @@ func (run *lazyRun) checkRejected() {
 func (run *lazyRun) do() {
 	r := run.r
 	switch n := r.IntN(100); {
+	case len(run.backlog) > 0 && n < 20:
+		run.redeliver()
 	case n < 48:
 		run.publish(lazyPick(r, lazySessions...))
 	case n < 50:
@@ -559,11 +634,11 @@ func (run *lazyRun) do() {
 		run.logf("Reject(%d)", seq)
 	case n < 78:
 		run.view(lazyPick(r, lazyAll...))
-	case n < 86:
+	case n < 84:
 		id := lazyPick(r, lazyAll...)
 		run.s.Evict(id)
 		run.logf("Evict(%s)", id)
-	case n < 89:
+	case n < 86:
 		require.NoError(run.t, run.s.SaveCheckpoints(context.Background()))
 		run.logf("SaveCheckpoints")
 	case n < 92:
@@ -606,12 +681,20 @@ func runLazy(t *testing.T, seed uint64) {
 	for run.step = range lazySteps {
 		run.do()
 	}
-	// Everything, once more, from a store that starts cold.
+	// Everything, once more, from a store that starts cold, and once
+	// it has met its backlog.
 	run.restart()
 	for _, id := range lazySessions {
 		run.view(id)
 	}
 	run.view(ghost)
+	for len(run.backlog) > 0 {
+		run.redeliver()
+	}
+	for _, id := range lazySessions {
+		run.view(id)
+	}
+	run.checkRejected()
 }
 
 // TestStore_LazyEquivalence checks the contract of a store with a Loader:

@@ -56,7 +56,9 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 	for attempt := 1; ; attempt++ {
 		// Every record up to the watermark is stored, and so is every
 		// record this session has seen: the ingest notes it before moving
-		// the watermark. Later ones the ingest keeps for this load.
+		// the watermark. Later ones the ingest keeps for this load. A load
+		// by index reads the records the session has seen, and keeps
+		// every later one.
 		ld.to, ld.pending = max(s.watermark.get(), sl.seq), nil
 		start, fromKnown := sl.from, sl.fromKnown
 		known := slices.Clone(sl.quarantined)
@@ -64,6 +66,7 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 		byIndex := bySeq && sl.indexed
 		if byIndex {
 			seqs = slices.Clone(sl.seqs)
+			ld.to = sl.seq
 		}
 		sl.mu.Unlock()
 
@@ -75,7 +78,10 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 				if err != nil {
 					return err
 				}
-				if ok {
+				// A checkpoint past what the load reads (written by a
+				// rebuild at the stream's end, ahead of the ingest) would
+				// start the read after the records it must hold.
+				if ok && cp.From <= ld.to {
 					saved, start = cp.From, max(start, cp.From)
 				}
 			}
@@ -99,7 +105,13 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 		}
 		// What the read found holds whether it finished or not: the
 		// checkpoint, the compactions and the poison records it met.
+		from := sl.from
 		sl.from, sl.fromKnown, sl.saved = max(sl.from, b.from), true, max(sl.saved, saved)
+		if sl.from > from && sl.from > sl.saved {
+			// A later compaction than the checkpoint's: written behind,
+			// as one the ingest meets.
+			s.checkpoints.put(sl.id, Checkpoint{From: sl.from, Seq: max(sl.seq, b.proj.Seq())})
+		}
 		s.quarantine(sl, b.found, b.why)
 		if errors.Is(err, errPanicked) && attempt < maxLoadAttempts {
 			continue // again, without the record now quarantined
@@ -122,32 +134,27 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 type build struct {
 	s       *Store
 	session string
+	subject string // the session's, once a record is quarantined
 	proj    *projection.Session
 	size    int64
 	weight  int64
 	from    uint64        // the latest compaction met, or where the read started
 	seen    []uint64      // the records from the latest compaction on
-	known   []quarantined // quarantined before the load: skipped, not reported
+	known   []uint64      // failed before the load, in order: skipped, not reported
 	found   []quarantined // quarantined by this load
 	why     []Rejection   // why, for each of found
 }
 
-func (s *Store) newBuild(session string, from uint64, known []quarantined) *build {
+func (s *Store) newBuild(session string, from uint64, known []uint64) *build {
 	return &build{s: s, session: session, proj: projection.New(s.Options), from: from, known: known}
 }
 
+// isQuarantined reports whether the record seq failed before the load.
+// A record this load quarantines is not met again: the load adds each
+// record once, in order.
 func (b *build) isQuarantined(seq uint64) bool {
-	for _, q := range b.known {
-		if q.seq == seq {
-			return true
-		}
-	}
-	for _, q := range b.found {
-		if q.seq == seq {
-			return true
-		}
-	}
-	return false
+	_, ok := slices.BinarySearch(b.known, seq)
+	return ok
 }
 
 // addData decodes and adds one record of the stream.
@@ -200,6 +207,9 @@ func (b *build) add(seq uint64, skip bool, v any, n int, resets bool) error {
 }
 
 func (b *build) quarantine(q quarantined, n int, err error) {
+	if b.subject == "" {
+		b.subject = subject.TranscriptsPrefix + b.session
+	}
 	b.found = append(b.found, q)
-	b.why = append(b.why, Rejection{Subject: subject.TranscriptsPrefix + b.session, Session: b.session, Seq: q.seq, Size: n, Reason: err.Error()})
+	b.why = append(b.why, Rejection{Subject: b.subject, Session: b.session, Seq: q.seq, Size: n, Reason: err.Error()})
 }

@@ -15,56 +15,30 @@ var ErrQuarantined = errors.New("quarantined")
 // half-changed.
 var errPanicked = errors.New("applying it failed")
 
-// quarantined is a record of a session that is never applied. Each slot
-// keeps its own since its latest compaction (a load never reads further
-// back) and lets them go with the slot.
+// quarantined is a record of a session that a load does not apply.
 type quarantined struct {
 	seq uint64
 	// panicked says applying it failed. A record past the session bound
 	// is found again by any load (Limits.Weigh decides it from the
-	// records alone); one that failed is kept, and its slot with it.
+	// records alone); one that failed is kept by its slot, and its slot
+	// with it.
 	panicked bool
 }
 
-// isQuarantined reports whether the slot's record seq is quarantined.
-func (sl *slot) isQuarantined(seq uint64) bool {
-	for _, q := range sl.quarantined {
-		if q.seq == seq {
-			return true
-		}
-	}
-	return false
-}
-
 // pinned reports whether the slot holds a record quarantined for failing.
-func (sl *slot) pinned() bool {
-	for _, q := range sl.quarantined {
-		if q.panicked {
-			return true
-		}
-	}
-	return false
-}
+func (sl *slot) pinned() bool { return len(sl.quarantined) > 0 }
 
-// quarantine adds what a load quarantined to the slot and reports the
-// records the slot did not know of. The slot is locked.
+// quarantine reports what a load quarantined (the rejected list holds
+// each record once) and adds the records that failed to the slot. The
+// slot is locked.
 func (s *Store) quarantine(sl *slot, found []quarantined, why []Rejection) {
 	for i, q := range found {
-		if sl.isQuarantined(q.seq) {
+		s.reject(why[i])
+		if !q.panicked || q.seq < sl.from { // none before is read again
 			continue
 		}
-		s.reject(why[i])
-		if q.seq >= sl.from { // none before is read again
-			sl.quarantined = append(sl.quarantined, q)
+		if at, ok := slices.BinarySearch(sl.quarantined, q.seq); !ok {
+			sl.quarantined = slices.Insert(sl.quarantined, at, q.seq)
 		}
 	}
-	slices.SortFunc(sl.quarantined, func(a, b quarantined) int {
-		switch {
-		case a.seq < b.seq:
-			return -1
-		case a.seq > b.seq:
-			return 1
-		}
-		return 0
-	})
 }

@@ -17,9 +17,9 @@ type Rejection struct {
 }
 
 // rejectLog counts the rejected records and keeps the latest for listing,
-// each once: a record reported again while it is listed (a quarantined
-// record found again by the load of a session the store had forgotten)
-// is neither listed nor counted again.
+// each once: a record reported again while it is listed (a record
+// quarantined past its session's bound, which every load of the session
+// finds again) is neither listed nor counted again.
 type rejectLog struct {
 	count atomic.Uint64
 
@@ -29,8 +29,8 @@ type rejectLog struct {
 	listed map[uint64]bool // the sequences in ring
 }
 
-// add counts r and keeps it among the latest keep; it reports whether r
-// is new.
+// add counts r and keeps it among the latest keep, with the time it is
+// added when it has none; it reports whether r is new.
 func (l *rejectLog) add(r Rejection, keep int) bool {
 	if keep <= 0 {
 		l.count.Add(1)
@@ -42,6 +42,9 @@ func (l *rejectLog) add(r Rejection, keep int) bool {
 		return false
 	}
 	l.count.Add(1)
+	if r.At.IsZero() {
+		r.At = time.Now().UTC()
+	}
 	if l.listed == nil {
 		l.listed = map[uint64]bool{}
 	}

@@ -13,8 +13,9 @@ import (
 // forgotten, until the directory is back under 90% of its bound.
 //
 // Its lock guards the map and the order. A slot's lock comes first when
-// both are held: a pass, which holds the directory's, only tries a slot's
-// lock and passes over a slot in use.
+// both are held: a pass takes slots from the order under the directory's
+// lock, then only tries each slot's lock, without the directory's, and
+// passes over a slot in use.
 type directory struct {
 	n      atomic.Int64 // slots held
 	credit atomic.Int64 // slots met and checkpoints written since the last pass
@@ -96,34 +97,59 @@ func (d *directory) all() []*slot {
 	return out
 }
 
+// sweepChunk bounds the slots a pass takes from the clock at once, under
+// the directory's lock.
+const sweepChunk = 64
+
 // sweep forgets slots while more than 90% of max are held, going round
 // the slots at most once. forget is called with a slot locked that was
 // not used since the previous pass; it reports whether the slot may be
 // forgotten, and lets go of what the slot holds elsewhere when it may.
+//
+// A pass holds the directory's lock only to take the next few slots
+// from the hand, moving them behind it, and to remove a slot it
+// forgets: lookups go on while it looks at the slots.
 func (d *directory) sweep(max int, forget func(sl *slot) bool) {
 	if !d.passMu.TryLock() {
 		return // a pass is running
 	}
 	defer d.passMu.Unlock()
 	d.credit.Store(0)
-	want := max * 9 / 10
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for tries := d.clock.Len(); tries > 0 && len(d.slots) > want; tries-- {
-		e := d.clock.Front()
-		sl := e.Value.(*slot)
-		if !sl.mu.TryLock() {
-			d.clock.MoveToBack(e) // in use
-			continue
-		}
-		if sl.recent || !forget(sl) {
-			sl.recent = false
-			sl.mu.Unlock()
+	want := int64(max * 9 / 10)
+	d.mu.RLock()
+	tries := d.clock.Len()
+	d.mu.RUnlock()
+	next := make([]*slot, 0, sweepChunk)
+	for tries > 0 && d.n.Load() > want {
+		// As many as the pass may forget: it stops once under want.
+		n := min(tries, sweepChunk, int(d.n.Load()-want))
+		next = next[:0]
+		d.mu.Lock()
+		for range min(n, d.clock.Len()) {
+			e := d.clock.Front()
 			d.clock.MoveToBack(e)
-			continue
+			next = append(next, e.Value.(*slot))
 		}
-		d.removeLocked(sl)
-		sl.mu.Unlock()
-		d.forgot.Store(true)
+		d.mu.Unlock()
+		if len(next) == 0 {
+			return
+		}
+		tries -= len(next)
+		for _, sl := range next {
+			if !sl.mu.TryLock() {
+				continue // in use
+			}
+			switch {
+			case sl.dead:
+			case sl.recent || !forget(sl):
+				sl.recent = false
+			default:
+				d.mu.Lock()
+				d.forgot.Store(true)
+				d.removeLocked(sl)
+				d.mu.Unlock()
+			}
+			sl.mu.Unlock()
+		}
 	}
 }

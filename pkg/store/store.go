@@ -171,13 +171,17 @@ type slot struct {
 	saved uint64
 
 	// seqs lists every record of the session from its latest compaction
-	// on, when indexed is true: a load reads exactly these.
+	// on, when indexed is true: a load reads exactly these. An index
+	// starts at a record past the watermark, from where the ingest meets
+	// every record of the session, in order.
 	seqs    []uint64
 	indexed bool
 
 	// quarantined lists the session's records since its latest
-	// compaction that are never applied, in order.
-	quarantined []quarantined
+	// compaction that failed to apply, in order: a load never applies
+	// them. Those past the session bound are not kept: a load finds them
+	// again.
+	quarantined []uint64
 
 	// loading is the load in progress, reading without the lock.
 	loading *loading
@@ -333,8 +337,20 @@ func (s *Store) checkpointsWritten(batch map[string]Checkpoint, idle bool) {
 // A session that is not loaded only notes the sequences it needs; one
 // being loaded keeps the record for its load, which applies it before it
 // shows the projection: Apply never waits for a load.
+//
+// A record past the watermark is new: the ingest meets those in stream
+// order, every one of them. One at or below it comes from the backlog
+// of a restart (the watermark starts at the stream's end) or is
+// delivered again: records of its session after it may be met later, or
+// never, so it starts no index and ends the one its session has. It may
+// be one its session has seen: that is found before it is decoded.
 func (s *Store) Apply(session string, seq uint64, data []byte) {
+	inOrder := seq > s.watermark.get()
 	defer s.watermark.advance(seq)
+	if !inOrder && s.seen(session, seq) {
+		s.stats.duplicates.Add(1)
+		return // a redelivery or a replay
+	}
 	v, err := s.Decoder.Decode(data)
 	sl := s.lockSlot(session)
 	if seq <= sl.seq {
@@ -344,6 +360,9 @@ func (s *Store) Apply(session string, seq uint64, data []byte) {
 	}
 	sl.seq = seq
 	sl.recent = true
+	if !inOrder {
+		s.dropIndex(sl) // loads of this session scan its subject
+	}
 	if err != nil {
 		s.index(sl, seq) // a load skips it again
 		if sl.proj != nil {
@@ -360,7 +379,9 @@ func (s *Store) Apply(session string, seq uint64, data []byte) {
 	if resets {
 		sl.from = seq
 		sl.fromKnown = true
-		s.setIndex(sl, []uint64{seq})
+		if inOrder {
+			s.setIndex(sl, []uint64{seq})
+		}
 		sl.quarantined = sl.quarantined[:0] // never read again
 	} else {
 		s.index(sl, seq)
@@ -391,13 +412,23 @@ func (s *Store) Apply(session string, seq uint64, data []byte) {
 	s.forget(false)
 }
 
+// seen reports whether the session's slot has seen the record seq.
+func (s *Store) seen(session string, seq uint64) bool {
+	sl := s.dir.get(session)
+	if sl == nil {
+		return false
+	}
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	return !sl.dead && seq <= sl.seq
+}
+
 // applyLoaded applies a decoded record to a loaded session, or
 // quarantines it when it would take the session past its bound; it
 // returns the reason a record is quarantined. The slot is locked.
 func (s *Store) applyLoaded(sl *slot, seq uint64, v any, n int, resets bool) error {
 	w, err := s.limits().Weigh(sl.weight, n, resets)
 	if err != nil {
-		sl.quarantined = append(sl.quarantined, quarantined{seq: seq})
 		sl.proj.Skip(seq)
 		s.cache.touch(sl)
 		return err
@@ -456,9 +487,6 @@ func (s *Store) Reject(r Rejection) {
 }
 
 func (s *Store) reject(r Rejection) {
-	if r.At.IsZero() {
-		r.At = time.Now().UTC()
-	}
 	if s.rejects.add(r, s.RejectLog) {
 		s.Logger.Warn("record skipped", "subject", r.Subject, "session", r.Session, "seq", r.Seq, "size", r.Size, "reason", r.Reason)
 	}
