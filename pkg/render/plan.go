@@ -376,8 +376,40 @@ func inline(mime, data string) (image, string) {
 		return image{}, "image without data"
 	case mime == "":
 		return image{}, "image without a media type"
+	case !isBase64(data):
+		return image{}, "image data not base64"
 	}
 	return image{mime: mime, data: data}, ""
+}
+
+// base64Alphabet marks the bytes of standard base64 (RFC 4648 section 4).
+var base64Alphabet = func() (t [256]bool) {
+	for _, c := range "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/" {
+		t[c] = true
+	}
+	return t
+}()
+
+// isBase64 reports whether s is standard, padded base64, as every
+// provider takes image data: whole groups of four, "=" only at the end.
+// It reads every byte, without decoding.
+func isBase64(s string) bool {
+	if len(s)%4 != 0 {
+		return false
+	}
+	end := len(s)
+	if end > 0 && s[end-1] == '=' {
+		end--
+		if s[end-1] == '=' {
+			end--
+		}
+	}
+	for i := 0; i < end; i++ {
+		if !base64Alphabet[s[i]] {
+			return false
+		}
+	}
+	return true
 }
 
 func imageURL(u string) (image, string) {
