@@ -76,7 +76,7 @@ func TestServe_BrowserToolsBreakpoint(t *testing.T) {
 	records := strings.Join([]string{
 		`{"role":"user","content":"look at the page"}`,
 		`{"role":"assistant","content":[{"type":"toolCall","id":"s1","name":"screenshot","arguments":{}}]}`,
-		`{"role":"toolResult","toolCallId":"s1","toolName":"screenshot","content":[{"type":"image","data":"iVBOR","mimeType":"image/png"}]}`,
+		`{"role":"toolResult","toolCallId":"s1","toolName":"screenshot","content":[{"type":"image","data":"iVBORw0K","mimeType":"image/png"}]}`,
 		`{"role":"assistant","content":"a login form"}`,
 		`{"role":"user","content":"log in"}`,
 	}, "\n") + "\n"

@@ -214,19 +214,22 @@ func (g *Gen) textBlock() *record.Map {
 
 // imageBlock is an image: mostly an inline PNG, now and then one that
 // some providers refuse (a type none takes, HEIC, which only Gemini takes,
-// or an image by URL, which Gemini does not take). The shape comes from
-// the one number drawn, so that adding shapes kept every other draw.
+// an image by URL, which Gemini does not take, or data that is not
+// base64, which none takes). The shape comes from the one number drawn,
+// so that adding shapes kept every other draw.
 func (g *Gen) imageBlock() *record.Map {
 	n := g.r.IntN(10000)
 	switch n % 16 {
 	case 0:
-		return record.NewMap("type", "image", "data", fmt.Sprintf("Qk0%04d", n), "mimeType", "image/bmp")
+		return record.NewMap("type", "image", "data", fmt.Sprintf("Qk00%04d", n), "mimeType", "image/bmp")
 	case 1:
 		return record.NewMap("type", "image", "data", fmt.Sprintf("AAAA%04d", n), "mimeType", "image/heic")
 	case 2:
 		return record.NewMap("type", "image", "source", record.NewMap("type", "url", "url", fmt.Sprintf("https://example.com/%04d.png", n)))
+	case 3:
+		return record.NewMap("type", "image", "data", fmt.Sprintf("iVBOR%04d", n), "mimeType", "image/png")
 	}
-	return record.NewMap("type", "image", "data", fmt.Sprintf("iVBOR%04d", n), "mimeType", "image/png")
+	return record.NewMap("type", "image", "data", fmt.Sprintf("iVBORw0K%04d", n), "mimeType", "image/png")
 }
 
 func (g *Gen) thinkingBlock() *record.Map {

@@ -52,7 +52,7 @@ func TestRender_OpeningUserImageRefused(t *testing.T) {
 	}
 	// An image Gemini takes is a user turn: the call stays.
 	msgs := decodeMessages(t,
-		`{"role":"user","content":[{"type":"image","data":"iVBOR","mimeType":"image/png"}]}`,
+		`{"role":"user","content":[{"type":"image","data":"iVBORw0K","mimeType":"image/png"}]}`,
 		`{"role":"assistant","content":[{"type":"toolCall","id":"c1","name":"read","arguments":{}}]}`,
 		`{"role":"toolResult","toolCallId":"c1","content":"r"}`,
 	)
@@ -96,6 +96,35 @@ func TestRender_ResultBlocksReported(t *testing.T) {
 			for _, c := range got {
 				require.Contains(t, c.Map().Members, record.Member{Key: "block", Value: int64(c.Block)})
 			}
+		})
+	}
+}
+
+// Image data that is not base64 is refused by every provider: the image
+// is removed and reported, whatever its place, and nothing else changes.
+func TestRender_ImageDataNotBase64(t *testing.T) {
+	msgs := decodeMessages(t,
+		`{"role":"user","content":[{"type":"text","text":"look"},{"type":"image","data":"iVBOR","mimeType":"image/png"},{"type":"image","data":"iVBORw0K","mimeType":"image/png"}]}`,
+		`{"role":"assistant","content":[{"type":"toolCall","id":"c1","name":"read","arguments":{}}]}`,
+		`{"role":"toolResult","toolCallId":"c1","content":[{"type":"text","text":"r"},{"type":"image","data":"not base64!","mimeType":"image/png"}]}`,
+		`{"role":"user","content":"next"}`,
+	)
+	for _, f := range providers {
+		t.Run(string(f), func(t *testing.T) {
+			raw, body, rep := rendered(t, f, msgs, render.Options{})
+			requireValid(t, f, body, raw, "not base64")
+			require.NoError(t, conserved(f, msgs, body, rep))
+			require.NotContains(t, string(raw), "iVBOR\"")
+			require.NotContains(t, string(raw), "not base64!")
+			require.Contains(t, string(raw), "iVBORw0K")
+			reasons := map[string]int{}
+			for _, c := range rep.Changes {
+				if c.Kind == render.BlockRemoved {
+					reasons[c.Reason]++
+				}
+			}
+			require.Equal(t, 1, reasons["image data not base64"], "%+v", rep.Changes)
+			require.Equal(t, 1, reasons["image data not base64 in a tool result"], "%+v", rep.Changes)
 		})
 	}
 }

@@ -197,7 +197,7 @@ func (p *plan) block(it *item, b int, e any) {
 			p.removed(BlockRemoved, it.src, b, "image outside a user message or tool result")
 			return
 		}
-		img, reason := parseImage(blk)
+		img, reason := sendable(blk)
 		if reason != "" {
 			p.removed(BlockRemoved, it.src, b, reason)
 			return
@@ -320,7 +320,7 @@ func (p *plan) resultContent(r *result, content any) {
 					p.removed(BlockRemoved, r.src, b, "empty text in a tool result")
 				}
 			case "image", "image_url":
-				img, reason := parseImage(blk)
+				img, reason := sendable(blk)
 				if reason != "" {
 					p.removed(BlockRemoved, r.src, b, reason+" in a tool result")
 					continue
@@ -378,6 +378,68 @@ func inline(mime, data string) (image, string) {
 		return image{}, "image without a media type"
 	}
 	return image{mime: mime, data: data}, ""
+}
+
+// sendable parses an image block of the neutral context for a body: as
+// parseImage, and refusing inline data that is not base64. (The images of
+// a rendered body were checked on their way in: Estimate reads them with
+// parseImage.)
+func sendable(b *record.Map) (image, string) {
+	img, reason := parseImage(b)
+	if reason == "" && img.url == "" && !isBase64(img.data) {
+		return image{}, "image data not base64"
+	}
+	return img, reason
+}
+
+// isBase64 reports whether s is standard, padded base64, as every
+// provider takes image data: whole groups of four, "=" only at the end.
+// It reads every byte, eight at a time, without decoding: images are
+// large and checked on every render.
+func isBase64(s string) bool {
+	if len(s)%4 != 0 {
+		return false
+	}
+	end := len(s)
+	if end > 0 && s[end-1] == '=' {
+		end--
+		if s[end-1] == '=' {
+			end--
+		}
+	}
+	i := 0
+	for ; i+8 <= end; i += 8 {
+		w := s[i : i+8] // one bounds check, and the loads become one
+		x := uint64(w[0]) | uint64(w[1])<<8 | uint64(w[2])<<16 | uint64(w[3])<<24 |
+			uint64(w[4])<<32 | uint64(w[5])<<40 | uint64(w[6])<<48 | uint64(w[7])<<56
+		if !base64Word(x) {
+			return false
+		}
+	}
+	for ; i < end; i++ {
+		c := s[i]
+		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '/' && c <= '9' || c == '+') {
+			return false
+		}
+	}
+	return true
+}
+
+// base64Word reports whether each of the eight bytes of x is in the
+// base64 alphabet: '+', '/' to '9' (the slash and the digits), 'A' to 'Z'
+// or 'a' to 'z'. For a byte b below 0x80, b+(0x80-lo) has its high bit
+// set when b >= lo, and b+(0x7f-hi) has it clear when b <= hi; no sum
+// carries into the next byte.
+func base64Word(x uint64) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	if x&highs != 0 {
+		return false
+	}
+	plus := (x + ones*(0x80-'+')) &^ (x + ones*(0x7f-'+'))
+	digits := (x + ones*(0x80-'/')) &^ (x + ones*(0x7f-'9'))
+	upper := (x + ones*(0x80-'A')) &^ (x + ones*(0x7f-'Z'))
+	lower := (x + ones*(0x80-'a')) &^ (x + ones*(0x7f-'z'))
+	return (plus|digits|upper|lower)&highs == highs
 }
 
 func imageURL(u string) (image, string) {

@@ -32,6 +32,7 @@ var negatives = []struct {
 	{"id outside the pattern", render.Anthropic, `{"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"functions.bash:17","name":"bash","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"functions.bash:17"}]}]}`, antBadID},
 	{"id used twice", render.Anthropic, `{"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"x","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t"}]},{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"x","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t"}]}]}`, antUniqueID},
 	{"heic image", render.Anthropic, `{"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/heic","data":"AAAA"}}]}]}`, antMediaType},
+	{"image data not base64", render.Anthropic, `{"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"u"}}]}]}`, antBase64},
 	{"system role in messages", render.Anthropic, `{"messages":[{"role":"system","content":[{"type":"text","text":"be brief"}]}]}`, antSystemRole},
 	{"pi-style image block", render.Anthropic, `{"messages":[{"role":"user","content":[{"type":"image","data":"AAAA","mimeType":"image/png"}]}]}`, antShape},
 	{"two user messages in a row", render.Anthropic, `{"messages":[{"role":"user","content":[{"type":"text","text":"a"}]},{"role":"user","content":[{"type":"text","text":"b"}]}]}`, alternate},
@@ -42,6 +43,7 @@ var negatives = []struct {
 	{"two tool messages for one call", render.OpenAIChat, `{"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"a","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"a","content":"A"},{"role":"tool","tool_call_id":"a","content":"A"}]}`, chatDuplicate},
 	{"id of 53 characters", render.OpenAIChat, `{"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"call_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"call_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa","content":"A"}]}`, chatIDTooLong},
 	{"image in a tool message", render.OpenAIChat, `{"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"a","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"a","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}}]}]}`, chatImageNotUser},
+	{"data URL not base64", render.OpenAIChat, `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,s2"}}]}]}`, chatImageData},
 	{"empty tool_calls", render.OpenAIChat, `{"messages":[{"role":"assistant","content":"hi","tool_calls":[]}]}`, chatEmptyArray},
 	{"pi-style toolResult role", render.OpenAIChat, `{"messages":[{"role":"user","content":"hi","toolCallId":"x"}]}`, chatShape},
 
@@ -63,6 +65,7 @@ var negatives = []struct {
 	{"empty text part", render.Gemini, `{"contents":[{"role":"user","parts":[{"text":""}]}]}`, gemOneof},
 	{"assistant role", render.Gemini, `{"contents":[{"role":"assistant","parts":[{"text":"a"}]}]}`, gemRole},
 	{"signature not base64", render.Gemini, `{"contents":[{"role":"user","parts":[{"text":"q"}]},{"role":"model","parts":[{"functionCall":{"name":"f","args":{}},"thoughtSignature":"not base64!"}]},{"role":"user","parts":[{"functionResponse":{"name":"f","response":{"output":"x"}}}]}]}`, gemSignature},
+	{"inline data not base64", render.Gemini, `{"contents":[{"role":"user","parts":[{"inlineData":{"mimeType":"image/png","data":"not base64!"}}]}]}`, gemBase64},
 	{"snake_case field", render.Gemini, `{"contents":[{"role":"user","parts":[{"inline_data":{"mime_type":"image/png","data":"AAAA"}}]}]}`, gemShape},
 	{"two model turns in a row", render.Gemini, `{"contents":[{"role":"user","parts":[{"text":"q"}]},{"role":"model","parts":[{"text":"a"}]},{"role":"model","parts":[{"text":"b"}]}]}`, alternate},
 }

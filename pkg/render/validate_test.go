@@ -40,6 +40,7 @@ const (
 	antSystemRole      = "Unexpected role \"system\". The Messages API accepts a top-level `system` parameter"
 	antShape           = "Extra inputs are not permitted" // additionalProperties: false in the request schema
 	antInvalidSig      = "Invalid signature in thinking block"
+	antBase64          = "image.source.base64.data: invalid base64 data" // the condition; the wording is ours
 
 	chatMissingResult = "An assistant message with 'tool_calls' must be followed by tool messages responding to each 'tool_call_id'."
 	chatOrphanResult  = "Invalid parameter: messages with role 'tool' must be a response to a preceeding message with 'tool_calls'."
@@ -48,6 +49,7 @@ const (
 	chatImageNotUser  = "Image URLs are only allowed for messages with role 'user'"
 	chatEmptyArray    = "empty array. Expected an array with minimum length 1"
 	chatShape         = "Additional properties are not allowed"
+	chatImageData     = "Invalid image URL: unsupported image type or data"
 
 	respMissingOutput = "No tool output found for function call"
 	respOrphanOutput  = "No tool call found for function call output with call_id"
@@ -67,6 +69,7 @@ const (
 	gemSignature    = "thoughtSignature: illegal base64 data"
 	gemSystemLate   = "system messages are only supported at the beginning of the conversation"
 	gemShape        = "Unknown name"
+	gemBase64       = "(TYPE_BYTES), Base64 decoding failed"
 
 	alternate = "consecutive messages of one role (merged by ctxd so that every rule above is checkable)"
 )
@@ -369,6 +372,8 @@ func (c *checker) anthropicImage(bm *record.Map, where string) {
 		}
 		if str(src, "data") == "" {
 			c.fail(where, "image.source.data: String should have at least 1 character")
+		} else if !isBase64(str(src, "data")) {
+			c.fail(where, antBase64)
 		}
 	case "url":
 		c.keys(src, where+".source", antShape, []string{"type", "url"})
@@ -544,8 +549,8 @@ func (c *checker) chatContent(m *record.Map, where string, images bool) {
 func (c *checker) dataURL(u, where string) {
 	if rest, ok := strings.CutPrefix(u, "data:"); ok {
 		mime, data, ok := strings.Cut(rest, ";base64,")
-		if !ok || !imageTypes[mime] || data == "" {
-			c.fail(where, "Invalid image URL: unsupported image type or data")
+		if !ok || !imageTypes[mime] || !isBase64(data) {
+			c.fail(where, chatImageData)
 		}
 		return
 	}
@@ -765,6 +770,8 @@ func (c *checker) gemini(body *record.Map) {
 				c.keys(d, pw+".inlineData", gemShape, []string{"mimeType", "data"})
 				if !gemImageTypes[str(d, "mimeType")] || str(d, "data") == "" {
 					c.fail(pw+".inlineData", "Unsupported MIME type")
+				} else if !isBase64(str(d, "data")) {
+					c.fail(pw+".inlineData.data", gemBase64)
 				}
 			case field(pm, "functionCall") != nil:
 				fc := mapOf(field(pm, "functionCall"))
