@@ -150,7 +150,7 @@ func (ex *explainer) finish() {
 		f := &ex.fates[k]
 		v := ex.records[k].Value
 		f.Seq = ex.records[k].Seq
-		f.Class = classOf(v)
+		f.Class = Class(v)
 		switch f.Status {
 		case StatusDropped, StatusReplaced:
 			continue
@@ -230,11 +230,13 @@ func dropRule(v any) string {
 	if typ == "compaction" {
 		return "rule 6: an invalid compaction (section 4), dropped; it resets nothing"
 	}
-	return "rule 6: " + classOf(v) + ", not a message"
+	return "rule 6: " + Class(v) + ", not a message"
 }
 
-// classOf names a record's shape for people.
-func classOf(v any) string {
+// Class names a record's shape for people: its role or type,
+// "compaction", "shell run", "extension", or the kind of value when it
+// is not a map.
+func Class(v any) string {
 	m, ok := v.(*record.Map)
 	if !ok {
 		return record.TypeName(v)
