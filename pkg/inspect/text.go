@@ -5,7 +5,6 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
-
 )
 
 // WriteText writes the view for a terminal: a line per stored record
