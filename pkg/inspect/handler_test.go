@@ -48,6 +48,7 @@ func startInstance(t testing.TB, opt inspect.Options) *instance {
 	opt.Config = a.InspectConfig()
 	opt.Poll = 20 * time.Millisecond
 	ui := inspect.New(a.InspectSource(), opt)
+	in := &instance{t: t, app: a, ui: ui}
 	mux := http.NewServeMux()
 	mux.Handle("/ui/", ui)
 	srv := httptest.NewUnstartedServer(mux)
@@ -56,7 +57,8 @@ func startInstance(t testing.TB, opt inspect.Options) *instance {
 	t.Cleanup(func() { ui.Close(); srv.Close() })
 	js, err := jetstream.New(natstest.Connect(t, a.URL()))
 	require.NoError(t, err)
-	return &instance{t: t, app: a, js: js, srv: srv, ui: ui}
+	in.js, in.srv = js, srv
+	return in
 }
 
 // publish stores records on a subject and waits until ctxd applied them.
