@@ -64,6 +64,10 @@ type Options struct {
 	// PageSessions is how many sessions a page of the list shows, each
 	// loaded to size its context; 0 means 50.
 	PageSessions int
+	// PageRecords is how many records a session page shows, the latest,
+	// unless ?all=1 asks for every one; 0 means 500. The context is
+	// always built from every record.
+	PageRecords int
 	// Poll is how often a followed session is checked for new records;
 	// 0 means 500ms.
 	Poll time.Duration
@@ -96,6 +100,9 @@ func New(src Source, opt Options) *Handler {
 	}
 	if opt.PageSessions <= 0 {
 		opt.PageSessions = 50
+	}
+	if opt.PageRecords <= 0 {
+		opt.PageRecords = 500
 	}
 	if opt.Poll <= 0 {
 		opt.Poll = 500 * time.Millisecond
@@ -247,6 +254,13 @@ type recordRow struct {
 	Divider bool
 }
 
+// droppedItem is an entry of the dropped report, linked to its record.
+type droppedItem struct {
+	What, ID, Tool string
+	Seq            uint64
+	Href           string
+}
+
 type imageRef struct {
 	N         int
 	InContext bool
@@ -281,9 +295,33 @@ func (h *Handler) session(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusBadGateway, err)
 		return
 	}
+	base := h.opt.Prefix + "sessions/" + url.PathEscape(id)
+	all := base + "?all=1"
+	if at != 0 {
+		all = fmt.Sprintf("%s?at=%d&all=1", base, at)
+	}
+	shown, hidden := v.Rows, 0
+	if r.URL.Query().Get("all") == "" && len(shown) > h.opt.PageRecords {
+		hidden = len(shown) - h.opt.PageRecords
+		shown = shown[hidden:]
+	}
+	// A link to a record not shown goes to the page that shows them all.
+	href := func(seq uint64) string {
+		if seq < shown[0].Seq {
+			return fmt.Sprintf("%s#seq-%d", all, seq)
+		}
+		return fmt.Sprintf("#seq-%d", seq)
+	}
+	var dropped []droppedItem
+	for _, c := range v.Dropped.UnpairedCalls {
+		dropped = append(dropped, droppedItem{What: "unpaired call", ID: c.ID, Tool: c.Tool, Seq: c.Seq, Href: href(c.Seq)})
+	}
+	for _, o := range v.Dropped.OrphanResults {
+		dropped = append(dropped, droppedItem{What: "orphan result", ID: o.ID, Seq: o.Seq, Href: href(o.Seq)})
+	}
 	inContext := imagesIn(v.Messages)
-	rows := make([]recordRow, len(v.Rows))
-	for i, row := range v.Rows {
+	rows := make([]recordRow, len(shown))
+	for i, row := range shown {
 		rr := recordRow{Row: row, Divider: row.Class == "compaction"}
 		if row.Value != nil {
 			rr.Preview = preview(row.Value, previewTotal)
@@ -306,8 +344,8 @@ func (h *Handler) session(w http.ResponseWriter, r *http.Request) {
 		rows[i] = rr
 	}
 	h.render(w, r, "session", map[string]any{
-		"Title": "session " + id, "ID": id, "View": v, "Rows": rows,
-		"Live": at == 0, "Base": h.opt.Prefix + "sessions/" + url.PathEscape(id),
+		"Title": "session " + id, "ID": id, "View": v, "Rows": rows, "Dropped": dropped,
+		"Hidden": hidden, "All": all, "Live": at == 0, "Base": base,
 		"Statuses": []projection.Status{projection.StatusKept, projection.StatusConverted, projection.StatusPruned, projection.StatusTrimmed,
 			projection.StatusCheckpoint, projection.StatusReplaced, projection.StatusDropped, StatusRejected, StatusQuarantined},
 	})

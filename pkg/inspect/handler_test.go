@@ -160,8 +160,8 @@ func TestHandler_Session(t *testing.T) {
 	for _, st := range []string{"kept", "trimmed", "dropped", "converted"} {
 		require.Contains(t, body, `data-status="`+st+`"`)
 	}
-	require.Contains(t, body, `unpaired call <code>c9</code> (bash)`)
-	require.Contains(t, body, `orphan result <code>zz</code>`)
+	require.Contains(t, body, `unpaired call <code>c9</code> (bash) at <a href="#seq-6">`)
+	require.Contains(t, body, `orphan result <code>zz</code> at <a href="#seq-7">`)
 	require.Contains(t, body, `href="#seq-7"`)
 	// Hostile content is escaped, never markup.
 	require.NotContains(t, body, "<script>alert")
@@ -287,4 +287,65 @@ func TestHandler_Events(t *testing.T) {
 	in.ui.Close()
 	for range events {
 	}
+}
+
+func TestHandler_AtBeyondTheStream(t *testing.T) {
+	in := startInstance(t, inspect.Options{})
+	in.publish("transcripts.s", m("role", "user", "content", "one"))
+	for _, at := range []string{"2", "18446744073709551615"} {
+		code, _, body := in.get("/ui/sessions/s?at=" + at)
+		require.Equal(t, http.StatusOK, code, body)
+		require.Equal(t, 1, strings.Count(body, `class="rec `), at)
+	}
+	code, _, _ := in.get("/ui/sessions/s?at=18446744073709551616")
+	require.Equal(t, http.StatusBadRequest, code)
+}
+
+func TestHandler_AuthorizeEverywhere(t *testing.T) {
+	in := startInstance(t, inspect.Options{
+		Authorize: func(r *http.Request, session string) bool { return session != "secret" && session != "" },
+	})
+	small := smallPNG(t)
+	in.publish("transcripts.secret",
+		m("role", "assistant", "content", []any{m("type", "toolCall", "id", "b1", "name", "browser_use")}),
+		m("role", "toolResult", "toolCallId", "b1", "content", []any{m("type", "image", "data", small, "mimeType", "image/png")}),
+		"{undecodable")
+	nosession := in.publish("transcripts.a.b", m("role", "user", "content", "x"))
+	for _, p := range []string{
+		"/ui/sessions/secret", "/ui/sessions/secret?at=1", "/ui/sessions/secret/events",
+		"/ui/sessions/secret/records/1", "/ui/sessions/secret/images/2/0",
+		"/ui/rejected/3", fmt.Sprintf("/ui/rejected/%d", nosession),
+	} {
+		code, _, _ := in.get(p)
+		require.Equal(t, http.StatusNotFound, code, p)
+	}
+	code, _, body := in.get("/ui/rejected")
+	require.Equal(t, http.StatusOK, code)
+	require.NotContains(t, body, "secret")
+	require.NotContains(t, body, "transcripts.a.b")
+	code, _, body = in.get("/ui/")
+	require.Equal(t, http.StatusOK, code)
+	require.NotContains(t, body, "secret")
+}
+
+func TestHandler_LongSession(t *testing.T) {
+	in := startInstance(t, inspect.Options{PageRecords: 10})
+	recs := []any{m("role", "assistant", "content", []any{m("type", "toolCall", "id", "early", "name", "bash")})}
+	for i := range 29 {
+		recs = append(recs, m("role", "user", "content", fmt.Sprintf("message %d", i)))
+	}
+	in.publish("transcripts.long", recs...)
+	code, _, body := in.get("/ui/sessions/long")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, 10, strings.Count(body, `class="rec `))
+	require.Contains(t, body, `20 earlier record(s) not shown: <a href="/ui/sessions/long?all=1">show all</a>`)
+	require.Contains(t, body, `<a href="/ui/sessions/long?all=1#seq-1">seq 1</a>`, "a dropped record not shown links to the full page")
+	require.Contains(t, body, "context 29 messages", "the context is built from every record")
+	code, _, body = in.get("/ui/sessions/long?all=1")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, 30, strings.Count(body, `class="rec `))
+	require.Contains(t, body, `<a href="#seq-1">seq 1</a>`)
+	code, _, body = in.get("/ui/sessions/long?at=20")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, `href="/ui/sessions/long?at=20&amp;all=1"`)
 }

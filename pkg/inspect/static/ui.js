@@ -14,7 +14,7 @@
   es.addEventListener("error", function () { say("reconnecting…"); });
   es.addEventListener("seq", function (ev) {
     if (ev.data === shown || (follow && !follow.checked)) return;
-    fetch(location.pathname, { credentials: "same-origin" }).then(function (r) {
+    fetch(location.pathname + location.search, { credentials: "same-origin" }).then(function (r) {
       if (!r.ok) throw new Error(r.status);
       return r.text();
     }).then(function (html) {
