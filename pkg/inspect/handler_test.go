@@ -349,3 +349,31 @@ func TestHandler_LongSession(t *testing.T) {
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, body, `href="/ui/sessions/long?at=20&amp;all=1"`)
 }
+
+func TestHandler_Compaction(t *testing.T) {
+	in := startInstance(t, inspect.Options{})
+	compaction := func(text string) *record.Map {
+		return m("type", "compaction", "at", "2026-01-02T03:04:05Z", "baseSeq", int64(1), "plannerVersion", int64(1),
+			"summaryModelRef", "m", "summary", "s", "qualityAudit", "passed",
+			"messages", []any{m("role", "user", "content", text)},
+			"firstKeptIndex", int64(0), "tokensBefore", int64(10), "tokensAfter", int64(5))
+	}
+	in.publish("transcripts.c",
+		m("role", "user", "content", "before"),                  // 1 replaced
+		compaction("first snapshot"),                            // 2 replaced by 4
+		m("type", "compaction", "summary", "invalid"),           // 3 dropped, resets nothing
+		compaction("second snapshot"),                           // 4 checkpoint
+		m("role", "assistant", "content", "after the snapshot"), // 5 kept
+	)
+	code, _, body := in.get("/ui/sessions/c")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, 2, strings.Count(body, `<tr class="divider">`), "a divider per valid compaction")
+	require.Contains(t, body, `compaction checkpoint at seq 4 (checkpoint)`)
+	require.Regexp(t, `id="seq-1" class="rec st-replaced"`, body)
+	require.Regexp(t, `id="seq-2" class="rec st-replaced"`, body)
+	require.Regexp(t, `id="seq-3" class="rec st-dropped"`, body)
+	require.Regexp(t, `id="seq-4" class="rec st-checkpoint"`, body)
+	require.Contains(t, body, "replaced by the compaction at seq 4")
+	require.Contains(t, body, "context 2 messages")
+	require.NotContains(t, body, `[0] user</span><pre class="preview">{&#34;role&#34;:&#34;user&#34;,&#34;content&#34;:&#34;before`)
+}

@@ -38,7 +38,7 @@ func imageOf(m *record.Map) (inline, bool) {
 		if sm, ok := s.(*record.Map); ok {
 			d, _ := sm.String("data")
 			mime, _ := sm.String("media_type")
-			return inline{mime: mime, data: d}, d != ""
+			return inline{mime: mime, data: d}, true // a URL source has no data
 		}
 	}
 	return inline{}, true // an image block without inline data
