@@ -64,6 +64,7 @@ func TestInspect_Text(t *testing.T) {
 	}
 	require.Equal(t, map[string]string{"1": "kept", "2": "kept", "3": "trimmed", "4": "kept", "5": "kept", "6": "pruned", "7": "dropped", "8": "dropped"}, status)
 	require.Contains(t, out, `[0] user: fix the [31mlogin [0m button`, "escape sequences are not passed to the terminal")
+	require.Contains(t, out, "[1] assistant: [call browser_use]")
 	require.NotContains(t, out, "\x1b")
 	require.Contains(t, out, `unpaired call "c9" (bash) at seq 6`)
 	require.Contains(t, out, `orphan result "zz" at seq 7`)

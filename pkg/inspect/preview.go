@@ -102,6 +102,9 @@ func oneLine(v any, n int) string {
 				parts = append(parts, s)
 			case "image":
 				parts = append(parts, "[image]")
+			case "toolCall", "tool_use", "tool_call":
+				name, _ := b.String("name")
+				parts = append(parts, "[call "+name+"]")
 			default:
 				if _, isImg := imageOf(b); isImg {
 					parts = append(parts, "[image]")

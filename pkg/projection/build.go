@@ -50,7 +50,6 @@ type Result struct {
 type item struct {
 	seq uint64
 	msg *record.Map
-	rec int // index of the record in Build's input
 }
 
 // Build is the batch form of the context rules: it runs the pipeline of
@@ -71,13 +70,13 @@ func build(records []Record, opt Options, ex *explainer) Result {
 		if reset {
 			items = items[:0:0]
 			for _, m := range snapshot {
-				items = append(items, item{seq: r.Seq, msg: m, rec: k})
+				items = append(items, item{seq: r.Seq, msg: m})
 			}
 			ex.reset(k, len(snapshot))
 			continue
 		}
 		if msg != nil {
-			items = append(items, item{seq: r.Seq, msg: msg, rec: k})
+			items = append(items, item{seq: r.Seq, msg: msg})
 		}
 		ex.passOne(k, msg != nil)
 	}
@@ -115,14 +114,14 @@ func build(records []Record, opt Options, ex *explainer) Result {
 			if !c.provider && !paired(c.id) {
 				u := UnpairedCall{ID: c.id, Tool: c.tool, Seq: it.seq}
 				res.Dropped.UnpairedCalls = append(res.Dropped.UnpairedCalls, u)
-				ex.unpaired(it.rec, u)
+				ex.unpaired(i, u)
 			}
 		}
 		for _, r := range results[i] {
 			if !paired(r.id) {
 				o := OrphanResult{ID: r.id, Seq: it.seq}
 				res.Dropped.OrphanResults = append(res.Dropped.OrphanResults, o)
-				ex.orphan(it.rec, o)
+				ex.orphan(i, o)
 			}
 		}
 	}
@@ -165,7 +164,7 @@ func build(records []Record, opt Options, ex *explainer) Result {
 		if out != nil {
 			res.Messages = append(res.Messages, out)
 		}
-		ex.rendered(it.rec, out != nil, trimmed)
+		ex.rendered(i, out != nil, trimmed)
 	}
 	res.Dropped.ImagesOmitted = trimCount
 	return res

@@ -88,6 +88,9 @@ type explainer struct {
 	gave     []int // record indexes, since the latest reset
 	snapshot []int // messages of a compaction's snapshot, by record index
 	latest   int   // the latest valid compaction's record index, -1 none
+	// items holds the record index of each pass-1 message, as build's
+	// items list them.
+	items []int
 }
 
 func (ex *explainer) reset(k, n int) {
@@ -101,6 +104,10 @@ func (ex *explainer) reset(k, n int) {
 		ex.fates[j].Rule = fmt.Sprintf("section 4: replaced by the compaction at seq %d", by)
 	}
 	ex.gave = append(ex.gave[:0], k)
+	ex.items = ex.items[:0]
+	for range n {
+		ex.items = append(ex.items, k)
+	}
 	ex.latest = k
 	ex.snapshot[k] = n
 	ex.fates[k].Status = StatusCheckpoint
@@ -112,29 +119,33 @@ func (ex *explainer) passOne(k int, gave bool) {
 	}
 	if gave {
 		ex.gave = append(ex.gave, k)
+		ex.items = append(ex.items, k)
 		return
 	}
 	ex.fates[k].Status = StatusDropped
 	ex.fates[k].Rule = dropRule(ex.records[k].Value)
 }
 
-func (ex *explainer) unpaired(k int, u UnpairedCall) {
+// unpaired, orphan and rendered are told of build's item i.
+func (ex *explainer) unpaired(i int, u UnpairedCall) {
 	if ex != nil {
-		ex.fates[k].UnpairedCalls = append(ex.fates[k].UnpairedCalls, u)
+		f := &ex.fates[ex.items[i]]
+		f.UnpairedCalls = append(f.UnpairedCalls, u)
 	}
 }
 
-func (ex *explainer) orphan(k int, o OrphanResult) {
+func (ex *explainer) orphan(i int, o OrphanResult) {
 	if ex != nil {
-		ex.fates[k].OrphanResults = append(ex.fates[k].OrphanResults, o)
+		f := &ex.fates[ex.items[i]]
+		f.OrphanResults = append(f.OrphanResults, o)
 	}
 }
 
-func (ex *explainer) rendered(k int, kept bool, trimmed int) {
+func (ex *explainer) rendered(i int, kept bool, trimmed int) {
 	if ex == nil {
 		return
 	}
-	f := &ex.fates[k]
+	f := &ex.fates[ex.items[i]]
 	if kept {
 		f.Messages++
 	} else {
