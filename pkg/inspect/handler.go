@@ -164,12 +164,13 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, code int, err err
 	if code >= 500 {
 		h.opt.Logger.Warn("inspector request failed", "path", r.URL.Path, "err", err)
 	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(code)
 	h.render(w, r, "error", map[string]any{"Code": code, "Status": http.StatusText(code), "Err": err.Error()})
 }
 
 func (h *Handler) render(w http.ResponseWriter, r *http.Request, name string, data map[string]any) {
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Content-Type", "text/html; charset=utf-8") // before the status, or it is not sent
 	data["Prefix"] = h.opt.Prefix
 	if err := h.tmpl[name].ExecuteTemplate(w, "page", data); err != nil {
 		h.opt.Logger.Warn("inspector template failed", "page", name, "err", err)

@@ -170,6 +170,7 @@ func TestHandler_Session(t *testing.T) {
 	// A 5 MiB screenshot and a 200 KB string keep the page small: cut
 	// previews, and a lazy thumbnail by URL, greyed since it was trimmed.
 	require.Less(t, len(body), 100_000, "page size")
+	t.Logf("session page: %d bytes, with a %d-byte screenshot record", len(body), bigSeqSize(t, in, bigSeq))
 	thumb := fmt.Sprintf(`src="/ui/sessions/demo-1/images/%d/0"`, bigSeq)
 	require.Contains(t, body, thumb)
 	require.Regexp(t, `<img class="thumb omitted" loading="lazy"[^>]*`+thumb, body)
@@ -179,6 +180,7 @@ func TestHandler_Session(t *testing.T) {
 	require.Equal(t, http.StatusOK, code)
 	require.Equal(t, "image/png", ctype)
 	require.Less(t, len(png), 300_000)
+	t.Logf("thumbnail of the screenshot: %d bytes", len(png))
 	cfg, _, err := image.DecodeConfig(strings.NewReader(png))
 	require.NoError(t, err)
 	require.LessOrEqual(t, max(cfg.Width, cfg.Height), 240)
@@ -214,8 +216,9 @@ func TestHandler_HostileIDs(t *testing.T) {
 		"/ui/sessions/a/images/3/x",     // not an image number
 		"/ui/rejected/1",                // not rejected
 	} {
-		code, _, body := in.get(p)
+		code, ctype, body := in.get(p)
 		require.Equal(t, http.StatusNotFound, code, p)
+		require.Equal(t, "text/html; charset=utf-8", ctype, p)
 		require.NotContains(t, body, "<script>alert", p)
 	}
 }
@@ -376,4 +379,11 @@ func TestHandler_Compaction(t *testing.T) {
 	require.Contains(t, body, "replaced by the compaction at seq 4")
 	require.Contains(t, body, "context 2 messages")
 	require.NotContains(t, body, `[0] user</span><pre class="preview">{&#34;role&#34;:&#34;user&#34;,&#34;content&#34;:&#34;before`)
+}
+
+// bigSeqSize returns the size of the record stored at seq.
+func bigSeqSize(t testing.TB, in *instance, seq uint64) int {
+	t.Helper()
+	_, _, raw := in.get(fmt.Sprintf("/ui/sessions/demo-1/records/%d", seq))
+	return len(raw)
 }
