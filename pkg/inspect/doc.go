@@ -18,6 +18,7 @@
 //	/ui/                            sessions, recently active first; ?q= searches ids
 //	/ui/sessions/ID                 one session: records beside the context
 //	/ui/sessions/ID?at=SEQ          the same, as it was at stream sequence SEQ
+//	/ui/sessions/ID?format=json     the view as JSON, as ctxd inspect --json prints it
 //	/ui/sessions/ID/events          server-sent events: the session's last applied seq
 //	/ui/sessions/ID/records/SEQ     a stored record, raw
 //	/ui/sessions/ID/images/SEQ/N    a thumbnail of the record's N-th image
@@ -28,7 +29,8 @@
 // it when the listener shuts down, since the event streams outlive a
 // request otherwise:
 //
-//	ui := inspect.New(app.InspectSource(), inspect.Options{Config: app.InspectConfig()})
+//	// a is the running *app.App
+//	ui := inspect.New(a.InspectSource(), inspect.Options{Config: a.InspectConfig()})
 //	mux.Handle("/ui/", ui)
 //	srv.RegisterOnShutdown(func() { ui.Close() })
 //

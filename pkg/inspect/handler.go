@@ -296,6 +296,16 @@ func (h *Handler) session(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusBadGateway, err)
 		return
 	}
+	if r.URL.Query().Get("format") == "json" {
+		out, err := v.MarshalJSON()
+		if err != nil {
+			h.fail(w, r, http.StatusInternalServerError, err)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(out)
+		return
+	}
 	base := h.opt.Prefix + "sessions/" + url.PathEscape(id)
 	all := base + "?all=1"
 	if at != 0 {

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"image"
 	"image/color"
@@ -198,6 +199,20 @@ func TestHandler_Session(t *testing.T) {
 	require.Contains(t, body, "As it was at seq 2")
 	require.Equal(t, 2, strings.Count(body, `class="rec `))
 
+	code, ctype, js := in.get("/ui/sessions/demo-1?at=2&format=json")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "application/json", ctype)
+	var got struct {
+		Seq      uint64            `json:"seq"`
+		Records  []json.RawMessage `json:"records"`
+		Messages []json.RawMessage `json:"messages"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(js), &got))
+	require.Equal(t, uint64(2), got.Seq)
+	require.Equal(t, 2, len(got.Records))
+	require.Equal(t, 2, len(got.Messages))
+	require.Contains(t, string(got.Records[1]), `"status":"pruned"`, "the call b1 is not answered by seq 2")
+
 	code, _, _ = in.get("/ui/sessions/demo-1?at=x")
 	require.Equal(t, http.StatusBadRequest, code)
 }
@@ -235,6 +250,7 @@ func TestHandler_SessionsAndRejected(t *testing.T) {
 	code, _, body := in.get("/ui/")
 	require.Equal(t, http.StatusOK, code, body)
 	require.NotContains(t, body, "secret")
+	require.NotContains(t, body, "bad.subject", "a subject that is no session is not listed")
 	first, second := strings.Index(body, `data-session="first"`), strings.Index(body, `data-session="second"`)
 	require.True(t, first > 0 && second > 0 && second < first, "recently active first")
 	code, _, body = in.get("/ui/?q=FIR")
