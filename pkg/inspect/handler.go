@@ -71,6 +71,10 @@ type Options struct {
 	// Poll is how often a followed session is checked for new records;
 	// 0 means 500ms.
 	Poll time.Duration
+	// Thumbnails bounds the thumbnails made at once: each decodes a
+	// whole record and image, several MiB for a screenshot, so a page of
+	// them must not take every core and much memory at once; 0 means 2.
+	Thumbnails int
 	// Logger receives a line per failed request; nil discards them.
 	Logger *slog.Logger
 }
@@ -86,6 +90,7 @@ type Handler struct {
 	mux  *http.ServeMux
 	tmpl map[string]*template.Template
 
+	thumbs chan struct{} // a slot per thumbnail being made
 	closed chan struct{}
 	once   sync.Once
 }
@@ -110,7 +115,10 @@ func New(src Source, opt Options) *Handler {
 	if opt.Logger == nil {
 		opt.Logger = slog.New(slog.DiscardHandler)
 	}
-	h := &Handler{src: src, opt: opt, mux: http.NewServeMux(), closed: make(chan struct{})}
+	if opt.Thumbnails <= 0 {
+		opt.Thumbnails = 2
+	}
+	h := &Handler{src: src, opt: opt, mux: http.NewServeMux(), closed: make(chan struct{}), thumbs: make(chan struct{}, opt.Thumbnails)}
 	h.tmpl = parseTemplates(opt.Prefix)
 	p := opt.Prefix
 	h.mux.HandleFunc("GET "+p+"{$}", h.sessions)
@@ -476,6 +484,12 @@ func (h *Handler) thumb(w http.ResponseWriter, r *http.Request) {
 	n, err := strconv.Atoi(r.PathValue("n"))
 	if err != nil || n < 0 {
 		h.fail(w, r, http.StatusNotFound, fmt.Errorf("%q is not an image number", cut(r.PathValue("n"), 40)))
+		return
+	}
+	select {
+	case h.thumbs <- struct{}{}:
+		defer func() { <-h.thumbs }()
+	case <-r.Context().Done():
 		return
 	}
 	data, ok := h.recordOf(w, r, id)
