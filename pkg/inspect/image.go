@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"image"
-	"image/color"
+	"image/draw"
 	_ "image/gif" // decoders for the image types providers take
 	_ "image/jpeg"
 	"image/png"
@@ -114,13 +114,21 @@ func thumbnail(b64 string, maxSource int) ([]byte, error) {
 	return out.Bytes(), nil
 }
 
-// scale shrinks an image to fit side by side pixels, averaging the
-// source pixels each thumbnail pixel covers.
+// scale shrinks an image to fit side by side pixels, averaging up to 4x4
+// of the source pixels each thumbnail pixel covers: a thumbnail, not a
+// resampler. The source is first drawn into RGBA (image/draw has fast
+// paths for the decoders' types), so sampling reads bytes rather than
+// boxing a color per pixel.
 func scale(src image.Image, side int) image.Image {
 	b := src.Bounds()
 	w, h := b.Dx(), b.Dy()
 	if w <= side && h <= side {
 		return src
+	}
+	rgba, ok := src.(*image.RGBA)
+	if !ok {
+		rgba = image.NewRGBA(image.Rect(0, 0, w, h))
+		draw.Draw(rgba, rgba.Bounds(), src, b.Min, draw.Src)
 	}
 	tw, th := side, h*side/w
 	if h > w {
@@ -129,19 +137,23 @@ func scale(src image.Image, side int) image.Image {
 	tw, th = max(tw, 1), max(th, 1)
 	dst := image.NewRGBA(image.Rect(0, 0, tw, th))
 	for y := range th {
-		y0, y1 := b.Min.Y+y*h/th, b.Min.Y+max((y+1)*h/th, y*h/th+1)
+		y0, y1 := y*h/th, max((y+1)*h/th, y*h/th+1)
+		sy := max((y1-y0)/4, 1)
 		for x := range tw {
-			x0, x1 := b.Min.X+x*w/tw, b.Min.X+max((x+1)*w/tw, x*w/tw+1)
-			// Sample at most 4x4 source pixels: a thumbnail, not a resampler.
-			sx, sy := max((x1-x0)/4, 1), max((y1-y0)/4, 1)
-			var r, g, bl, a, n uint32
+			x0, x1 := x*w/tw, max((x+1)*w/tw, x*w/tw+1)
+			sx := max((x1-x0)/4, 1)
+			var sum [4]int
+			n := 0
 			for yy := y0; yy < y1; yy += sy {
+				row := yy * rgba.Stride // Pix starts at the bounds' minimum
 				for xx := x0; xx < x1; xx += sx {
-					cr, cg, cb, ca := src.At(xx, yy).RGBA()
-					r, g, bl, a, n = r+cr, g+cg, bl+cb, a+ca, n+1
+					p := rgba.Pix[row+xx*4 : row+xx*4+4 : row+xx*4+4]
+					sum[0], sum[1], sum[2], sum[3] = sum[0]+int(p[0]), sum[1]+int(p[1]), sum[2]+int(p[2]), sum[3]+int(p[3])
+					n++
 				}
 			}
-			dst.Set(x, y, color.RGBA64{uint16(r / n), uint16(g / n), uint16(bl / n), uint16(a / n)})
+			o := dst.PixOffset(x, y)
+			dst.Pix[o], dst.Pix[o+1], dst.Pix[o+2], dst.Pix[o+3] = uint8(sum[0]/n), uint8(sum[1]/n), uint8(sum[2]/n), uint8(sum[3]/n)
 		}
 	}
 	return dst

@@ -119,3 +119,29 @@ func TestClean_Terminal(t *testing.T) {
 	require.Equal(t, "a [31mred [0m b c", clean("a\x1b[31mred\x1b[0m\n\tb\r\u0085c", 100))
 	require.Equal(t, "ab…", clean("abcdef", 2))
 }
+
+// BenchmarkThumbnail measures a thumbnail of a 5 MiB screenshot (an
+// incompressible 1150x1150 PNG), beside decoding its base64 alone.
+func BenchmarkThumbnail(b *testing.B) {
+	img := image.NewNRGBA(image.Rect(0, 0, 1150, 1150))
+	for i := range img.Pix {
+		img.Pix[i] = byte(i*7919 + i>>7)
+	}
+	var buf bytes.Buffer
+	require.NoError(b, (&png.Encoder{CompressionLevel: png.NoCompression}).Encode(&buf, img))
+	data := base64.StdEncoding.EncodeToString(buf.Bytes())
+	b.Run("base64-only", func(b *testing.B) {
+		b.SetBytes(int64(buf.Len()))
+		for b.Loop() {
+			base64.StdEncoding.DecodeString(data)
+		}
+	})
+	b.Run("thumbnail", func(b *testing.B) {
+		b.SetBytes(int64(buf.Len()))
+		for b.Loop() {
+			if _, err := thumbnail(data, MaxThumbnailSource); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
