@@ -57,20 +57,28 @@ type item struct {
 // straight from the rules, as the reference the incremental Session is
 // tested against.
 func Build(records []Record, opt Options) Result {
+	return build(records, opt, nil)
+}
+
+// build is Build, telling ex, when not nil, what each rule decided for
+// each record (see Explain).
+func build(records []Record, opt Options, ex *explainer) Result {
 	// Pass 1: classify, convert, reset.
 	var items []item
-	for _, r := range records {
+	for k, r := range records {
 		msg, snapshot, reset := classify(r.Value)
 		if reset {
 			items = items[:0:0]
 			for _, m := range snapshot {
 				items = append(items, item{seq: r.Seq, msg: m})
 			}
+			ex.reset(k, len(snapshot))
 			continue
 		}
 		if msg != nil {
 			items = append(items, item{seq: r.Seq, msg: msg})
 		}
+		ex.passOne(k, msg != nil)
 	}
 	calls := make([][]call, len(items))
 	results := make([][]result, len(items))
@@ -104,12 +112,16 @@ func Build(records []Record, opt Options) Result {
 		for _, c := range calls[i] {
 			// A provider-executed call is never removed, so never reported.
 			if !c.provider && !paired(c.id) {
-				res.Dropped.UnpairedCalls = append(res.Dropped.UnpairedCalls, UnpairedCall{ID: c.id, Tool: c.tool, Seq: it.seq})
+				u := UnpairedCall{ID: c.id, Tool: c.tool, Seq: it.seq}
+				res.Dropped.UnpairedCalls = append(res.Dropped.UnpairedCalls, u)
+				ex.unpaired(i, u)
 			}
 		}
 		for _, r := range results[i] {
 			if !paired(r.id) {
-				res.Dropped.OrphanResults = append(res.Dropped.OrphanResults, OrphanResult{ID: r.id, Seq: it.seq})
+				o := OrphanResult{ID: r.id, Seq: it.seq}
+				res.Dropped.OrphanResults = append(res.Dropped.OrphanResults, o)
+				ex.orphan(i, o)
 			}
 		}
 	}
@@ -137,19 +149,22 @@ func Build(records []Record, opt Options) Result {
 	trimCount := 0
 	res.Messages = make([]any, 0, len(items))
 	for i, it := range items {
+		trimmed := 0
 		out := rewrite(it.msg, calls[i], results[i],
 			func(c call) bool { return paired(c.id) },
 			func(r result) bool { return paired(r.id) },
 			func(r result) bool {
 				if browserID[r.id] && (site{i, r.block}) != latest {
-					trimCount += r.images
+					trimmed += r.images
 					return true
 				}
 				return false
 			})
+		trimCount += trimmed
 		if out != nil {
 			res.Messages = append(res.Messages, out)
 		}
+		ex.rendered(i, out != nil, trimmed)
 	}
 	res.Dropped.ImagesOmitted = trimCount
 	return res

@@ -135,19 +135,44 @@ func Convert(v any) *record.Map {
 }
 
 func convertMap(m *record.Map, kind, role, typ any) *record.Map {
-	switch {
-	case kind == "context":
-		return nil
-	case role == "bashExecution":
+	switch ruleOf(kind, role, typ) {
+	case ruleShell:
 		return convertShell(m)
-	case role == "custom" || typ == "custom_message":
+	case ruleExtension:
 		return convertExtension(m) // a user or an assistant message
-	}
-	switch role {
-	case "user", "assistant", "system", "tool", "toolResult": // rule 5
+	case rulePassThrough:
 		return m
 	}
-	return nil
+	return nil // ruleContext, ruleOther
+}
+
+// passRule is the rule of pass 1 (CONTEXT.md section 2, rules 2 to 6)
+// that decides a map record which is not a valid compaction.
+type passRule uint8
+
+const (
+	ruleOther       passRule = iota // rule 6: dropped without error
+	ruleContext                     // rule 2: kind "context", dropped
+	ruleShell                       // rule 3: a local shell run
+	ruleExtension                   // rule 4: an extension message
+	rulePassThrough                 // rule 5: a message role, unchanged
+)
+
+// ruleOf picks the first of rules 2 to 5 that matches, else rule 6.
+func ruleOf(kind, role, typ any) passRule {
+	switch {
+	case kind == "context":
+		return ruleContext
+	case role == "bashExecution":
+		return ruleShell
+	case role == "custom" || typ == "custom_message":
+		return ruleExtension
+	}
+	switch role {
+	case "user", "assistant", "system", "tool", "toolResult":
+		return rulePassThrough
+	}
+	return ruleOther
 }
 
 // converted builds a message of role with the record's timestamp.

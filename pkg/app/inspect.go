@@ -1,0 +1,114 @@
+package app
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/ctxd/ctxd/pkg/bus"
+	"github.com/ctxd/ctxd/pkg/inspect"
+	"github.com/ctxd/ctxd/pkg/projection"
+	"github.com/ctxd/ctxd/pkg/store"
+	"github.com/ctxd/ctxd/pkg/subject"
+	"github.com/ctxd/ctxd/streams"
+)
+
+// InspectConfig returns what decides the app's contexts, for the
+// inspector to show the same ones.
+func (a *App) InspectConfig() inspect.Config {
+	return inspect.Config{
+		Options: projection.Options{BrowserTools: a.BrowserTools},
+		Limits:  store.Limits{MaxRecordBytes: a.MaxRecordBytes, MaxSessionBytes: a.MaxSessionBytes},
+	}
+}
+
+// InspectSource returns the inspector's source over the running app:
+// the records of its stream, and its live projections and rejected
+// list. Call it after Open.
+func (a *App) InspectSource() inspect.Source {
+	return &inspectSource{StreamReader: StreamReader{NC: a.nc, Stream: streamName()}, store: a.store}
+}
+
+func streamName() string {
+	def, err := streams.Transcripts()
+	if err != nil {
+		panic(fmt.Sprintf("the embedded stream definition: %v", err)) // checked by tests of streams
+	}
+	return def.Name
+}
+
+// StreamReader reads sessions' records from the stream, with validated
+// direct gets: what ctxd inspect reads with no service running.
+type StreamReader struct {
+	NC     *nats.Conn
+	Stream string
+}
+
+// Records implements inspect.Reader.
+func (s StreamReader) Records(ctx context.Context, session string, to uint64, fn func(seq uint64, data []byte) error) error {
+	subj, err := subject.Transcript(session)
+	if err != nil {
+		return err
+	}
+	return bus.ReadSubject(ctx, s.NC, s.Stream, subj, 1, to, fn)
+}
+
+type inspectSource struct {
+	StreamReader
+	store *store.Store
+}
+
+func (s *inspectSource) Sessions(ctx context.Context) ([]inspect.SessionRef, error) {
+	js, err := bus.JetStream(s.NC)
+	if err != nil {
+		return nil, err
+	}
+	subs, err := bus.Subjects(ctx, js, s.Stream, subject.TranscriptsPrefix+">")
+	if err != nil {
+		return nil, err
+	}
+	out := make([]inspect.SessionRef, 0, len(subs))
+	for _, st := range subs {
+		id, err := subject.SessionOf(st.Subject, subject.TranscriptsPrefix)
+		if err != nil {
+			continue // its records are in the rejected list
+		}
+		out = append(out, inspect.SessionRef{ID: id, Records: st.Messages, LastSeq: st.Last})
+	}
+	return out, nil
+}
+
+func (s *inspectSource) Summary(ctx context.Context, session string) (inspect.Summary, error) {
+	var sum inspect.Summary
+	err := s.store.View(ctx, session, func(p *projection.Session) {
+		if p != nil {
+			sum = inspect.Summarize(p.Seq(), p.Messages(), p.Dropped())
+		}
+	})
+	return sum, err
+}
+
+func (s *inspectSource) Record(ctx context.Context, seq uint64) (string, []byte, error) {
+	var subj string
+	var data []byte
+	err := bus.ReadRange(ctx, s.NC, s.Stream, seq, seq, func(m bus.Msg) error {
+		if m.Seq == seq {
+			subj, data = m.Subject, m.Data
+		}
+		return nil
+	})
+	if err != nil {
+		return "", nil, err
+	}
+	if data == nil && subj == "" {
+		return "", nil, fmt.Errorf("no record at seq %d", seq)
+	}
+	return subj, data, nil
+}
+
+func (s *inspectSource) Rejected(ctx context.Context) ([]store.Rejection, error) {
+	return s.store.Rejected(), nil
+}
+
+func (s *inspectSource) Applied() uint64 { return s.store.Applied() }

@@ -1,0 +1,111 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// SubjectState is what a stream holds of one subject: how many messages,
+// and the stream sequence and size of the last.
+type SubjectState struct {
+	Subject  string
+	Messages uint64
+	Last     uint64
+	LastSize int
+}
+
+// Subjects lists the subjects of stream that match filter (a subject
+// with wildcards, such as "transcripts.>"), with their message counts
+// from the stream's info and their last messages from an ordered
+// consumer that delivers the last message of each subject, headers only:
+// however large the records, only their headers travel.
+//
+// A subject that gets a message while the two are read may show a count
+// that does not include its last message, or the reverse; the list is a
+// view for people, not a position to read from.
+func Subjects(ctx context.Context, js jetstream.JetStream, stream, filter string) ([]SubjectState, error) {
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", stream, err)
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(filter))
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", stream, err)
+	}
+	if len(info.State.Subjects) == 0 {
+		return nil, nil
+	}
+	byName := make(map[string]int, len(info.State.Subjects))
+	out := make([]SubjectState, 0, len(info.State.Subjects))
+	for subj, n := range info.State.Subjects {
+		byName[subj] = len(out)
+		out = append(out, SubjectState{Subject: subj, Messages: n})
+	}
+	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{filter},
+		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+		HeadersOnly:    true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: create consumer: %w", stream, err)
+	}
+	defer func() {
+		if name := cons.CachedInfo().Name; name != "" {
+			js.DeleteConsumer(context.WithoutCancel(ctx), stream, name)
+		}
+	}()
+	ci, err := cons.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: consumer info: %w", stream, err)
+	}
+	pending := ci.NumPending
+	retries := 0
+	for pending > 0 {
+		n := 0
+		batch, err := cons.Fetch(int(min(pending, 1000)), jetstream.FetchMaxWait(5*time.Second))
+		if err == nil {
+			for m := range batch.Messages() {
+				n++
+				meta, err := m.Metadata()
+				if err != nil {
+					continue
+				}
+				pending = meta.NumPending
+				i, ok := byName[m.Subject()]
+				if !ok {
+					// New since the info: listed without a count.
+					i = len(out)
+					byName[m.Subject()] = i
+					out = append(out, SubjectState{Subject: m.Subject()})
+				}
+				out[i].Last = meta.Sequence.Stream
+				out[i].LastSize, _ = strconv.Atoi(m.Headers().Get(nats.MsgSize))
+			}
+			err = batch.Error()
+		}
+		switch {
+		case err == nil || errors.Is(err, nats.ErrTimeout):
+		case errors.Is(err, nats.ErrNoResponders) && retries < fetchRetries:
+			retries++
+			select {
+			case <-time.After(time.Duration(retries) * 20 * time.Millisecond):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			continue
+		default:
+			return nil, fmt.Errorf("stream %s: fetch: %w", stream, err)
+		}
+		if n == 0 {
+			return nil, fmt.Errorf("stream %s: %d subjects announced, none delivered", stream, pending)
+		}
+		retries = 0
+	}
+	return out, nil
+}

@@ -1,0 +1,111 @@
+package inspect_test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ctxd/ctxd/pkg/inspect"
+)
+
+// chromium returns the headless browser's path. Outside CI a machine
+// without it skips the browser tests; in CI ($CI set) they fail, so that
+// they are never skipped there unnoticed (.ci/run installs it).
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{os.Getenv("CTXD_CHROMIUM"), "chromium", "chromium-browser"} {
+		if name == "" {
+			continue
+		}
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatal("chromium is not installed; CI must run the browser tests (apt-get install chromium)")
+	}
+	t.Skip("chromium is not installed (set CI to make this a failure)")
+	return ""
+}
+
+// artifacts returns the directory screenshots are written to:
+// $CTXD_ARTIFACTS, else artifacts/ at the module root (ignored by git).
+func artifacts(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("CTXD_ARTIFACTS")
+	if dir == "" {
+		dir = filepath.Join("..", "..", "artifacts")
+	}
+	dir = filepath.Join(dir, "browser")
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	return dir
+}
+
+// TestBrowser opens the pages of a live session in headless Chromium:
+// what the page shows once its script ran (the fates of the records, the
+// greyed thumbnail of the trimmed screenshot, the escaped hostile
+// record), a record applied while the page is open shown without a
+// reload, and a screenshot of each page kept as an artifact.
+func TestBrowser(t *testing.T) {
+	bin := chromium(t)
+	in := startInstance(t, inspect.Options{})
+	bigSeq := demoSession(t, in, "demo-1")
+	in.publish("transcripts.second", m("role", "user", "content", "hi"), "{not json")
+	shots := artifacts(t)
+	b := startBrowser(t, bin)
+	shot := func(name string) {
+		file := filepath.Join(shots, name+".png")
+		b.screenshot(file)
+		st, err := os.Stat(file)
+		require.NoError(t, err, name)
+		require.Positive(t, st.Size(), name)
+		t.Logf("screenshot %s", file)
+	}
+
+	b.open(in.srv.URL + "/ui/")
+	dom := b.dom()
+	require.Contains(t, dom, `data-session="demo-1"`)
+	require.Contains(t, dom, `data-session="second"`)
+	shot("sessions")
+
+	b.open(in.srv.URL + "/ui/sessions/demo-1")
+	b.waitFor(`document.getElementById("live-status").textContent.startsWith("following")`)
+	// The thumbnails load lazily, by their own URL, and are shown.
+	b.waitFor(`Array.from(document.querySelectorAll("img.thumb")).every(i => i.complete && i.naturalWidth > 0)`)
+	dom = b.dom()
+	for _, st := range []string{"kept", "trimmed", "dropped", "converted"} {
+		require.Contains(t, dom, `data-status="`+st+`"`, st)
+	}
+	require.Equal(t, "trimmed", b.eval(fmt.Sprintf(`document.getElementById("seq-%d").dataset.status`, bigSeq)))
+	require.Equal(t, true, b.eval(fmt.Sprintf(`document.querySelector("#seq-%d img.thumb").classList.contains("omitted")`, bigSeq)))
+	require.Equal(t, "0.35", b.eval(fmt.Sprintf(`getComputedStyle(document.querySelector("#seq-%d img.thumb")).opacity`, bigSeq)), "greyed out")
+	require.Equal(t, false, b.eval(`document.querySelector("#seq-5 img.thumb").classList.contains("omitted")`))
+	require.Equal(t, "dropped", b.eval(`document.getElementById("seq-6").dataset.status`))
+	require.Contains(t, b.eval(`document.querySelector("#seq-6 .rule").textContent`), `unpaired call "c9" (bash)`)
+	require.Contains(t, b.eval(`document.querySelector("#seq-7 .rule").textContent`), `orphan result "zz"`)
+	// The hostile record is text: no element came of it, no script ran.
+	require.Contains(t, b.eval(`document.querySelector("#seq-1 pre").textContent`), `<script>alert(\"x\")</script>`)
+	require.Equal(t, float64(0), b.eval(`document.querySelectorAll("main script, main img:not(.thumb)").length`))
+	shot("session")
+
+	// Following: a record applied while the page is open appears.
+	seq := in.publish("transcripts.demo-1", m("role", "user", "content", "applied while the page was open"))
+	b.waitFor(fmt.Sprintf(`document.getElementById("seq-%d") !== null`, seq))
+	require.Equal(t, "kept", b.eval(fmt.Sprintf(`document.getElementById("seq-%d").dataset.status`, seq)))
+	require.Equal(t, fmt.Sprintf("following, seq %d", seq), b.eval(`document.getElementById("live-status").textContent`))
+	shot("session-followed")
+
+	// As it was at seq 3: the screenshot was then the latest, and kept.
+	b.open(in.srv.URL + "/ui/sessions/demo-1?at=3")
+	require.Equal(t, "kept", b.eval(`document.getElementById("seq-3").dataset.status`))
+	require.Equal(t, float64(3), b.eval(`document.querySelectorAll("tr.rec").length`))
+	shot("session-at-3")
+
+	b.open(in.srv.URL + "/ui/rejected")
+	require.Contains(t, b.dom(), "not a map")
+	shot("rejected")
+}

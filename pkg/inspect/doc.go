@@ -1,0 +1,55 @@
+// Package inspect shows what the model saw: a session's stored records
+// beside the context the rules make of them, each record marked with its
+// fate (kept, converted, pruned, trimmed, checkpoint, replaced, dropped,
+// or rejected and quarantined when the service never applies it) and the
+// rule of docs/CONTEXT.md that decided it.
+//
+// Load builds a View of a session as it is, or as it was at an earlier
+// stream sequence, from the stored records: the records the service
+// would apply go through projection.Explain, which is projection.Build,
+// so a view at sequence N is exactly the context of the records up to
+// N. WriteText prints a view for a terminal and View.MarshalJSON for
+// scripts (ctxd inspect).
+//
+// New returns the web inspector, an http.Handler of server-rendered
+// pages (html/template, auto-escaping) with a little JavaScript, all
+// embedded with go:embed. Its pages, under its prefix, /ui/ by default:
+//
+//	/ui/                            sessions, recently active first; ?q= searches ids
+//	/ui/sessions/ID                 one session: records beside the context
+//	/ui/sessions/ID?at=SEQ          the same, as it was at stream sequence SEQ
+//	/ui/sessions/ID?format=json     the view as JSON, as ctxd inspect --json prints it
+//	/ui/sessions/ID/events          server-sent events: the session's last applied seq
+//	/ui/sessions/ID/records/SEQ     a stored record, raw
+//	/ui/sessions/ID/images/SEQ/N    a thumbnail of the record's N-th image
+//	/ui/rejected                    the records the projections skipped
+//	/ui/rejected/SEQ                a rejected record, raw
+//
+// Mount it on the HTTP listener with the prefix it was given, and close
+// it when the listener shuts down, since the event streams outlive a
+// request otherwise:
+//
+//	// a is the running *app.App
+//	ui := inspect.New(a.InspectSource(), inspect.Options{Config: a.InspectConfig()})
+//	mux.Handle("/ui/", ui)
+//	srv.RegisterOnShutdown(func() { ui.Close() })
+//
+// # Who sees what
+//
+// The handler shows only the sessions of the one stream its Source
+// reads, the stream this ctxd serves, and only by valid session ids
+// (subject tokens, checked before anything is read). A record is served
+// only under the session its subject names, and a rejected record only
+// when the rejected list holds it. Anyone who may fetch the pages may
+// therefore see every session of that stream, as anyone who may request
+// ctxd.context.* on the same NATS account can: mount the handler behind
+// the listener's authentication, granted to those who may read every
+// context. To narrow it, set Options.Authorize: it is asked for every
+// session a request would show (list lines, pages, records, thumbnails,
+// events, rejected records, with "" for those of no session), and a
+// session it refuses is answered 404, as one that does not exist.
+//
+// Pages carry a Content-Security-Policy that runs no inline script or
+// style, record contents are cut for display and escaped, and raw
+// records are served as text or as a download, never as a page.
+package inspect

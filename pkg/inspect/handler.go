@@ -1,0 +1,607 @@
+package inspect
+
+import (
+	"cmp"
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ctxd/ctxd/pkg/projection"
+	"github.com/ctxd/ctxd/pkg/record"
+	"github.com/ctxd/ctxd/pkg/store"
+	"github.com/ctxd/ctxd/pkg/subject"
+)
+
+// Source is what the handler reads: the sessions of the one stream this
+// ctxd serves, and its service's live state. Package app provides one.
+type Source interface {
+	Reader
+	// Sessions lists the sessions with records.
+	Sessions(ctx context.Context) ([]SessionRef, error)
+	// Summary sizes a session's context as the service holds it now.
+	Summary(ctx context.Context, session string) (Summary, error)
+	// Record returns the record stored at a stream sequence and its
+	// subject.
+	Record(ctx context.Context, seq uint64) (subj string, data []byte, err error)
+	// Rejected lists the records the projections skipped, oldest first.
+	Rejected(ctx context.Context) ([]store.Rejection, error)
+	// Applied returns a stream sequence that moves forward as the service
+	// applies records: the handler polls it to follow a session.
+	Applied() uint64
+}
+
+// SessionRef is a session of the stream.
+type SessionRef struct {
+	ID      string
+	Records uint64 // stored records
+	LastSeq uint64 // stream sequence of the last
+}
+
+// Options adjust the handler. The zero value serves under /ui/ and
+// lets every request see every session (see the package doc).
+type Options struct {
+	// Prefix is the path the handler is mounted at, with a slash at
+	// both ends; "" means "/ui/".
+	Prefix string
+	// Config decides the contexts shown: give the service's.
+	Config Config
+	// Authorize reports whether a request may see a session; session
+	// is "" for a rejected record that belongs to no session. nil lets
+	// every request through: then mount the handler only behind the
+	// listener's own authentication.
+	Authorize func(r *http.Request, session string) bool
+	// PageSessions is how many sessions a page of the list shows, each
+	// loaded to size its context; 0 means 50.
+	PageSessions int
+	// PageRecords is how many records a session page shows, the latest,
+	// unless ?all=1 asks for every one; 0 means 500. The context is
+	// always built from every record.
+	PageRecords int
+	// Poll is how often a followed session is checked for new records;
+	// 0 means 500ms.
+	Poll time.Duration
+	// Thumbnails bounds the thumbnails made at once: each decodes a
+	// whole record and image, several MiB for a screenshot, so a page of
+	// them must not take every core and much memory at once; 0 means 2.
+	Thumbnails int
+	// Logger receives a line per failed request; nil discards them.
+	Logger *slog.Logger
+}
+
+//go:embed templates/*.html static/*
+var assets embed.FS
+
+// Handler serves the inspector. Close ends the event streams it serves,
+// which would otherwise hold an HTTP server's Shutdown.
+type Handler struct {
+	src  Source
+	opt  Options
+	mux  *http.ServeMux
+	tmpl map[string]*template.Template
+
+	thumbs chan struct{} // a slot per thumbnail being made
+	closed chan struct{}
+	once   sync.Once
+}
+
+// New returns the inspector's handler over src.
+func New(src Source, opt Options) *Handler {
+	if opt.Prefix == "" {
+		opt.Prefix = "/ui/"
+	}
+	if opt.Config.Options.BrowserTools == nil && opt.Config.Limits == (store.Limits{}) {
+		opt.Config = DefaultConfig()
+	}
+	if opt.PageSessions <= 0 {
+		opt.PageSessions = 50
+	}
+	if opt.PageRecords <= 0 {
+		opt.PageRecords = 500
+	}
+	if opt.Poll <= 0 {
+		opt.Poll = 500 * time.Millisecond
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opt.Thumbnails <= 0 {
+		opt.Thumbnails = 2
+	}
+	h := &Handler{src: src, opt: opt, mux: http.NewServeMux(), closed: make(chan struct{}), thumbs: make(chan struct{}, opt.Thumbnails)}
+	h.tmpl = parseTemplates(opt.Prefix)
+	p := opt.Prefix
+	h.mux.HandleFunc("GET "+p+"{$}", h.sessions)
+	h.mux.HandleFunc("GET "+p+"sessions/{id}", h.session)
+	h.mux.HandleFunc("GET "+p+"sessions/{id}/events", h.events)
+	h.mux.HandleFunc("GET "+p+"sessions/{id}/records/{seq}", h.rawRecord)
+	h.mux.HandleFunc("GET "+p+"sessions/{id}/images/{seq}/{n}", h.thumb)
+	h.mux.HandleFunc("GET "+p+"rejected", h.rejected)
+	h.mux.HandleFunc("GET "+p+"rejected/{seq}", h.rawRejected)
+	static, _ := fs.Sub(assets, "static")
+	h.mux.Handle("GET "+p+"static/", http.StripPrefix(p+"static/", http.FileServerFS(static)))
+	return h
+}
+
+// ServeHTTP serves a request under the prefix.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// No inline script or style runs, whatever a record holds.
+	w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self'; script-src 'self'; style-src 'self'; connect-src 'self'; frame-ancestors 'none'")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Referrer-Policy", "no-referrer")
+	h.mux.ServeHTTP(w, r)
+}
+
+// Close ends the event streams in progress and refuses new ones.
+func (h *Handler) Close() error {
+	h.once.Do(func() { close(h.closed) })
+	return nil
+}
+
+func (h *Handler) allowed(r *http.Request, session string) bool {
+	return h.opt.Authorize == nil || h.opt.Authorize(r, session)
+}
+
+// sessionOf reads and checks the session of a request's path; it answers
+// 404 itself for an invalid or unauthorized one, so that a session one
+// may not see cannot be told from one that does not exist.
+func (h *Handler) sessionOf(w http.ResponseWriter, r *http.Request) (string, bool) {
+	id := r.PathValue("id")
+	if err := subject.CheckSession(id); err != nil {
+		h.fail(w, r, http.StatusNotFound, err)
+		return "", false
+	}
+	if !h.allowed(r, id) {
+		h.fail(w, r, http.StatusNotFound, fmt.Errorf("session %s: %w", id, ErrNoSession))
+		return "", false
+	}
+	return id, true
+}
+
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, code int, err error) {
+	if code >= 500 {
+		h.opt.Logger.Warn("inspector request failed", "path", r.URL.Path, "err", err)
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(code)
+	h.render(w, r, "error", map[string]any{"Code": code, "Status": http.StatusText(code), "Err": err.Error()})
+}
+
+func (h *Handler) render(w http.ResponseWriter, r *http.Request, name string, data map[string]any) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8") // before the status, or it is not sent
+	data["Prefix"] = h.opt.Prefix
+	if err := h.tmpl[name].ExecuteTemplate(w, "page", data); err != nil {
+		h.opt.Logger.Warn("inspector template failed", "page", name, "err", err)
+	}
+}
+
+// sessionRow is a line of the sessions list.
+type sessionRow struct {
+	SessionRef
+	Summary  Summary
+	Rejected int
+	Err      string
+}
+
+func (h *Handler) sessions(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	refs, err := h.src.Sessions(ctx)
+	if err != nil {
+		h.fail(w, r, http.StatusBadGateway, err)
+		return
+	}
+	q := strings.TrimSpace(r.URL.Query().Get("q"))
+	shown := refs[:0:0]
+	for _, ref := range refs {
+		if q != "" && !strings.Contains(strings.ToLower(ref.ID), strings.ToLower(q)) {
+			continue
+		}
+		if h.allowed(r, ref.ID) {
+			shown = append(shown, ref)
+		}
+	}
+	// Recently active first.
+	slices.SortFunc(shown, func(a, b SessionRef) int {
+		return cmp.Or(cmp.Compare(b.LastSeq, a.LastSeq), strings.Compare(a.ID, b.ID))
+	})
+	page, _ := strconv.Atoi(r.URL.Query().Get("page"))
+	page = max(page, 0)
+	n := h.opt.PageSessions
+	from := min(page*n, len(shown))
+	to := min(from+n, len(shown))
+	rejected := map[string]int{}
+	if rj, err := h.src.Rejected(ctx); err == nil {
+		for _, x := range rj {
+			if x.Session != "" {
+				rejected[x.Session]++
+			}
+		}
+	}
+	rows := make([]sessionRow, 0, to-from)
+	for _, ref := range shown[from:to] {
+		row := sessionRow{SessionRef: ref, Rejected: rejected[ref.ID]}
+		if row.Summary, err = h.src.Summary(ctx, ref.ID); err != nil {
+			row.Err = err.Error()
+		}
+		rows = append(rows, row)
+	}
+	data := map[string]any{"Title": "sessions", "Q": q, "Rows": rows, "Total": len(shown), "Page": page}
+	if page > 0 {
+		data["Prev"] = pageURL(q, page-1)
+	}
+	if to < len(shown) {
+		data["Next"] = pageURL(q, page+1)
+	}
+	h.render(w, r, "sessions", data)
+}
+
+func pageURL(q string, page int) string {
+	v := url.Values{}
+	if q != "" {
+		v.Set("q", q)
+	}
+	v.Set("page", strconv.Itoa(page))
+	return "?" + v.Encode()
+}
+
+// recordRow is a stored record on the session page.
+type recordRow struct {
+	Row
+	Preview string
+	Images  []imageRef
+	Context []contextMsg
+	Divider bool
+}
+
+// droppedItem is an entry of the dropped report, linked to its record.
+type droppedItem struct {
+	What, ID, Tool string
+	Seq            uint64
+	Href           string
+}
+
+type imageRef struct {
+	N         int
+	InContext bool
+}
+
+type contextMsg struct {
+	Index   int
+	Role    string
+	Preview string
+}
+
+func (h *Handler) session(w http.ResponseWriter, r *http.Request) {
+	id, ok := h.sessionOf(w, r)
+	if !ok {
+		return
+	}
+	var at uint64
+	if s := r.URL.Query().Get("at"); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			h.fail(w, r, http.StatusBadRequest, fmt.Errorf("at: %q is not a stream sequence", cut(s, 40)))
+			return
+		}
+		at = n
+	}
+	v, err := Load(r.Context(), h.src, id, at, h.opt.Config)
+	if errors.Is(err, ErrNoSession) {
+		h.fail(w, r, http.StatusNotFound, err)
+		return
+	}
+	if err != nil {
+		h.fail(w, r, http.StatusBadGateway, err)
+		return
+	}
+	if r.URL.Query().Get("format") == "json" {
+		out, err := v.MarshalJSON()
+		if err != nil {
+			h.fail(w, r, http.StatusInternalServerError, err)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(out)
+		return
+	}
+	base := h.opt.Prefix + "sessions/" + url.PathEscape(id)
+	all := base + "?all=1"
+	if at != 0 {
+		all = fmt.Sprintf("%s?at=%d&all=1", base, at)
+	}
+	shown, hidden := v.Rows, 0
+	if r.URL.Query().Get("all") == "" && len(shown) > h.opt.PageRecords {
+		hidden = len(shown) - h.opt.PageRecords
+		shown = shown[hidden:]
+	}
+	// A link to a record not shown goes to the page that shows them all.
+	href := func(seq uint64) string {
+		if seq < shown[0].Seq {
+			return fmt.Sprintf("%s#seq-%d", all, seq)
+		}
+		return fmt.Sprintf("#seq-%d", seq)
+	}
+	var dropped []droppedItem
+	for _, c := range v.Dropped.UnpairedCalls {
+		dropped = append(dropped, droppedItem{What: "unpaired call", ID: c.ID, Tool: c.Tool, Seq: c.Seq, Href: href(c.Seq)})
+	}
+	for _, o := range v.Dropped.OrphanResults {
+		dropped = append(dropped, droppedItem{What: "orphan result", ID: o.ID, Seq: o.Seq, Href: href(o.Seq)})
+	}
+	inContext := imagesIn(v.Messages)
+	rows := make([]recordRow, len(shown))
+	for i, row := range shown {
+		rr := recordRow{Row: row, Divider: row.Class == "compaction"}
+		if row.Value != nil {
+			rr.Preview = preview(row.Value, previewTotal)
+			n := 0
+			walkImages(row.Value, func(blk *record.Map, _ inline) {
+				rr.Images = append(rr.Images, imageRef{N: n, InContext: inContext[blk]})
+				n++
+			})
+		} else {
+			rr.Preview = "(not decoded: open the raw record)"
+		}
+		for k := range row.Messages {
+			m := v.Messages[row.First+k]
+			role := ""
+			if mm, ok := m.(*record.Map); ok {
+				role, _ = mm.String("role")
+			}
+			rr.Context = append(rr.Context, contextMsg{Index: row.First + k, Role: role, Preview: preview(m, previewTotal/2)})
+		}
+		rows[i] = rr
+	}
+	h.render(w, r, "session", map[string]any{
+		"Title": "session " + id, "ID": id, "View": v, "Rows": rows, "Dropped": dropped,
+		"Hidden": hidden, "All": all, "Live": at == 0, "Base": base,
+		"Statuses": []projection.Status{projection.StatusKept, projection.StatusConverted, projection.StatusPruned, projection.StatusTrimmed,
+			projection.StatusCheckpoint, projection.StatusReplaced, projection.StatusDropped, StatusRejected, StatusQuarantined},
+	})
+}
+
+// events streams a session's progress as server-sent events: an event
+// "seq" with the session's last applied stream sequence, at once and
+// whenever it moves.
+func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
+	id, ok := h.sessionOf(w, r)
+	if !ok {
+		return
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		h.fail(w, r, http.StatusInternalServerError, errors.New("streaming is not supported by this server"))
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	fmt.Fprint(w, "retry: 2000\n\n")
+	flusher.Flush()
+	tick := time.NewTicker(h.opt.Poll)
+	defer tick.Stop()
+	var applied, sent uint64
+	first := true
+	idle := 0
+	for {
+		if a := h.src.Applied(); first || a != applied {
+			applied = a
+			s, err := h.src.Summary(r.Context(), id)
+			if err == nil && (first || s.Seq != sent) {
+				sent = s.Seq
+				fmt.Fprintf(w, "event: seq\ndata: %d\n\n", s.Seq)
+				flusher.Flush()
+				idle = 0
+			}
+			first = false
+		}
+		if idle++; idle*int(h.opt.Poll/time.Millisecond) >= 15000 {
+			fmt.Fprint(w, ": keep-alive\n\n") // proxies close silent streams
+			flusher.Flush()
+			idle = 0
+		}
+		select {
+		case <-tick.C:
+		case <-r.Context().Done():
+			return
+		case <-h.closed:
+			return
+		}
+	}
+}
+
+// seqOf reads the {seq} of a path.
+func seqOf(r *http.Request) (uint64, error) {
+	s := r.PathValue("seq")
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || n == 0 {
+		return 0, fmt.Errorf("%q is not a stream sequence", cut(s, 40))
+	}
+	return n, nil
+}
+
+// recordOf reads the record at the path's sequence, which must belong to
+// the session: a sequence of another session is not found, so no path
+// shows a record of a session the request may not see.
+func (h *Handler) recordOf(w http.ResponseWriter, r *http.Request, id string) ([]byte, bool) {
+	seq, err := seqOf(r)
+	if err != nil {
+		h.fail(w, r, http.StatusNotFound, err)
+		return nil, false
+	}
+	subj, data, err := h.src.Record(r.Context(), seq)
+	if err != nil {
+		h.fail(w, r, http.StatusNotFound, err)
+		return nil, false
+	}
+	if subj != subject.TranscriptsPrefix+id {
+		h.fail(w, r, http.StatusNotFound, fmt.Errorf("session %s has no record at seq %d", id, seq))
+		return nil, false
+	}
+	return data, true
+}
+
+func (h *Handler) rawRecord(w http.ResponseWriter, r *http.Request) {
+	id, ok := h.sessionOf(w, r)
+	if !ok {
+		return
+	}
+	data, ok := h.recordOf(w, r, id)
+	if !ok {
+		return
+	}
+	serveRaw(w, r.PathValue("seq"), data)
+}
+
+// serveRaw serves a stored record as it is: JSON as text the browser
+// shows, anything else as a download. Neither is ever run as a page.
+func serveRaw(w http.ResponseWriter, seq string, data []byte) {
+	if record.IsJSON(data) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	} else {
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("Content-Disposition", `attachment; filename="record-`+seq+`.msgpack"`)
+	}
+	w.Header().Set("Cache-Control", "private, max-age=3600")
+	w.Write(data)
+}
+
+func (h *Handler) thumb(w http.ResponseWriter, r *http.Request) {
+	id, ok := h.sessionOf(w, r)
+	if !ok {
+		return
+	}
+	n, err := strconv.Atoi(r.PathValue("n"))
+	if err != nil || n < 0 {
+		h.fail(w, r, http.StatusNotFound, fmt.Errorf("%q is not an image number", cut(r.PathValue("n"), 40)))
+		return
+	}
+	select {
+	case h.thumbs <- struct{}{}:
+		defer func() { <-h.thumbs }()
+	case <-r.Context().Done():
+		return
+	}
+	data, ok := h.recordOf(w, r, id)
+	if !ok {
+		return
+	}
+	w.Header().Set("Cache-Control", "private, max-age=3600")
+	v, err := h.opt.Config.Limits.Decoder().Decode(data)
+	if err != nil {
+		servePlaceholder(w, "record not decoded")
+		return
+	}
+	var img *inline
+	k := 0
+	walkImages(v, func(_ *record.Map, im inline) {
+		if k == n {
+			img = &im
+		}
+		k++
+	})
+	switch {
+	case img == nil:
+		h.fail(w, r, http.StatusNotFound, fmt.Errorf("no image %d in the record", n))
+	case img.data == "":
+		servePlaceholder(w, "image without inline data")
+	default:
+		png, err := thumbnail(img.data, MaxThumbnailSource)
+		if err != nil {
+			servePlaceholder(w, err.Error())
+			return
+		}
+		w.Header().Set("Content-Type", "image/png")
+		w.Write(png)
+	}
+}
+
+func servePlaceholder(w http.ResponseWriter, why string) {
+	w.Header().Set("Content-Type", "image/svg+xml")
+	w.Write(placeholder(why))
+}
+
+// rejectedRow is a line of the rejected list.
+type rejectedRow struct {
+	store.Rejection
+	Valid bool // Session is a valid session id, linked to its page
+}
+
+func (h *Handler) visibleRejections(r *http.Request) ([]rejectedRow, error) {
+	rj, err := h.src.Rejected(r.Context())
+	if err != nil {
+		return nil, err
+	}
+	rows := make([]rejectedRow, 0, len(rj))
+	for _, x := range rj {
+		if !h.allowed(r, x.Session) {
+			continue
+		}
+		rows = append(rows, rejectedRow{Rejection: x, Valid: x.Session != "" && subject.CheckSession(x.Session) == nil})
+	}
+	return rows, nil
+}
+
+func (h *Handler) rejected(w http.ResponseWriter, r *http.Request) {
+	rows, err := h.visibleRejections(r)
+	if err != nil {
+		h.fail(w, r, http.StatusBadGateway, err)
+		return
+	}
+	slices.Reverse(rows) // newest first
+	h.render(w, r, "rejected", map[string]any{"Title": "rejected records", "Rows": rows})
+}
+
+// rawRejected serves a rejected record: only one the rejected list holds
+// and the request may see.
+func (h *Handler) rawRejected(w http.ResponseWriter, r *http.Request) {
+	seq, err := seqOf(r)
+	if err != nil {
+		h.fail(w, r, http.StatusNotFound, err)
+		return
+	}
+	rows, err := h.visibleRejections(r)
+	if err != nil {
+		h.fail(w, r, http.StatusBadGateway, err)
+		return
+	}
+	if !slices.ContainsFunc(rows, func(x rejectedRow) bool { return x.Seq == seq }) {
+		h.fail(w, r, http.StatusNotFound, fmt.Errorf("no rejected record at seq %d", seq))
+		return
+	}
+	_, data, err := h.src.Record(r.Context(), seq)
+	if err != nil {
+		h.fail(w, r, http.StatusNotFound, err)
+		return
+	}
+	serveRaw(w, r.PathValue("seq"), data)
+}
+
+func parseTemplates(prefix string) map[string]*template.Template {
+	funcs := template.FuncMap{
+		"path": url.PathEscape,
+		"kib": func(n int) string {
+			if n < 10*1024 {
+				return strconv.Itoa(n) + " B"
+			}
+			return fmt.Sprintf("%.1f KiB", float64(n)/1024)
+		},
+		"add": func(a, b int) int { return a + b },
+	}
+	out := map[string]*template.Template{}
+	for _, name := range []string{"sessions", "session", "rejected", "error"} {
+		out[name] = template.Must(template.New(name).Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/"+name+".html"))
+	}
+	_ = prefix
+	return out
+}

@@ -1,0 +1,405 @@
+package inspect_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"image"
+	"image/color"
+	"image/png"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ctxd/ctxd/internal/natstest"
+	"github.com/ctxd/ctxd/pkg/app"
+	"github.com/ctxd/ctxd/pkg/inspect"
+	"github.com/ctxd/ctxd/pkg/record"
+)
+
+// instance is a running ctxd with the inspector mounted under /ui/.
+type instance struct {
+	t   testing.TB
+	app *app.App
+	js  jetstream.JetStream
+	srv *httptest.Server
+	ui  *inspect.Handler
+}
+
+func startInstance(t testing.TB, opt inspect.Options) *instance {
+	t.Helper()
+	cfg := app.DefaultConfig()
+	cfg.DataDir = t.TempDir()
+	cfg.Port = -1
+	a := app.New(cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, a.Open(ctx))
+	t.Cleanup(func() { a.Close() })
+	opt.Config = a.InspectConfig()
+	opt.Poll = 20 * time.Millisecond
+	ui := inspect.New(a.InspectSource(), opt)
+	in := &instance{t: t, app: a, ui: ui}
+	mux := http.NewServeMux()
+	mux.Handle("/ui/", ui)
+	srv := httptest.NewUnstartedServer(mux)
+	srv.Config.RegisterOnShutdown(func() { ui.Close() })
+	srv.Start()
+	t.Cleanup(func() { ui.Close(); srv.Close() })
+	js, err := jetstream.New(natstest.Connect(t, a.URL()))
+	require.NoError(t, err)
+	in.js, in.srv = js, srv
+	return in
+}
+
+// publish stores records on a subject and waits until ctxd applied them.
+func (in *instance) publish(subj string, records ...any) uint64 {
+	in.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var last uint64
+	for _, r := range records {
+		var data []byte
+		switch x := r.(type) {
+		case []byte:
+			data = x
+		case string:
+			data = []byte(x)
+		default:
+			var err error
+			data, err = record.MarshalJSON(r)
+			require.NoError(in.t, err)
+		}
+		ack, err := in.js.Publish(ctx, subj, data)
+		require.NoError(in.t, err)
+		last = ack.Sequence
+	}
+	require.NoError(in.t, in.app.Store().Wait(ctx, last, 10*time.Second))
+	return last
+}
+
+// get fetches a path and returns the status, content type and body.
+func (in *instance) get(path string) (int, string, string) {
+	in.t.Helper()
+	resp, err := http.Get(in.srv.URL + path)
+	require.NoError(in.t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(in.t, err)
+	return resp.StatusCode, resp.Header.Get("Content-Type"), string(body)
+}
+
+func m(kv ...any) *record.Map { return record.NewMap(kv...) }
+
+// noisePNG is an incompressible PNG of about side*side*4 bytes.
+func noisePNG(t testing.TB, side int) []byte {
+	t.Helper()
+	img := image.NewNRGBA(image.Rect(0, 0, side, side))
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range img.Pix {
+		img.Pix[i] = byte(r.Uint32())
+	}
+	img.Pix[3] = 255
+	var b bytes.Buffer
+	require.NoError(t, (&png.Encoder{CompressionLevel: png.NoCompression}).Encode(&b, img))
+	return b.Bytes()
+}
+
+func smallPNG(t testing.TB) string {
+	t.Helper()
+	img := image.NewNRGBA(image.Rect(0, 0, 4, 4))
+	for i := range 16 {
+		img.Set(i%4, i/4, color.NRGBA{200, 10, 10, 255})
+	}
+	var b bytes.Buffer
+	require.NoError(t, png.Encode(&b, img))
+	return base64.StdEncoding.EncodeToString(b.Bytes())
+}
+
+// demoSession is a session with a record of every fate, hostile content
+// included; it returns the sequence of the big screenshot.
+func demoSession(t testing.TB, in *instance, id string) (bigSeq uint64) {
+	t.Helper()
+	subj := "transcripts." + id
+	img := func(data string) *record.Map { return m("type", "image", "data", data, "mimeType", "image/png") }
+	small := smallPNG(t)
+	big := base64.StdEncoding.EncodeToString(noisePNG(t, 1150)) // about 5 MiB, 7 MiB as base64
+	in.publish(subj,
+		m("role", "user", "content", `<script>alert("x")</script><img src=x onerror=alert(1)>`),
+		m("role", "assistant", "content", []any{m("type", "text", "text", strings.Repeat("long ", 40_000)),
+			m("type", "toolCall", "id", "b1", "name", "browser_use")}),
+	)
+	bigSeq = in.publish(subj, m("role", "toolResult", "toolCallId", "b1", "content", []any{img(big)}))
+	in.publish(subj,
+		m("role", "assistant", "content", []any{m("type", "toolCall", "id", "b2", "name", "browser_use")}),
+		m("role", "toolResult", "toolCallId", "b2", "content", []any{img(small)}),
+		m("role", "assistant", "content", []any{m("type", "toolCall", "id", "c9", "name", "bash")}),
+		m("role", "toolResult", "toolCallId", "zz", "content", "orphan"),
+		m("role", "bashExecution", "command", "pwd", "output", "/repo\n", "exitCode", int64(0)),
+		m("kind", "context", "role", "user", "content", "hidden"),
+	)
+	return bigSeq
+}
+
+func TestHandler_Session(t *testing.T) {
+	in := startInstance(t, inspect.Options{})
+	bigSeq := demoSession(t, in, "demo-1")
+
+	code, ctype, body := in.get("/ui/sessions/demo-1")
+	require.Equal(t, http.StatusOK, code, body)
+	require.Equal(t, "text/html; charset=utf-8", ctype)
+	for _, st := range []string{"kept", "trimmed", "dropped", "converted"} {
+		require.Contains(t, body, `data-status="`+st+`"`)
+	}
+	require.Contains(t, body, `unpaired call <code>c9</code> (bash) at <a href="#seq-6">`)
+	require.Contains(t, body, `orphan result <code>zz</code> at <a href="#seq-7">`)
+	require.Contains(t, body, `href="#seq-7"`)
+	// Hostile content is escaped, never markup.
+	require.NotContains(t, body, "<script>alert")
+	require.NotContains(t, body, "<img src=x")
+	require.Contains(t, body, "&lt;script&gt;")
+	// A 5 MiB screenshot and a 200 KB string keep the page small: cut
+	// previews, and a lazy thumbnail by URL, greyed since it was trimmed.
+	require.Less(t, len(body), 100_000, "page size")
+	t.Logf("session page: %d bytes, with a %d-byte screenshot record", len(body), bigSeqSize(t, in, bigSeq))
+	thumb := fmt.Sprintf(`src="/ui/sessions/demo-1/images/%d/0"`, bigSeq)
+	require.Contains(t, body, thumb)
+	require.Regexp(t, `<img class="thumb omitted" loading="lazy"[^>]*`+thumb, body)
+	require.Regexp(t, `<img class="thumb" loading="lazy"[^>]*src="/ui/sessions/demo-1/images/5/0"`, body)
+
+	code, ctype, png := in.get(fmt.Sprintf("/ui/sessions/demo-1/images/%d/0", bigSeq))
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "image/png", ctype)
+	require.Less(t, len(png), 300_000)
+	t.Logf("thumbnail of the screenshot: %d bytes", len(png))
+	cfg, _, err := image.DecodeConfig(strings.NewReader(png))
+	require.NoError(t, err)
+	require.LessOrEqual(t, max(cfg.Width, cfg.Height), 240)
+
+	// The raw record, as text that never runs.
+	code, ctype, raw := in.get("/ui/sessions/demo-1/records/1")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "text/plain; charset=utf-8", ctype)
+	require.Contains(t, raw, `<script>alert(\"x\")</script>`)
+
+	// As at seq 2: the screenshot is not there yet, c9 not yet called.
+	code, _, body = in.get("/ui/sessions/demo-1?at=2")
+	require.Equal(t, http.StatusOK, code)
+	require.NotContains(t, body, "c9")
+	require.Contains(t, body, "As it was at seq 2")
+	require.Equal(t, 2, strings.Count(body, `class="rec `))
+
+	code, ctype, js := in.get("/ui/sessions/demo-1?at=2&format=json")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "application/json", ctype)
+	var got struct {
+		Seq      uint64            `json:"seq"`
+		Records  []json.RawMessage `json:"records"`
+		Messages []json.RawMessage `json:"messages"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(js), &got))
+	require.Equal(t, uint64(2), got.Seq)
+	require.Equal(t, 2, len(got.Records))
+	require.Equal(t, 2, len(got.Messages))
+	require.Contains(t, string(got.Records[1]), `"status":"pruned"`, "the call b1 is not answered by seq 2")
+
+	code, _, _ = in.get("/ui/sessions/demo-1?at=x")
+	require.Equal(t, http.StatusBadRequest, code)
+}
+
+func TestHandler_HostileIDs(t *testing.T) {
+	in := startInstance(t, inspect.Options{})
+	demoSession(t, in, "a")
+	in.publish("transcripts.other", m("role", "user", "content", "other's"))
+	for _, p := range []string{
+		"/ui/sessions/a.b", "/ui/sessions/%3Cscript%3Ealert(1)%3C%2Fscript%3E", "/ui/sessions/a%2Fb",
+		"/ui/sessions/" + strings.Repeat("x", 129), "/ui/sessions/nosuch", "/ui/sessions/*", "/ui/sessions/%3E",
+		"/ui/sessions/other/records/1",  // a record of another session
+		"/ui/sessions/a/records/999999", // no record
+		"/ui/sessions/a/records/-1",     // not a sequence
+		"/ui/sessions/a/images/1/0",     // a record without images
+		"/ui/sessions/a/images/3/x",     // not an image number
+		"/ui/rejected/1",                // not rejected
+	} {
+		code, ctype, body := in.get(p)
+		require.Equal(t, http.StatusNotFound, code, p)
+		require.Equal(t, "text/html; charset=utf-8", ctype, p)
+		require.NotContains(t, body, "<script>alert", p)
+	}
+}
+
+func TestHandler_SessionsAndRejected(t *testing.T) {
+	in := startInstance(t, inspect.Options{
+		Authorize: func(r *http.Request, session string) bool { return session != "secret" },
+	})
+	demoSession(t, in, "first")
+	in.publish("transcripts.secret", m("role", "user", "content", "not for you"))
+	in.publish("transcripts.second", m("role", "user", "content", "hi"), "{not json", `[1,2]`)
+	bad := in.publish("transcripts.bad.subject", m("role", "user", "content", "<b>misaddressed</b>"))
+
+	code, _, body := in.get("/ui/")
+	require.Equal(t, http.StatusOK, code, body)
+	require.NotContains(t, body, "secret")
+	require.NotContains(t, body, "bad.subject", "a subject that is no session is not listed")
+	first, second := strings.Index(body, `data-session="first"`), strings.Index(body, `data-session="second"`)
+	require.True(t, first > 0 && second > 0 && second < first, "recently active first")
+	code, _, body = in.get("/ui/?q=FIR")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, `data-session="first"`)
+	require.NotContains(t, body, `data-session="second"`)
+
+	code, _, _ = in.get("/ui/sessions/secret")
+	require.Equal(t, http.StatusNotFound, code, "refused as if it did not exist")
+
+	code, _, body = in.get("/ui/rejected")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, fmt.Sprintf(`href="/ui/rejected/%d"`, bad))
+	require.Contains(t, body, "transcripts.bad.subject")
+	require.Contains(t, body, "not a map")
+	require.Contains(t, body, `href="/ui/sessions/second#seq-`)
+	code, ctype, raw := in.get(fmt.Sprintf("/ui/rejected/%d", bad))
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "text/plain; charset=utf-8", ctype)
+	require.Contains(t, raw, "<b>misaddressed</b>")
+
+	// The session page lists the rejected records in place.
+	code, _, body = in.get("/ui/sessions/second")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, 2, strings.Count(body, `data-status="rejected"`))
+}
+
+func TestHandler_Events(t *testing.T) {
+	in := startInstance(t, inspect.Options{})
+	in.publish("transcripts.live", m("role", "user", "content", "one"))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", in.srv.URL+"/ui/sessions/live/events", nil)
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
+	events := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+				events <- d
+			}
+		}
+		close(events)
+	}()
+	require.Equal(t, "1", <-events)
+	seq := in.publish("transcripts.live", m("role", "user", "content", "two"))
+	require.Equal(t, fmt.Sprint(seq), <-events)
+	// Close ends the stream, so that a server's Shutdown is not held.
+	in.ui.Close()
+	for range events {
+	}
+}
+
+func TestHandler_AtBeyondTheStream(t *testing.T) {
+	in := startInstance(t, inspect.Options{})
+	in.publish("transcripts.s", m("role", "user", "content", "one"))
+	for _, at := range []string{"2", "18446744073709551615"} {
+		code, _, body := in.get("/ui/sessions/s?at=" + at)
+		require.Equal(t, http.StatusOK, code, body)
+		require.Equal(t, 1, strings.Count(body, `class="rec `), at)
+	}
+	code, _, _ := in.get("/ui/sessions/s?at=18446744073709551616")
+	require.Equal(t, http.StatusBadRequest, code)
+}
+
+func TestHandler_AuthorizeEverywhere(t *testing.T) {
+	in := startInstance(t, inspect.Options{
+		Authorize: func(r *http.Request, session string) bool { return session != "secret" && session != "" },
+	})
+	small := smallPNG(t)
+	in.publish("transcripts.secret",
+		m("role", "assistant", "content", []any{m("type", "toolCall", "id", "b1", "name", "browser_use")}),
+		m("role", "toolResult", "toolCallId", "b1", "content", []any{m("type", "image", "data", small, "mimeType", "image/png")}),
+		"{undecodable")
+	nosession := in.publish("transcripts.a.b", m("role", "user", "content", "x"))
+	for _, p := range []string{
+		"/ui/sessions/secret", "/ui/sessions/secret?at=1", "/ui/sessions/secret/events",
+		"/ui/sessions/secret/records/1", "/ui/sessions/secret/images/2/0",
+		"/ui/rejected/3", fmt.Sprintf("/ui/rejected/%d", nosession),
+	} {
+		code, _, _ := in.get(p)
+		require.Equal(t, http.StatusNotFound, code, p)
+	}
+	code, _, body := in.get("/ui/rejected")
+	require.Equal(t, http.StatusOK, code)
+	require.NotContains(t, body, "secret")
+	require.NotContains(t, body, "transcripts.a.b")
+	code, _, body = in.get("/ui/")
+	require.Equal(t, http.StatusOK, code)
+	require.NotContains(t, body, "secret")
+}
+
+func TestHandler_LongSession(t *testing.T) {
+	in := startInstance(t, inspect.Options{PageRecords: 10})
+	recs := []any{m("role", "assistant", "content", []any{m("type", "toolCall", "id", "early", "name", "bash")})}
+	for i := range 29 {
+		recs = append(recs, m("role", "user", "content", fmt.Sprintf("message %d", i)))
+	}
+	in.publish("transcripts.long", recs...)
+	code, _, body := in.get("/ui/sessions/long")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, 10, strings.Count(body, `class="rec `))
+	require.Contains(t, body, `20 earlier record(s) not shown: <a href="/ui/sessions/long?all=1">show all</a>`)
+	require.Contains(t, body, `<a href="/ui/sessions/long?all=1#seq-1">seq 1</a>`, "a dropped record not shown links to the full page")
+	require.Contains(t, body, "context 29 messages", "the context is built from every record")
+	code, _, body = in.get("/ui/sessions/long?all=1")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, 30, strings.Count(body, `class="rec `))
+	require.Contains(t, body, `<a href="#seq-1">seq 1</a>`)
+	code, _, body = in.get("/ui/sessions/long?at=20")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, `href="/ui/sessions/long?at=20&amp;all=1"`)
+}
+
+func TestHandler_Compaction(t *testing.T) {
+	in := startInstance(t, inspect.Options{})
+	compaction := func(text string) *record.Map {
+		return m("type", "compaction", "at", "2026-01-02T03:04:05Z", "baseSeq", int64(1), "plannerVersion", int64(1),
+			"summaryModelRef", "m", "summary", "s", "qualityAudit", "passed",
+			"messages", []any{m("role", "user", "content", text)},
+			"firstKeptIndex", int64(0), "tokensBefore", int64(10), "tokensAfter", int64(5))
+	}
+	in.publish("transcripts.c",
+		m("role", "user", "content", "before"),                  // 1 replaced
+		compaction("first snapshot"),                            // 2 replaced by 4
+		m("type", "compaction", "summary", "invalid"),           // 3 dropped, resets nothing
+		compaction("second snapshot"),                           // 4 checkpoint
+		m("role", "assistant", "content", "after the snapshot"), // 5 kept
+	)
+	code, _, body := in.get("/ui/sessions/c")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, 2, strings.Count(body, `<tr class="divider">`), "a divider per valid compaction")
+	require.Contains(t, body, `compaction checkpoint at seq 4 (checkpoint)`)
+	require.Regexp(t, `id="seq-1" class="rec st-replaced"`, body)
+	require.Regexp(t, `id="seq-2" class="rec st-replaced"`, body)
+	require.Regexp(t, `id="seq-3" class="rec st-dropped"`, body)
+	require.Regexp(t, `id="seq-4" class="rec st-checkpoint"`, body)
+	require.Contains(t, body, "replaced by the compaction at seq 4")
+	require.Contains(t, body, "context 2 messages")
+	require.NotContains(t, body, `[0] user</span><pre class="preview">{&#34;role&#34;:&#34;user&#34;,&#34;content&#34;:&#34;before`)
+}
+
+// bigSeqSize returns the size of the record stored at seq.
+func bigSeqSize(t testing.TB, in *instance, seq uint64) int {
+	t.Helper()
+	_, _, raw := in.get(fmt.Sprintf("/ui/sessions/demo-1/records/%d", seq))
+	return len(raw)
+}
