@@ -1,0 +1,95 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/ctxd/ctxd/pkg/store"
+)
+
+// ReadSubjectSeqs calls fn for the messages at the given stream sequences,
+// in the order given, as ReadSeqs does, and checks that each is a message
+// of subject: the sequences come from a record index (a checkpoint's, or
+// the store's), which is a hint. A sequence whose message is on another
+// subject, or that the stream leader says holds no message (deleted), fails
+// the read with an error wrapping store.ErrIndexStale, before fn is
+// called for it: the caller then reads the subject instead.
+//
+// As ReadSeqs, a replica without a sequence is asked again, then the
+// leader: a replica behind never makes a sequence look deleted.
+func ReadSubjectSeqs(ctx context.Context, nc *nats.Conn, stream, subject string, seqs []uint64, fn func(seq uint64, data []byte) error) error {
+	d, err := openDirectGet(nc, stream, DirectTimeout)
+	if err != nil {
+		return err
+	}
+	defer d.close()
+	type got struct {
+		subject string
+		data    []byte
+	}
+	have := make(map[uint64]got, min(len(seqs), directWindow))
+	var missing []uint64
+	var req []byte
+	for start := 0; start < len(seqs); start += directWindow {
+		part := seqs[start:min(start+directWindow, len(seqs))]
+		clear(have)
+		missing = append(missing[:0], part...)
+		for try := 0; len(missing) > 0; try++ {
+			for _, seq := range missing {
+				req = strconv.AppendUint(append(req[:0], `{"seq":`...), seq, 10)
+				req = append(req, '}')
+				if err := d.nc.PublishRequest(d.api, d.sub.Subject, req); err != nil {
+					return d.errorf("of %d: %w", seq, err)
+				}
+			}
+			for range missing {
+				r, err := d.reply(ctx)
+				if err != nil {
+					return d.errorf("of %d sequences from %d: %w", len(missing), missing[0], err)
+				}
+				switch r.kind {
+				case notFound, unavailable:
+				case message:
+					have[r.seq] = got{r.subject, r.data}
+				default:
+					return d.errorf("of %d sequences from %d: an end of batch answers no batch", len(missing), missing[0])
+				}
+			}
+			missing = slices.DeleteFunc(missing, func(seq uint64) bool { _, ok := have[seq]; return ok })
+			if len(missing) == 0 {
+				break
+			}
+			d.stale(len(missing))
+			if try >= readRetries {
+				for _, seq := range missing {
+					m, err := d.leaderGet(ctx, getRequest{Seq: seq})
+					if err != nil {
+						return err
+					}
+					if m == nil {
+						return fmt.Errorf("stream %s: sequence %d of %s holds no message: %w", stream, seq, subject, store.ErrIndexStale)
+					}
+					have[seq] = got{m.Subject, m.Data}
+				}
+				break
+			}
+			if err := d.retry(ctx, try); err != nil {
+				return err
+			}
+		}
+		for _, seq := range part {
+			g := have[seq]
+			if g.subject != subject {
+				return fmt.Errorf("stream %s: sequence %d is a message of %s, not of %s: %w", stream, seq, g.subject, subject, store.ErrIndexStale)
+			}
+			if err := fn(seq, g.data); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
