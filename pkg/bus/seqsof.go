@@ -11,6 +11,12 @@ import (
 	"github.com/ctxd/ctxd/pkg/store"
 )
 
+// seqsWindow is how many single direct gets ReadSubjectSeqs has in
+// flight: a session of a few hundred records since its compaction is
+// asked for in one or two windows, each reply about 0.5 KB to a few
+// hundred (a screenshot), well within what a subscription buffers.
+const seqsWindow = 256
+
 // ReadSubjectSeqs calls fn for the messages at the given stream sequences,
 // in the order given, as ReadSeqs does, and checks that each is a message
 // of subject: the sequences come from a record index (a checkpoint's, or
@@ -31,11 +37,11 @@ func ReadSubjectSeqs(ctx context.Context, nc *nats.Conn, stream, subject string,
 		subject string
 		data    []byte
 	}
-	have := make(map[uint64]got, min(len(seqs), directWindow))
+	have := make(map[uint64]got, min(len(seqs), seqsWindow))
 	var missing []uint64
 	var req []byte
-	for start := 0; start < len(seqs); start += directWindow {
-		part := seqs[start:min(start+directWindow, len(seqs))]
+	for start := 0; start < len(seqs); start += seqsWindow {
+		part := seqs[start:min(start+seqsWindow, len(seqs))]
 		clear(have)
 		missing = append(missing[:0], part...)
 		for try := 0; len(missing) > 0; try++ {

@@ -108,15 +108,7 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 				return sr.RecordsAt(ctx, sl.id, seqs, b.addData)
 			}
 			if len(stored) > 0 {
-				// The stored index, then the records after it: those
-				// the ingest took in after the checkpoint was written.
-				if err := sr.RecordsAt(ctx, sl.id, stored, b.addData); err != nil {
-					return err
-				}
-				if tail := stored[len(stored)-1] + 1; tail <= ld.to {
-					return s.Loader.Records(ctx, sl.id, tail, ld.to, b.addData)
-				}
-				return nil
+				return s.readStored(ctx, sr, sl.id, stored, ld.to, b)
 			}
 			return s.Loader.Records(ctx, sl.id, start, ld.to, b.addData)
 		}()
@@ -169,6 +161,49 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 		s.cache.loads.Add(1)
 		return nil
 	}
+}
+
+// readStored reads a session's records by a stored index, and the
+// records after its last from the subject, up to to: those the ingest
+// took in after the checkpoint was written. The two reads run at once,
+// the records after the index kept until those of the index are added:
+// the second read's round trips cost nothing when the first takes
+// longer, as it does.
+func (s *Store) readStored(ctx context.Context, sr SeqLoader, session string, stored []uint64, to uint64, b *build) error {
+	tail := stored[len(stored)-1] + 1
+	if tail > to {
+		return sr.RecordsAt(ctx, session, stored, b.addData)
+	}
+	type rec struct {
+		seq  uint64
+		data []byte
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var after []rec
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Loader.Records(ctx, session, tail, to, func(seq uint64, data []byte) error {
+			after = append(after, rec{seq, data}) // the Loader's data is never written again
+			return nil
+		})
+	}()
+	err := sr.RecordsAt(ctx, session, stored, b.addData)
+	if err != nil {
+		cancel()
+	}
+	if terr := <-done; err == nil {
+		err = terr
+	}
+	if err != nil {
+		return err
+	}
+	for _, r := range after {
+		if err := b.addData(r.seq, r.data); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // upTo returns the prefix of increasing seqs up to to.
