@@ -43,6 +43,25 @@ func ReadSubjectSeqs(ctx context.Context, nc *nats.Conn, stream, subject string,
 	for start := 0; start < len(seqs); start += seqsWindow {
 		part := seqs[start:min(start+seqsWindow, len(seqs))]
 		clear(have)
+		next := 0 // of part: the first not handed on yet
+		// handOn hands on the records of part in order from next, as far
+		// as they came.
+		handOn := func() error {
+			for ; next < len(part); next++ {
+				g, ok := have[part[next]]
+				if !ok {
+					return nil
+				}
+				if g.subject != subject {
+					return fmt.Errorf("stream %s: sequence %d is a message of %s, not of %s: %w", stream, part[next], g.subject, subject, store.ErrIndexStale)
+				}
+				delete(have, part[next])
+				if err := fn(part[next], g.data); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
 		missing = append(missing[:0], part...)
 		for try := 0; len(missing) > 0; try++ {
 			for _, seq := range missing {
@@ -52,6 +71,7 @@ func ReadSubjectSeqs(ctx context.Context, nc *nats.Conn, stream, subject string,
 					return d.errorf("of %d: %w", seq, err)
 				}
 			}
+			var absent []uint64
 			for range missing {
 				r, err := d.reply(ctx)
 				if err != nil {
@@ -61,11 +81,21 @@ func ReadSubjectSeqs(ctx context.Context, nc *nats.Conn, stream, subject string,
 				case notFound, unavailable:
 				case message:
 					have[r.seq] = got{r.subject, r.data}
+					// Decoding the records that came overlaps with the
+					// server sending the others.
+					if err := handOn(); err != nil {
+						return err
+					}
 				default:
 					return d.errorf("of %d sequences from %d: an end of batch answers no batch", len(missing), missing[0])
 				}
 			}
-			missing = slices.DeleteFunc(missing, func(seq uint64) bool { _, ok := have[seq]; return ok })
+			for _, seq := range missing {
+				if _, ok := have[seq]; !ok && !slices.Contains(part[:next], seq) {
+					absent = append(absent, seq)
+				}
+			}
+			missing = append(missing[:0], absent...)
 			if len(missing) == 0 {
 				break
 			}
@@ -87,14 +117,11 @@ func ReadSubjectSeqs(ctx context.Context, nc *nats.Conn, stream, subject string,
 				return err
 			}
 		}
-		for _, seq := range part {
-			g := have[seq]
-			if g.subject != subject {
-				return fmt.Errorf("stream %s: sequence %d is a message of %s, not of %s: %w", stream, seq, g.subject, subject, store.ErrIndexStale)
-			}
-			if err := fn(seq, g.data); err != nil {
-				return err
-			}
+		if err := handOn(); err != nil {
+			return err
+		}
+		if next < len(part) {
+			return d.errorf("of %d: no reply", part[next])
 		}
 	}
 	return nil
