@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"slices"
@@ -65,7 +66,7 @@ func BenchmarkColdStart(b *testing.B) {
 	require.NoError(b, err)
 	cps, err := bus.OpenCheckpoints(ctx, js, 0)
 	require.NoError(b, err)
-	indexed := 0
+	indexed, cpBytes := 0, 0
 	for s := range sessions {
 		id := fmt.Sprintf("s%d", s)
 		cp, ok, err := cps.Get(ctx, id)
@@ -76,6 +77,9 @@ func BenchmarkColdStart(b *testing.B) {
 		if len(seqs) == per {
 			indexed++
 		}
+		data, err := json.Marshal(cp)
+		require.NoError(b, err)
+		cpBytes += len(data)
 		if s%2 == 1 {
 			require.NoError(b, cps.Put(ctx, id, cp.WithoutIndex()))
 		}
@@ -83,8 +87,10 @@ func BenchmarkColdStart(b *testing.B) {
 	nc.Close()
 	require.NoError(b, ns.Close())
 	require.Equal(b, sessions, indexed, "every session's checkpoint lists its records")
+	b.Logf("checkpoints with their index: %d bytes on average", cpBytes/sessions)
 
 	var cold, scan, warm []time.Duration
+	replyBytes := 0
 	b.ResetTimer()
 	for range b.N {
 		b.StopTimer()
@@ -107,6 +113,7 @@ func BenchmarkColdStart(b *testing.B) {
 				d := time.Since(t0)
 				require.NoError(b, err)
 				require.Greater(b, len(data), 1000)
+				replyBytes += len(data)
 				if s%2 == 0 {
 					cold = append(cold, d)
 				} else {
@@ -138,6 +145,7 @@ func BenchmarkColdStart(b *testing.B) {
 		b.Logf("first cold requests, in order: indexed %v, scanning %v", cold[:8], scan[:8])
 	}
 	b.Logf("first request after a restart, %d-record sessions in a %d-record stream of %d sessions:", per, last, sessions)
+	b.Logf("replies: %d bytes on average", replyBytes/(len(cold)+len(scan)))
 	row("cold", cold)
 	row("cold-scan", scan)
 	row("warm", warm)
