@@ -247,6 +247,9 @@ func (c *Checkpoints) PutAll(ctx context.Context, cps iter.Seq2[string, store.Ch
 		return nil
 	}
 	for session, cp := range cps {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		if !validKey(session) {
 			return fmt.Errorf("checkpoint %s: %w", session, jetstream.ErrInvalidKey)
 		}
