@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -88,6 +90,15 @@ func BenchmarkColdStart(b *testing.B) {
 	require.NoError(b, ns.Close())
 	require.Equal(b, sessions, indexed, "every session's checkpoint lists its records")
 	b.Logf("checkpoints with their index: %d bytes on average", cpBytes/sessions)
+	blocks, err := filepath.Glob(filepath.Join(dir, "jetstream", "*", "streams", "TRANSCRIPTS", "msgs", "*.blk"))
+	require.NoError(b, err)
+	var bytes int64
+	for _, f := range blocks {
+		fi, err := os.Stat(f)
+		require.NoError(b, err)
+		bytes += fi.Size()
+	}
+	b.Logf("the stream: %d message blocks, %.1f MB", len(blocks), float64(bytes)/1e6)
 
 	var cold, scan, warm []time.Duration
 	replyBytes := 0
