@@ -416,7 +416,10 @@ func (s *Store) Apply(session string, seq uint64, data []byte) {
 	if sl.indexed && !resets {
 		s.markIndex(sl)
 	}
-	cp := s.checkpointOf(sl)
+	var cp Checkpoint
+	if resets {
+		cp = s.checkpointOf(sl) // its index, if any, is the compaction alone
+	}
 	sl.mu.Unlock()
 	if poison != nil {
 		s.reject(Rejection{Subject: subject.TranscriptsPrefix + session, Session: session, Seq: seq, Size: n, Reason: poison.Error()})
