@@ -178,7 +178,26 @@ func indexOf(t *testing.T, l *fakeLoader, session string) []uint64 {
 	require.True(t, ok, "%s has a checkpoint", session)
 	seqs, err := cp.Seqs()
 	require.NoError(t, err)
+	require.NotEmpty(t, seqs, "%s: checkpoint %+v has no index", session, cp)
 	return seqs
+}
+
+// After a load that finds a later compaction than its checkpoint's, the
+// checkpoint written from there carries the index the load set.
+func TestStore_LaterCompactionWrittenWithItsIndex(t *testing.T) {
+	l := newFakeLoader()
+	l.publish("a", userRecord("one"))
+	c1 := l.publish("a", compactionRecord("first"))
+	l.publish("a", userRecord("two"))
+	c2 := l.publish("a", compactionRecord("second"))
+	last := l.publish("a", userRecord("three"))
+	l.checkpoints["a"] = Checkpoint{From: c1, Seq: c1}
+	s := coldStore(t, l, false)
+	s.checkpoints.every = time.Hour // only the load's own put
+	requireView(t, s, l, "a")
+	require.NoError(t, s.checkpoints.flush(context.Background()))
+	want := Checkpoint{From: c2, Seq: last}.WithSeqs([]uint64{c2, last})
+	require.Equal(t, []savedCheckpoint{{"a", want}}, l.saved, "written once, with its index")
 }
 
 // After a restart, a session loads by its checkpoint's index, and what
@@ -217,8 +236,8 @@ func TestStore_ColdLoadByStoredIndex(t *testing.T) {
 					continue
 				}
 				seqReads, reads := l.seqReads, len(l.readsOf(id))
+				idx := indexOf(t, l, id) // the one the load reads by
 				requireView(t, fresh, l, id)
-				idx := indexOf(t, l, id)
 				require.Equal(t, seqReads+1, l.seqReads, "%s: loaded by its index", id)
 				after := l.readsOf(id)[reads:]
 				for _, rr := range after {
@@ -383,4 +402,20 @@ func TestCheckpointWriter_KeepsTheNewest(t *testing.T) {
 		}
 	}
 	require.Equal(t, map[string]Checkpoint{"a": newer, "b": {From: 1, Seq: 2}}, last)
+}
+
+// Indexes marked but not yet due are written by a flush at once: a
+// shutdown does not wait for the next interval, nor leave them out.
+func TestStore_FlushWritesMarkedIndexes(t *testing.T) {
+	l := newFakeLoader()
+	s := coldStore(t, l, true)
+	s.checkpoints.every = time.Hour
+	var last uint64
+	for i := range 30 {
+		last = ingest(s, l, "a", userRecord(fmt.Sprint(i)))
+	}
+	require.Empty(t, checkpointsOf(l), "not due")
+	require.NoError(t, s.checkpoints.flush(context.Background()))
+	require.Equal(t, last, checkpointsOf(l)["a"].Seq)
+	require.Len(t, indexOf(t, l, "a"), 30)
 }

@@ -136,9 +136,11 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 		// checkpoint, the compactions and the poison records it met.
 		from := sl.from
 		sl.from, sl.fromKnown, sl.saved = max(sl.from, b.from), true, max(sl.saved, saved)
-		if sl.from > from && sl.from > sl.saved {
-			// A later compaction than the checkpoint's: written behind,
-			// as one the ingest meets.
+		// A later compaction than the checkpoint's is written behind, as
+		// one the ingest meets: here when the load fails, else below,
+		// with the index the load sets.
+		later := sl.from > from && sl.from > sl.saved
+		if later && err != nil {
 			s.checkpoints.put(sl.id, Checkpoint{From: sl.from, Seq: max(sl.seq, b.proj.Seq())})
 		}
 		s.quarantine(sl, b.found, b.why)
@@ -150,13 +152,16 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 		}
 		if !byIndex {
 			s.setIndex(sl, b.seen)
-			if sl.indexed && (storedTo == 0 || sl.seq > storedTo) {
-				// Not the index stored: written behind.
-				s.markIndex(sl)
-			}
 		}
 		sl.proj, sl.size, sl.weight = b.proj, b.size, b.weight
 		sl.seq = max(sl.seq, b.proj.Seq())
+		switch {
+		case later:
+			s.checkpoints.put(sl.id, s.checkpointOf(sl))
+		case !byIndex && sl.indexed && (storedTo == 0 || sl.seq > storedTo):
+			// Not the index stored: written behind.
+			s.markIndex(sl)
+		}
 		s.cache.add(sl)
 		s.cache.loads.Add(1)
 		return nil
