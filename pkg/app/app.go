@@ -300,5 +300,5 @@ func (l *streamLoader) Records(ctx context.Context, session string, from, to uin
 }
 
 func (l *streamLoader) RecordsAt(ctx context.Context, session string, seqs []uint64, fn func(seq uint64, data []byte) error) error {
-	return bus.ReadSeqs(ctx, l.nc, l.stream, seqs, fn)
+	return bus.ReadSubjectSeqs(ctx, l.nc, l.stream, subject.TranscriptsPrefix+session, seqs, fn)
 }

@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"math"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -15,17 +18,49 @@ import (
 )
 
 // Checkpoints is the key-value bucket of session checkpoints.
+//
+// PutAll never replaces a stored checkpoint with an older one
+// (store.Checkpoint.Newer): each write expects the key's revision it last
+// read or wrote (Nats-Expected-Last-Subject-Sequence), so of writers that
+// race (two instances, a shutdown and the ingest behind it, a rebuild)
+// none moves a checkpoint back. It remembers the revision and checkpoint
+// of each key it read or wrote, at most maxKnownKeys of them.
 type Checkpoints struct {
 	js jetstream.JetStream
 	kv jetstream.KeyValue
+	// maxValue is the largest value the bucket stores (its max_msg_size,
+	// less room for the headers); a checkpoint larger is stored without
+	// its index.
+	maxValue int
+
+	mu    sync.Mutex
+	known map[string]storedCheckpoint
 }
+
+// storedCheckpoint is a key's checkpoint as last read or written, and its
+// revision (0: the key holds none).
+type storedCheckpoint struct {
+	rev uint64
+	cp  store.Checkpoint
+}
+
+// maxKnownKeys bounds the keys whose revision Checkpoints remembers; past
+// it they are forgotten, and read again before they are written.
+const maxKnownKeys = 200_000
+
+// checkpointHeaderRoom is what a value leaves of the bucket's
+// max_msg_size for the message's headers.
+const checkpointHeaderRoom = 256
 
 // OpenCheckpoints opens the checkpoint bucket, creating its stream from
 // streams/checkpoints.kv.json when it is missing. The definition is the
 // bucket's stream (KV_ name, $KV subjects, one message per key), the form
 // `nats stream add --config` takes, so it is created as a stream and then
 // opened with the key-value API, which Get, Put and All use; only PutAll
-// writes otherwise.
+// writes otherwise. A bucket created with a smaller max_msg_size than the
+// definition's (before checkpoints held indexes) is raised to it; when
+// that fails, checkpoints too large for it are stored without their
+// index.
 func OpenCheckpoints(ctx context.Context, js jetstream.JetStream, replicas int) (*Checkpoints, error) {
 	cfg, err := streams.Checkpoints()
 	if err != nil {
@@ -34,71 +69,226 @@ func OpenCheckpoints(ctx context.Context, js jetstream.JetStream, replicas int) 
 	if replicas > 0 {
 		cfg.Replicas = replicas
 	}
-	if _, err := js.Stream(ctx, cfg.Name); errors.Is(err, jetstream.ErrStreamNotFound) {
+	maxMsg := cfg.MaxMsgSize
+	if st, err := js.Stream(ctx, cfg.Name); errors.Is(err, jetstream.ErrStreamNotFound) {
 		if _, err := js.CreateStream(ctx, cfg); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			return nil, fmt.Errorf("bucket %s: create: %w", streams.CheckpointsBucket, err)
 		}
 	} else if err != nil {
 		return nil, fmt.Errorf("bucket %s: %w", streams.CheckpointsBucket, err)
+	} else if have := st.CachedInfo().Config; have.MaxMsgSize > 0 && have.MaxMsgSize < cfg.MaxMsgSize {
+		maxMsg = have.MaxMsgSize
+		have.MaxMsgSize = cfg.MaxMsgSize
+		if _, err := js.UpdateStream(ctx, have); err == nil {
+			maxMsg = cfg.MaxMsgSize
+		}
 	}
 	kv, err := js.KeyValue(ctx, streams.CheckpointsBucket)
 	if err != nil {
 		return nil, fmt.Errorf("bucket %s: %w", streams.CheckpointsBucket, err)
 	}
-	return &Checkpoints{js: js, kv: kv}, nil
+	c := &Checkpoints{js: js, kv: kv, known: map[string]storedCheckpoint{}, maxValue: math.MaxInt}
+	if maxMsg > 0 {
+		c.maxValue = max(int(maxMsg)-checkpointHeaderRoom, 0)
+	}
+	return c, nil
 }
 
-// Get returns a session's checkpoint; ok is false when it has none.
+// remember notes a key's checkpoint and revision.
+func (c *Checkpoints) remember(session string, rev uint64, cp store.Checkpoint) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.known) >= maxKnownKeys {
+		clear(c.known)
+	}
+	c.known[session] = storedCheckpoint{rev: rev, cp: cp}
+}
+
+func (c *Checkpoints) forget(session string) {
+	c.mu.Lock()
+	delete(c.known, session)
+	c.mu.Unlock()
+}
+
+func (c *Checkpoints) lookup(session string) (storedCheckpoint, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k, ok := c.known[session]
+	return k, ok
+}
+
+// Get returns a session's checkpoint; ok is false when it has none. A
+// stored value that does not decode is an error wrapping
+// store.ErrBadCheckpoint.
 func (c *Checkpoints) Get(ctx context.Context, session string) (cp store.Checkpoint, ok bool, err error) {
 	e, err := c.kv.Get(ctx, session)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		c.remember(session, 0, cp)
 		return cp, false, nil
 	}
 	if err != nil {
 		return cp, false, fmt.Errorf("checkpoint %s: %w", session, err)
 	}
 	if err := json.Unmarshal(e.Value(), &cp); err != nil {
-		return cp, false, fmt.Errorf("checkpoint %s: %w", session, err)
+		c.remember(session, e.Revision(), store.Checkpoint{}) // any checkpoint replaces it
+		return store.Checkpoint{}, false, fmt.Errorf("checkpoint %s: %w: %w", session, store.ErrBadCheckpoint, err)
 	}
+	c.remember(session, e.Revision(), cp)
 	return cp, true, nil
 }
 
-// Put stores a session's checkpoint and returns once it is stored.
+// Put stores a session's checkpoint, whatever the bucket holds, and
+// returns once it is stored.
 func (c *Checkpoints) Put(ctx context.Context, session string, cp store.Checkpoint) error {
-	data, _ := json.Marshal(cp)
+	data, _ := c.encode(cp)
 	if _, err := c.kv.Put(ctx, session, data); err != nil {
+		c.forget(session)
 		return fmt.Errorf("checkpoint %s: %w", session, err)
+	}
+	c.forget(session)
+	return nil
+}
+
+// encode returns a checkpoint's value, and the checkpoint it stores: one
+// too large for the bucket is stored without its index.
+func (c *Checkpoints) encode(cp store.Checkpoint) ([]byte, store.Checkpoint) {
+	data, _ := json.Marshal(cp)
+	if len(data) > c.maxValue && cp.Index != "" {
+		cp = cp.WithoutIndex()
+		data, _ = json.Marshal(cp)
+	}
+	return data, cp
+}
+
+// isWrongLast reports whether err is a write refused because the key's
+// revision was not the one expected.
+func isWrongLast(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+	}
+	return errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)
+}
+
+// putNewer stores cp unless the bucket holds a checkpoint as new, reading
+// the key again whenever another writer changed it meanwhile.
+func (c *Checkpoints) putNewer(ctx context.Context, session string, cp store.Checkpoint) error {
+	for try := 0; try < 8; try++ {
+		k, ok := c.lookup(session)
+		if !ok {
+			if _, _, err := c.Get(ctx, session); err != nil && !errors.Is(err, store.ErrBadCheckpoint) {
+				return err
+			}
+			k, _ = c.lookup(session)
+		}
+		if k.rev > 0 && !cp.Newer(k.cp) {
+			return nil // as new or newer there
+		}
+		data, stored := c.encode(cp)
+		rev, err := c.kv.Update(ctx, session, data, k.rev)
+		if err == nil {
+			c.remember(session, rev, stored)
+			return nil
+		}
+		c.forget(session)
+		if !isWrongLast(err) {
+			return fmt.Errorf("checkpoint %s: %w", session, err)
+		}
+	}
+	return fmt.Errorf("checkpoint %s: changed by other writers on every try", session)
+}
+
+// PutAll stores many checkpoints, each unless the bucket holds one as new
+// (see Checkpoints), without waiting for each to be stored before sending
+// the next: the key-value API has no such write, so PutAll publishes to
+// the bucket's subject for the key, $KV.<bucket>.<key>, as Put does (the
+// bucket is ctxd's own, not a mirror, so that is where its keys are
+// stored), expecting the key's revision. A key it knows nothing of is
+// read first; one another writer changed meanwhile is read again and
+// written alone if still newer. It returns once all are stored, or with
+// the first error; some of the others may be stored by then.
+func (c *Checkpoints) PutAll(ctx context.Context, cps iter.Seq2[string, store.Checkpoint]) error {
+	prefix := "$KV." + c.kv.Bucket() + "."
+	type flight struct {
+		session string
+		cp      store.Checkpoint
+		ack     jetstream.PubAckFuture
+	}
+	var inFlight []flight
+	var again []flight
+	var firstErr error
+	settle := func(keep int) error {
+		for len(inFlight) > keep {
+			f := inFlight[0]
+			inFlight = inFlight[1:]
+			t := time.NewTimer(pipelineAckWait)
+			select {
+			case ack := <-f.ack.Ok():
+				c.remember(f.session, ack.Sequence, f.cp)
+			case err := <-f.ack.Err():
+				c.forget(f.session)
+				if isWrongLast(err) {
+					again = append(again, f)
+				} else if firstErr == nil {
+					firstErr = fmt.Errorf("checkpoint %s: %w", f.session, err)
+				}
+			case <-t.C:
+				c.forget(f.session)
+				if firstErr == nil {
+					firstErr = fmt.Errorf("checkpoint %s: %w in %v", f.session, ErrNoAck, pipelineAckWait)
+				}
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			}
+			t.Stop()
+		}
+		return nil
+	}
+	for session, cp := range cps {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if !validKey(session) {
+			return fmt.Errorf("checkpoint %s: %w", session, jetstream.ErrInvalidKey)
+		}
+		k, ok := c.lookup(session)
+		if !ok {
+			if _, _, err := c.Get(ctx, session); err != nil && !errors.Is(err, store.ErrBadCheckpoint) {
+				return err
+			}
+			k, _ = c.lookup(session)
+		}
+		if k.rev > 0 && !cp.Newer(k.cp) {
+			continue
+		}
+		data, stored := c.encode(cp)
+		ack, err := c.js.PublishAsync(prefix+session, data, jetstream.WithExpectLastSequencePerSubject(k.rev))
+		if err != nil {
+			return fmt.Errorf("checkpoint %s: %w", session, err)
+		}
+		inFlight = append(inFlight, flight{session, stored, ack})
+		if err := settle(checkpointWindow - 1); err != nil {
+			return err
+		}
+	}
+	if err := settle(0); err != nil {
+		return err
+	}
+	if firstErr != nil {
+		return firstErr
+	}
+	for _, f := range again {
+		if err := c.putNewer(ctx, f.session, f.cp); err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
-// PutAll stores many checkpoints, the way Put stores one, without waiting
-// for each to be stored before sending the next (see pipeline): the
-// key-value API has no such write, so PutAll publishes to the bucket's
-// subject for the key, $KV.<bucket>.<key>, as Put does (the bucket is
-// ctxd's own, not a mirror, so that is where its keys are stored). It
-// returns once all are stored, or with the first error; some of the
-// others may be stored by then.
-func (c *Checkpoints) PutAll(ctx context.Context, cps iter.Seq2[string, store.Checkpoint]) error {
-	prefix := "$KV." + c.kv.Bucket() + "."
-	keys := make([]string, pipelineWindow) // of the checkpoints in flight, by index modulo the window
-	p := newPipeline(c.js, func(i int, err error) error {
-		return fmt.Errorf("checkpoint %s: %w", keys[i%pipelineWindow], err)
-	})
-	n := 0
-	for session, cp := range cps {
-		if !validKey(session) {
-			return fmt.Errorf("checkpoint %s: %w", session, jetstream.ErrInvalidKey)
-		}
-		data, _ := json.Marshal(cp)
-		keys[n%pipelineWindow] = session
-		n++
-		if err := p.publish(ctx, prefix+session, data); err != nil {
-			return err
-		}
-	}
-	return p.wait(ctx)
-}
+// checkpointWindow is how many checkpoint writes PutAll has in flight.
+const checkpointWindow = 1024
 
 // validKey reports whether a key is one the bucket takes, as Put checks.
 func validKey(k string) bool {

@@ -56,6 +56,16 @@ func BenchmarkStore_Apply(b *testing.B) {
 		s.Loader = l
 		run(b, s, benchRecords(1024, 0))
 	})
+	b.Run("indexed, not loaded", func(b *testing.B) {
+		// A Fresh store indexes every session: each index is written
+		// behind the ingest, at most once a second.
+		l := newFakeLoader()
+		s := New()
+		s.Loader = seqLoader{l}
+		s.Fresh = true
+		b.Cleanup(func() { s.Close() })
+		run(b, s, benchRecords(1024, 0))
+	})
 	b.Run("compactions, not loaded", func(b *testing.B) {
 		// A compaction every 50 records: its checkpoint is saved.
 		l := newFakeLoader()

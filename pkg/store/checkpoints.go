@@ -28,16 +28,31 @@ const (
 	maxRetry   = 5 * time.Second
 )
 
+// DefaultIndexEvery is how often a session's record sequences are
+// written with its checkpoint, at most, while records come.
+const DefaultIndexEvery = time.Second
+
 // checkpointWriter writes checkpoints behind the ingest: Apply hands it a
 // session's checkpoint and goes on. It keeps the latest checkpoint of
 // each session until it is written, writes what it holds in one batch,
 // and writes a failed batch again, waiting longer each time. Its
 // goroutine runs while there is something to write; close stops it.
 //
+// A session whose record index grew is only marked: at most every
+// `every`, the writer asks the store for the marked sessions'
+// checkpoints, with their sequences (resolve), and writes them in the
+// same batch as the others. So a session that gets many records is
+// written once an interval, not once a record, and a flush writes what
+// is marked at once.
+//
 // A checkpoint is a hint: one written late, or never, only makes a load
 // read more records.
 type checkpointWriter struct {
 	write func(ctx context.Context, batch map[string]Checkpoint) error
+	// resolve returns the current checkpoints of marked sessions; it
+	// takes their slots' locks, so the writer calls it holding none.
+	resolve func(ids map[string]struct{}) map[string]Checkpoint
+	every   time.Duration
 	// written is told of every batch written, and whether nothing is
 	// left to write.
 	written func(batch map[string]Checkpoint, idle bool)
@@ -49,6 +64,10 @@ type checkpointWriter struct {
 
 	mu      sync.Mutex
 	pending map[string]Checkpoint
+	dirty   map[string]struct{} // marked: written once resolved
+	last    time.Time           // when marked sessions were last resolved
+	hurry   bool                // a flush waits: resolve the marked now
+	wake    chan struct{}       // ends the wait for the next resolve
 	running bool
 	idle    chan struct{} // closed when the goroutine running stops
 	closed  bool
@@ -58,6 +77,9 @@ type checkpointWriter struct {
 func (w *checkpointWriter) init() {
 	w.ctx, w.cancel = context.WithCancel(context.Background())
 	w.pending = map[string]Checkpoint{}
+	w.dirty = map[string]struct{}{}
+	w.wake = make(chan struct{}, 1)
+	w.last = time.Now()
 }
 
 // put queues a session's checkpoint in place of an older one. A load
@@ -75,15 +97,53 @@ func (w *checkpointWriter) putAll(cps iter.Seq2[string, Checkpoint]) {
 		return
 	}
 	for id, cp := range cps {
-		if old, ok := w.pending[id]; !ok || old.Seq <= cp.Seq {
+		if old, ok := w.pending[id]; !ok || !old.Newer(cp) {
 			w.pending[id] = cp
 		}
 	}
-	if !w.running && len(w.pending) > 0 {
+	w.start()
+}
+
+// mark notes that a session's checkpoint changed: its index grew. The
+// writer asks for the checkpoint when it next resolves.
+func (w *checkpointWriter) mark(session string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return
+	}
+	w.dirty[session] = struct{}{}
+	w.start()
+}
+
+// start starts the goroutine when it is not running; w.mu is held.
+func (w *checkpointWriter) start() {
+	if !w.running && (len(w.pending) > 0 || len(w.dirty) > 0) {
 		w.running, w.idle = true, make(chan struct{})
 		w.wg.Add(1)
 		go w.run()
 	}
+}
+
+// take returns what the writer writes next: the pending checkpoints, and
+// the marked sessions when they are due. With nothing to write yet, it
+// returns how long to wait for the marked ones; done says the goroutine
+// stops. w.mu is held.
+func (w *checkpointWriter) take() (batch map[string]Checkpoint, marked map[string]struct{}, wait time.Duration, done bool) {
+	if w.closed || len(w.pending) == 0 && len(w.dirty) == 0 {
+		w.running, w.hurry = false, false
+		close(w.idle)
+		return nil, nil, 0, true
+	}
+	if len(w.dirty) > 0 {
+		if due := w.every - time.Since(w.last); w.hurry || due <= 0 {
+			marked, w.dirty, w.last = w.dirty, map[string]struct{}{}, time.Now()
+		} else if len(w.pending) == 0 {
+			return nil, nil, due, false
+		}
+	}
+	batch, w.pending = w.pending, map[string]Checkpoint{}
+	return batch, marked, 0, false
 }
 
 func (w *checkpointWriter) run() {
@@ -91,23 +151,39 @@ func (w *checkpointWriter) run() {
 	wait := time.Duration(0)
 	for {
 		w.mu.Lock()
-		if len(w.pending) == 0 || w.closed {
-			w.running = false
-			close(w.idle)
-			w.mu.Unlock()
+		batch, marked, due, done := w.take()
+		w.mu.Unlock()
+		if done {
 			return
 		}
-		batch := w.pending
-		w.pending = make(map[string]Checkpoint, len(batch))
-		w.mu.Unlock()
+		if batch == nil {
+			t := time.NewTimer(due)
+			select {
+			case <-t.C:
+			case <-w.wake:
+			case <-w.ctx.Done():
+			}
+			t.Stop()
+			continue
+		}
+		if len(marked) > 0 {
+			for id, cp := range w.resolve(marked) {
+				if old, ok := batch[id]; !ok || !old.Newer(cp) {
+					batch[id] = cp
+				}
+			}
+		}
+		if len(batch) == 0 {
+			continue
+		}
 
 		err := w.write(w.ctx, batch)
 		w.mu.Lock()
 		w.lastErr = err
-		idle := len(w.pending) == 0
+		idle := len(w.pending) == 0 && len(w.dirty) == 0
 		if err != nil {
 			for id, cp := range batch {
-				if old, ok := w.pending[id]; !ok || old.Seq < cp.Seq {
+				if old, ok := w.pending[id]; !ok || cp.Newer(old) {
 					w.pending[id] = cp
 				}
 			}
@@ -135,7 +211,14 @@ func (w *checkpointWriter) flush(ctx context.Context) error {
 	for {
 		w.mu.Lock()
 		closed, running, idle, lastErr := w.closed, w.running, w.idle, w.lastErr
+		if running {
+			w.hurry = true
+		}
 		w.mu.Unlock()
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
 		switch {
 		case closed:
 			return ErrClosed
@@ -167,8 +250,8 @@ func (w *checkpointWriter) close() int {
 	w.wg.Wait()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	n := len(w.pending)
-	w.pending = nil
+	n := len(w.pending) + len(w.dirty)
+	w.pending, w.dirty = nil, nil
 	return n
 }
 
@@ -203,7 +286,8 @@ func (s *Store) SaveCheckpoints(ctx context.Context) error {
 	for _, sl := range s.dir.all() {
 		sl.mu.Lock()
 		if sl.fromKnown && !sl.dead {
-			cps[sl.id] = Checkpoint{From: sl.from, Seq: sl.seq}
+			cps[sl.id] = s.checkpointOf(sl)
+			sl.marked = false
 		}
 		sl.mu.Unlock()
 	}

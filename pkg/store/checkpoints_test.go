@@ -30,7 +30,9 @@ func compactEach(s *Store, l *fakeLoader, sessions []string, rounds int) map[str
 		for _, id := range sessions {
 			ingest(s, l, id, userRecord(fmt.Sprintf("%s %d", id, i)))
 			seq := ingest(s, l, id, compactionRecord(fmt.Sprintf("%s kept %d", id, i)))
-			want[id] = Checkpoint{From: seq, Seq: seq}
+			// The ingest meets every record of the session from the
+			// compaction on: the checkpoint lists them.
+			want[id] = Checkpoint{From: seq, Seq: seq}.WithSeqs([]uint64{seq})
 		}
 	}
 	return want
@@ -214,7 +216,7 @@ func TestStore_OldCheckpoint(t *testing.T) {
 			require.Len(t, l.readsOf("a"), len(reads), "loaded again by sequence, not by scanning")
 			require.Equal(t, seqReads+1, l.seqReads)
 			require.NoError(t, fresh.SaveCheckpoints(context.Background()))
-			require.Equal(t, Checkpoint{From: c2, Seq: last}, checkpointsOf(l)["a"], "the latest compaction is found again")
+			require.Equal(t, Checkpoint{From: c2, Seq: last}.WithSeqs([]uint64{c2, last}), checkpointsOf(l)["a"], "the latest compaction is found again, with its records")
 		})
 	}
 }
@@ -275,7 +277,7 @@ func TestStore_LoadWritesTheCompactionItFinds(t *testing.T) {
 			s.Advance(last)
 			requireView(t, s, l, "a")
 			require.NoError(t, s.checkpoints.flush(context.Background()))
-			require.Equal(t, Checkpoint{From: c2, Seq: last}, checkpointsOf(l)["a"])
+			require.Equal(t, Checkpoint{From: c2, Seq: last}.WithSeqs([]uint64{c2, last}), checkpointsOf(l)["a"])
 
 			s.Evict("a")
 			sl := s.slot("a", false)

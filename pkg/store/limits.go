@@ -13,9 +13,20 @@ import (
 // is a function of the records from its latest valid compaction on, so
 // any checkpoint, however old, rebuilds the same projection; a recent one
 // rebuilds it from fewer records.
+//
+// Index, when not empty, lists the session's record sequences from From
+// to Seq, in order (From first when it is not 0, Seq last), encoded (see
+// WithSeqs and Seqs): a load reads exactly those records by sequence, and
+// the records after Seq from the session's subject, instead of scanning
+// the subject from From. It is a hint too: a load checks it and scans
+// when it does not hold (see load.go). A checkpoint without it is the
+// format written before it existed, and loads as before.
 type Checkpoint struct {
-	From uint64 `json:"from"`
-	Seq  uint64 `json:"seq"`
+	From  uint64
+	Seq   uint64
+	Index string
+
+	indexErr string // why the stored index was dropped (IndexError)
 }
 
 // Limits bound what one record and one session may hold. They decide

@@ -53,6 +53,7 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 	ctx, cancel := context.WithTimeout(ctx, s.LoadTimeout)
 	defer cancel()
 	sr, bySeq := s.Loader.(SeqLoader)
+	scan := false // an index did not hold: read the subject
 	for attempt := 1; ; attempt++ {
 		// Every record up to the watermark is stored, and so is every
 		// record this session has seen: the ingest notes it before moving
@@ -63,7 +64,7 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 		start, fromKnown := sl.from, sl.fromKnown
 		known := slices.Clone(sl.quarantined)
 		var seqs []uint64
-		byIndex := bySeq && sl.indexed
+		byIndex := bySeq && sl.indexed && !scan
 		if byIndex {
 			seqs = slices.Clone(sl.seqs)
 			ld.to = sl.seq
@@ -71,23 +72,43 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 		sl.mu.Unlock()
 
 		var b *build
-		var saved uint64 // the checkpoint's From, when read
+		var saved uint64    // the checkpoint's From, when read
+		var stored []uint64 // the checkpoint's sequences the load reads
+		var storedTo uint64 // the checkpoint's Seq, when they are all read
 		err := func() error {
 			if !fromKnown {
 				cp, ok, err := s.Loader.Checkpoint(ctx, sl.id)
+				if errors.Is(err, ErrBadCheckpoint) {
+					s.Logger.Warn("checkpoint does not decode; the session loads from its subject's start", "session", sl.id, "err", err)
+					cp, ok, err = Checkpoint{}, false, nil
+				}
 				if err != nil {
 					return err
+				}
+				if ierr := cp.IndexError(); ok && ierr != nil {
+					s.Logger.Warn("checkpoint's record index dropped; the session loads from its subject", "session", sl.id, "err", ierr)
 				}
 				// A checkpoint past what the load reads (written by a
 				// rebuild at the stream's end, ahead of the ingest) would
 				// start the read after the records it must hold.
 				if ok && cp.From <= ld.to {
 					saved, start = cp.From, max(start, cp.From)
+					if idx, err := cp.Seqs(); err != nil {
+						s.Logger.Warn("checkpoint's record index dropped; the session loads from its subject", "session", sl.id, "err", err)
+					} else if bySeq && !scan && start == cp.From && idx != nil {
+						stored = upTo(idx, ld.to)
+						if len(stored) == len(idx) {
+							storedTo = cp.Seq
+						}
+					}
 				}
 			}
 			b = s.newBuild(sl.id, start, known)
 			if byIndex {
 				return sr.RecordsAt(ctx, sl.id, seqs, b.addData)
+			}
+			if len(stored) > 0 {
+				return s.readStored(ctx, sr, sl.id, stored, ld.to, b)
 			}
 			return s.Loader.Records(ctx, sl.id, start, ld.to, b.addData)
 		}()
@@ -95,6 +116,14 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 		sl.mu.Lock()
 		if b == nil {
 			return fmt.Errorf("store: load %s: %w", sl.id, err)
+		}
+		if (byIndex || len(stored) > 0) && errors.Is(err, ErrIndexStale) {
+			// An index that does not hold: what it read is dropped, and
+			// the load reads the session's subject instead.
+			s.Logger.Warn("record index does not hold; the session loads from its subject", "session", sl.id, "stored", len(stored) > 0, "err", err)
+			s.dropIndex(sl)
+			scan = true
+			continue
 		}
 		if err == nil {
 			for _, r := range ld.pending {
@@ -107,9 +136,11 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 		// checkpoint, the compactions and the poison records it met.
 		from := sl.from
 		sl.from, sl.fromKnown, sl.saved = max(sl.from, b.from), true, max(sl.saved, saved)
-		if sl.from > from && sl.from > sl.saved {
-			// A later compaction than the checkpoint's: written behind,
-			// as one the ingest meets.
+		// A later compaction than the checkpoint's is written behind, as
+		// one the ingest meets: here when the load fails, else below,
+		// with the index the load sets.
+		later := sl.from > from && sl.from > sl.saved
+		if later && err != nil {
 			s.checkpoints.put(sl.id, Checkpoint{From: sl.from, Seq: max(sl.seq, b.proj.Seq())})
 		}
 		s.quarantine(sl, b.found, b.why)
@@ -124,10 +155,66 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 		}
 		sl.proj, sl.size, sl.weight = b.proj, b.size, b.weight
 		sl.seq = max(sl.seq, b.proj.Seq())
+		switch {
+		case later:
+			s.checkpoints.put(sl.id, s.checkpointOf(sl))
+		case !byIndex && sl.indexed && (storedTo == 0 || sl.seq > storedTo):
+			// Not the index stored: written behind.
+			s.markIndex(sl)
+		}
 		s.cache.add(sl)
 		s.cache.loads.Add(1)
 		return nil
 	}
+}
+
+// readStored reads a session's records by a stored index, and the
+// records after its last from the subject, up to to: those the ingest
+// took in after the checkpoint was written. The two reads run at once,
+// the records after the index kept until those of the index are added:
+// the second read's round trips cost nothing when the first takes
+// longer, as it does.
+func (s *Store) readStored(ctx context.Context, sr SeqLoader, session string, stored []uint64, to uint64, b *build) error {
+	tail := stored[len(stored)-1] + 1
+	if tail > to {
+		return sr.RecordsAt(ctx, session, stored, b.addData)
+	}
+	type rec struct {
+		seq  uint64
+		data []byte
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var after []rec
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Loader.Records(ctx, session, tail, to, func(seq uint64, data []byte) error {
+			after = append(after, rec{seq, data}) // the Loader's data is never written again
+			return nil
+		})
+	}()
+	err := sr.RecordsAt(ctx, session, stored, b.addData)
+	if err != nil {
+		cancel()
+	}
+	if terr := <-done; err == nil {
+		err = terr
+	}
+	if err != nil {
+		return err
+	}
+	for _, r := range after {
+		if err := b.addData(r.seq, r.data); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// upTo returns the prefix of increasing seqs up to to.
+func upTo(seqs []uint64, to uint64) []uint64 {
+	n, _ := slices.BinarySearch(seqs, to+1)
+	return seqs[:n]
 }
 
 // build is a projection being loaded, and what its load found.

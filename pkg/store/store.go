@@ -79,10 +79,17 @@ type Loader interface {
 
 // SeqLoader reads records by stream sequence.
 type SeqLoader interface {
-	// RecordsAt calls fn for the records at the given sequences, in order,
-	// skipping sequences that hold no record.
+	// RecordsAt calls fn for the session's records at the given
+	// sequences, in order. A sequence that holds no record, or a record
+	// of another session, fails the read with an error wrapping
+	// ErrIndexStale: the store then reads the session's subject instead.
 	RecordsAt(ctx context.Context, session string, seqs []uint64, fn func(seq uint64, data []byte) error) error
 }
+
+// ErrIndexStale is wrapped by a SeqLoader's error when a sequence it was
+// asked for holds no record of the session: the index it read by is
+// wrong (a stored one tampered with, or records deleted since).
+var ErrIndexStale = errors.New("store: the record index names a sequence that holds no record of the session")
 
 // DefaultMaxIndexed bounds the record sequences the store remembers across
 // all sessions (8 bytes each) so loads can read records by sequence.
@@ -176,6 +183,9 @@ type slot struct {
 	// every record of the session, in order.
 	seqs    []uint64
 	indexed bool
+	// marked says the checkpoint writer was told the index grew, and
+	// has not yet asked for it.
+	marked bool
 
 	// quarantined lists the session's records since its latest
 	// compaction that failed to apply, in order: a load never applies
@@ -223,6 +233,8 @@ func New() *Store {
 	s.dir.init()
 	s.checkpoints.init()
 	s.checkpoints.write = s.writeCheckpoints
+	s.checkpoints.resolve = s.indexCheckpoints
+	s.checkpoints.every = DefaultIndexEvery
 	s.checkpoints.written = s.checkpointsWritten
 	s.checkpoints.logger = func() *slog.Logger { return s.Logger }
 	return s
@@ -365,6 +377,9 @@ func (s *Store) Apply(session string, seq uint64, data []byte) {
 	}
 	if err != nil {
 		s.index(sl, seq) // a load skips it again
+		if sl.indexed {
+			s.markIndex(sl)
+		}
 		if sl.proj != nil {
 			sl.proj.Skip(seq)
 		} else if ld := sl.loading; ld != nil && seq > ld.to {
@@ -398,7 +413,13 @@ func (s *Store) Apply(session string, seq uint64, data []byte) {
 		// Not loaded: a poison record is found when the session loads.
 		s.stats.records.Add(1)
 	}
-	cp := Checkpoint{From: sl.from, Seq: sl.seq}
+	if sl.indexed && !resets {
+		s.markIndex(sl)
+	}
+	var cp Checkpoint
+	if resets {
+		cp = s.checkpointOf(sl) // its index, if any, is the compaction alone
+	}
 	sl.mu.Unlock()
 	if poison != nil {
 		s.reject(Rejection{Subject: subject.TranscriptsPrefix + session, Session: session, Seq: seq, Size: n, Reason: poison.Error()})
@@ -612,6 +633,45 @@ func (s *Store) index(sl *slot, seq uint64) {
 	}
 	sl.seqs = append(sl.seqs, seq)
 	s.indexed.Add(1)
+}
+
+// markIndex tells the checkpoint writer that an indexed slot's index
+// changed; the slot is locked.
+func (s *Store) markIndex(sl *slot) {
+	if s.Loader == nil || sl.marked {
+		return
+	}
+	sl.marked = true
+	s.checkpoints.mark(sl.id)
+}
+
+// checkpointOf returns a slot's checkpoint, with its index when it has
+// one within MaxCheckpointSeqs; the slot is locked.
+func (s *Store) checkpointOf(sl *slot) Checkpoint {
+	cp := Checkpoint{From: sl.from, Seq: sl.seq}
+	if sl.indexed {
+		cp = cp.WithSeqs(sl.seqs)
+	}
+	return cp
+}
+
+// indexCheckpoints returns the checkpoints of marked sessions, for the
+// checkpoint writer.
+func (s *Store) indexCheckpoints(ids map[string]struct{}) map[string]Checkpoint {
+	out := make(map[string]Checkpoint, len(ids))
+	for id := range ids {
+		sl := s.dir.get(id)
+		if sl == nil {
+			continue // forgotten meanwhile
+		}
+		sl.mu.Lock()
+		sl.marked = false
+		if !sl.dead && sl.fromKnown {
+			out[id] = s.checkpointOf(sl)
+		}
+		sl.mu.Unlock()
+	}
+	return out
 }
 
 func (s *Store) dropIndex(sl *slot) {

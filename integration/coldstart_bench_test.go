@@ -1,0 +1,165 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ctxd/ctxd/pkg/app"
+	"github.com/ctxd/ctxd/pkg/bus"
+	ctxdclient "github.com/ctxd/ctxd/pkg/client"
+	"github.com/ctxd/ctxd/pkg/natsd"
+)
+
+var (
+	coldSessions = flag.Int("coldstart.sessions", 1000, "BenchmarkColdStart: sessions in the stream (-short: 100)")
+	coldPer      = flag.Int("coldstart.records", 200, "BenchmarkColdStart: records of each session, interleaved")
+)
+
+// BenchmarkColdStart measures the first request for each session after
+// ctxd and its embedded server restart, on a file store holding
+// sessions x records records, the sessions interleaved (1 000 x 200 by
+// default, 100 x 200 with -short). Before the restart ctxd writes every
+// session's checkpoint, with its record index, as it does at shutdown;
+// then, with the server alone, the index is taken out of every other
+// session's checkpoint (the format written before indexes: the
+// baseline, a load scanning the subject). After the restart the sessions
+// are fetched once each, indexed and not alternately, then once more
+// (warm). It prints p50, p99 and worst of each.
+//
+//	go test ./integration -run '^$' -bench ColdStart -benchtime 1x
+func BenchmarkColdStart(b *testing.B) {
+	sessions, per := *coldSessions, *coldPer
+	if testing.Short() {
+		sessions = min(sessions, 100)
+	}
+	dir := b.TempDir()
+	ctx := context.Background()
+
+	a := startAppWith(b, dir, func(*app.Config) {})
+	nc, err := nats.Connect(a.URL())
+	require.NoError(b, err)
+	js, err := bus.JetStream(nc)
+	require.NoError(b, err)
+	t0 := time.Now()
+	last := fillStream(b, js, sessions, per)
+	_, err = ctxdclient.Context(ctx, nc, "s0", ctxdclient.Request{MinSeq: last, WaitMS: 120000})
+	require.NoError(b, err)
+	b.Logf("%d records over %d sessions published and applied in %v", last, sessions, time.Since(t0).Round(time.Millisecond))
+	nc.Close()
+	require.NoError(b, a.Close()) // writes every checkpoint
+
+	// The baseline: every odd session's checkpoint without its index.
+	ns := natsd.New(dir)
+	ns.Port = -1
+	require.NoError(b, ns.Open())
+	nc, err = nats.Connect(ns.ClientURL())
+	require.NoError(b, err)
+	js, err = bus.JetStream(nc)
+	require.NoError(b, err)
+	cps, err := bus.OpenCheckpoints(ctx, js, 0)
+	require.NoError(b, err)
+	indexed, cpBytes := 0, 0
+	for s := range sessions {
+		id := fmt.Sprintf("s%d", s)
+		cp, ok, err := cps.Get(ctx, id)
+		require.NoError(b, err)
+		require.True(b, ok, "%s has a checkpoint", id)
+		seqs, err := cp.Seqs()
+		require.NoError(b, err)
+		if len(seqs) == per {
+			indexed++
+		}
+		data, err := json.Marshal(cp)
+		require.NoError(b, err)
+		cpBytes += len(data)
+		if s%2 == 1 {
+			require.NoError(b, cps.Put(ctx, id, cp.WithoutIndex()))
+		}
+	}
+	nc.Close()
+	require.NoError(b, ns.Close())
+	require.Equal(b, sessions, indexed, "every session's checkpoint lists its records")
+	b.Logf("checkpoints with their index: %d bytes on average", cpBytes/sessions)
+	blocks, err := filepath.Glob(filepath.Join(dir, "jetstream", "*", "streams", "TRANSCRIPTS", "msgs", "*.blk"))
+	require.NoError(b, err)
+	var bytes int64
+	for _, f := range blocks {
+		fi, err := os.Stat(f)
+		require.NoError(b, err)
+		bytes += fi.Size()
+	}
+	b.Logf("the stream: %d message blocks, %.1f MB", len(blocks), float64(bytes)/1e6)
+
+	var cold, scan, warm []time.Duration
+	replyBytes := 0
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		a := startAppWith(b, dir, func(*app.Config) {})
+		nc, err := nats.Connect(a.URL())
+		require.NoError(b, err)
+		b.StartTimer()
+		// Pairs of sessions, one indexed and one not, in an order that
+		// spreads both over the stream; which goes first alternates.
+		for i := range sessions / 2 {
+			k := (i * 7919) % (sessions / 2)
+			pair := []int{2 * k, 2*k + 1}
+			if i%2 == 1 {
+				pair[0], pair[1] = pair[1], pair[0]
+			}
+			for _, s := range pair {
+				id := fmt.Sprintf("s%d", s)
+				t0 := time.Now()
+				data, err := ctxdclient.Context(ctx, nc, id, ctxdclient.Request{})
+				d := time.Since(t0)
+				require.NoError(b, err)
+				require.Greater(b, len(data), 1000)
+				replyBytes += len(data)
+				if s%2 == 0 {
+					cold = append(cold, d)
+				} else {
+					scan = append(scan, d)
+				}
+				t0 = time.Now()
+				again, err := ctxdclient.Context(ctx, nc, id, ctxdclient.Request{})
+				warm = append(warm, time.Since(t0))
+				require.NoError(b, err)
+				require.Equal(b, data, again)
+			}
+		}
+		b.StopTimer()
+		nc.Close()
+		require.NoError(b, a.Close())
+		b.StartTimer()
+	}
+	b.StopTimer()
+	row := func(name string, d []time.Duration) {
+		s := slices.Clone(d)
+		slices.Sort(s)
+		p50, p99, worst := s[len(s)*50/100], s[min(len(s)-1, len(s)*99/100)], s[len(s)-1]
+		b.Logf("%-44s n=%4d  p50 %8.2f ms  p99 %8.2f ms  worst %8.2f ms", name, len(s), ms(p50), ms(p99), ms(worst))
+		b.ReportMetric(ms(p50), name+"-p50-ms")
+		b.ReportMetric(ms(p99), name+"-p99-ms")
+		b.ReportMetric(ms(worst), name+"-worst-ms")
+	}
+	if len(cold) > 8 {
+		b.Logf("first cold requests, in order: indexed %v, scanning %v", cold[:8], scan[:8])
+	}
+	b.Logf("first request after a restart, %d-record sessions in a %d-record stream of %d sessions:", per, last, sessions)
+	b.Logf("replies: %d bytes on average", replyBytes/(len(cold)+len(scan)))
+	row("cold", cold)
+	row("cold-scan", scan)
+	row("warm", warm)
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
