@@ -9,12 +9,16 @@ import (
 	"fmt"
 	"iter"
 	"log/slog"
+	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ctxd/ctxd/pkg/bus"
 	"github.com/ctxd/ctxd/pkg/natsd"
+	"github.com/ctxd/ctxd/pkg/ops"
 	"github.com/ctxd/ctxd/pkg/projection"
 	"github.com/ctxd/ctxd/pkg/record"
 	"github.com/ctxd/ctxd/pkg/server"
@@ -64,6 +68,31 @@ type Config struct {
 	AckWait time.Duration
 	// Logger receives ctxd's log lines; New makes a nil one discard them.
 	Logger *slog.Logger
+
+	// NATSOptions are added to the connection's options: credentials and
+	// TLS for a server that asks for them.
+	NATSOptions []nats.Option
+	// NATSConfigFile, for the embedded server, is a nats-server
+	// configuration file (accounts, users, TLS) applied under the flags.
+	NATSConfigFile string
+	// RejectLog is how many rejected records ctxd.rejected lists.
+	RejectLog int
+	// Version is the version the service reports in $SRV.INFO.
+	Version string
+
+	// HTTPAddr, when set, is where the operators' HTTP listener serves
+	// /metrics, /healthz, /readyz and HTTPHandlers (package ops).
+	HTTPAddr string
+	// HTTPToken, when set, is the bearer token the listener requires on
+	// every path but /healthz and /readyz; without it the listener
+	// refuses an address beyond loopback.
+	HTTPToken string
+	// HTTPHandlers are mounted on the listener, behind its token, by
+	// pattern: {"/ui/": inspector} serves an inspector at /ui/.
+	HTTPHandlers map[string]http.Handler
+	// ReadyMaxLag is how many records the ingest may be behind the stream
+	// and still be ready; past it /readyz says not ready.
+	ReadyMaxLag uint64
 }
 
 // DefaultConfig returns the defaults of ctxd serve.
@@ -81,8 +110,14 @@ func DefaultConfig() Config {
 		CacheBytes:       store.DefaultMaxBytes,
 		RenderCacheBytes: server.DefaultRenderCacheBytes,
 		MaxSessionBytes:  store.DefaultMaxSessionBytes,
+		RejectLog:        store.DefaultRejectLog,
+		ReadyMaxLag:      DefaultReadyMaxLag,
 	}
 }
+
+// DefaultReadyMaxLag is how far behind the stream the ingest may be and
+// still be ready.
+const DefaultReadyMaxLag = 1000
 
 // App is a running ctxd.
 type App struct {
@@ -94,6 +129,13 @@ type App struct {
 	ingest *bus.Ingest
 	svc    *server.Service
 	closed chan struct{} // closed when the connection is
+
+	ops     *ops.Server
+	metrics *ops.Metrics
+	// stream is the TRANSCRIPTS stream once verified; serving is set once
+	// Open has started everything, after stream and store are set.
+	stream  jetstream.Stream
+	serving atomic.Bool
 }
 
 // New returns an app with the configuration; Open starts it.
@@ -113,6 +155,13 @@ func (a *App) Open(ctx context.Context) (err error) {
 			a.Close()
 		}
 	}()
+	if a.HTTPAddr != "" {
+		// First, so that a port in use fails at once and /healthz answers
+		// while the rest starts.
+		if err := a.openHTTP(); err != nil {
+			return err
+		}
+	}
 	url := a.NATSURL
 	if url == "" {
 		a.ns = natsd.New(a.DataDir)
@@ -120,6 +169,7 @@ func (a *App) Open(ctx context.Context) (err error) {
 		a.ns.MaxPayload = a.MaxPayload
 		a.ns.SyncAlways, a.ns.SyncInterval = a.SyncAlways, a.SyncInterval
 		a.ns.Logger = a.Logger.With("component", "nats-server")
+		a.ns.ConfigFile = a.NATSConfigFile
 		if err := a.ns.Open(); err != nil {
 			return err
 		}
@@ -127,11 +177,12 @@ func (a *App) Open(ctx context.Context) (err error) {
 	}
 	closed := make(chan struct{})
 	a.closed = closed
-	a.nc, err = nats.Connect(url, nats.Name("ctxd"), nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond),
-		nats.ClosedHandler(func(*nats.Conn) { close(closed) }))
+	opts := append([]nats.Option{nats.Name("ctxd"), nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.ClosedHandler(func(*nats.Conn) { close(closed) })}, a.NATSOptions...)
+	a.nc, err = nats.Connect(url, opts...)
 	if err != nil {
-		return fmt.Errorf("connect to %s: %w", url, err)
+		return fmt.Errorf("connect to %s: %w", Redact(url), err)
 	}
 	js, err := bus.JetStream(a.nc)
 	if err != nil {
@@ -168,6 +219,7 @@ func (a *App) Open(ctx context.Context) (err error) {
 	a.store.MaxSessions, a.store.MaxBytes = a.CacheSessions, a.CacheBytes
 	a.store.MaxSessionBytes = a.MaxSessionBytes
 	a.store.Logger = a.Logger
+	a.store.RejectLog = a.RejectLog
 
 	// Every record stored so far can be read from the stream: a session
 	// loads from there when it is asked for, so nothing is replayed here.
@@ -204,27 +256,39 @@ func (a *App) Open(ctx context.Context) (err error) {
 	a.svc.Logger = a.Logger
 	a.svc.BrowserTools = a.BrowserTools // the projections' own
 	a.svc.RenderCacheBytes = a.RenderCacheBytes
+	if a.Version != "" {
+		a.svc.Version = a.Version
+	}
+	if a.metrics != nil {
+		a.svc.Observe = a.metrics.Observe
+	}
 	// Open returns once the server holds the service's subscriptions: a
 	// request sent right after finds a responder.
-	return a.svc.Open()
+	if err := a.svc.Open(); err != nil {
+		return err
+	}
+	a.stream = st
+	a.serving.Store(true)
+	return nil
 }
 
 // handle applies one stored record to its session.
 func (a *App) handle(m bus.Msg) {
 	session, err := subject.SessionOf(m.Subject, subject.TranscriptsPrefix)
 	if err != nil {
-		a.store.Reject(store.Rejection{Subject: m.Subject, Seq: m.Seq, Size: len(m.Data), Reason: err.Error()})
+		a.store.Reject(store.Rejection{Subject: m.Subject, Seq: m.Seq, Size: len(m.Data), Reason: err.Error(), Kind: store.KindSubject})
 		return
 	}
 	a.store.Apply(session, m.Seq, m.Data)
 }
 
-// URL returns the NATS client URL ctxd is connected to.
+// URL returns the NATS client URL ctxd is connected to, without the
+// credentials it may hold.
 func (a *App) URL() string {
 	if a.nc == nil {
 		return ""
 	}
-	return a.nc.ConnectedUrl()
+	return a.nc.ConnectedUrlRedacted()
 }
 
 // Store returns the live projections.
@@ -235,6 +299,7 @@ func (a *App) Store() *store.Store { return a.store }
 // applied and acknowledged), the checkpoints (every session's written,
 // within 10s), the connection, the server.
 func (a *App) Close() error {
+	a.serving.Store(false)
 	var errs []error
 	if a.svc != nil {
 		errs = append(errs, a.svc.Close())
@@ -266,6 +331,10 @@ func (a *App) Close() error {
 	if a.ns != nil {
 		errs = append(errs, a.ns.Close())
 		a.ns = nil
+	}
+	if a.ops != nil {
+		errs = append(errs, a.ops.Close())
+		a.ops = nil
 	}
 	return errors.Join(errs...)
 }
