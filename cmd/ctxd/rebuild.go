@@ -37,7 +37,7 @@ service.`
 
 func runRebuild(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "rebuild", "rebuild [flags]", rebuildAbout)
-	url := fs.String("nats", natsURL(e), "NATS server URL")
+	conn := addConnFlags(fs, e, true)
 	session := fs.String("session", "", "rebuild only this session")
 	from := fs.Uint64("from", 1, "rebuild the sessions that have records at or after this stream sequence")
 	check := fs.Bool("check", false, "compare with the running service instead of writing checkpoints")
@@ -45,7 +45,7 @@ func runRebuild(ctx context.Context, e *env, args []string) error {
 	lim := store.DefaultLimits()
 	fs.IntVar(&lim.MaxRecordBytes, "max-record-bytes", lim.MaxRecordBytes, "largest record decoded, as the service is configured")
 	fs.Int64Var(&lim.MaxSessionBytes, "max-session-bytes", lim.MaxSessionBytes, "bytes of records one session may hold since its latest compaction, as the service is configured")
-	pos, err := parse(fs, args)
+	pos, err := parse(e, fs, args)
 	if err != nil {
 		return err
 	}
@@ -62,7 +62,7 @@ func runRebuild(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	nc, err := connect(*url)
+	nc, err := conn.connect(e, fs)
 	if err != nil {
 		return err
 	}
