@@ -201,11 +201,23 @@ func (a *App) Open(ctx context.Context) (err error) {
 			a.Logger.Warn("stream limit accepted: records past it leave the stream, and the contexts", "stream", want.Name, "field", fe.Field, "value", fe.Have)
 		}))
 	}
-	st, err := bus.EnsureStream(ctx, js, want, check...)
+	var st jetstream.Stream
+	err = a.retryStart(ctx, url, "stream "+want.Name, func(ctx context.Context) error {
+		st, err = bus.EnsureStream(ctx, js, want, check...)
+		return err
+	})
 	if err != nil {
 		return err
 	}
-	cps, err := bus.OpenCheckpoints(ctx, js, a.Replicas)
+	if have := st.CachedInfo().Config.Replicas; a.Replicas > 0 && have != a.Replicas {
+		a.Logger.Warn("the existing stream has another number of replicas than --replicas; ctxd leaves it as it is",
+			"stream", want.Name, "replicas", have, "want", a.Replicas)
+	}
+	var cps *bus.Checkpoints
+	err = a.retryStart(ctx, url, "checkpoint bucket", func(ctx context.Context) error {
+		cps, err = bus.OpenCheckpoints(ctx, js, a.Replicas)
+		return err
+	})
 	if err != nil {
 		return err
 	}
