@@ -169,7 +169,7 @@ func (c *connFlags) resolve(e *env, fs *flag.FlagSet) (string, []nats.Option, er
 func (c *connFlags) connect(e *env, fs *flag.FlagSet) (*nats.Conn, error) {
 	url, opts, err := c.resolve(e, fs)
 	if err != nil {
-		return nil, err
+		return nil, usageError(e, fs.Name(), err)
 	}
 	if url == "" {
 		url = "nats://127.0.0.1:4222"

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ctxd/ctxd/internal/natstest"
+)
+
+func TestCLI_NoArguments(t *testing.T) {
+	code, out, errOut := runCmd(t, "")
+	require.Equal(t, exitUsage, code)
+	require.Empty(t, out)
+	require.Contains(t, errOut, "Usage:")
+}
+
+func TestCLI_Version(t *testing.T) {
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		code, out, _ := runCmd(t, "", args...)
+		require.Equal(t, exitOK, code)
+		require.Regexp(t, `^ctxd \S+.* go1\.`, out)
+	}
+	require.Regexp(t, regexp.MustCompile(`^\d+\.\d+\.\d+`), serviceVersion(), "semantic, as $SRV.INFO wants it")
+}
+
+// Every command refuses arguments it does not take.
+func TestCLI_ExtraArguments(t *testing.T) {
+	for _, args := range [][]string{
+		{"serve", "x"}, {"rejected", "x"}, {"rebuild", "x"}, {"bench", "x"}, {"version", "x"},
+		{"context", "a", "b"}, {"publish", "--session", "s", "a", "b"},
+	} {
+		code, _, errOut := runCmd(t, "", args...)
+		require.Equal(t, exitUsage, code, "%v: %s", args, errOut)
+	}
+}
+
+func TestCLI_HelpFlagForm(t *testing.T) {
+	for _, c := range commands {
+		code, _, errOut := runCmd(t, "", c.name, "--help")
+		require.Equal(t, exitOK, code, c.name)
+		require.NotRegexp(t, `(?m)^  -[a-z]`, errOut, "%s: flags in the --flag form", c.name)
+	}
+	_, _, errOut := runCmd(t, "", "serve", "--help")
+	require.Contains(t, errOut, "--sync POLICY")
+	require.NotContains(t, errOut, "--sync always")
+}
+
+// CTXD_<FLAG> works for every command, not only serve; the command line
+// wins; a bad value is a usage error.
+func TestCLI_EnvEveryCommand(t *testing.T) {
+	var out, errOut bytes.Buffer
+	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errOut,
+		getenv: func(k string) string { return map[string]string{"CTXD_MIN_SEQ": "nope"}[k] }}
+	require.Equal(t, exitUsage, run(context.Background(), e, []string{"context", "s"}))
+	require.Contains(t, errOut.String(), "CTXD_MIN_SEQ")
+
+	code, out2, errOut2 := runCmdEnv(t, map[string]string{"CTXD_DROPPED": "true"}, `{"role":"user","content":"hi"}`, "build")
+	require.Equal(t, exitOK, code, errOut2)
+	require.Contains(t, out2, `"dropped"`)
+}
+
+func TestCLI_MaxPayloadRange(t *testing.T) {
+	for _, v := range []string{"0", "-1", "67108865", "4294967296"} {
+		code, _, errOut := runCmd(t, "", "serve", "--max-payload", v, "--data", t.TempDir())
+		require.Equal(t, exitUsage, code, v)
+		require.Contains(t, errOut, "--max-payload", v)
+	}
+}
+
+// A port in use fails at once (not after 30 s) and says so.
+func TestCLI_PortInUse(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	start := time.Now()
+	code, _, errOut := runCmd(t, "", "serve", "--port", strconv.Itoa(port), "--data", t.TempDir())
+	require.Equal(t, exitFailure, code)
+	require.Contains(t, errOut, "address already in use")
+	t.Logf("failed after %s", time.Since(start))
+}
+
+// Interrupted while waiting: exit 130.
+func TestCLI_Interrupted(t *testing.T) {
+	url := natstest.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errOut bytes.Buffer
+	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errOut, getenv: func(string) string { return "" }}
+	done := make(chan int)
+	go func() {
+		done <- run(ctx, e, []string{"context", "s", "--nats", url, "--min-seq", "99", "--wait-ms", "30000"})
+	}()
+	cancel()
+	require.Equal(t, exitInterrupted, <-done, errOut.String())
+}
+
+// An embedded server beyond loopback needs authentication.
+func TestCLI_EmbeddedExposed(t *testing.T) {
+	code, _, errOut := runCmd(t, "", "serve", "--host", "0.0.0.0", "--port", "-1", "--data", t.TempDir())
+	require.Equal(t, exitFailure, code)
+	require.Contains(t, errOut, "--nats-config")
+}
+
+func runCmdEnv(t *testing.T, vars map[string]string, stdin string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	e := &env{stdin: strings.NewReader(stdin), stdout: &out, stderr: &errOut, getenv: func(k string) string { return vars[k] }}
+	code := run(context.Background(), e, args)
+	return code, out.String(), errOut.String()
+}
