@@ -11,9 +11,11 @@ import (
 )
 
 func TestNATSConfigsParse(t *testing.T) {
+	t.Setenv("CTXD_PASSWORD", "pw1")
+	t.Setenv("APP_PASSWORD", "pw2")
 	files, err := filepath.Glob("nats/*.conf")
 	require.NoError(t, err)
-	require.Len(t, files, 4)
+	require.Len(t, files, 5)
 	for _, f := range files {
 		opts, err := server.ProcessConfigFile(f)
 		require.NoError(t, err, f)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -115,4 +116,60 @@ func runCmdEnv(t *testing.T, vars map[string]string, stdin string, args ...strin
 	e := &env{stdin: strings.NewReader(stdin), stdout: &out, stderr: &errOut, getenv: func(k string) string { return vars[k] }}
 	code := run(context.Background(), e, args)
 	return code, out.String(), errOut.String()
+}
+
+// serve tells systemd it is ready, on NOTIFY_SOCKET.
+func TestServe_NotifiesSystemd(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "notify")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	require.NoError(t, err)
+	defer conn.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errOut syncBuf
+	done := make(chan int)
+	go func() {
+		done <- run(ctx, &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errOut,
+			getenv: func(k string) string { return map[string]string{"NOTIFY_SOCKET": sock}[k] }},
+			[]string{"serve", "--port", "-1", "--data", t.TempDir()})
+	}()
+	buf := make([]byte, 64)
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(30*time.Second)))
+	n, err := conn.Read(buf)
+	require.NoError(t, err, errOut.String())
+	require.Equal(t, "READY=1", string(buf[:n]))
+	require.Contains(t, out.String(), "ctxd ready")
+	cancel()
+	n, err = conn.Read(buf)
+	require.NoError(t, err)
+	require.Equal(t, "STOPPING=1", string(buf[:n]))
+	require.Equal(t, 0, <-done)
+}
+
+// The embedded server beyond loopback with deployments/nats/auth.conf:
+// ctxd connects as its user, and a client without a password is refused.
+func TestServe_EmbeddedWithAuth(t *testing.T) {
+	vars := map[string]string{"CTXD_PASSWORD": "ctxd-pw", "APP_PASSWORD": "app-pw"}
+	for k, v := range vars {
+		t.Setenv(k, v) // nats-server reads them from the process environment
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errOut syncBuf
+	done := make(chan int)
+	go func() {
+		done <- run(ctx, &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errOut, getenv: func(k string) string { return vars[k] }},
+			[]string{"serve", "--host", "0.0.0.0", "--port", "-1", "--data", t.TempDir(),
+				"--nats-config", filepath.Join("..", "..", "deployments", "nats", "auth.conf"), "--user", "ctxd"})
+	}()
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), "ctxd ready") }, 30*time.Second, 10*time.Millisecond, errOut.String())
+	url := strings.TrimSpace(strings.TrimPrefix(out.String(), "ctxd ready "))
+	url = strings.Replace(url, "ctxd:xxxxx@", "", 1)
+	code, _, errOut2 := runCmd(t, "", "context", "s", "--nats", url)
+	require.Equal(t, exitFailure, code)
+	require.Contains(t, errOut2, "Authorization Violation")
+	code, got, errOut2 := runCmdEnv(t, map[string]string{"CTXD_USER": "app", "CTXD_PASSWORD": "app-pw"}, "", "context", "s", "--nats", url)
+	require.Equal(t, exitOK, code, errOut2)
+	require.Contains(t, got, `"seq":0`)
+	cancel()
+	require.Equal(t, 0, <-done)
+	require.NotContains(t, out.String()+errOut.String(), "ctxd-pw")
 }

@@ -25,7 +25,19 @@ relies on, naming the field; one with limits that delete records (max_age,
 max_msgs, max_bytes, max_msgs_per_subject, discard new) only with
 --allow-stream-limits. Once it serves it prints one line:
   ctxd ready nats://HOST:PORT
-and it shuts down cleanly on SIGINT or SIGTERM (exit 0).
+(and tells systemd READY=1 when run as a Type=notify unit), and it shuts
+down cleanly on SIGINT or SIGTERM (exit 0; Ctrl-C while it starts: 130).
+
+--http ADDR serves, for operators: /metrics (Prometheus), /healthz (the
+process is alive) and /readyz (connected, stream and consumer verified,
+ingest running, at most --ready-max-lag records behind the stream). It is
+off unless given. /metrics needs the bearer token --http-token when one is
+set; listening beyond loopback (0.0.0.0:9090) requires one. The probes
+answer anyone and tell only "ok" or why not.
+
+An embedded server that listens beyond loopback (--host 0.0.0.0) needs
+authentication: --nats-config FILE with users or accounts (see
+deployments/nats/auth.conf).
 
 Every flag can also be set in the environment: CTXD_ and the flag's name in
 upper case with '-' as '_' (CTXD_DATA, CTXD_SYNC, ...); --nats also reads
@@ -76,6 +88,9 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	}
 	cfg.NATSURL, cfg.NATSOptions = url, opts
 	cfg.NATSConfigFile = *natsConfig
+	if url != "" && *natsConfig != "" {
+		return usageError(e, "serve", errors.New("--nats-config configures the embedded server: not with --nats"))
+	}
 	cfg.Version = serviceVersion()
 	if *maxPayload < 1 || *maxPayload > 64<<20 {
 		return usageError(e, "serve", fmt.Errorf("--max-payload: want 1 to 67108864 bytes (64 MiB, NATS's limit), got %d", *maxPayload))
@@ -116,8 +131,12 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		cfg.Logger.Info("http listening", "addr", addr, "paths", "/metrics /healthz /readyz")
 	}
 	fmt.Fprintf(e.stdout, "ctxd ready %s\n", a.URL())
+	if err := sdNotify(e, "READY=1"); err != nil {
+		cfg.Logger.Warn("systemd notify", "err", err)
+	}
 	<-ctx.Done()
 	cfg.Logger.Info("shutting down")
+	_ = sdNotify(e, "STOPPING=1")
 	return a.Close()
 }
 
