@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -71,4 +72,31 @@ func TestStart_ReplicasDiffer(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, logs.String(), "another number of replicas than --replicas")
 	require.Contains(t, logs.String(), "stream="+def.Name+" replicas=1 want=3")
+}
+
+// TestStart_ClusterElecting: a start while the cluster has no JetStream
+// leader retries until it has one, instead of failing after one timeout.
+func TestStart_ClusterElecting(t *testing.T) {
+	c := natstest.StartCluster(t, 3)
+	c.Node("n2").Stop()
+	c.Node("n3").Stop()
+
+	var logs syncBuffer
+	cfg := app.DefaultConfig()
+	cfg.NATSURL = c.Node("n1").URL
+	cfg.Replicas = 3
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	a := app.New(cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	opened := make(chan error, 1)
+	go func() { opened <- a.Open(ctx) }()
+	t.Cleanup(func() { a.Close() })
+
+	require.Eventually(t, func() bool {
+		return strings.Count(logs.String(), "JetStream not available yet; retrying") >= 2
+	}, 60*time.Second, 50*time.Millisecond, "the start retries: %s", logs.String())
+	c.Node("n2").Start(t)
+	c.Node("n3").Start(t)
+	require.NoError(t, <-opened)
 }

@@ -170,7 +170,7 @@ func (a *App) Open(ctx context.Context) (err error) {
 		a.ns.SyncAlways, a.ns.SyncInterval = a.SyncAlways, a.SyncInterval
 		a.ns.Logger = a.Logger.With("component", "nats-server")
 		a.ns.ConfigFile = a.NATSConfigFile
-		if err := a.ns.Open(); err != nil {
+		if err := a.ns.OpenContext(ctx); err != nil {
 			return err
 		}
 		url = a.ns.ClientURL()

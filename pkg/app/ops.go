@@ -81,8 +81,14 @@ func (a *App) Ready(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("stream: %w", err)
 	}
-	if applied := a.store.Applied(); last > applied && last-applied > a.ReadyMaxLag {
-		return fmt.Errorf("catching up: %d records behind the stream (more than %d)", last-applied, a.ReadyMaxLag)
+	return lagError(last, a.store.Applied(), a.ReadyMaxLag)
+}
+
+// lagError says why an ingest that applied up to applied, of a stream
+// whose last sequence is last, is not ready: more than max behind.
+func lagError(last, applied, max uint64) error {
+	if last > applied && last-applied > max {
+		return fmt.Errorf("catching up: %d records behind the stream (more than %d)", last-applied, max)
 	}
 	return nil
 }
