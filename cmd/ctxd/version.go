@@ -9,9 +9,11 @@ import (
 	"strings"
 )
 
-// version, when set at link time (-ldflags "-X main.version=v1.2.3"),
-// overrides the module version of the build information.
-var version string
+// version and commit, when set at link time (make build does:
+// -ldflags "-X main.version=v1.2.3 -X main.commit=..."), stand in for the
+// module version and VCS revision of the build information, which a
+// build from a source tree (not go install ...@version) may lack.
+var version, commit string
 
 // buildInfo returns the module version ("(devel)" when unknown), the VCS
 // commit (shortened to 12 characters, "" when unknown) and whether the tree
@@ -26,7 +28,7 @@ func buildInfo() (v, rev string, modified bool) {
 		}
 	}
 	if !ok {
-		return v, "", false
+		return v, commit, false
 	}
 	for _, s := range info.Settings {
 		switch s.Key {
@@ -35,6 +37,9 @@ func buildInfo() (v, rev string, modified bool) {
 		case "vcs.modified":
 			modified = s.Value == "true"
 		}
+	}
+	if rev == "" {
+		rev = commit
 	}
 	if len(rev) > 12 {
 		rev = rev[:12]
