@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ctxd/ctxd/internal/natstest"
@@ -174,4 +175,25 @@ func TestServe_EmbeddedWithAuth(t *testing.T) {
 	cancel()
 	require.Equal(t, 0, <-done)
 	require.NotContains(t, out.String()+errOut.String(), "ctxd-pw")
+}
+
+// Ctrl-C while serve waits for JetStream to answer: exit 130 at once.
+func TestServe_InterruptedWhileStarting(t *testing.T) {
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true})
+	require.NoError(t, err)
+	ns.Start()
+	require.True(t, ns.ReadyForConnections(10*time.Second))
+	t.Cleanup(ns.Shutdown)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errOut syncBuf
+	done := make(chan int)
+	go func() {
+		done <- run(ctx, &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errOut, getenv: func(string) string { return "" }},
+			[]string{"serve", "--nats", ns.ClientURL()})
+	}()
+	require.Eventually(t, func() bool { return strings.Contains(errOut.String(), "retrying") }, 30*time.Second, 5*time.Millisecond)
+	cancel()
+	require.Equal(t, exitInterrupted, <-done, errOut.String())
+	require.NotContains(t, out.String(), "ctxd ready")
 }

@@ -76,7 +76,7 @@ func (d Decoder) Decode(data []byte) (*Map, error) {
 		if err != nil && len(data) > 1 && data[0] < 0x80 && !errors.Is(err, ErrTooLarge) {
 			// A msgpack positive integer followed by more bytes: never a
 			// record, most likely text sent as one.
-			return nil, &DecodeError{Format: "record", Offset: 0, Err: ErrSyntax,
+			return nil, &DecodeError{Format: FormatUnknown, Offset: 0, Err: ErrSyntax,
 				Detail: fmt.Sprintf("not a JSON object or msgpack map (starts with %q)", textStart(data))}
 		}
 	}
@@ -93,6 +93,10 @@ func (d Decoder) Decode(data []byte) (*Map, error) {
 	}
 	return m, nil
 }
+
+// FormatUnknown is the DecodeError format of an input that is neither
+// JSON nor msgpack: its detail says "not a JSON object or msgpack map".
+const FormatUnknown = "record"
 
 // textStart returns the first bytes of data, for an error message.
 func textStart(data []byte) string {
