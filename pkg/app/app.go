@@ -306,13 +306,20 @@ func (a *App) URL() string {
 // Store returns the live projections.
 func (a *App) Store() *store.Store { return a.store }
 
-// Close stops everything Open started, in reverse order: the service
+// Close stops everything Open started: the HTTP listener first (its
+// handlers read what follows), then in reverse order the service
 // (requests in hand are answered), the ingest (the record in hand is
 // applied and acknowledged), the checkpoints (every session's written,
 // within 10s), the connection, the server.
 func (a *App) Close() error {
 	a.serving.Store(false)
 	var errs []error
+	if a.ops != nil {
+		// First: its handlers read the connection and the store, and
+		// after Close returns none runs.
+		errs = append(errs, a.ops.Close())
+		a.ops = nil
+	}
 	if a.svc != nil {
 		errs = append(errs, a.svc.Close())
 		a.svc = nil
@@ -343,10 +350,6 @@ func (a *App) Close() error {
 	if a.ns != nil {
 		errs = append(errs, a.ns.Close())
 		a.ns = nil
-	}
-	if a.ops != nil {
-		errs = append(errs, a.ops.Close())
-		a.ops = nil
 	}
 	return errors.Join(errs...)
 }
