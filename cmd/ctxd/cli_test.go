@@ -197,3 +197,13 @@ func TestServe_InterruptedWhileStarting(t *testing.T) {
 	require.Equal(t, exitInterrupted, <-done, errOut.String())
 	require.NotContains(t, out.String(), "ctxd ready")
 }
+
+// Help never shows a password, even one in NATS_URL.
+func TestCLI_HelpRedactsURL(t *testing.T) {
+	code, _, errOut := runCmdEnv(t, map[string]string{"NATS_URL": "nats://u:hunter2@h:4222", "CTXD_PASSWORD": "pw2"}, "", "context", "--help")
+	require.Equal(t, exitOK, code)
+	require.NotContains(t, errOut, "hunter2")
+	require.NotContains(t, errOut, "pw2")
+	require.Contains(t, errOut, "nats://u:xxxxx@h:4222")
+	require.Contains(t, errOut, "--budget-tokens as CTXD_BUDGET_TOKENS")
+}

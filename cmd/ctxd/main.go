@@ -15,6 +15,8 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/ctxd/ctxd/pkg/app"
 )
 
 // command is one subcommand: its name, a one-line summary, and its run
@@ -152,7 +154,13 @@ func newFlags(e *env, name, synopsis, about string) *flag.FlagSet {
 		hasFlags := false
 		fs.VisitAll(func(*flag.Flag) { hasFlags = true })
 		if hasFlags {
-			fmt.Fprintf(fs.Output(), "\nFlags (each also settable as CTXD_<FLAG>, e.g. --max-payload as CTXD_MAX_PAYLOAD):\n")
+			example := "nats"
+			fs.VisitAll(func(f *flag.Flag) {
+				if example == "nats" && strings.Contains(f.Name, "-") {
+					example = f.Name
+				}
+			})
+			fmt.Fprintf(fs.Output(), "\nFlags (each also settable as CTXD_<FLAG>, e.g. --%s as %s):\n", example, envName(example))
 			printDefaults(fs)
 		}
 	}
@@ -171,6 +179,9 @@ func printDefaults(fs *flag.FlagSet) {
 		}
 		fmt.Fprintf(w, "%s\n    \t%s", line, strings.ReplaceAll(usage, "\n", "\n    \t"))
 		if d := f.DefValue; d != "" && d != "0" && d != "false" && !secretFlags[f.Name] {
+			if f.Name == "nats" {
+				d = app.Redact(d) // from NATS_URL or CTXD_NATS
+			}
 			fmt.Fprintf(w, " (default %s)", d)
 		}
 		fmt.Fprintln(w)

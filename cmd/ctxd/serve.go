@@ -140,6 +140,12 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	return a.Close()
 }
 
+// envName is the environment variable of a flag: CTXD_MAX_PAYLOAD for
+// max-payload.
+func envName(flagName string) string {
+	return "CTXD_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
 // usageError prints err as a command-line error and returns errUsage.
 func usageError(e *env, name string, err error) error {
 	fmt.Fprintf(e.stderr, "ctxd %s: %v\n", name, err)
@@ -151,7 +157,7 @@ func usageError(e *env, name string, err error) error {
 func envDefaults(fs *flag.FlagSet, e *env) error {
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
-		name := "CTXD_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		name := envName(f.Name)
 		if v := e.getenv(name); v != "" && err == nil {
 			if serr := f.Value.Set(v); serr != nil {
 				err = fmt.Errorf("%s=%q: %w", name, v, serr)
