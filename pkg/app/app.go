@@ -88,7 +88,9 @@ type Config struct {
 	// refuses an address beyond loopback.
 	HTTPToken string
 	// HTTPHandlers are mounted on the listener, behind its token, by
-	// pattern: {"/ui/": inspector} serves an inspector at /ui/.
+	// pattern: {"/ui/": inspector} serves an inspector at /ui/. They are
+	// served from the start of Open: one that reads the app checks
+	// Serving first.
 	HTTPHandlers map[string]http.Handler
 	// ReadyMaxLag is how many records the ingest may be behind the stream
 	// and still be ready; past it /readyz says not ready.
@@ -302,6 +304,10 @@ func (a *App) URL() string {
 	}
 	return a.nc.ConnectedUrlRedacted()
 }
+
+// Serving reports whether Open has finished and Close has not begun.
+// When it is true, Store may be called from any goroutine.
+func (a *App) Serving() bool { return a.serving.Load() }
 
 // Store returns the live projections.
 func (a *App) Store() *store.Store { return a.store }
