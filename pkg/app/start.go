@@ -23,6 +23,11 @@ const (
 	// JetStream API at all: that is a server without JetStream, unless it
 	// has only just started.
 	noResponderTries = 4
+	// noPeerTries bounds the tries while the cluster has too few peers
+	// online for the stream's replicas (a node still starting, or a
+	// cluster smaller than --replicas): about 45 seconds.
+	noPeerTries    = 12
+	errCodeNoPeers = 10005 // JetStream's "no suitable peers for placement"
 )
 
 // retryStart runs fn until it succeeds, fails for good, or ctx is done:
@@ -30,7 +35,7 @@ const (
 // backoff, and logged.
 func (a *App) retryStart(ctx context.Context, url, what string, fn func(ctx context.Context) error) error {
 	wait := startRetryFirst
-	noResponders := 0
+	noResponders, noPeers := 0, 0
 	for {
 		// One try at most 5 seconds; ctx bounds them all.
 		try, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -48,6 +53,10 @@ func (a *App) retryStart(ctx context.Context, url, what string, fn func(ctx cont
 			if noResponders++; noResponders >= noResponderTries {
 				return noJetStream(url, err)
 			}
+		case noPeersOnline(err):
+			if noPeers++; noPeers >= noPeerTries {
+				return fmt.Errorf("%w (is every node of the cluster up, and are there at least --replicas of them?)", err)
+			}
 		case !transient(err):
 			return err
 		}
@@ -63,6 +72,11 @@ func (a *App) retryStart(ctx context.Context, url, what string, fn func(ctx cont
 
 func noJetStream(url string, err error) error {
 	return fmt.Errorf("%w on %s (for ctxd's account): start nats-server with -js, or add jetstream {} to its configuration (and to the account's): %w", ErrNoJetStream, Redact(url), err)
+}
+
+func noPeersOnline(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeNoPeers
 }
 
 func notEnabled(err error) bool {
