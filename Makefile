@@ -5,8 +5,12 @@ FUZZTIME ?= 1m
 
 all: lint test
 
+# The version and commit ctxd version and $$SRV.INFO report.
+VERSION ?= $(shell git describe --tags --abbrev=0 2>/dev/null)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
+
 build:
-	$(GO) build -o bin/ctxd ./cmd/ctxd
+	$(GO) build -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT)" -o bin/ctxd ./cmd/ctxd
 
 ## test: the whole suite, as CI runs it (README's test command)
 test:

@@ -3,22 +3,196 @@
 package deployments
 
 import (
+	"encoding/json"
+	"net"
+	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/ctxd/ctxd/pkg/ops"
+	"github.com/ctxd/ctxd/pkg/store"
 )
 
 func TestNATSConfigsParse(t *testing.T) {
+	t.Setenv("CTXD_PASSWORD", "pw1")
+	t.Setenv("APP_PASSWORD", "pw2")
 	files, err := filepath.Glob("nats/*.conf")
 	require.NoError(t, err)
-	require.Len(t, files, 4)
+	require.Len(t, files, 5)
 	for _, f := range files {
 		opts, err := server.ProcessConfigFile(f)
 		require.NoError(t, err, f)
 		require.True(t, opts.JetStream, f)
 		require.True(t, opts.SyncAlways, f)
 		require.Equal(t, int32(8<<20), opts.MaxPayload, f)
+	}
+}
+
+// TestTenantsConfigParses: the tenants' server configuration, with the
+// passwords it reads from the environment, parses and has both accounts
+// with JetStream. integration/tenants_test.go runs it.
+func TestTenantsConfigParses(t *testing.T) {
+	for _, k := range []string{"CTXD_A_PASSWORD", "APP_A_PASSWORD", "OPS_A_PASSWORD", "CTXD_B_PASSWORD", "APP_B_PASSWORD", "OPS_B_PASSWORD", "SYS_PASSWORD"} {
+		t.Setenv(k, "pw-"+k)
+	}
+	opts, err := server.ProcessConfigFile("tenants/nats.conf")
+	require.NoError(t, err)
+	require.True(t, opts.JetStream)
+	names := map[string]bool{}
+	for _, a := range opts.Accounts {
+		names[a.Name] = true
+	}
+	require.True(t, names["TENANT_A"] && names["TENANT_B"], "accounts: %v", names)
+	require.Len(t, opts.Users, 7)
+}
+
+// natsServerVersion is the nats-server version of go.mod: the one ctxd
+// is built and tested with.
+func natsServerVersion(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile("../go.mod")
+	require.NoError(t, err)
+	m := regexp.MustCompile(`github.com/nats-io/nats-server/v2 v(\S+)`).FindSubmatch(data)
+	require.NotNil(t, m)
+	return string(m[1])
+}
+
+func TestCompose(t *testing.T) {
+	var c struct {
+		Services map[string]struct {
+			Image       string            `yaml:"image"`
+			Command     []string          `yaml:"command"`
+			Ports       []string          `yaml:"ports"`
+			Environment map[string]string `yaml:"environment"`
+		} `yaml:"services"`
+	}
+	data, err := os.ReadFile("compose/compose.yaml")
+	require.NoError(t, err)
+	require.NoError(t, yaml.Unmarshal(data, &c))
+	want := natsServerVersion(t)
+	nats := 0
+	for name, s := range c.Services {
+		if strings.HasPrefix(s.Image, "nats:") {
+			nats++
+			require.Equal(t, want, strings.TrimSuffix(strings.TrimPrefix(s.Image, "nats:"), "-alpine"), "%s: the NATS version ctxd is built with", name)
+		}
+	}
+	require.Positive(t, nats)
+	ctxd := c.Services["ctxd"]
+	require.Contains(t, ctxd.Ports, "127.0.0.1:9090:9090")
+	require.Contains(t, strings.Join(ctxd.Command, " "), "--http 0.0.0.0:9090")
+	require.Contains(t, ctxd.Environment, "CTXD_HTTP_TOKEN", "listening beyond loopback needs a token")
+	require.Contains(t, c.Services["n1"].Ports, "127.0.0.1:4222:4222")
+
+	ignore, err := os.ReadFile("../.dockerignore")
+	require.NoError(t, err)
+	require.Contains(t, strings.Fields(string(ignore)), ".git")
+}
+
+func TestKubernetes(t *testing.T) {
+	data, err := os.ReadFile("k8s/ctxd.yaml")
+	require.NoError(t, err)
+	var d struct {
+		Spec struct {
+			Template struct {
+				Spec struct {
+					Containers []struct {
+						Image string   `yaml:"image"`
+						Args  []string `yaml:"args"`
+						Ports []struct {
+							Name          string `yaml:"name"`
+							ContainerPort int    `yaml:"containerPort"`
+						} `yaml:"ports"`
+						LivenessProbe  probe `yaml:"livenessProbe"`
+						ReadinessProbe probe `yaml:"readinessProbe"`
+						Resources      struct {
+							Requests map[string]string `yaml:"requests"`
+						} `yaml:"resources"`
+					} `yaml:"containers"`
+				} `yaml:"spec"`
+			} `yaml:"template"`
+		} `yaml:"spec"`
+	}
+	require.NoError(t, yaml.Unmarshal(data, &d))
+	require.Len(t, d.Spec.Template.Spec.Containers, 1)
+	c := d.Spec.Template.Spec.Containers[0]
+	require.Regexp(t, `(?m)^\s+image: `+regexp.QuoteMeta(c.Image)+` # replace`, string(data), "the image line says to replace it")
+	args := map[string]string{}
+	for _, a := range c.Args {
+		if k, v, ok := strings.Cut(a, "="); ok {
+			args[k] = v
+		}
+	}
+	_, port, err := net.SplitHostPort(args["--http"])
+	require.NoError(t, err)
+	require.Len(t, c.Ports, 1)
+	require.Equal(t, port, strconv.Itoa(c.Ports[0].ContainerPort))
+	require.Equal(t, "/healthz", c.LivenessProbe.HTTPGet.Path)
+	require.Equal(t, "/readyz", c.ReadinessProbe.HTTPGet.Path)
+	require.Equal(t, c.Ports[0].Name, c.LivenessProbe.HTTPGet.Port)
+	require.Equal(t, c.Ports[0].Name, c.ReadinessProbe.HTTPGet.Port)
+
+	// The memory request holds the caches ctxd is told to fill.
+	cache, err := strconv.ParseInt(args["--cache-bytes"], 10, 64)
+	require.NoError(t, err)
+	render, err := strconv.ParseInt(args["--render-cache-bytes"], 10, 64)
+	require.NoError(t, err)
+	mem := c.Resources.Requests["memory"]
+	require.True(t, strings.HasSuffix(mem, "Mi"), mem)
+	mib, err := strconv.ParseInt(strings.TrimSuffix(mem, "Mi"), 10, 64)
+	require.NoError(t, err)
+	require.Greater(t, mib<<20, cache+render+(128<<20), "memory request %s under the caches plus 128 MiB", mem)
+}
+
+type probe struct {
+	HTTPGet struct {
+		Path string `yaml:"path"`
+		Port string `yaml:"port"`
+	} `yaml:"httpGet"`
+}
+
+func TestSystemd(t *testing.T) {
+	data, err := os.ReadFile("systemd/ctxd.service")
+	require.NoError(t, err)
+	unit := map[string]string{}
+	for _, line := range strings.Split(string(data), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok && !strings.HasPrefix(line, "#") {
+			unit[k] = v
+		}
+	}
+	require.Equal(t, "notify", unit["Type"], "ctxd sends READY=1")
+	require.Equal(t, "yes", unit["DynamicUser"])
+	require.Equal(t, "ctxd", unit["StateDirectory"])
+	require.Contains(t, unit["ExecStart"], "--data /var/lib/ctxd")
+}
+
+// TestGrafanaDashboard: the dashboard is JSON and uses only metrics ctxd
+// exports.
+func TestGrafanaDashboard(t *testing.T) {
+	data, err := os.ReadFile("grafana/ctxd.json")
+	require.NoError(t, err)
+	var d map[string]any
+	require.NoError(t, json.Unmarshal(data, &d))
+	m := ops.NewMetrics(ops.Source{Stats: func() store.Stats { return store.Stats{} }, Conn: func() *nats.Conn { return nil }})
+	m.Observe("context", "200", 0)
+	families, err := m.Registry.Gather()
+	require.NoError(t, err)
+	have := map[string]bool{"ctxd_ingest_lag_records": true, "ctxd_nats_connected": true, "ctxd_nats_reconnects_total": true} // need a stream and a connection
+	for _, f := range families {
+		have[f.GetName()] = true
+	}
+	used := regexp.MustCompile(`\b(ctxd|go|process)_[a-z_]+`).FindAllString(string(data), -1)
+	require.NotEmpty(t, used)
+	for _, name := range used {
+		base := strings.TrimSuffix(name, "_bucket")
+		require.True(t, have[base], "the dashboard uses %s, which ctxd does not export", name)
 	}
 }

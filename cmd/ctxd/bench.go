@@ -73,7 +73,7 @@ func benchFlags(e *env, cfg *perf.Config) (*flag.FlagSet, benchOptions) {
 func runBench(ctx context.Context, e *env, args []string) error {
 	cfg := perf.Full()
 	fs, o := benchFlags(e, &cfg)
-	pos, err := parse(fs, args)
+	pos, err := parse(e, fs, args)
 	if err != nil {
 		return err
 	}
@@ -85,7 +85,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 		// The same command line over the quick sizes: flags given still win.
 		cfg = perf.Quick()
 		fs, o = benchFlags(e, &cfg)
-		if _, err := parse(fs, args); err != nil {
+		if _, err := parse(e, fs, args); err != nil {
 			return err
 		}
 	}

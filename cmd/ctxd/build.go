@@ -40,7 +40,7 @@ func runBuild(ctx context.Context, e *env, args []string) error {
 	maxBytes := fs.Int("max-record-bytes", record.DefaultMaxBytes, "largest record accepted, in bytes")
 	format := fs.String("format", "neutral", "neutral, anthropic, openai-chat, openai-responses or gemini")
 	fs.String("nats", natsURL(e), "NATS server URL (unused: build needs no server)")
-	pos, err := parse(fs, args)
+	pos, err := parse(e, fs, args)
 	if err != nil {
 		return err
 	}

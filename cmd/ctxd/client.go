@@ -23,11 +23,11 @@ be a JSON object before anything is published; a bad line publishes nothing.`
 
 func runPublish(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "publish", "publish --session SESSION [flags] [FILE]", publishAbout)
-	url := fs.String("nats", natsURL(e), "NATS server URL")
+	conn := addConnFlags(fs, e, true)
 	session := fs.String("session", "", "session id: 1 to 128 of A-Z a-z 0-9 _ - (required)")
 	asMsgpack := fs.Bool("msgpack", false, "publish each record as msgpack instead of JSON")
 	msgIDPrefix := fs.String("msg-id-prefix", "", "send Nats-Msg-Id PREFIX-N for the N-th record, so a re-run within the duplicate window stores nothing twice")
-	pos, err := parse(fs, args)
+	pos, err := parse(e, fs, args)
 	if err != nil {
 		return err
 	}
@@ -79,7 +79,7 @@ func runPublish(ctx context.Context, e *env, args []string) error {
 	if len(payloads) == 0 {
 		return errors.New("no records to publish")
 	}
-	nc, err := connect(*url)
+	nc, err := conn.connect(e, fs)
 	if err != nil {
 		return err
 	}
@@ -111,12 +111,12 @@ is over N input tokens and where a compaction may cut.`
 
 func runContext(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "context", "context SESSION [flags]", contextAbout)
-	url := fs.String("nats", natsURL(e), "NATS server URL")
+	conn := addConnFlags(fs, e, true)
 	minSeq := fs.Uint64("min-seq", 0, "wait until the projection has applied this stream sequence")
 	waitMS := fs.Int("wait-ms", 2000, "how long the service may wait for --min-seq, in ms (at most 30000)")
 	format := fs.String("format", "", "neutral (the default), anthropic, openai-chat, openai-responses or gemini")
 	budget := fs.Uint64("budget-tokens", 0, "say whether the context is over this many input tokens (0: don't)")
-	pos, err := parse(fs, args)
+	pos, err := parse(e, fs, args)
 	if err != nil {
 		return err
 	}
@@ -127,7 +127,7 @@ func runContext(ctx context.Context, e *env, args []string) error {
 	if err := subject.CheckSession(pos[0]); err != nil {
 		return err
 	}
-	nc, err := connect(*url)
+	nc, err := conn.connect(e, fs)
 	if err != nil {
 		return err
 	}
@@ -145,11 +145,15 @@ func runContext(ctx context.Context, e *env, args []string) error {
 
 func runRejected(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "rejected", "rejected [flags]", "Lists the records the projections skipped (undecodable, not a map, or on a\nsubject that is not a valid session), oldest first, as a JSON array.\nThey stay in the stream.")
-	url := fs.String("nats", natsURL(e), "NATS server URL")
-	if _, err := parse(fs, args); err != nil {
+	conn := addConnFlags(fs, e, true)
+	pos, err := parse(e, fs, args)
+	if err != nil {
 		return err
 	}
-	nc, err := connect(*url)
+	if err := noArgs(e, "rejected", pos); err != nil {
+		return err
+	}
+	nc, err := conn.connect(e, fs)
 	if err != nil {
 		return err
 	}
@@ -160,14 +164,6 @@ func runRejected(ctx context.Context, e *env, args []string) error {
 	}
 	_, err = e.stdout.Write(append(data, '\n'))
 	return err
-}
-
-func connect(url string) (*nats.Conn, error) {
-	nc, err := nats.Connect(url, nats.Name("ctxd-cli"))
-	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", url, err)
-	}
-	return nc, nil
 }
 
 // request sends a request to the service and returns the whole reply.

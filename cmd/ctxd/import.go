@@ -48,11 +48,11 @@ the server's max_payload and import again.`
 
 func runImport(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "import", "import --from FORMAT [flags] FILE...", importAbout)
-	url := fs.String("nats", natsURL(e), "NATS server URL")
+	conn := addConnFlags(fs, e, true)
 	from := fs.String("from", "", "the transcripts' format: claude-code, codex, pi, gemini, openhands or auto (required)")
 	session := fs.String("session", "", "publish to this session instead of the one the file names")
 	printOnly := fs.Bool("print", false, "write the records to standard output as JSON lines; publish nothing")
-	pos, err := parse(fs, args)
+	pos, err := parse(e, fs, args)
 	if err != nil {
 		return err
 	}
@@ -77,7 +77,7 @@ func runImport(ctx context.Context, e *env, args []string) error {
 
 	var pub *importPublisher
 	if !*printOnly {
-		nc, err := connect(*url)
+		nc, err := conn.connect(e, fs)
 		if err != nil {
 			return err
 		}

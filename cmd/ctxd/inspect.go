@@ -31,14 +31,14 @@ stream sequence. With --json it prints one JSON object for scripts:
 
 func runInspect(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "inspect", "inspect SESSION [flags]", inspectAbout)
-	url := fs.String("nats", natsURL(e), "NATS server URL")
+	conn := addConnFlags(fs, e, true)
 	at := fs.Uint64("at", 0, "show the session as it was at this stream sequence (0: latest)")
 	asJSON := fs.Bool("json", false, "print JSON instead of text")
 	browser := fs.String("browser-tools", "browser_use", "comma-separated tool names whose screenshots are trimmed (as the service is configured)")
 	lim := store.DefaultLimits()
 	fs.IntVar(&lim.MaxRecordBytes, "max-record-bytes", lim.MaxRecordBytes, "largest record decoded, as the service is configured")
 	fs.Int64Var(&lim.MaxSessionBytes, "max-session-bytes", lim.MaxSessionBytes, "bytes of records one session may hold since its latest compaction, as the service is configured")
-	pos, err := parse(fs, args)
+	pos, err := parse(e, fs, args)
 	if err != nil {
 		return err
 	}
@@ -50,7 +50,7 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	nc, err := connect(*url)
+	nc, err := conn.connect(e, fs)
 	if err != nil {
 		return err
 	}

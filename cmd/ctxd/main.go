@@ -13,7 +13,10 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
+
+	"github.com/ctxd/ctxd/pkg/app"
 )
 
 // command is one subcommand: its name, a one-line summary, and its run
@@ -46,11 +49,29 @@ func init() {
 		{"replay", "the same as rebuild", runRebuild},
 		{"build", "print the model context of records read from a file or standard input (no NATS)", runBuild},
 		{"bench", "measure ctxd against raw NATS and rebuild-per-turn; print each figure beside its baseline", runBench},
+		{"version", "print the version of ctxd", runVersion},
 	}
 }
 
 // errUsage marks an error in the command line: exit code 2.
 var errUsage = errors.New("usage")
+
+// Exit codes.
+const (
+	exitOK          = 0
+	exitFailure     = 1
+	exitUsage       = 2
+	exitInterrupted = 130 // 128 + SIGINT, as shells report it
+)
+
+// exitError is an error with an exit code of its own.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -61,35 +82,49 @@ func main() {
 
 // run executes one command line and returns the process exit code.
 func run(ctx context.Context, e *env, args []string) int {
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
+	if len(args) == 0 {
+		usage(e.stderr)
+		return exitUsage
+	}
+	switch args[0] {
+	case "help", "-h", "--help", "-help":
 		if len(args) > 1 {
 			if c := find(args[1]); c != nil {
 				return run(ctx, e, []string{c.name, "--help"})
 			}
+			fmt.Fprintf(e.stderr, "ctxd: unknown command %q\n\n", args[1])
+			usage(e.stderr)
+			return exitUsage
 		}
 		usage(e.stdout)
-		if len(args) == 0 {
-			return 2
-		}
-		return 0
+		return exitOK
+	case "--version", "-version", "-v":
+		args = append([]string{"version"}, args[1:]...)
 	}
 	c := find(args[0])
 	if c == nil {
 		fmt.Fprintf(e.stderr, "ctxd: unknown command %q\n\n", args[0])
 		usage(e.stderr)
-		return 2
+		return exitUsage
 	}
 	err := c.run(ctx, e, args[1:])
+	var xe *exitError
 	switch {
 	case err == nil:
-		return 0
+		return exitOK
 	case errors.Is(err, flag.ErrHelp):
-		return 0
+		return exitOK
 	case errors.Is(err, errUsage):
-		return 2
+		return exitUsage
+	case ctx.Err() != nil:
+		fmt.Fprintf(e.stderr, "ctxd %s: interrupted\n", c.name)
+		return exitInterrupted
+	case errors.As(err, &xe):
+		fmt.Fprintf(e.stderr, "ctxd %s: %v\n", c.name, err)
+		return xe.code
 	}
 	fmt.Fprintf(e.stderr, "ctxd %s: %v\n", c.name, err)
-	return 1
+	return exitFailure
 }
 
 func find(name string) *command {
@@ -106,7 +141,8 @@ func usage(w io.Writer) {
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintf(w, "\nRun `ctxd <command> --help` for a command's flags.\n")
+	fmt.Fprintf(w, "\nRun `ctxd <command> --help` for a command's flags; `ctxd --version` for the version.\n")
+	fmt.Fprintf(w, "Exit codes: 0 ok, 1 failure, 2 usage error, 130 interrupted (rebuild --check: see its help).\n")
 }
 
 // newFlags returns a flag set for a command whose parse errors and help
@@ -119,16 +155,60 @@ func newFlags(e *env, name, synopsis, about string) *flag.FlagSet {
 		hasFlags := false
 		fs.VisitAll(func(*flag.Flag) { hasFlags = true })
 		if hasFlags {
-			fmt.Fprintf(fs.Output(), "\nFlags:\n")
-			fs.PrintDefaults()
+			example := "nats"
+			fs.VisitAll(func(f *flag.Flag) {
+				if example == "nats" && strings.Contains(f.Name, "-") {
+					example = f.Name
+				}
+			})
+			fmt.Fprintf(fs.Output(), "\nFlags (each also settable as CTXD_<FLAG>, e.g. --%s as %s):\n", example, envName(example))
+			printDefaults(fs)
 		}
 	}
 	return fs
 }
 
+// printDefaults prints the flags in the --flag form, each with its value's
+// name (a backquoted word of its usage, else its type) and default.
+func printDefaults(fs *flag.FlagSet) {
+	w := fs.Output()
+	fs.VisitAll(func(f *flag.Flag) {
+		name, usage := flag.UnquoteUsage(f)
+		line := "  --" + f.Name
+		if name != "" {
+			line += " " + name
+		}
+		fmt.Fprintf(w, "%s\n    \t%s", line, strings.ReplaceAll(usage, "\n", "\n    \t"))
+		if d := f.DefValue; d != "" && d != "0" && d != "false" && !secretFlags[f.Name] {
+			if f.Name == "nats" {
+				d = app.Redact(d) // from NATS_URL or CTXD_NATS
+			}
+			fmt.Fprintf(w, " (default %s)", d)
+		}
+		fmt.Fprintln(w)
+	})
+}
+
+// secretFlags are never printed, not even as a default from CTXD_<FLAG>.
+var secretFlags = map[string]bool{"password": true, "token": true, "http-token": true}
+
+// noArgs refuses arguments to a command that takes none.
+func noArgs(e *env, name string, pos []string) error {
+	if len(pos) > 0 {
+		fmt.Fprintf(e.stderr, "ctxd %s: takes no arguments, got %q\n", name, pos)
+		return errUsage
+	}
+	return nil
+}
+
 // parse parses a command's flags, which may come before or after its
 // arguments, and returns the arguments; a bad command line is errUsage.
-func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+// A flag not on the command line is taken from CTXD_<FLAG> first.
+func parse(e *env, fs *flag.FlagSet, args []string) ([]string, error) {
+	if err := envDefaults(fs, e); err != nil {
+		fmt.Fprintf(e.stderr, "ctxd %s: %v\n", fs.Name(), err)
+		return nil, errUsage
+	}
 	var positional []string
 	for {
 		if err := fs.Parse(args); err != nil {

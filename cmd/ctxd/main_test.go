@@ -222,7 +222,7 @@ func TestCommandLine(t *testing.T) {
 	require.Contains(t, errOut, "invalid session id")
 
 	code, _, errOut = runCmd(t, "", "serve", "--sync", "sometimes")
-	require.Equal(t, 1, code)
+	require.Equal(t, 2, code)
 	require.Contains(t, errOut, "--sync")
 }
 
@@ -230,7 +230,7 @@ func TestParse_FlagsAfterArguments(t *testing.T) {
 	e := &env{stdin: strings.NewReader(""), stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}, getenv: func(string) string { return "" }}
 	fs := newFlags(e, "x", "x", "")
 	n := fs.Int("n", 0, "")
-	pos, err := parse(fs, []string{"a", "--n", "3", "b", "--", "--n"})
+	pos, err := parse(e, fs, []string{"a", "--n", "3", "b", "--", "--n"})
 	require.NoError(t, err)
 	require.Equal(t, 3, *n)
 	require.Equal(t, []string{"a", "b", "--n"}, pos)
@@ -243,7 +243,7 @@ func TestEnvDefaults(t *testing.T) {
 	dir := fs.String("data-dir", "", "")
 	port := fs.Int("port", 1, "")
 	require.NoError(t, envDefaults(fs, e))
-	_, err := parse(fs, []string{"--port", "9"})
+	_, err := parse(e, fs, []string{"--port", "9"})
 	require.NoError(t, err)
 	require.Equal(t, "/d", *dir)
 	require.Equal(t, 9, *port, "the command line wins over the environment")

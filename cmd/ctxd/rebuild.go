@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"time"
@@ -27,17 +29,35 @@ With --check it writes nothing: it compares every rebuilt context with the
 one the running service answers (reading on when the service has moved
 past the rebuilt sequence, so records that keep arriving are fine), lists
 each session that differs ("differs: S") and each it could not compare
-("failed: S: why"), going on past both, and exits 1 when there is any. It
-prints "no differences" when all is well.
+("failed: S: why"), going on past both. It prints "no differences" when
+all is well. Its exit code: 0 no differences, 1 differences found, 3 could
+not run or could not compare every session (and none differs), 2 a bad
+command line.
+
+A --session with no records writes no checkpoint.
 
 Give --browser-tools, --max-record-bytes and --max-session-bytes the values
 the service runs with: they decide which records a session holds and which
 compaction it restarts from, so with others the rebuild disagrees with the
 service.`
 
+// exitCheckFailed is rebuild --check's exit code when it could not run, or
+// could not compare every session: 1 means differences found.
+const exitCheckFailed = 3
+
 func runRebuild(ctx context.Context, e *env, args []string) error {
+	checking := false
+	err := rebuildRun(ctx, e, args, &checking)
+	var xe *exitError
+	if err != nil && checking && !errors.As(err, &xe) && !errors.Is(err, errUsage) && !errors.Is(err, flag.ErrHelp) {
+		return &exitError{code: exitCheckFailed, err: err}
+	}
+	return err
+}
+
+func rebuildRun(ctx context.Context, e *env, args []string, checking *bool) error {
 	fs := newFlags(e, "rebuild", "rebuild [flags]", rebuildAbout)
-	url := fs.String("nats", natsURL(e), "NATS server URL")
+	conn := addConnFlags(fs, e, true)
 	session := fs.String("session", "", "rebuild only this session")
 	from := fs.Uint64("from", 1, "rebuild the sessions that have records at or after this stream sequence")
 	check := fs.Bool("check", false, "compare with the running service instead of writing checkpoints")
@@ -45,10 +65,11 @@ func runRebuild(ctx context.Context, e *env, args []string) error {
 	lim := store.DefaultLimits()
 	fs.IntVar(&lim.MaxRecordBytes, "max-record-bytes", lim.MaxRecordBytes, "largest record decoded, as the service is configured")
 	fs.Int64Var(&lim.MaxSessionBytes, "max-session-bytes", lim.MaxSessionBytes, "bytes of records one session may hold since its latest compaction, as the service is configured")
-	pos, err := parse(fs, args)
+	pos, err := parse(e, fs, args)
 	if err != nil {
 		return err
 	}
+	*checking = *check
 	if len(pos) > 0 {
 		fmt.Fprintf(e.stderr, "ctxd rebuild: takes no arguments, got %q\n", pos)
 		return errUsage
@@ -62,7 +83,7 @@ func runRebuild(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	nc, err := connect(*url)
+	nc, err := conn.connect(e, fs)
 	if err != nil {
 		return err
 	}
@@ -87,6 +108,9 @@ func runRebuild(ctx context.Context, e *env, args []string) error {
 	}
 	fmt.Fprintf(e.stderr, "rebuilt %d sessions from %d records in %s (%.0f records/s)\n",
 		read.Sessions, read.Records, read.Took.Round(time.Millisecond), float64(read.Records)/max(read.Took.Seconds(), 1e-9))
+	if *session != "" && read.Records == 0 {
+		fmt.Fprintf(e.stderr, "session %s has no records in the stream\n", *session)
+	}
 	if !*check {
 		n, err := rb.WriteCheckpoints(ctx)
 		if err != nil {
@@ -106,9 +130,9 @@ func runRebuild(ctx context.Context, e *env, args []string) error {
 	case err != nil:
 		return err
 	case len(res.Differ) > 0 && len(res.Failed) > 0:
-		return fmt.Errorf("%d of %d sessions differ from the running service, and %d could not be compared", len(res.Differ), res.Sessions, len(res.Failed))
+		return &exitError{code: exitFailure, err: fmt.Errorf("%d of %d sessions differ from the running service, and %d could not be compared", len(res.Differ), res.Sessions, len(res.Failed))}
 	case len(res.Differ) > 0:
-		return fmt.Errorf("%d of %d sessions differ from the running service", len(res.Differ), res.Sessions)
+		return &exitError{code: exitFailure, err: fmt.Errorf("%d of %d sessions differ from the running service", len(res.Differ), res.Sessions)}
 	case len(res.Failed) > 0:
 		return fmt.Errorf("%d of %d sessions could not be compared with the running service", len(res.Failed), res.Sessions)
 	}

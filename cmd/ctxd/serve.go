@@ -25,7 +25,21 @@ relies on, naming the field; one with limits that delete records (max_age,
 max_msgs, max_bytes, max_msgs_per_subject, discard new) only with
 --allow-stream-limits. Once it serves it prints one line:
   ctxd ready nats://HOST:PORT
-and it shuts down cleanly on SIGINT or SIGTERM (exit 0).
+(and tells systemd READY=1 when run as a Type=notify unit), and it shuts
+down cleanly on SIGINT or SIGTERM (exit 0; Ctrl-C while it starts: 130).
+
+--http ADDR serves, for operators: /metrics (Prometheus), /healthz (the
+process is alive), /readyz (connected, stream and consumer verified,
+ingest running, at most --ready-max-lag records behind the stream) and
+/ui/, the inspector (each session's records beside what the model saw; see
+ctxd inspect). It is off unless given. /metrics and /ui/ need the bearer
+token --http-token when one is set; listening beyond loopback
+(0.0.0.0:9090) requires one. The probes answer anyone and tell only "ok"
+or why not.
+
+An embedded server that listens beyond loopback (--host 0.0.0.0) needs
+authentication: --nats-config FILE with users or accounts (see
+deployments/nats/auth.conf).
 
 Every flag can also be set in the environment: CTXD_ and the flag's name in
 upper case with '-' as '_' (CTXD_DATA, CTXD_SYNC, ...); --nats also reads
@@ -41,12 +55,13 @@ NATS_URL. A flag on the command line wins.
 func runServe(ctx context.Context, e *env, args []string) error {
 	cfg := app.DefaultConfig()
 	fs := newFlags(e, "serve", "serve [flags]", serveAbout)
-	url := fs.String("nats", e.getenv("NATS_URL"), "use the NATS server or cluster at this URL instead of the embedded one")
+	conn := addConnFlags(fs, e, false)
+	natsConfig := fs.String("nats-config", "", "embedded server: nats-server configuration `FILE` (accounts, users, TLS); what it sets wins over the flags below")
 	fs.StringVar(&cfg.DataDir, "data", cfg.DataDir, "embedded server: JetStream store directory")
 	fs.StringVar(&cfg.Host, "host", cfg.Host, "embedded server: address to listen on")
 	fs.IntVar(&cfg.Port, "port", cfg.Port, "embedded server: client port (-1 picks a free one)")
-	maxPayload := fs.Int("max-payload", int(cfg.MaxPayload), "embedded server: largest message in bytes")
-	sync := fs.String("sync", cfg.SyncInterval.String(), "embedded server: fsync policy, `always` or an interval such as 2m or 1s")
+	maxPayload := fs.Int("max-payload", int(cfg.MaxPayload), "embedded server: largest message in `BYTES`, 1 to 67108864 (64 MiB)")
+	sync := fs.String("sync", cfg.SyncInterval.String(), "embedded server: fsync `POLICY`, always or an interval such as 2m or 1s")
 	fs.IntVar(&cfg.Replicas, "replicas", cfg.Replicas, "replicas of the TRANSCRIPTS stream when ctxd creates it (3 on a 3-node cluster)")
 	fs.BoolVar(&cfg.AllowStreamLimits, "allow-stream-limits", false, "run on an existing TRANSCRIPTS stream with limits (max_age, max_msgs, max_bytes, max_msgs_per_subject, discard new): records past a limit leave the stream, and the contexts")
 	browser := fs.String("browser-tools", strings.Join(cfg.BrowserTools, ","), "comma-separated tool names whose screenshots are trimmed to the latest")
@@ -56,19 +71,32 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&cfg.RenderCacheBytes, "render-cache-bytes", cfg.RenderCacheBytes, "bytes of rendered replies (--format, budget_tokens) held in memory at most, one per session, beside --cache-bytes (0: none)")
 	fs.Int64Var(&cfg.MaxSessionBytes, "max-session-bytes", cfg.MaxSessionBytes, "bytes of records one session may hold since its latest compaction; a record past it is quarantined")
 	fs.DurationVar(&cfg.AckWait, "ack-wait", 0, "how long the ingest may hold a record before JetStream redelivers it (0: the consumer definition's, 30s)")
-	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
-	if err := envDefaults(fs, e); err != nil {
-		return err
-	}
-	pos, err := parse(fs, args)
+	fs.IntVar(&cfg.RejectLog, "rejected-log", cfg.RejectLog, "rejected records ctxd.rejected lists, the latest (all are counted)")
+	fs.StringVar(&cfg.HTTPAddr, "http", "", "serve /metrics, /healthz and /readyz over HTTP on `ADDR` (host:port, e.g. 127.0.0.1:8222; off when empty)")
+	fs.StringVar(&cfg.HTTPToken, "http-token", "", "bearer token --http requires on /metrics (not on /healthz and /readyz); needed to listen beyond loopback (prefer CTXD_HTTP_TOKEN)")
+	fs.Uint64Var(&cfg.ReadyMaxLag, "ready-max-lag", cfg.ReadyMaxLag, "records the ingest may be behind the stream and /readyz still say ready")
+	level := fs.String("log-level", "info", "log `LEVEL`: debug, info, warn or error")
+	logFormat := fs.String("log-format", "text", "log `FORMAT`: text or json")
+	pos, err := parse(e, fs, args)
 	if err != nil {
 		return err
 	}
-	if len(pos) > 0 {
-		fmt.Fprintf(e.stderr, "ctxd serve: takes no arguments, got %q\n", pos)
-		return errUsage
+	if err := noArgs(e, "serve", pos); err != nil {
+		return err
 	}
-	cfg.NATSURL = *url
+	url, opts, err := conn.resolve(e, fs)
+	if err != nil {
+		return usageError(e, "serve", err)
+	}
+	cfg.NATSURL, cfg.NATSOptions = url, opts
+	cfg.NATSConfigFile = *natsConfig
+	if url != "" && *natsConfig != "" {
+		return usageError(e, "serve", errors.New("--nats-config configures the embedded server: not with --nats"))
+	}
+	cfg.Version = serviceVersion()
+	if *maxPayload < 1 || *maxPayload > 64<<20 {
+		return usageError(e, "serve", fmt.Errorf("--max-payload: want 1 to 67108864 bytes (64 MiB, NATS's limit), got %d", *maxPayload))
+	}
 	cfg.MaxPayload = int32(*maxPayload)
 	cfg.BrowserTools = splitList(*browser)
 	if *sync == "always" {
@@ -76,15 +104,23 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	} else {
 		d, err := time.ParseDuration(*sync)
 		if err != nil || d <= 0 {
-			return fmt.Errorf("--sync: want \"always\" or a positive duration such as 2m, got %q", *sync)
+			return usageError(e, "serve", fmt.Errorf("--sync: want \"always\" or a positive duration such as 2m or 1s, got %q", *sync))
 		}
 		cfg.SyncInterval = d
 	}
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
-		return fmt.Errorf("--log-level: %w", err)
+		return usageError(e, "serve", fmt.Errorf("--log-level: %w", err))
 	}
-	cfg.Logger = slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: lvl}))
+	hopts := &slog.HandlerOptions{Level: lvl}
+	switch *logFormat {
+	case "text":
+		cfg.Logger = slog.New(slog.NewTextHandler(e.stderr, hopts))
+	case "json":
+		cfg.Logger = slog.New(slog.NewJSONHandler(e.stderr, hopts))
+	default:
+		return usageError(e, "serve", fmt.Errorf("--log-format: want text or json, got %q", *logFormat))
+	}
 
 	a := app.New(cfg)
 	if err := a.Open(ctx); err != nil {
@@ -93,10 +129,29 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		}
 		return err
 	}
+	if addr := a.HTTPListenAddr(); addr != "" {
+		cfg.Logger.Info("http listening", "addr", addr, "paths", "/metrics /healthz /readyz /ui/")
+	}
 	fmt.Fprintf(e.stdout, "ctxd ready %s\n", a.URL())
+	if err := sdNotify(e, "READY=1"); err != nil {
+		cfg.Logger.Warn("systemd notify", "err", err)
+	}
 	<-ctx.Done()
 	cfg.Logger.Info("shutting down")
+	_ = sdNotify(e, "STOPPING=1")
 	return a.Close()
+}
+
+// envName is the environment variable of a flag: CTXD_MAX_PAYLOAD for
+// max-payload.
+func envName(flagName string) string {
+	return "CTXD_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// usageError prints err as a command-line error and returns errUsage.
+func usageError(e *env, name string, err error) error {
+	fmt.Fprintf(e.stderr, "ctxd %s: %v\n", name, err)
+	return errUsage
 }
 
 // envDefaults sets each flag not given on the command line from
@@ -104,7 +159,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 func envDefaults(fs *flag.FlagSet, e *env) error {
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
-		name := "CTXD_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		name := envName(f.Name)
 		if v := e.getenv(name); v != "" && err == nil {
 			if serr := f.Value.Set(v); serr != nil {
 				err = fmt.Errorf("%s=%q: %w", name, v, serr)

@@ -9,12 +9,16 @@ import (
 	"fmt"
 	"iter"
 	"log/slog"
+	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ctxd/ctxd/pkg/bus"
 	"github.com/ctxd/ctxd/pkg/natsd"
+	"github.com/ctxd/ctxd/pkg/ops"
 	"github.com/ctxd/ctxd/pkg/projection"
 	"github.com/ctxd/ctxd/pkg/record"
 	"github.com/ctxd/ctxd/pkg/server"
@@ -64,6 +68,33 @@ type Config struct {
 	AckWait time.Duration
 	// Logger receives ctxd's log lines; New makes a nil one discard them.
 	Logger *slog.Logger
+
+	// NATSOptions are added to the connection's options: credentials and
+	// TLS for a server that asks for them.
+	NATSOptions []nats.Option
+	// NATSConfigFile, for the embedded server, is a nats-server
+	// configuration file (accounts, users, TLS) applied under the flags.
+	NATSConfigFile string
+	// RejectLog is how many rejected records ctxd.rejected lists.
+	RejectLog int
+	// Version is the version the service reports in $SRV.INFO.
+	Version string
+
+	// HTTPAddr, when set, is where the operators' HTTP listener serves
+	// /metrics, /healthz, /readyz and HTTPHandlers (package ops).
+	HTTPAddr string
+	// HTTPToken, when set, is the bearer token the listener requires on
+	// every path but /healthz and /readyz; without it the listener
+	// refuses an address beyond loopback.
+	HTTPToken string
+	// HTTPHandlers are mounted on the listener, behind its token, by
+	// pattern: {"/ui/": inspector} serves an inspector at /ui/. They are
+	// served from the start of Open: one that reads the app checks
+	// Serving first.
+	HTTPHandlers map[string]http.Handler
+	// ReadyMaxLag is how many records the ingest may be behind the stream
+	// and still be ready; past it /readyz says not ready.
+	ReadyMaxLag uint64
 }
 
 // DefaultConfig returns the defaults of ctxd serve.
@@ -81,8 +112,14 @@ func DefaultConfig() Config {
 		CacheBytes:       store.DefaultMaxBytes,
 		RenderCacheBytes: server.DefaultRenderCacheBytes,
 		MaxSessionBytes:  store.DefaultMaxSessionBytes,
+		RejectLog:        store.DefaultRejectLog,
+		ReadyMaxLag:      DefaultReadyMaxLag,
 	}
 }
+
+// DefaultReadyMaxLag is how far behind the stream the ingest may be and
+// still be ready.
+const DefaultReadyMaxLag = 1000
 
 // App is a running ctxd.
 type App struct {
@@ -94,6 +131,15 @@ type App struct {
 	ingest *bus.Ingest
 	svc    *server.Service
 	closed chan struct{} // closed when the connection is
+
+	ops *ops.Server
+	// inspector is mounted at /ui/ on ops unless HTTPHandlers take it.
+	inspector *inspector
+	metrics   *ops.Metrics
+	// stream is the TRANSCRIPTS stream once verified; serving is set once
+	// Open has started everything, after stream and store are set.
+	stream  jetstream.Stream
+	serving atomic.Bool
 }
 
 // New returns an app with the configuration; Open starts it.
@@ -113,6 +159,13 @@ func (a *App) Open(ctx context.Context) (err error) {
 			a.Close()
 		}
 	}()
+	if a.HTTPAddr != "" {
+		// First, so that a port in use fails at once and /healthz answers
+		// while the rest starts.
+		if err := a.openHTTP(); err != nil {
+			return err
+		}
+	}
 	url := a.NATSURL
 	if url == "" {
 		a.ns = natsd.New(a.DataDir)
@@ -120,18 +173,20 @@ func (a *App) Open(ctx context.Context) (err error) {
 		a.ns.MaxPayload = a.MaxPayload
 		a.ns.SyncAlways, a.ns.SyncInterval = a.SyncAlways, a.SyncInterval
 		a.ns.Logger = a.Logger.With("component", "nats-server")
-		if err := a.ns.Open(); err != nil {
+		a.ns.ConfigFile = a.NATSConfigFile
+		if err := a.ns.OpenContext(ctx); err != nil {
 			return err
 		}
 		url = a.ns.ClientURL()
 	}
 	closed := make(chan struct{})
 	a.closed = closed
-	a.nc, err = nats.Connect(url, nats.Name("ctxd"), nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond),
-		nats.ClosedHandler(func(*nats.Conn) { close(closed) }))
+	opts := append([]nats.Option{nats.Name("ctxd"), nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.ClosedHandler(func(*nats.Conn) { close(closed) })}, a.NATSOptions...)
+	a.nc, err = nats.Connect(url, opts...)
 	if err != nil {
-		return fmt.Errorf("connect to %s: %w", url, err)
+		return fmt.Errorf("connect to %s: %w", Redact(url), err)
 	}
 	js, err := bus.JetStream(a.nc)
 	if err != nil {
@@ -150,11 +205,23 @@ func (a *App) Open(ctx context.Context) (err error) {
 			a.Logger.Warn("stream limit accepted: records past it leave the stream, and the contexts", "stream", want.Name, "field", fe.Field, "value", fe.Have)
 		}))
 	}
-	st, err := bus.EnsureStream(ctx, js, want, check...)
+	var st jetstream.Stream
+	err = a.retryStart(ctx, url, "stream "+want.Name, func(ctx context.Context) error {
+		st, err = bus.EnsureStream(ctx, js, want, check...)
+		return err
+	})
 	if err != nil {
 		return err
 	}
-	cps, err := bus.OpenCheckpoints(ctx, js, a.Replicas)
+	if have := st.CachedInfo().Config.Replicas; a.Replicas > 0 && have != a.Replicas {
+		a.Logger.Warn("the existing stream has another number of replicas than --replicas; ctxd leaves it as it is",
+			"stream", want.Name, "replicas", have, "want", a.Replicas)
+	}
+	var cps *bus.Checkpoints
+	err = a.retryStart(ctx, url, "checkpoint bucket", func(ctx context.Context) error {
+		cps, err = bus.OpenCheckpoints(ctx, js, a.Replicas)
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -168,6 +235,7 @@ func (a *App) Open(ctx context.Context) (err error) {
 	a.store.MaxSessions, a.store.MaxBytes = a.CacheSessions, a.CacheBytes
 	a.store.MaxSessionBytes = a.MaxSessionBytes
 	a.store.Logger = a.Logger
+	a.store.RejectLog = a.RejectLog
 
 	// Every record stored so far can be read from the stream: a session
 	// loads from there when it is asked for, so nothing is replayed here.
@@ -204,38 +272,67 @@ func (a *App) Open(ctx context.Context) (err error) {
 	a.svc.Logger = a.Logger
 	a.svc.BrowserTools = a.BrowserTools // the projections' own
 	a.svc.RenderCacheBytes = a.RenderCacheBytes
+	if a.Version != "" {
+		a.svc.Version = a.Version
+	}
+	if a.metrics != nil {
+		a.svc.Observe = a.metrics.Observe
+	}
 	// Open returns once the server holds the service's subscriptions: a
 	// request sent right after finds a responder.
-	return a.svc.Open()
+	if err := a.svc.Open(); err != nil {
+		return err
+	}
+	a.stream = st
+	a.serving.Store(true)
+	return nil
 }
 
 // handle applies one stored record to its session.
 func (a *App) handle(m bus.Msg) {
 	session, err := subject.SessionOf(m.Subject, subject.TranscriptsPrefix)
 	if err != nil {
-		a.store.Reject(store.Rejection{Subject: m.Subject, Seq: m.Seq, Size: len(m.Data), Reason: err.Error()})
+		a.store.Reject(store.Rejection{Subject: m.Subject, Seq: m.Seq, Size: len(m.Data), Reason: err.Error(), Kind: store.KindSubject})
 		return
 	}
 	a.store.Apply(session, m.Seq, m.Data)
 }
 
-// URL returns the NATS client URL ctxd is connected to.
+// URL returns the NATS client URL ctxd is connected to, without the
+// credentials it may hold.
 func (a *App) URL() string {
 	if a.nc == nil {
 		return ""
 	}
-	return a.nc.ConnectedUrl()
+	return a.nc.ConnectedUrlRedacted()
 }
+
+// Serving reports whether Open has finished and Close has not begun.
+// When it is true, Store may be called from any goroutine.
+func (a *App) Serving() bool { return a.serving.Load() }
 
 // Store returns the live projections.
 func (a *App) Store() *store.Store { return a.store }
 
-// Close stops everything Open started, in reverse order: the service
+// Close stops everything Open started: the HTTP listener first (its
+// handlers read what follows), then in reverse order the service
 // (requests in hand are answered), the ingest (the record in hand is
 // applied and acknowledged), the checkpoints (every session's written,
 // within 10s), the connection, the server.
 func (a *App) Close() error {
+	a.serving.Store(false)
 	var errs []error
+	if a.ops != nil {
+		// First: its handlers read the connection and the store, and
+		// after Close returns none runs. The inspector's event streams
+		// end first, or they would hold the listener's shutdown.
+		if a.inspector != nil {
+			a.inspector.close()
+			a.inspector = nil
+		}
+		errs = append(errs, a.ops.Close())
+		a.ops = nil
+	}
 	if a.svc != nil {
 		errs = append(errs, a.svc.Close())
 		a.svc = nil

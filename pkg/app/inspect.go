@@ -3,6 +3,8 @@ package app
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"sync"
 
 	"github.com/nats-io/nats.go"
 
@@ -112,3 +114,45 @@ func (s *inspectSource) Rejected(ctx context.Context) ([]store.Rejection, error)
 }
 
 func (s *inspectSource) Applied() uint64 { return s.store.Applied() }
+
+// inspector is the inspector mounted at /ui/ on the operators' listener:
+// it answers 503 until the app serves (the listener opens first), then
+// serves the running app's sessions; close ends its event streams, which
+// would otherwise hold the listener's shutdown.
+type inspector struct {
+	a *App
+
+	mu     sync.Mutex
+	h      *inspect.Handler
+	closed bool
+}
+
+func (m *inspector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := m.handler()
+	if h == nil {
+		http.Error(w, "ctxd is starting", http.StatusServiceUnavailable)
+		return
+	}
+	h.ServeHTTP(w, r)
+}
+
+func (m *inspector) handler() *inspect.Handler {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.h == nil && !m.closed && m.a.Serving() {
+		m.h = inspect.New(m.a.InspectSource(), inspect.Options{Config: m.a.InspectConfig(), Logger: m.a.Logger})
+	}
+	if m.closed {
+		return nil
+	}
+	return m.h
+}
+
+func (m *inspector) close() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.closed = true
+	if m.h != nil {
+		m.h.Close()
+	}
+}

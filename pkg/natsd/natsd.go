@@ -7,9 +7,11 @@
 package natsd
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -49,6 +51,10 @@ type Server struct {
 	SyncInterval time.Duration
 	// Logger receives the server's log lines; nil discards them.
 	Logger *slog.Logger
+	// ConfigFile, when set, is a nats-server configuration file
+	// (accounts, users, TLS, ...). What it sets wins; the fields above
+	// fill in what it leaves out, and JetStream is always on.
+	ConfigFile string
 	// Cluster, when its Name is set, joins the server to a cluster: its
 	// JetStream then replicates streams and elects leaders with the
 	// other servers'.
@@ -82,8 +88,16 @@ func New(storeDir string) *Server {
 	}
 }
 
+// ErrExposed is returned by Open for a server that would listen beyond
+// loopback without authentication.
+var ErrExposed = errors.New("natsd: listening beyond loopback without authentication")
+
 // Open starts the server and waits until it accepts connections.
-func (s *Server) Open() error {
+func (s *Server) Open() error { return s.OpenContext(context.Background()) }
+
+// OpenContext starts the server and waits until it accepts connections,
+// its listener fails (a port in use, at once), or ctx is done.
+func (s *Server) OpenContext(ctx context.Context) error {
 	if s.StoreDir == "" {
 		return errors.New("natsd: no store directory")
 	}
@@ -94,17 +108,35 @@ func (s *Server) Open() error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("natsd: store directory: %w", err)
 	}
-	opts := &server.Options{
-		ServerName:   s.Name,
-		Host:         s.Host,
-		Port:         s.Port,
-		JetStream:    true,
-		StoreDir:     dir,
-		MaxPayload:   s.MaxPayload,
-		SyncAlways:   s.SyncAlways,
-		SyncInterval: s.SyncInterval,
-		NoSigs:       true,
-		NoLog:        s.Logger == nil,
+	opts := &server.Options{}
+	if s.ConfigFile != "" {
+		if opts, err = server.ProcessConfigFile(s.ConfigFile); err != nil {
+			return fmt.Errorf("natsd: %w", err)
+		}
+	}
+	if opts.ServerName == "" {
+		opts.ServerName = s.Name
+	}
+	if opts.Host == "" {
+		opts.Host = s.Host
+	}
+	if opts.Port == 0 {
+		opts.Port = s.Port
+	}
+	if opts.StoreDir == "" {
+		opts.StoreDir = dir
+	}
+	if opts.MaxPayload == 0 {
+		opts.MaxPayload = s.MaxPayload
+	}
+	if !opts.SyncAlways && opts.SyncInterval == 0 {
+		opts.SyncAlways, opts.SyncInterval = s.SyncAlways, s.SyncInterval
+	}
+	opts.JetStream = true
+	opts.NoSigs = true
+	opts.NoLog = false // our logger, which also sees a listener's failure
+	if !loopback(opts.Host) && !hasAuth(opts) {
+		return fmt.Errorf("%w: the embedded server would accept anyone on %s:%d; give --nats-config FILE with users or accounts (see deployments/nats/auth.conf), or listen on 127.0.0.1", ErrExposed, opts.Host, opts.Port)
 	}
 	if c := s.Cluster; c.Name != "" {
 		opts.Cluster = server.ClusterOpts{Name: c.Name, Host: c.Host, Port: c.Port}
@@ -120,17 +152,49 @@ func (s *Server) Open() error {
 	if err != nil {
 		return fmt.Errorf("natsd: %w", err)
 	}
-	if s.Logger != nil {
-		ns.SetLoggerV2(&logAdapter{s.Logger}, false, false, false)
+	logger := s.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
 	}
+	la := &logAdapter{l: logger, fatal: make(chan string, 1)}
+	ns.SetLoggerV2(la, false, false, false)
 	ns.Start()
-	if !ns.ReadyForConnections(30 * time.Second) {
+	stop := func(err error) error {
 		ns.Shutdown()
 		ns.WaitForShutdown()
-		return fmt.Errorf("natsd: server on %s:%d not ready after 30s (is the port in use?)", s.Host, s.Port)
+		return err
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !ns.ReadyForConnections(50 * time.Millisecond) {
+		select {
+		case msg := <-la.fatal:
+			return stop(fmt.Errorf("natsd: %s", msg))
+		case <-ctx.Done():
+			return stop(fmt.Errorf("natsd: %w", ctx.Err()))
+		default:
+		}
+		if time.Now().After(deadline) {
+			return stop(fmt.Errorf("natsd: server on %s:%d not ready after 30s", opts.Host, opts.Port))
+		}
 	}
 	s.ns = ns
 	return nil
+}
+
+// loopback reports whether host is only the loopback interface.
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// hasAuth reports whether the options require clients to authenticate.
+func hasAuth(o *server.Options) bool {
+	return o.Username != "" || o.Authorization != "" || len(o.Users) > 0 || len(o.Nkeys) > 0 ||
+		len(o.TrustedOperators) > 0 || len(o.TrustedKeys) > 0 || o.AuthCallout != nil ||
+		(o.TLSVerify && o.TLSMap)
 }
 
 // ClientURL returns the URL clients connect to, nats://HOST:PORT.
@@ -152,13 +216,24 @@ func (s *Server) Close() error {
 	return nil
 }
 
-// logAdapter routes nats-server log lines to slog.
-type logAdapter struct{ l *slog.Logger }
+// logAdapter routes nats-server log lines to slog, and the first fatal
+// one (a listener that failed) to fatal.
+type logAdapter struct {
+	l     *slog.Logger
+	fatal chan string
+}
 
 // Noticef lines (banner, listen addresses) are routine: debug level.
 func (a *logAdapter) Noticef(format string, v ...any) { a.l.Debug(fmt.Sprintf(format, v...)) }
 func (a *logAdapter) Warnf(format string, v ...any)   { a.l.Warn(fmt.Sprintf(format, v...)) }
-func (a *logAdapter) Fatalf(format string, v ...any)  { a.l.Error(fmt.Sprintf(format, v...)) }
-func (a *logAdapter) Errorf(format string, v ...any)  { a.l.Error(fmt.Sprintf(format, v...)) }
-func (a *logAdapter) Debugf(format string, v ...any)  { a.l.Debug(fmt.Sprintf(format, v...)) }
-func (a *logAdapter) Tracef(format string, v ...any)  { a.l.Debug(fmt.Sprintf(format, v...)) }
+func (a *logAdapter) Fatalf(format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	a.l.Error(msg)
+	select {
+	case a.fatal <- msg:
+	default:
+	}
+}
+func (a *logAdapter) Errorf(format string, v ...any) { a.l.Error(fmt.Sprintf(format, v...)) }
+func (a *logAdapter) Debugf(format string, v ...any) { a.l.Debug(fmt.Sprintf(format, v...)) }
+func (a *logAdapter) Tracef(format string, v ...any) { a.l.Debug(fmt.Sprintf(format, v...)) }

@@ -239,7 +239,11 @@ func (r *Rebuilder) readSession(ctx context.Context, id string, from, to uint64)
 	if err != nil {
 		return n, err
 	}
-	r.touch(id)
+	if n > 0 || r.cps == nil {
+		// A session with no records has no checkpoint to write; compared,
+		// it is the empty context the service answers.
+		r.touch(id)
+	}
 	return n, nil
 }
 

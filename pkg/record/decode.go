@@ -1,6 +1,10 @@
 package record
 
-import "bytes"
+import (
+	"bytes"
+	"errors"
+	"fmt"
+)
 
 // Default limits of a Decoder.
 const (
@@ -69,6 +73,12 @@ func (d Decoder) Decode(data []byte) (*Map, error) {
 		v, err = d.DecodeJSON(data)
 	} else {
 		v, err = d.DecodeMsgpack(data)
+		if err != nil && len(data) > 1 && data[0] < 0x80 && !errors.Is(err, ErrTooLarge) {
+			// A msgpack positive integer followed by more bytes: never a
+			// record, most likely text sent as one.
+			return nil, &DecodeError{Format: FormatUnknown, Offset: 0, Err: ErrSyntax,
+				Detail: fmt.Sprintf("not a JSON object or msgpack map (starts with %q)", textStart(data))}
+		}
 	}
 	if err != nil {
 		return nil, err
@@ -82,6 +92,18 @@ func (d Decoder) Decode(data []byte) (*Map, error) {
 		return nil, &DecodeError{Format: format, Offset: off, Err: ErrNotMap, Detail: "got " + TypeName(v)}
 	}
 	return m, nil
+}
+
+// FormatUnknown is the DecodeError format of an input that is neither
+// JSON nor msgpack: its detail says "not a JSON object or msgpack map".
+const FormatUnknown = "record"
+
+// textStart returns the first bytes of data, for an error message.
+func textStart(data []byte) string {
+	if len(data) > 16 {
+		return string(data[:16]) + "..."
+	}
+	return string(data)
 }
 
 // startsJSONValue reports whether c can start a JSON value other than an

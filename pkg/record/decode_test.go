@@ -149,6 +149,15 @@ func TestDecode_Garbage(t *testing.T) {
 	}
 }
 
+// TestDecode_TextSaysWhat: plain text sent as a record is reported as
+// what it is, not as a msgpack syntax error at byte 1.
+func TestDecode_TextSaysWhat(t *testing.T) {
+	_, err := record.Decode([]byte("hello, plain text"))
+	if err == nil || !strings.Contains(err.Error(), `not a JSON object or msgpack map (starts with "hello, plain tex...")`) {
+		t.Fatalf("error %v", err)
+	}
+}
+
 func TestDecodeError(t *testing.T) {
 	err := error(&record.DecodeError{Format: "json", Offset: 7, Err: record.ErrSyntax, Detail: "expected ':'"})
 	if got, want := err.Error(), "json at byte 7: syntax error: expected ':'"; got != want {

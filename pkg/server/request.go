@@ -51,6 +51,9 @@ func parseRequest(body []byte, accept string) (contextRequest, error) {
 		if errors.As(err, &de) && errors.Is(err, record.ErrNotMap) {
 			return req, fmt.Errorf("%w: not a JSON object or msgpack map", errBadBody)
 		}
+		if de != nil && de.Format == record.FormatUnknown {
+			return req, fmt.Errorf("%w: %s", errBadBody, de.Detail) // text, most likely
+		}
 		return req, fmt.Errorf("%w: not a JSON object or msgpack map (%v)", errBadBody, err)
 	}
 	if v, ok := m.Get("min_seq"); ok {

@@ -180,3 +180,10 @@ func FuzzParseRequest(f *testing.F) {
 		}
 	})
 }
+
+// Text sent as a request is reported as such, once.
+func TestParseRequest_Text(t *testing.T) {
+	_, err := parseRequest([]byte("hello there"), "")
+	require.ErrorIs(t, err, errBadBody)
+	require.Equal(t, `bad request body: not a JSON object or msgpack map (starts with "hello there")`, err.Error())
+}

@@ -53,6 +53,10 @@ type Service struct {
 	// RenderCacheBytes bounds the rendered replies kept, one per session
 	// (see renderCache); 0 keeps none.
 	RenderCacheBytes int
+	// Version is the version $SRV.INFO reports; New sets Version.
+	Version string
+	// Observe, when set, is told of every answer (see Observer).
+	Observe Observer
 
 	nc   *nats.Conn
 	proj Projections
@@ -65,6 +69,7 @@ type Service struct {
 	chunks      chunked // replies larger than the max payload
 	chunkPrefix string  // ctxd.chunk.<instance id>
 	rendered    renderCache
+	epStats     [3]endpointStats // context, chunk, rejected
 
 	// closing is set by Close. Stopping the endpoints drains them in the
 	// background, so requests already queued still reach the handler
@@ -75,7 +80,7 @@ type Service struct {
 
 // New returns a service over the projections, with the defaults.
 func New(nc *nats.Conn, proj Projections) *Service {
-	return &Service{Name: "ctxd", QueueGroup: "ctxd", nc: nc, proj: proj, RenderCacheBytes: DefaultRenderCacheBytes}
+	return &Service{Name: "ctxd", QueueGroup: "ctxd", nc: nc, proj: proj, RenderCacheBytes: DefaultRenderCacheBytes, Version: Version}
 }
 
 // Open registers the service and its endpoints.
@@ -84,13 +89,11 @@ func (s *Service) Open() error {
 	s.closing = false
 	s.rendered.max = s.RenderCacheBytes
 	svc, err := micro.AddService(s.nc, micro.Config{
-		Name:        s.Name,
-		Version:     Version,
-		Description: "model context of agent transcripts: request ctxd.context.<session>",
-		QueueGroup:  s.QueueGroup,
-		StatsHandler: func(*micro.Endpoint) any {
-			return s.proj.Stats()
-		},
+		Name:         s.Name,
+		Version:      s.Version,
+		Description:  "model context of agent transcripts: request ctxd.context.<session>",
+		QueueGroup:   s.QueueGroup,
+		StatsHandler: s.endpointData,
 	})
 	if err != nil {
 		return fmt.Errorf("server: %w", err)
@@ -148,6 +151,9 @@ func (s *Service) Close() error {
 }
 
 func (s *Service) handleContext(r micro.Request) {
+	start := time.Now()
+	raw := r
+	r = s.observe(raw, "context", start)
 	session := strings.TrimPrefix(r.Subject(), subject.ContextPrefix)
 	if err := subject.CheckSession(session); err != nil {
 		s.fail(r, err)
@@ -168,7 +174,7 @@ func (s *Service) handleContext(r micro.Request) {
 	}
 	// Wait off the endpoint's goroutine, so a waiting request never delays
 	// another.
-	r = detached{Request: r, nc: s.nc}
+	r = s.observe(detached{Request: raw, nc: s.nc}, "context", start)
 	go func() {
 		defer s.wg.Done()
 		if err := s.proj.Wait(s.ctx, req.minSeq, req.wait); err != nil {
@@ -281,6 +287,7 @@ func (d detached) Error(code, description string, data []byte, opts ...micro.Res
 var replyBuffers = sync.Pool{New: func() any { return new([]byte) }}
 
 func (s *Service) handleRejected(r micro.Request) {
+	r = s.observe(r, "rejected", time.Now())
 	data, err := json.Marshal(s.proj.Rejected())
 	if err != nil {
 		s.fail(r, err)

@@ -1,19 +1,40 @@
 package store
 
 import (
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ctxd/ctxd/pkg/record"
 )
 
 // Rejection is a record the projection skipped: it stays in the stream.
 type Rejection struct {
-	Subject string    `json:"subject"`
-	Session string    `json:"session,omitempty"`
-	Seq     uint64    `json:"seq"`
-	Size    int       `json:"size"`
-	Reason  string    `json:"reason"`
-	At      time.Time `json:"at"`
+	Subject string `json:"subject"`
+	Session string `json:"session,omitempty"`
+	Seq     uint64 `json:"seq"`
+	Size    int    `json:"size"`
+	Reason  string `json:"reason"`
+	// Kind classes the reason, for counting: one of the Kind... constants.
+	Kind string    `json:"kind"`
+	At   time.Time `json:"at"`
+}
+
+// Kinds of rejection.
+const (
+	KindUndecodable = "undecodable" // not a JSON object or msgpack map
+	KindTooLarge    = "too_large"   // larger than the decoder's limit
+	KindSubject     = "subject"     // on a subject that is not a valid session
+	KindQuarantined = "quarantined" // decoded, but past the session's bound or failing to apply
+)
+
+// decodeKind classes a decode error.
+func decodeKind(err error) string {
+	if errors.Is(err, record.ErrTooLarge) {
+		return KindTooLarge
+	}
+	return KindUndecodable
 }
 
 // rejectLog counts the rejected records and keeps the latest for listing,
@@ -22,6 +43,7 @@ type Rejection struct {
 // finds again) is neither listed nor counted again.
 type rejectLog struct {
 	count atomic.Uint64
+	kinds sync.Map // Kind -> *atomic.Uint64
 
 	mu     sync.Mutex
 	ring   []Rejection
@@ -34,6 +56,7 @@ type rejectLog struct {
 func (l *rejectLog) add(r Rejection, keep int) bool {
 	if keep <= 0 {
 		l.count.Add(1)
+		l.countKind(r.Kind)
 		return true
 	}
 	l.mu.Lock()
@@ -42,6 +65,7 @@ func (l *rejectLog) add(r Rejection, keep int) bool {
 		return false
 	}
 	l.count.Add(1)
+	l.countKind(r.Kind)
 	if r.At.IsZero() {
 		r.At = time.Now().UTC()
 	}
@@ -71,4 +95,25 @@ func (l *rejectLog) list() []Rejection {
 	start := l.next % len(l.ring)
 	out = append(out, l.ring[start:]...)
 	return append(out, l.ring[:start]...)
+}
+
+func (l *rejectLog) countKind(kind string) {
+	c, ok := l.kinds.Load(kind)
+	if !ok {
+		c, _ = l.kinds.LoadOrStore(kind, new(atomic.Uint64))
+	}
+	c.(*atomic.Uint64).Add(1)
+}
+
+// byKind returns the counts by kind, nil when there are none.
+func (l *rejectLog) byKind() map[string]uint64 {
+	var m map[string]uint64
+	l.kinds.Range(func(k, v any) bool {
+		if m == nil {
+			m = map[string]uint64{}
+		}
+		m[k.(string)] = v.(*atomic.Uint64).Load()
+		return true
+	})
+	return m
 }

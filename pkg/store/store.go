@@ -208,12 +208,14 @@ type Stats struct {
 	Records    uint64 `json:"records"`    // records taken in: applied, or noted for a session not loaded
 	Duplicates uint64 `json:"duplicates"` // records met again (redelivered) and ignored
 	Rejected   uint64 `json:"rejected"`   // records skipped as undecodable, misaddressed or poison
-	Sessions   uint64 `json:"sessions"`   // sessions remembered: loaded, or by their sequences
-	Loaded     int64  `json:"loaded"`     // sessions held in the cache
-	Bytes      int64  `json:"bytes"`      // their estimated size
-	Loads      uint64 `json:"loads"`      // sessions loaded from the stream
-	Evictions  uint64 `json:"evictions"`  // sessions evicted from the cache
-	Applied    uint64 `json:"applied"`    // stream sequence watermark
+	// RejectedBy counts the rejected records by Rejection.Kind.
+	RejectedBy map[string]uint64 `json:"rejected_by,omitempty"`
+	Sessions   uint64            `json:"sessions"`  // sessions remembered: loaded, or by their sequences
+	Loaded     int64             `json:"loaded"`    // sessions held in the cache
+	Bytes      int64             `json:"bytes"`     // their estimated size
+	Loads      uint64            `json:"loads"`     // sessions loaded from the stream
+	Evictions  uint64            `json:"evictions"` // sessions evicted from the cache
+	Applied    uint64            `json:"applied"`   // stream sequence watermark
 }
 
 // New returns an empty store with the defaults.
@@ -386,7 +388,7 @@ func (s *Store) Apply(session string, seq uint64, data []byte) {
 			ld.pending = append(ld.pending, noted{seq: seq, skip: true})
 		}
 		sl.mu.Unlock()
-		s.reject(Rejection{Subject: subject.TranscriptsPrefix + session, Session: session, Seq: seq, Size: len(data), Reason: err.Error()})
+		s.reject(Rejection{Subject: subject.TranscriptsPrefix + session, Session: session, Seq: seq, Size: len(data), Reason: err.Error(), Kind: decodeKind(err)})
 		return
 	}
 	n := len(data)
@@ -422,7 +424,7 @@ func (s *Store) Apply(session string, seq uint64, data []byte) {
 	}
 	sl.mu.Unlock()
 	if poison != nil {
-		s.reject(Rejection{Subject: subject.TranscriptsPrefix + session, Session: session, Seq: seq, Size: n, Reason: poison.Error()})
+		s.reject(Rejection{Subject: subject.TranscriptsPrefix + session, Session: session, Seq: seq, Size: n, Reason: poison.Error(), Kind: KindQuarantined})
 	}
 	if resets && s.Loader != nil {
 		// Written behind the ingest: until it is, a load starts from an
@@ -508,6 +510,10 @@ func (s *Store) Reject(r Rejection) {
 }
 
 func (s *Store) reject(r Rejection) {
+	if r.Kind == "" {
+		// Records a load finds it cannot apply.
+		r.Kind = KindQuarantined
+	}
 	if s.rejects.add(r, s.RejectLog) {
 		s.Logger.Warn("record skipped", "subject", r.Subject, "session", r.Session, "seq", r.Seq, "size", r.Size, "reason", r.Reason)
 	}
@@ -522,6 +528,7 @@ func (s *Store) Stats() Stats {
 		Records:    s.stats.records.Load(),
 		Duplicates: s.stats.duplicates.Load(),
 		Rejected:   s.rejects.count.Load(),
+		RejectedBy: s.rejects.byKind(),
 		Sessions:   uint64(s.dir.n.Load()),
 		Loaded:     s.cache.n.Load(),
 		Bytes:      s.cache.bytes.Load(),
