@@ -15,6 +15,10 @@ const (
 	CodeNotFound    = "404"
 	CodeWaitExpired = "504"
 	CodeInternal    = "500"
+	// CodeBusy: the service refused the request at once, to protect the
+	// others; the description says which bound was reached. Retry later,
+	// with backoff.
+	CodeBusy = "503"
 )
 
 var (
@@ -39,6 +43,10 @@ func errorReply(err error) (code, description string) {
 		return CodeBadRequest, err.Error()
 	case errors.Is(err, store.ErrWaitExpired):
 		return CodeWaitExpired, "min_seq not reached within wait_ms"
+	case errors.Is(err, errTooManyWaiters):
+		return CodeBusy, "too many requests waiting for min_seq: retry later, or with wait_ms 0"
+	case errors.Is(err, errBusy):
+		return CodeBusy, "too many requests for sessions not in the cache: retry later"
 	case errors.Is(err, errNoChunk):
 		return CodeNotFound, "no such chunk: expired, fetched already, or never made"
 	case errors.Is(err, errTooLarge):

@@ -7,11 +7,11 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -53,6 +53,14 @@ type Service struct {
 	// RenderCacheBytes bounds the rendered replies kept, one per session
 	// (see renderCache); 0 keeps none.
 	RenderCacheBytes int
+	// MaxLoads and LoadQueue size the lane of requests for sessions not
+	// in the cache (see dispatch.go): MaxLoads at once, LoadQueue more
+	// queued, and past that a 503.
+	MaxLoads  int
+	LoadQueue int
+	// MaxWaiters bounds the requests waiting for min_seq at once; past it
+	// a request that would wait is refused with 503. 0: no bound.
+	MaxWaiters int
 
 	nc   *nats.Conn
 	proj Projections
@@ -60,7 +68,12 @@ type Service struct {
 	svc    micro.Service
 	ctx    context.Context // cancelled by Close: ends every wait
 	cancel context.CancelFunc
-	wg     sync.WaitGroup // requests waiting for min_seq
+	wg     sync.WaitGroup // requests waiting for min_seq, load workers
+
+	loads        lane         // requests that load their session
+	waiting      atomic.Int64 // requests waiting for min_seq
+	busy         atomic.Uint64
+	refusedWaits atomic.Uint64
 
 	chunks      chunked // replies larger than the max payload
 	chunkPrefix string  // ctxd.chunk.<instance id>
@@ -75,7 +88,13 @@ type Service struct {
 
 // New returns a service over the projections, with the defaults.
 func New(nc *nats.Conn, proj Projections) *Service {
-	return &Service{Name: "ctxd", QueueGroup: "ctxd", nc: nc, proj: proj, RenderCacheBytes: DefaultRenderCacheBytes}
+	return &Service{
+		Name: "ctxd", QueueGroup: "ctxd", nc: nc, proj: proj,
+		RenderCacheBytes: DefaultRenderCacheBytes,
+		MaxLoads:         DefaultMaxLoads,
+		LoadQueue:        DefaultLoadQueue,
+		MaxWaiters:       DefaultMaxWaiters,
+	}
 }
 
 // Open registers the service and its endpoints.
@@ -83,6 +102,9 @@ func (s *Service) Open() error {
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.closing = false
 	s.rendered.max = s.RenderCacheBytes
+	workers := max(1, s.MaxLoads)
+	s.wg.Add(workers)
+	s.loads.start(workers, max(0, s.LoadQueue), func(j job) { s.reply(j.r, j.session, j.req) }, s.wg.Done)
 	svc, err := micro.AddService(s.nc, micro.Config{
 		Name:        s.Name,
 		Version:     Version,
@@ -125,6 +147,7 @@ func (s *Service) Open() error {
 	}
 	if err != nil {
 		svc.Stop()
+		s.stopLanes()
 		return fmt.Errorf("server: %w", err)
 	}
 	s.svc = svc
@@ -139,12 +162,19 @@ func (s *Service) Close() error {
 	}
 	err := s.svc.Stop()
 	s.cancel()
-	s.mu.Lock()
-	s.closing = true // from here on no wait is added to wg
-	s.mu.Unlock()
-	s.wg.Wait()
+	s.stopLanes()
 	s.svc = nil
 	return err
+}
+
+// stopLanes lets the load workers finish what is queued and waits for
+// them and for the waiting requests.
+func (s *Service) stopLanes() {
+	s.mu.Lock()
+	s.closing = true // from here on no wait is added to wg, no job queued
+	s.loads.stop()
+	s.mu.Unlock()
+	s.wg.Wait()
 }
 
 func (s *Service) handleContext(r micro.Request) {
@@ -159,27 +189,10 @@ func (s *Service) handleContext(r micro.Request) {
 		return
 	}
 	if req.minSeq == 0 || s.proj.Wait(s.ctx, req.minSeq, 0) == nil {
-		s.reply(r, session, req) // the common case: no wait, no goroutine
+		s.dispatch(r, session, req) // the common case: no wait
 		return
 	}
-	if !s.track() {
-		s.fail(r, fmt.Errorf("%w: shutting down", store.ErrWaitExpired))
-		return
-	}
-	// Wait off the endpoint's goroutine, so a waiting request never delays
-	// another.
-	r = detached{Request: r, nc: s.nc}
-	go func() {
-		defer s.wg.Done()
-		if err := s.proj.Wait(s.ctx, req.minSeq, req.wait); err != nil {
-			if errors.Is(err, context.Canceled) {
-				err = fmt.Errorf("%w: shutting down", store.ErrWaitExpired)
-			}
-			s.fail(r, err)
-			return
-		}
-		s.reply(r, session, req)
-	}()
+	s.await(r, session, req)
 }
 
 // track counts a waiting request in wg, unless Close has begun.
