@@ -48,9 +48,9 @@ func errorReply(err error) (code, description string) {
 	case errors.Is(err, errBusy):
 		return CodeBusy, "too many requests for sessions not in the cache: retry later"
 	case errors.Is(err, errNoChunk):
-		return CodeNotFound, "no such chunk: expired, fetched already, or never made"
+		return CodeNotFound, "no such chunk: expired, evicted, fetched already, or never made; request the context again"
 	case errors.Is(err, errTooLarge):
-		return CodeInternal, "context too large to hold for chunked delivery now"
+		return CodeInternal, "context too large to hold for chunked delivery; request it with the header Ctxd-Accept-Chunks: push"
 	case errors.Is(err, errNotMsgpack):
 		return CodeInternal, "context holds a number msgpack cannot carry; request JSON"
 	}

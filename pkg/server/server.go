@@ -53,6 +53,9 @@ type Service struct {
 	// RenderCacheBytes bounds the rendered replies kept, one per session
 	// (see renderCache); 0 keeps none.
 	RenderCacheBytes int
+	// ChunkHoldBytes bounds the bytes of chunked replies held for their
+	// clients to fetch (chunks.go).
+	ChunkHoldBytes int
 	// MaxLoads and LoadQueue size the lane of requests for sessions not
 	// in the cache (see dispatch.go): MaxLoads at once, LoadQueue more
 	// queued, and past that a 503.
@@ -94,6 +97,7 @@ func New(nc *nats.Conn, proj Projections) *Service {
 		MaxLoads:         DefaultMaxLoads,
 		LoadQueue:        DefaultLoadQueue,
 		MaxWaiters:       DefaultMaxWaiters,
+		ChunkHoldBytes:   DefaultChunkHoldBytes,
 	}
 }
 
@@ -102,6 +106,7 @@ func (s *Service) Open() error {
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.closing = false
 	s.rendered.max = s.RenderCacheBytes
+	s.chunks.max = s.ChunkHoldBytes
 	workers := max(1, s.MaxLoads)
 	s.wg.Add(workers)
 	s.loads.start(workers, max(0, s.LoadQueue), func(j job) { s.reply(j.r, j.session, j.req) }, s.wg.Done)
