@@ -232,7 +232,7 @@ func (s *Service) respondChunked(r micro.Request, out []byte, maxPayload int64) 
 				HeaderChunks: []string{n},
 				HeaderChunk:  []string{strconv.Itoa(k)},
 			}}
-			if err := s.nc.PublishMsg(m); err != nil {
+			if err := s.conn(r).PublishMsg(m); err != nil {
 				return err
 			}
 		}

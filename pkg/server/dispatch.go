@@ -34,9 +34,10 @@ import (
 // Defaults of the request lanes.
 var (
 	// DefaultMaxLoads is the number of requests loading a session at
-	// once: loads wait on NATS far more than they use a CPU, so several
-	// per core.
-	DefaultMaxLoads = max(8, 4*runtime.GOMAXPROCS(0))
+	// once: loads wait on NATS more than they use a CPU, so two per
+	// core. More let a flood of loads take the CPU from the requests
+	// answered from memory (docs/PERFORMANCE.md).
+	DefaultMaxLoads = max(4, 2*runtime.GOMAXPROCS(0))
 	// DefaultLoadQueue is how many requests wait for a load worker before
 	// the next is refused.
 	DefaultLoadQueue = 1024

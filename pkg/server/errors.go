@@ -45,6 +45,8 @@ func errorReply(err error) (code, description string) {
 		return CodeWaitExpired, "min_seq not reached within wait_ms"
 	case errors.Is(err, errTooManyWaiters):
 		return CodeBusy, "too many requests waiting for min_seq: retry later, or with wait_ms 0"
+	case errors.Is(err, errLargeBusy):
+		return CodeBusy, "too many large replies waiting to be sent: retry later"
 	case errors.Is(err, errBusy):
 		return CodeBusy, "too many requests for sessions not in the cache: retry later"
 	case errors.Is(err, errNoChunk):

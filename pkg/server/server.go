@@ -56,6 +56,12 @@ type Service struct {
 	// ChunkHoldBytes bounds the bytes of chunked replies held for their
 	// clients to fetch (chunks.go).
 	ChunkHoldBytes int
+	// LargeReplyBytes: replies of at least this many bytes go out on a
+	// connection of their own, off the endpoint's goroutine (bulk.go); 0
+	// sends every reply on the service's connection. LargeQueueBytes
+	// bounds the bytes of those waiting to be sent.
+	LargeReplyBytes int
+	LargeQueueBytes int64
 	// MaxLoads and LoadQueue size the lane of requests for sessions not
 	// in the cache (see dispatch.go): MaxLoads at once, LoadQueue more
 	// queued, and past that a 503.
@@ -73,6 +79,8 @@ type Service struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // requests waiting for min_seq, load workers
 
+	largeNC      *nats.Conn // large replies go out on it
+	large        sender
 	loads        lane         // requests that load their session
 	waiting      atomic.Int64 // requests waiting for min_seq
 	busy         atomic.Uint64
@@ -98,6 +106,8 @@ func New(nc *nats.Conn, proj Projections) *Service {
 		LoadQueue:        DefaultLoadQueue,
 		MaxWaiters:       DefaultMaxWaiters,
 		ChunkHoldBytes:   DefaultChunkHoldBytes,
+		LargeReplyBytes:  DefaultLargeReplyBytes,
+		LargeQueueBytes:  DefaultLargeQueueBytes,
 	}
 }
 
@@ -107,6 +117,9 @@ func (s *Service) Open() error {
 	s.closing = false
 	s.rendered.max = s.RenderCacheBytes
 	s.chunks.max = s.ChunkHoldBytes
+	if err := s.openLarge(); err != nil {
+		return fmt.Errorf("server: %w", err)
+	}
 	workers := max(1, s.MaxLoads)
 	s.wg.Add(workers)
 	s.loads.start(workers, max(0, s.LoadQueue), func(j job) { s.reply(j.r, j.session, j.req) }, s.wg.Done)
@@ -153,6 +166,7 @@ func (s *Service) Open() error {
 	if err != nil {
 		svc.Stop()
 		s.stopLanes()
+		s.closeLarge()
 		return fmt.Errorf("server: %w", err)
 	}
 	s.svc = svc
@@ -168,6 +182,7 @@ func (s *Service) Close() error {
 	err := s.svc.Stop()
 	s.cancel()
 	s.stopLanes()
+	s.closeLarge()
 	s.svc = nil
 	return err
 }
@@ -246,20 +261,25 @@ func (s *Service) reply(r micro.Request, session string, req contextRequest) {
 		s.fail(r, err)
 		return
 	}
-	if max := s.nc.MaxPayload(); max > 0 && int64(len(out)) > max-chunkHeaderRoom {
-		// The chunks are served from out for a while: it is not reused.
-		if err := s.respondChunked(r, out, max); err != nil {
-			s.fail(r, fmt.Errorf("%w: %d bytes: %w", errTooLarge, len(out), err))
+	send := func(r micro.Request) {
+		if max := s.nc.MaxPayload(); max > 0 && int64(len(out)) > max-chunkHeaderRoom {
+			// The chunks are served from out for a while: it is not reused.
+			if err := s.respondChunked(r, out, max); err != nil {
+				s.fail(r, fmt.Errorf("%w: %d bytes: %w", errTooLarge, len(out), err))
+			}
+			return
 		}
-		return
+		if err := r.Respond(out); err != nil {
+			s.log("respond", "session", session, "err", err)
+		}
+		if buf != nil {
+			// Respond has copied out to the connection's buffer.
+			*buf = out
+			replyBuffers.Put(buf)
+		}
 	}
-	if err := r.Respond(out); err != nil {
-		s.log("respond", "session", session, "err", err)
-	}
-	if buf != nil {
-		// Respond has copied out to the connection's buffer.
-		*buf = out
-		replyBuffers.Put(buf)
+	if !s.sendLarge(r, len(out), send) {
+		send(r)
 	}
 }
 
