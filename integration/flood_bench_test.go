@@ -2,8 +2,8 @@ package integration
 
 import (
 	"crypto/rand"
-	"flag"
 	"encoding/hex"
+	"flag"
 	"fmt"
 	"runtime"
 	"strings"

@@ -236,3 +236,35 @@ func TestRequester(t *testing.T) {
 		require.Equal(t, want, requester(subj), subj)
 	}
 }
+
+// A reply of at least LargeReplyBytes goes out on the connection of large
+// replies, answered on the endpoint's goroutine or off it.
+func TestService_LargeRepliesOwnConnection(t *testing.T) {
+	url := startNATS(t, 0)
+	nc0 := connect(t, url)
+	proj := bigSession(t)
+	proj.loaded = func(s string) bool { return s == "big" } // "cold" takes the load lane
+	cold := proj.fakeProjections.view
+	proj.fakeProjections.view = func(ctx context.Context, session string, fn func(*projection.Session)) error {
+		if session == "cold" {
+			session = "big"
+		}
+		return cold(ctx, session, fn)
+	}
+	svc := New(nc0, proj)
+	svc.LargeReplyBytes = 32 << 10
+	require.NoError(t, svc.Open())
+	t.Cleanup(func() { svc.Close() })
+	nc := connect(t, url)
+
+	for _, session := range []string{"big", "cold"} {
+		before, beforeLarge := nc0.Stats().OutBytes, svc.largeNC.Stats().OutBytes
+		msg := request(t, nc, "ctxd.context."+session, nil, nil)
+		require.Empty(t, errorCode(msg))
+		require.Greater(t, len(msg.Data), 40<<10)
+		require.Less(t, nc0.Stats().OutBytes-before, uint64(8<<10), session)
+		require.GreaterOrEqual(t, svc.largeNC.Stats().OutBytes-beforeLarge, uint64(len(msg.Data)), session)
+	}
+	require.NoError(t, svc.Close())
+	require.Nil(t, svc.largeNC)
+}
