@@ -95,8 +95,17 @@ func Context(ctx context.Context, nc *nats.Conn, session string, req Request) ([
 // the service holds nothing for it; a service that does not push
 // (protocol 2) names a subject to fetch them from, and Do fetches them.
 func Do(ctx context.Context, nc *nats.Conn, msg *nats.Msg) ([]byte, error) {
+	// A subscription of its own, read through a small channel: a sync
+	// subscription would allocate a queue of 64k messages per request.
 	inbox := nc.NewInbox()
-	sub, err := nc.SubscribeSync(inbox)
+	msgs, done := make(chan *nats.Msg, 4), make(chan struct{})
+	defer close(done)
+	sub, err := nc.Subscribe(inbox, func(m *nats.Msg) {
+		select {
+		case msgs <- m:
+		case <-done:
+		}
+	})
 	if err != nil {
 		return nil, fmt.Errorf("request %s: %w", msg.Subject, err)
 	}
@@ -114,7 +123,7 @@ func Do(ctx context.Context, nc *nats.Conn, msg *nats.Msg) ([]byte, error) {
 	if err := nc.PublishMsg(m); err != nil {
 		return nil, fmt.Errorf("request %s: %w", msg.Subject, err)
 	}
-	reply, err := next(ctx, sub, msg.Subject)
+	reply, err := next(ctx, msgs, msg.Subject)
 	if err != nil {
 		return nil, err
 	}
@@ -131,7 +140,7 @@ func Do(ctx context.Context, nc *nats.Conn, msg *nats.Msg) ([]byte, error) {
 		var part *nats.Msg
 		if prefix != "" {
 			part, err = request(ctx, nc, nats.NewMsg(prefix+"."+strconv.Itoa(k)))
-		} else if part, err = next(ctx, sub, msg.Subject); err == nil && part.Header.Get(headerChunk) != strconv.Itoa(k) {
+		} else if part, err = next(ctx, msgs, msg.Subject); err == nil && part.Header.Get(headerChunk) != strconv.Itoa(k) {
 			err = fmt.Errorf("got chunk %q", part.Header.Get(headerChunk))
 		}
 		if err != nil {
@@ -146,13 +155,15 @@ func Do(ctx context.Context, nc *nats.Conn, msg *nats.Msg) ([]byte, error) {
 }
 
 // next returns the next message of a request's inbox.
-func next(ctx context.Context, sub *nats.Subscription, subj string) (*nats.Msg, error) {
-	reply, err := sub.NextMsgWithContext(ctx)
-	if errors.Is(err, nats.ErrNoResponders) {
-		return nil, fmt.Errorf("%w on %s", ErrNoService, subj)
+func next(ctx context.Context, msgs <-chan *nats.Msg, subj string) (*nats.Msg, error) {
+	var reply *nats.Msg
+	select {
+	case reply = <-msgs:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("request %s: %w", subj, ctx.Err())
 	}
-	if err != nil {
-		return nil, fmt.Errorf("request %s: %w", subj, err)
+	if len(reply.Data) == 0 && reply.Header.Get("Status") == "503" {
+		return nil, fmt.Errorf("%w on %s", ErrNoService, subj)
 	}
 	if code := reply.Header.Get(micro.ErrorCodeHeader); code != "" {
 		return nil, &Error{Code: code, Description: reply.Header.Get(micro.ErrorHeader)}
