@@ -104,15 +104,19 @@ func (s *Service) openLarge() error {
 	return nil
 }
 
-// closeLarge sends what waits and closes the connection.
+// closeLarge sends what waits and closes the connection; Close has set
+// closing: nothing is queued from here on.
 func (s *Service) closeLarge() {
-	if s.largeNC == nil {
+	s.mu.Lock()
+	nc := s.largeNC
+	s.largeNC = nil
+	s.mu.Unlock()
+	if nc == nil {
 		return
 	}
 	s.large.stop()
-	s.largeNC.Flush()
-	s.largeNC.Close()
-	s.largeNC = nil
+	nc.Flush()
+	nc.Close()
 }
 
 // sendLarge sends a reply of size bytes with send, on the connection of
@@ -120,15 +124,25 @@ func (s *Service) closeLarge() {
 // on the endpoint's goroutine, at once otherwise. It returns false when
 // the reply is not large; send is then the caller's to call.
 func (s *Service) sendLarge(r micro.Request, size int, send func(r micro.Request)) bool {
-	if s.largeNC == nil || size < s.LargeReplyBytes {
+	if size < s.LargeReplyBytes {
 		return false
 	}
+	s.mu.Lock()
+	if s.closing || s.largeNC == nil {
+		// Draining after Close: on the service's connection.
+		s.mu.Unlock()
+		return false
+	}
+	nc := s.largeNC
 	if d, ok := r.(detached); ok {
-		d.nc = s.largeNC
+		s.mu.Unlock()
+		d.nc = nc
 		send(d)
 		return true
 	}
-	if !s.large.offer(largeSend{r: detached{Request: r, nc: s.largeNC}, send: send, size: size}, s.LargeQueueBytes) {
+	ok := s.large.offer(largeSend{r: detached{Request: r, nc: nc}, send: send, size: size}, s.LargeQueueBytes)
+	s.mu.Unlock()
+	if !ok {
 		s.fail(r, errLargeBusy)
 	}
 	return true

@@ -133,6 +133,8 @@ func (s *Service) Open() error {
 		},
 	})
 	if err != nil {
+		s.stopLanes()
+		s.closeLarge()
 		return fmt.Errorf("server: %w", err)
 	}
 	err = svc.AddEndpoint("context", micro.HandlerFunc(s.handleContext),
