@@ -117,7 +117,6 @@ func (s *Service) dispatch(r micro.Request, session string, req contextRequest) 
 	ok := s.loads.offer(job{r: detached{Request: r, nc: s.nc}, session: session, req: req})
 	s.mu.Unlock()
 	if !ok {
-		s.busy.Add(1)
 		s.fail(r, errBusy)
 	}
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -161,6 +162,15 @@ func TestService_BoundsWaiters(t *testing.T) {
 	refused := request(t, nc, "ctxd.context.s", []byte(`{"min_seq":10,"wait_ms":30000}`), nil)
 	require.Equal(t, CodeBusy, errorCode(refused))
 	require.Equal(t, "too many requests waiting for min_seq: retry later, or with wait_ms 0", refused.Header.Get(micro.ErrorHeader))
+	// Operators see refusals in $SRV.STATS.
+	var stats micro.Stats
+	require.NoError(t, json.Unmarshal(request(t, nc, "$SRV.STATS.ctxd", nil, nil).Data, &stats))
+	for _, e := range stats.Endpoints {
+		if e.Name == "context" {
+			require.Equal(t, 1, e.NumErrors)
+			require.Contains(t, e.LastError, "503")
+		}
+	}
 	// A request that need not wait is answered.
 	require.Empty(t, errorCode(request(t, nc, "ctxd.context.s", []byte(`{"min_seq":5}`), nil)))
 	// So is one that cannot wait: wait_ms 0 fails at once, as always.

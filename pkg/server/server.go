@@ -79,12 +79,10 @@ type Service struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // requests waiting for min_seq, load workers
 
-	largeNC      *nats.Conn // large replies go out on it
-	large        sender
-	loads        lane         // requests that load their session
-	waiting      atomic.Int64 // requests waiting for min_seq
-	busy         atomic.Uint64
-	refusedWaits atomic.Uint64
+	largeNC *nats.Conn // large replies go out on it
+	large   sender
+	loads   lane         // requests that load their session
+	waiting atomic.Int64 // requests waiting for min_seq
 
 	chunks      chunked // replies larger than the max payload
 	chunkPrefix string  // ctxd.chunk.<instance id>

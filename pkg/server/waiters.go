@@ -28,7 +28,6 @@ func (s *Service) await(r micro.Request, session string, req contextRequest) {
 	}
 	if n := s.waiting.Add(1); s.MaxWaiters > 0 && n > int64(s.MaxWaiters) {
 		s.waiting.Add(-1)
-		s.refusedWaits.Add(1)
 		s.fail(r, errTooManyWaiters)
 		return
 	}
