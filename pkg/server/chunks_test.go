@@ -268,3 +268,43 @@ func TestService_LargeRepliesOwnConnection(t *testing.T) {
 	require.NoError(t, svc.Close())
 	require.Nil(t, svc.largeNC)
 }
+
+// A large reply in chunks, pushed or fetched, from the endpoint's
+// goroutine or off it, arrives whole and in order on the connection of
+// large replies.
+func TestService_LargeChunkedReplies(t *testing.T) {
+	url := startNATS(t, 16<<10)
+	proj := bigSession(t)
+	proj.loaded = func(s string) bool { return s == "big" }
+	view := proj.fakeProjections.view
+	proj.fakeProjections.view = func(ctx context.Context, session string, fn func(*projection.Session)) error {
+		return view(ctx, "big", fn)
+	}
+	svc := New(connect(t, url), proj)
+	svc.LargeReplyBytes = 32 << 10
+	require.NoError(t, svc.Open())
+	t.Cleanup(func() { svc.Close() })
+	nc := connect(t, url)
+
+	want := fetchAll(t, nc, request(t, nc, "ctxd.context.big", nil, nil))
+	for _, session := range []string{"big", "cold"} {
+		require.Equal(t, want, fetchAll(t, nc, request(t, nc, "ctxd.context."+session, nil, nil)), session)
+
+		inbox := nats.NewInbox()
+		sub, err := nc.SubscribeSync(inbox)
+		require.NoError(t, err)
+		require.NoError(t, nc.PublishMsg(&nats.Msg{Subject: "ctxd.context." + session, Reply: inbox, Header: nats.Header{HeaderAcceptChunks: []string{"push"}}}))
+		var got []byte
+		for k := 0; ; k++ {
+			m, err := sub.NextMsg(20 * time.Second)
+			require.NoError(t, err)
+			require.Equal(t, strconv.Itoa(k), m.Header.Get(HeaderChunk))
+			got = append(got, m.Data...)
+			if n, _ := strconv.Atoi(m.Header.Get(HeaderChunks)); k == n-1 {
+				break
+			}
+		}
+		require.Equal(t, want, got, session)
+		sub.Unsubscribe()
+	}
+}
