@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -307,4 +308,39 @@ func TestService_LargeChunkedReplies(t *testing.T) {
 		require.Equal(t, want, got, session)
 		sub.Unsubscribe()
 	}
+}
+
+// Anything but "push" in Ctxd-Accept-Chunks gets the chunks held for
+// fetching; malformed chunk subjects are a 404 and take nothing.
+func TestService_HostileChunkRequests(t *testing.T) {
+	url := startNATS(t, 16<<10)
+	svc, _ := startService(t, url, bigSession(t))
+	nc := connect(t, url)
+	for _, v := range []string{"", "PUSH", "push,push", "pushed", strings.Repeat("p", 2000)} {
+		msg := request(t, nc, "ctxd.context.big", nil, nats.Header{HeaderAcceptChunks: []string{v}})
+		require.NotEmpty(t, msg.Header.Get(HeaderChunkSubject), "%.20q", v)
+		fetchAll(t, nc, msg)
+	}
+
+	held := request(t, nc, "ctxd.context.big", nil, nil)
+	prefix := held.Header.Get(HeaderChunkSubject)
+	id := prefix[strings.LastIndexByte(prefix, '.')+1:]
+	for _, subj := range []string{
+		prefix,                        // no chunk number
+		prefix + ".1.1",               // one token too many
+		prefix + "x.1",                // another id
+		prefix[:len(prefix)-1] + ".1", // a prefix of the id
+		svc.chunkPrefix + "..1",       // empty id
+		svc.chunkPrefix + "." + strings.Repeat("a", 3000) + ".1",
+		"ctxd.chunk.other." + id + ".1", // another instance
+		prefix + ".99999999999999999999999",
+	} {
+		msg, err := nc.Request(subj, nil, 2*time.Second)
+		if errors.Is(err, nats.ErrNoResponders) {
+			continue // no instance of that name
+		}
+		require.NoError(t, err, subj)
+		require.Equal(t, CodeNotFound, errorCode(msg), "%.60s", subj)
+	}
+	require.Equal(t, fetchAll(t, nc, request(t, nc, "ctxd.context.big", nil, nil)), fetchAll(t, nc, held), "the held reply is intact")
 }
