@@ -13,9 +13,10 @@ import (
 // goroutine. What it does with each decides whether one slow request
 // delays the others:
 //
-//   - A request for a session held in the cache, needing no wait, is
-//     answered right there: a lookup, the cached reply, one write. That is
-//     the hot path, and it pays nothing for the rest.
+//   - A request for a session held in the cache (or remembered as having
+//     no records), needing no wait, is answered right there: a lookup,
+//     the cached reply, one write. That is the hot path, and it pays
+//     nothing for the rest.
 //   - A request for a session not in the cache needs a load (a checkpoint
 //     and a read of the session's subject), which may take milliseconds or
 //     time out. It goes to the load lane: MaxLoads workers and a queue of
@@ -25,7 +26,9 @@ import (
 //   - A request waiting for min_seq parks in its own goroutine, at most
 //     MaxWaiters of them (waiters.go); past that it is refused at once
 //     with 503.
-//   - A reply too large for one message is held in chunks (chunks.go).
+//   - A reply of LargeReplyBytes or more goes out on a connection of its
+//     own, written off the endpoint's goroutine (bulk.go).
+//   - A reply too large for one message goes in chunks (chunks.go).
 //
 // Loads of one session are shared: however many requests ask for a
 // session being loaded, the store reads it once and all of them wait for
@@ -47,10 +50,10 @@ var (
 var errBusy = errors.New("too many requests for sessions not in the cache")
 
 // loadedChecker is implemented by projections that can tell a session
-// held in memory from one a request would load; without it every request
-// takes the load lane.
+// answered from memory from one a request would load; without it every
+// request takes the load lane.
 type loadedChecker interface {
-	// Loaded reports whether the session's projection is held in memory
+	// Loaded reports whether View would answer the session from memory
 	// now, without waiting for any lock.
 	Loaded(session string) bool
 }

@@ -115,3 +115,24 @@ func requireSilent[T any](t *testing.T, ch <-chan T) {
 	default:
 	}
 }
+
+// Loaded says whether View answers from memory.
+func TestStore_Loaded(t *testing.T) {
+	l := newFakeLoader()
+	s := New()
+	s.Loader = l
+	t.Cleanup(func() { s.Close() })
+	ingest(s, l, "a", userRecord("one"))
+	require.False(t, s.Loaded("a"), "met, not loaded")
+	requireView(t, s, l, "a")
+	require.True(t, s.Loaded("a"))
+	s.Evict("a")
+	require.False(t, s.Loaded("a"))
+
+	require.False(t, s.Loaded("nobody"))
+	_, _, isNil := viewJSON(t, s, "nobody")
+	require.True(t, isNil)
+	require.True(t, s.Loaded("nobody"), "remembered without records")
+	ingest(s, l, "nobody", userRecord("hi"))
+	require.False(t, s.Loaded("nobody"), "a record ends the miss")
+}
