@@ -69,6 +69,8 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&cfg.CacheSessions, "cache-sessions", cfg.CacheSessions, "sessions held in memory at most; others load from the stream when asked for")
 	fs.Int64Var(&cfg.CacheBytes, "cache-bytes", cfg.CacheBytes, "bytes of session projections held in memory at most (an estimate)")
 	fs.IntVar(&cfg.RenderCacheBytes, "render-cache-bytes", cfg.RenderCacheBytes, "bytes of rendered replies (--format, budget_tokens) held in memory at most, one per session, beside --cache-bytes (0: none)")
+	fs.IntVar(&cfg.MaxLoads, "max-loads", cfg.MaxLoads, "requests loading a session not in memory at once (default from GOMAXPROCS); up to 1024 more queue, past that they are refused with 503")
+	fs.IntVar(&cfg.MaxWaiters, "max-waiters", cfg.MaxWaiters, "requests waiting for min_seq at once; past it they are refused with 503 (0: no bound)")
 	fs.Int64Var(&cfg.MaxSessionBytes, "max-session-bytes", cfg.MaxSessionBytes, "bytes of records one session may hold since its latest compaction; a record past it is quarantined")
 	fs.DurationVar(&cfg.AckWait, "ack-wait", 0, "how long the ingest may hold a record before JetStream redelivers it (0: the consumer definition's, 30s)")
 	fs.IntVar(&cfg.RejectLog, "rejected-log", cfg.RejectLog, "rejected records ctxd.rejected lists, the latest (all are counted)")

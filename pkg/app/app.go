@@ -60,6 +60,12 @@ type Config struct {
 	// RenderCacheBytes bounds the rendered replies the service keeps, one
 	// per session, beside the projections' CacheBytes; 0 keeps none.
 	RenderCacheBytes int
+	// MaxLoads bounds the requests loading a session at once; more wait
+	// in a queue, and past it are refused with 503 (server.Service).
+	MaxLoads int
+	// MaxWaiters bounds the requests waiting for min_seq at once; past it
+	// they are refused with 503.
+	MaxWaiters int
 	// MaxSessionBytes bounds one session's records since its latest
 	// compaction; a record past it is quarantined.
 	MaxSessionBytes int64
@@ -111,6 +117,8 @@ func DefaultConfig() Config {
 		CacheSessions:    store.DefaultMaxSessions,
 		CacheBytes:       store.DefaultMaxBytes,
 		RenderCacheBytes: server.DefaultRenderCacheBytes,
+		MaxLoads:         server.DefaultMaxLoads,
+		MaxWaiters:       server.DefaultMaxWaiters,
 		MaxSessionBytes:  store.DefaultMaxSessionBytes,
 		RejectLog:        store.DefaultRejectLog,
 		ReadyMaxLag:      DefaultReadyMaxLag,
@@ -278,6 +286,7 @@ func (a *App) Open(ctx context.Context) (err error) {
 	if a.metrics != nil {
 		a.svc.Observe = a.metrics.Observe
 	}
+	a.svc.MaxLoads, a.svc.MaxWaiters = a.MaxLoads, a.MaxWaiters
 	// Open returns once the server holds the service's subscriptions: a
 	// request sent right after finds a responder.
 	if err := a.svc.Open(); err != nil {

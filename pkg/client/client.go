@@ -22,11 +22,13 @@ const (
 	headerChunks       = "Ctxd-Chunks"
 	headerChunkSubject = "Ctxd-Chunk-Subject"
 	headerReplyBytes   = "Ctxd-Reply-Bytes"
+	headerAcceptChunks = "Ctxd-Accept-Chunks"
+	headerChunk        = "Ctxd-Chunk"
 )
 
 // Error is an error reply of the service.
 type Error struct {
-	Code        string // "400", "404", "504", "500"
+	Code        string // "400", "404", "500", "503", "504"
 	Description string
 }
 
@@ -87,10 +89,41 @@ func Context(ctx context.Context, nc *nats.Conn, session string, req Request) ([
 	return Do(ctx, nc, msg)
 }
 
-// Do sends a request to the service and returns the reply body, fetching
-// and joining the chunks of a reply larger than the max payload.
+// Do sends a request to the service and returns the reply body, joining
+// the chunks of a reply larger than the max payload. It asks for the
+// chunks to be pushed to its own inbox (Ctxd-Accept-Chunks: push), so
+// the service holds nothing for it; a service that does not push
+// (protocol 2) names a subject to fetch them from, and Do fetches them.
 func Do(ctx context.Context, nc *nats.Conn, msg *nats.Msg) ([]byte, error) {
-	reply, err := request(ctx, nc, msg)
+	// A subscription of its own, read through a small channel: a sync
+	// subscription would allocate a queue of 64k messages per request.
+	inbox := nc.NewInbox()
+	msgs, done := make(chan *nats.Msg, 4), make(chan struct{})
+	defer close(done)
+	sub, err := nc.Subscribe(inbox, func(m *nats.Msg) {
+		select {
+		case msgs <- m:
+		case <-done:
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("request %s: %w", msg.Subject, err)
+	}
+	defer sub.Unsubscribe()
+	// The pushed chunks of one reply may together exceed the default
+	// bound on what a subscription queues: the reply's size bounds them.
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		return nil, fmt.Errorf("request %s: %w", msg.Subject, err)
+	}
+	m := &nats.Msg{Subject: msg.Subject, Reply: inbox, Data: msg.Data, Header: nats.Header{}}
+	for k, v := range msg.Header {
+		m.Header[k] = v
+	}
+	m.Header.Set(headerAcceptChunks, "push")
+	if err := nc.PublishMsg(m); err != nil {
+		return nil, fmt.Errorf("request %s: %w", msg.Subject, err)
+	}
+	reply, err := next(ctx, msgs, msg.Subject)
 	if err != nil {
 		return nil, err
 	}
@@ -98,13 +131,18 @@ func Do(ctx context.Context, nc *nats.Conn, msg *nats.Msg) ([]byte, error) {
 	if n <= 1 {
 		return reply.Data, nil
 	}
-	prefix := reply.Header.Get(headerChunkSubject)
 	total, _ := strconv.Atoi(reply.Header.Get(headerReplyBytes))
 	var b bytes.Buffer
 	b.Grow(total)
 	b.Write(reply.Data)
+	prefix := reply.Header.Get(headerChunkSubject)
 	for k := 1; k < n; k++ {
-		part, err := request(ctx, nc, nats.NewMsg(prefix+"."+strconv.Itoa(k)))
+		var part *nats.Msg
+		if prefix != "" {
+			part, err = request(ctx, nc, nats.NewMsg(prefix+"."+strconv.Itoa(k)))
+		} else if part, err = next(ctx, msgs, msg.Subject); err == nil && part.Header.Get(headerChunk) != strconv.Itoa(k) {
+			err = fmt.Errorf("got chunk %q", part.Header.Get(headerChunk))
+		}
 		if err != nil {
 			return nil, fmt.Errorf("chunk %d of %d: %w", k+1, n, err)
 		}
@@ -114,6 +152,23 @@ func Do(ctx context.Context, nc *nats.Conn, msg *nats.Msg) ([]byte, error) {
 		return nil, fmt.Errorf("chunked reply: got %d bytes, expected %d", b.Len(), total)
 	}
 	return b.Bytes(), nil
+}
+
+// next returns the next message of a request's inbox.
+func next(ctx context.Context, msgs <-chan *nats.Msg, subj string) (*nats.Msg, error) {
+	var reply *nats.Msg
+	select {
+	case reply = <-msgs:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("request %s: %w", subj, ctx.Err())
+	}
+	if len(reply.Data) == 0 && reply.Header.Get("Status") == "503" {
+		return nil, fmt.Errorf("%w on %s", ErrNoService, subj)
+	}
+	if code := reply.Header.Get(micro.ErrorCodeHeader); code != "" {
+		return nil, &Error{Code: code, Description: reply.Header.Get(micro.ErrorHeader)}
+	}
+	return reply, nil
 }
 
 func request(ctx context.Context, nc *nats.Conn, msg *nats.Msg) (*nats.Msg, error) {

@@ -1,12 +1,15 @@
 package server
 
 import (
+	"crypto/rand"
+	"encoding/base64"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
-	"github.com/nats-io/nuid"
 )
 
 // Headers of a reply too large for one message (see the README,
@@ -17,97 +20,230 @@ const (
 	HeaderChunks = "Ctxd-Chunks"
 	// HeaderChunkSubject is the subject prefix the other chunks are
 	// requested on: PREFIX.<k> answers chunk k, for k = 1 .. chunks-1.
+	// A pushed reply has none.
 	HeaderChunkSubject = "Ctxd-Chunk-Subject"
 	// HeaderReplyBytes is the size of the whole reply.
 	HeaderReplyBytes = "Ctxd-Reply-Bytes"
+	// HeaderAcceptChunks, on a request, set to "push", asks for every
+	// chunk to be sent to the request's reply subject, in order, each
+	// with HeaderChunk: nothing is held for the client to fetch.
+	HeaderAcceptChunks = "Ctxd-Accept-Chunks"
+	// HeaderChunk is the number of a pushed chunk, 0 .. chunks-1.
+	HeaderChunk = "Ctxd-Chunk"
 )
+
+// DefaultChunkHoldBytes bounds the chunked replies held.
+const DefaultChunkHoldBytes = 1 << 30
 
 // Limits of held chunked replies.
 const (
+	// chunkTTL is how long a held reply is kept after it was made, or
+	// after its latest chunk was fetched.
 	chunkTTL        = 60 * time.Second
-	maxHeldBytes    = 1 << 30
 	chunkHeaderRoom = 4 << 10 // headers of a chunk message
+	// requesterShares: one requester (reply subject prefix) holds at most
+	// this fraction of the budget.
+	requesterShares = 8
 )
 
+// Replies held for fetching.
+//
+// A reply held in chunks is found by an id of 128 random bits, sent only
+// in the first chunk, to the request's reply subject: whoever can fetch
+// it could read that reply anyway. Ids are never a sequence, so one
+// client's id says nothing about another's.
+//
+// The bytes held are bounded, and one client must not be able to use
+// the bound up for everyone by asking for large replies it never reads.
+// So:
+//
+//   - A requester, known by its reply subject without its last token
+//     (the connection's inbox prefix, for nats.go's request-reply), holds
+//     at most 1/8 of the budget: past that, its own oldest replies go
+//     first.
+//   - When the budget is full, a new reply always finds room: the
+//     replies never fetched from go first, oldest first, then those
+//     fetched from least recently. A client reading its reply fetches
+//     its next chunk within a round trip, so the replies evicted are
+//     those nobody reads, or read slowest.
+//   - A reply is forgotten 60 s after it was made or its latest chunk
+//     was fetched, and once its last chunk is fetched.
+//
+// A client that varies its reply subjects gets a share for each, and can
+// still push others' unread replies out; it cannot make a reply fail to
+// be held, nor evict one being read while older unread ones are held.
+// Clients that send HeaderAcceptChunks: push are not held at all.
+
 // chunked holds the chunks of large replies until their client fetched
-// them, or they expire.
+// them, or they expire or are evicted.
 type chunked struct {
+	max     int // bytes held at most
 	mu      sync.Mutex
 	replies map[string]*heldReply
+	owners  map[string]int // bytes held by each requester
 	bytes   int
 }
 
 type heldReply struct {
+	id      string
+	owner   string
 	chunks  [][]byte
-	expires time.Time
 	size    int
+	made    time.Time
+	fetched time.Time // latest fetch; zero: none yet
+	expires time.Time
 }
 
-// hold splits a reply into chunks of at most size bytes and keeps them;
-// it returns the id under which chunks 1.. are requested, or "" when too
-// many bytes are held already.
-func (c *chunked) hold(reply []byte, size int) (string, [][]byte) {
-	var chunks [][]byte
+// split cuts a reply into chunks of at most size bytes.
+func split(reply []byte, size int) [][]byte {
+	chunks := make([][]byte, 0, (len(reply)+size-1)/size)
 	for len(reply) > 0 {
 		n := min(size, len(reply))
 		chunks = append(chunks, reply[:n])
 		reply = reply[n:]
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.expire(time.Now())
+	return chunks
+}
+
+// requester names who asked for a reply: its reply subject without the
+// last token when it has three or more (nats.go's "_INBOX.<conn>.<req>"),
+// else the whole subject.
+func requester(reply string) string {
+	if i := strings.LastIndexByte(reply, '.'); i > 0 && strings.Count(reply[:i], ".") >= 1 {
+		return reply[:i]
+	}
+	return reply
+}
+
+// newChunkID returns 128 random bits, base64url: a subject token.
+func newChunkID() string {
+	var b [16]byte
+	rand.Read(b[:]) // never fails (crypto/rand)
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// hold keeps a reply's chunks for owner; it returns the id under which
+// chunks 1.. are requested, or "" when the reply is larger than a
+// requester's share of the budget.
+func (c *chunked) hold(chunks [][]byte, owner string) string {
 	total := 0
 	for _, ch := range chunks {
 		total += len(ch)
 	}
-	if c.bytes+total > maxHeldBytes {
-		return "", nil
+	share := c.max / requesterShares
+	if total > share {
+		return ""
 	}
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.expire(now)
 	if c.replies == nil {
-		c.replies = map[string]*heldReply{}
+		c.replies, c.owners = map[string]*heldReply{}, map[string]int{}
 	}
-	id := nuid.Next()
-	c.replies[id] = &heldReply{chunks: chunks, expires: time.Now().Add(chunkTTL), size: total}
+	for c.owners[owner]+total > share {
+		c.drop(c.oldest(func(r *heldReply) bool { return r.owner == owner }))
+	}
+	for c.bytes+total > c.max {
+		v := c.oldest(func(r *heldReply) bool { return r.fetched.IsZero() })
+		if v == nil {
+			v = c.oldest(func(*heldReply) bool { return true })
+		}
+		c.drop(v)
+	}
+	id := newChunkID()
+	c.replies[id] = &heldReply{id: id, owner: owner, chunks: chunks, size: total, made: now, expires: now.Add(chunkTTL)}
 	c.bytes += total
-	return id, chunks
+	c.owners[owner] += total
+	return id
+}
+
+// oldest returns the held reply matching keep that was made, or fetched
+// from, least recently.
+func (c *chunked) oldest(keep func(*heldReply) bool) *heldReply {
+	var v *heldReply
+	for _, r := range c.replies {
+		if keep(r) && (v == nil || r.lastUse().Before(v.lastUse())) {
+			v = r
+		}
+	}
+	return v
+}
+
+func (r *heldReply) lastUse() time.Time {
+	if r.fetched.IsZero() {
+		return r.made
+	}
+	return r.fetched
+}
+
+func (c *chunked) drop(r *heldReply) {
+	delete(c.replies, r.id)
+	c.bytes -= r.size
+	if c.owners[r.owner] -= r.size; c.owners[r.owner] <= 0 {
+		delete(c.owners, r.owner)
+	}
 }
 
 // get returns chunk k of a held reply; the reply is forgotten once its
 // last chunk was fetched.
 func (c *chunked) get(id string, k int) ([]byte, bool) {
+	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.expire(time.Now())
+	c.expire(now)
 	r := c.replies[id]
 	if r == nil || k < 1 || k >= len(r.chunks) {
 		return nil, false
 	}
+	r.fetched, r.expires = now, now.Add(chunkTTL)
 	if k == len(r.chunks)-1 {
-		delete(c.replies, id)
-		c.bytes -= r.size
+		c.drop(r)
 	}
 	return r.chunks[k], true
 }
 
 func (c *chunked) expire(now time.Time) {
-	for id, r := range c.replies {
+	for _, r := range c.replies {
 		if now.After(r.expires) {
-			delete(c.replies, id)
-			c.bytes -= r.size
+			c.drop(r)
 		}
 	}
 }
 
 // respondChunked sends a reply larger than the max payload: the first
-// chunk answers the request, with headers that say how to fetch the rest.
+// chunk answers the request, with headers that say how to get the rest.
+// A request that accepts pushed chunks gets all of them on its reply
+// subject; any other has the rest held for it to fetch.
 func (s *Service) respondChunked(r micro.Request, out []byte, maxPayload int64) error {
-	size := int(maxPayload) - chunkHeaderRoom
-	id, chunks := s.chunks.hold(out, size)
+	chunks := split(out, int(maxPayload)-chunkHeaderRoom)
+	n := strconv.Itoa(len(chunks))
+	if r.Headers().Get(HeaderAcceptChunks) == "push" {
+		hdr := micro.Headers{
+			HeaderChunks:     []string{n},
+			HeaderChunk:      []string{"0"},
+			HeaderReplyBytes: []string{strconv.Itoa(len(out))},
+		}
+		if err := r.Respond(chunks[0], micro.WithHeaders(hdr)); err != nil {
+			return err
+		}
+		for k := 1; k < len(chunks); k++ {
+			m := &nats.Msg{Subject: r.Reply(), Data: chunks[k], Header: nats.Header{
+				HeaderChunks: []string{n},
+				HeaderChunk:  []string{strconv.Itoa(k)},
+			}}
+			if err := s.conn(r).PublishMsg(m); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	id := s.chunks.hold(chunks, requester(r.Reply()))
 	if id == "" {
 		return errTooLarge
 	}
 	hdr := micro.Headers{
-		HeaderChunks:       []string{strconv.Itoa(len(chunks))},
+		HeaderChunks:       []string{n},
 		HeaderChunkSubject: []string{s.chunkPrefix + "." + id},
 		HeaderReplyBytes:   []string{strconv.Itoa(len(out))},
 	}

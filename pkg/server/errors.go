@@ -15,6 +15,10 @@ const (
 	CodeNotFound    = "404"
 	CodeWaitExpired = "504"
 	CodeInternal    = "500"
+	// CodeBusy: the service refused the request at once, to protect the
+	// others; the description says which bound was reached. Retry later,
+	// with backoff.
+	CodeBusy = "503"
 )
 
 var (
@@ -39,10 +43,16 @@ func errorReply(err error) (code, description string) {
 		return CodeBadRequest, err.Error()
 	case errors.Is(err, store.ErrWaitExpired):
 		return CodeWaitExpired, "min_seq not reached within wait_ms"
+	case errors.Is(err, errTooManyWaiters):
+		return CodeBusy, "too many requests waiting for min_seq: retry later, or with wait_ms 0"
+	case errors.Is(err, errLargeBusy):
+		return CodeBusy, "too many large replies waiting to be sent: retry later"
+	case errors.Is(err, errBusy):
+		return CodeBusy, "too many requests for sessions not in the cache: retry later"
 	case errors.Is(err, errNoChunk):
-		return CodeNotFound, "no such chunk: expired, fetched already, or never made"
+		return CodeNotFound, "no such chunk: expired, evicted, fetched already, or never made; request the context again"
 	case errors.Is(err, errTooLarge):
-		return CodeInternal, "context too large to hold for chunked delivery now"
+		return CodeInternal, "context too large to hold for chunked delivery; request it with the header Ctxd-Accept-Chunks: push"
 	case errors.Is(err, errNotMsgpack):
 		return CodeInternal, "context holds a number msgpack cannot carry; request JSON"
 	}

@@ -7,11 +7,11 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -57,6 +57,23 @@ type Service struct {
 	Version string
 	// Observe, when set, is told of every answer (see Observer).
 	Observe Observer
+	// ChunkHoldBytes bounds the bytes of chunked replies held for their
+	// clients to fetch (chunks.go).
+	ChunkHoldBytes int
+	// LargeReplyBytes: replies of at least this many bytes go out on a
+	// connection of their own, off the endpoint's goroutine (bulk.go); 0
+	// sends every reply on the service's connection. LargeQueueBytes
+	// bounds the bytes of those waiting to be sent.
+	LargeReplyBytes int
+	LargeQueueBytes int64
+	// MaxLoads and LoadQueue size the lane of requests for sessions not
+	// in the cache (see dispatch.go): MaxLoads at once, LoadQueue more
+	// queued, and past that a 503.
+	MaxLoads  int
+	LoadQueue int
+	// MaxWaiters bounds the requests waiting for min_seq at once; past it
+	// a request that would wait is refused with 503. 0: no bound.
+	MaxWaiters int
 
 	nc   *nats.Conn
 	proj Projections
@@ -64,7 +81,12 @@ type Service struct {
 	svc    micro.Service
 	ctx    context.Context // cancelled by Close: ends every wait
 	cancel context.CancelFunc
-	wg     sync.WaitGroup // requests waiting for min_seq
+	wg     sync.WaitGroup // requests waiting for min_seq, load workers
+
+	largeNC *nats.Conn // large replies go out on it
+	large   sender
+	loads   lane         // requests that load their session
+	waiting atomic.Int64 // requests waiting for min_seq
 
 	chunks      chunked // replies larger than the max payload
 	chunkPrefix string  // ctxd.chunk.<instance id>
@@ -80,7 +102,17 @@ type Service struct {
 
 // New returns a service over the projections, with the defaults.
 func New(nc *nats.Conn, proj Projections) *Service {
-	return &Service{Name: "ctxd", QueueGroup: "ctxd", nc: nc, proj: proj, RenderCacheBytes: DefaultRenderCacheBytes, Version: Version}
+	return &Service{
+		Name: "ctxd", QueueGroup: "ctxd", nc: nc, proj: proj,
+		RenderCacheBytes: DefaultRenderCacheBytes,
+		Version:          Version,
+		MaxLoads:         DefaultMaxLoads,
+		LoadQueue:        DefaultLoadQueue,
+		MaxWaiters:       DefaultMaxWaiters,
+		ChunkHoldBytes:   DefaultChunkHoldBytes,
+		LargeReplyBytes:  DefaultLargeReplyBytes,
+		LargeQueueBytes:  DefaultLargeQueueBytes,
+	}
 }
 
 // Open registers the service and its endpoints.
@@ -88,6 +120,13 @@ func (s *Service) Open() error {
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.closing = false
 	s.rendered.max = s.RenderCacheBytes
+	s.chunks.max = s.ChunkHoldBytes
+	if err := s.openLarge(); err != nil {
+		return fmt.Errorf("server: %w", err)
+	}
+	workers := max(1, s.MaxLoads)
+	s.wg.Add(workers)
+	s.loads.start(workers, max(0, s.LoadQueue), func(j job) { s.reply(j.r, j.session, j.req) }, s.wg.Done)
 	svc, err := micro.AddService(s.nc, micro.Config{
 		Name:         s.Name,
 		Version:      s.Version,
@@ -96,6 +135,8 @@ func (s *Service) Open() error {
 		StatsHandler: s.endpointData,
 	})
 	if err != nil {
+		s.stopLanes()
+		s.closeLarge()
 		return fmt.Errorf("server: %w", err)
 	}
 	err = svc.AddEndpoint("context", micro.HandlerFunc(s.handleContext),
@@ -128,6 +169,8 @@ func (s *Service) Open() error {
 	}
 	if err != nil {
 		svc.Stop()
+		s.stopLanes()
+		s.closeLarge()
 		return fmt.Errorf("server: %w", err)
 	}
 	s.svc = svc
@@ -142,18 +185,24 @@ func (s *Service) Close() error {
 	}
 	err := s.svc.Stop()
 	s.cancel()
-	s.mu.Lock()
-	s.closing = true // from here on no wait is added to wg
-	s.mu.Unlock()
-	s.wg.Wait()
+	s.stopLanes()
+	s.closeLarge()
 	s.svc = nil
 	return err
 }
 
+// stopLanes lets the load workers finish what is queued and waits for
+// them and for the waiting requests.
+func (s *Service) stopLanes() {
+	s.mu.Lock()
+	s.closing = true // from here on no wait is added to wg, no job queued
+	s.loads.stop()
+	s.mu.Unlock()
+	s.wg.Wait()
+}
+
 func (s *Service) handleContext(r micro.Request) {
-	start := time.Now()
-	raw := r
-	r = s.observe(raw, "context", start)
+	r = s.observe(r, "context", time.Now())
 	session := strings.TrimPrefix(r.Subject(), subject.ContextPrefix)
 	if err := subject.CheckSession(session); err != nil {
 		s.fail(r, err)
@@ -165,27 +214,10 @@ func (s *Service) handleContext(r micro.Request) {
 		return
 	}
 	if req.minSeq == 0 || s.proj.Wait(s.ctx, req.minSeq, 0) == nil {
-		s.reply(r, session, req) // the common case: no wait, no goroutine
+		s.dispatch(r, session, req) // the common case: no wait
 		return
 	}
-	if !s.track() {
-		s.fail(r, fmt.Errorf("%w: shutting down", store.ErrWaitExpired))
-		return
-	}
-	// Wait off the endpoint's goroutine, so a waiting request never delays
-	// another.
-	r = s.observe(detached{Request: raw, nc: s.nc}, "context", start)
-	go func() {
-		defer s.wg.Done()
-		if err := s.proj.Wait(s.ctx, req.minSeq, req.wait); err != nil {
-			if errors.Is(err, context.Canceled) {
-				err = fmt.Errorf("%w: shutting down", store.ErrWaitExpired)
-			}
-			s.fail(r, err)
-			return
-		}
-		s.reply(r, session, req)
-	}()
+	s.await(r, session, req)
 }
 
 // track counts a waiting request in wg, unless Close has begun.
@@ -234,20 +266,25 @@ func (s *Service) reply(r micro.Request, session string, req contextRequest) {
 		s.fail(r, err)
 		return
 	}
-	if max := s.nc.MaxPayload(); max > 0 && int64(len(out)) > max-chunkHeaderRoom {
-		// The chunks are served from out for a while: it is not reused.
-		if err := s.respondChunked(r, out, max); err != nil {
-			s.fail(r, fmt.Errorf("%w: %d bytes: %w", errTooLarge, len(out), err))
+	send := func(r micro.Request) {
+		if max := s.nc.MaxPayload(); max > 0 && int64(len(out)) > max-chunkHeaderRoom {
+			// The chunks are served from out for a while: it is not reused.
+			if err := s.respondChunked(r, out, max); err != nil {
+				s.fail(r, fmt.Errorf("%w: %d bytes: %w", errTooLarge, len(out), err))
+			}
+			return
 		}
-		return
+		if err := r.Respond(out); err != nil {
+			s.log("respond", "session", session, "err", err)
+		}
+		if buf != nil {
+			// Respond has copied out to the connection's buffer.
+			*buf = out
+			replyBuffers.Put(buf)
+		}
 	}
-	if err := r.Respond(out); err != nil {
-		s.log("respond", "session", session, "err", err)
-	}
-	if buf != nil {
-		// Respond has copied out to the connection's buffer.
-		*buf = out
-		replyBuffers.Put(buf)
+	if !s.sendLarge(r, len(out), send) {
+		send(r)
 	}
 }
 
@@ -259,6 +296,34 @@ func (s *Service) reply(r micro.Request, session string, req contextRequest) {
 type detached struct {
 	micro.Request
 	nc *nats.Conn
+}
+
+// detach returns r ready to be answered after its handler has returned,
+// on nc: a detached request, observed as r was (an observed request's
+// answer is counted once, whichever goroutine sends it).
+func detach(r micro.Request, nc *nats.Conn) micro.Request {
+	switch x := r.(type) {
+	case *observed:
+		o := *x // the handler's copy is not answered after this
+		o.Request = detach(x.Request, nc)
+		return &o
+	case detached:
+		x.nc = nc
+		return x
+	}
+	return detached{Request: r, nc: nc}
+}
+
+// detachedConn returns the connection a detached request is answered on,
+// or nil for a request answered through micro.
+func detachedConn(r micro.Request) *nats.Conn {
+	switch x := r.(type) {
+	case *observed:
+		return detachedConn(x.Request)
+	case detached:
+		return x.nc
+	}
+	return nil
 }
 
 func (d detached) Respond(data []byte, opts ...micro.RespondOpt) error {

@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // directory is the set of sessions the store knows, each by its slot, and
@@ -27,9 +28,14 @@ type directory struct {
 	mu    sync.RWMutex
 	slots map[string]*slot
 	clock list.List // of *slot; the hand is at the front
+	// missed holds the sessions a load found without records, until when
+	// that answer may be given again without a read (misses.go). Adding
+	// a slot for a session deletes its entry, in the same critical
+	// section.
+	missed map[string]time.Time
 }
 
-func (d *directory) init() { d.slots = map[string]*slot{} }
+func (d *directory) init() { d.slots, d.missed = map[string]*slot{}, map[string]time.Time{} }
 
 func (d *directory) get(session string) *slot {
 	d.mu.RLock()
@@ -49,6 +55,9 @@ func (d *directory) getOrAdd(session string, setup func(sl *slot)) *slot {
 	sl := d.slots[session]
 	if sl == nil {
 		sl = &slot{id: session}
+		if len(d.missed) > 0 {
+			delete(d.missed, session)
+		}
 		setup(sl)
 		sl.hand = d.clock.PushBack(sl)
 		d.slots[session] = sl

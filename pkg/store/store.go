@@ -58,6 +58,7 @@ const (
 	DefaultLoadTimeout     = 10 * time.Second
 	DefaultSaveTimeout     = 10 * time.Second
 	DefaultMaxKnown        = 100_000
+	DefaultMissTTL         = 2 * time.Second
 )
 
 // Loader reads what the store does not hold: a session's checkpoint and
@@ -134,6 +135,10 @@ type Store struct {
 	// SaveTimeout bounds one write of a batch of checkpoints; a batch not
 	// written is written again later.
 	SaveTimeout time.Duration
+	// MissTTL is how long a session found without records is remembered
+	// as such (misses.go): asked again meanwhile, it costs no read. 0
+	// remembers none.
+	MissTTL time.Duration
 	// RejectLog is how many rejected records are kept for listing.
 	RejectLog int
 	// Logger receives a line per rejected record and per failed
@@ -230,6 +235,7 @@ func New() *Store {
 		SaveTimeout:     DefaultSaveTimeout,
 		Logger:          slog.New(slog.DiscardHandler),
 		MaxKnown:        DefaultMaxKnown,
+		MissTTL:         DefaultMissTTL,
 	}
 	s.watermark.init()
 	s.dir.init()
@@ -550,7 +556,7 @@ func (s *Store) View(ctx context.Context, session string, fn func(p *projection.
 	for {
 		sl := s.slot(session, false)
 		if sl == nil {
-			if s.Loader == nil {
+			if s.Loader == nil || (s.MissTTL > 0 && s.dir.missedAt(session, time.Now())) {
 				fn(nil)
 				return nil
 			}
@@ -583,7 +589,12 @@ func (s *Store) View(ctx context.Context, session string, fn func(p *projection.
 		if sl.seq == 0 {
 			// No records, none met meanwhile: nothing to keep.
 			s.cache.drop(sl)
-			s.remove(sl)
+			if err == nil && s.MissTTL > 0 {
+				s.dropIndex(sl)
+				s.dir.removeMissed(sl, time.Now().Add(s.MissTTL))
+			} else {
+				s.remove(sl)
+			}
 			sl.mu.Unlock()
 			if err == nil {
 				fn(nil)

@@ -1,0 +1,92 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ctxd/ctxd/internal/natstest"
+	"github.com/ctxd/ctxd/pkg/natsd"
+)
+
+func startNATS(t *testing.T) *nats.Conn {
+	url := natstest.Start(t, func(srv *natsd.Server) { srv.MaxPayload = 16 << 10 })
+	return natstest.Connect(t, url)
+}
+
+func timeout(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// Do joins a reply whose chunks are pushed to its inbox, as it asks.
+func TestDo_PushedChunks(t *testing.T) {
+	nc := startNATS(t)
+	whole := bytes.Repeat([]byte("0123456789"), 5000)
+	parts := [][]byte{whole[:12000], whole[12000:24000], whole[24000:36000], whole[36000:]}
+	_, err := nc.Subscribe("ctxd.context.s", func(m *nats.Msg) {
+		if m.Header.Get(headerAcceptChunks) != "push" {
+			m.RespondMsg(&nats.Msg{Header: nats.Header{micro.ErrorCodeHeader: {"500"}}})
+			return
+		}
+		for k, p := range parts {
+			h := nats.Header{headerChunks: {"4"}, headerChunk: {strconv.Itoa(k)}}
+			if k == 0 {
+				h.Set(headerReplyBytes, strconv.Itoa(len(whole)))
+			}
+			nc.PublishMsg(&nats.Msg{Subject: m.Reply, Data: p, Header: h})
+		}
+	})
+	require.NoError(t, err)
+	got, err := Context(timeout(t), nc, "s", Request{})
+	require.NoError(t, err)
+	require.Equal(t, whole, got)
+}
+
+// A service that does not push (protocol 2) names a subject to fetch
+// the chunks from: Do fetches them.
+func TestDo_FetchedChunks(t *testing.T) {
+	nc := startNATS(t)
+	whole := bytes.Repeat([]byte("abcdefghij"), 3000)
+	_, err := nc.Subscribe("ctxd.context.s", func(m *nats.Msg) {
+		m.RespondMsg(&nats.Msg{Data: whole[:10000], Header: nats.Header{
+			headerChunks: {"3"}, headerChunkSubject: {"old.chunk.id"}, headerReplyBytes: {strconv.Itoa(len(whole))},
+		}})
+	})
+	require.NoError(t, err)
+	_, err = nc.Subscribe("old.chunk.id.*", func(m *nats.Msg) {
+		switch m.Subject {
+		case "old.chunk.id.1":
+			m.Respond(whole[10000:20000])
+		case "old.chunk.id.2":
+			m.Respond(whole[20000:])
+		}
+	})
+	require.NoError(t, err)
+	got, err := Context(timeout(t), nc, "s", Request{})
+	require.NoError(t, err)
+	require.Equal(t, whole, got)
+}
+
+// Errors and missing services come back as before.
+func TestDo_Errors(t *testing.T) {
+	nc := startNATS(t)
+	_, err := Context(timeout(t), nc, "nobody", Request{})
+	require.ErrorIs(t, err, ErrNoService)
+
+	_, err = nc.Subscribe("ctxd.context.busy", func(m *nats.Msg) {
+		m.RespondMsg(&nats.Msg{Header: nats.Header{micro.ErrorCodeHeader: {"503"}, micro.ErrorHeader: {"too many"}}})
+	})
+	require.NoError(t, err)
+	_, err = Context(timeout(t), nc, "busy", Request{})
+	var e *Error
+	require.ErrorAs(t, err, &e)
+	require.Equal(t, "503", e.Code)
+}
