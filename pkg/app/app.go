@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"iter"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ctxd/ctxd/pkg/bus"
 	"github.com/ctxd/ctxd/pkg/natsd"
@@ -62,6 +64,9 @@ type Config struct {
 	// AckWait is how long the ingest consumer may hold a record before
 	// JetStream redelivers it; 0 keeps the definition's (30s).
 	AckWait time.Duration
+	// Instance names this instance in $SRV.STATS, ctxd.rejected and its
+	// NATS connection; New makes an empty one host:pid.
+	Instance string
 	// Logger receives ctxd's log lines; New makes a nil one discard them.
 	Logger *slog.Logger
 }
@@ -90,7 +95,11 @@ type App struct {
 
 	ns     *natsd.Server
 	nc     *nats.Conn
-	store  *store.Store
+	js     jetstream.JetStream
+	st     jetstream.Stream
+	stream string
+	loader *streamLoader
+	roles  *roles
 	ingest *bus.Ingest
 	svc    *server.Service
 	closed chan struct{} // closed when the connection is
@@ -100,6 +109,10 @@ type App struct {
 func New(cfg Config) *App {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Instance == "" {
+		host, _ := os.Hostname()
+		cfg.Instance = fmt.Sprintf("%s:%d", host, os.Getpid())
 	}
 	return &App{Config: cfg}
 }
@@ -127,9 +140,23 @@ func (a *App) Open(ctx context.Context) (err error) {
 	}
 	closed := make(chan struct{})
 	a.closed = closed
-	a.nc, err = nats.Connect(url, nats.Name("ctxd"), nats.MaxReconnects(-1),
+	log := a.Logger
+	a.nc, err = nats.Connect(url, nats.Name("ctxd "+a.Instance), nats.MaxReconnects(-1),
 		nats.ReconnectWait(250*time.Millisecond),
-		nats.ClosedHandler(func(*nats.Conn) { close(closed) }))
+		nats.PingInterval(5*time.Second), nats.MaxPingsOutstanding(2),
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			log.Warn("nats disconnected", "err", err)
+			if in := a.ingest; in != nil {
+				in.Lose("nats disconnected", false)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			log.Info("nats reconnected", "url", nc.ConnectedUrlRedacted(), "server", nc.ConnectedServerName())
+		}),
+		nats.ClosedHandler(func(nc *nats.Conn) {
+			log.Info("nats connection closed")
+			close(closed)
+		}))
 	if err != nil {
 		return fmt.Errorf("connect to %s: %w", url, err)
 	}
@@ -159,15 +186,9 @@ func (a *App) Open(ctx context.Context) (err error) {
 		return err
 	}
 
-	a.store = store.New()
-	a.store.Options = projection.Options{BrowserTools: a.BrowserTools}
-	// Records come from NATS messages, each its own copy that nothing
-	// writes again: screenshots are decoded without copying them.
-	a.store.Decoder = record.Decoder{MaxBytes: a.MaxRecordBytes, ShareInput: true}
-	a.store.Loader = &streamLoader{nc: a.nc, stream: want.Name, cps: cps}
-	a.store.MaxSessions, a.store.MaxBytes = a.CacheSessions, a.CacheBytes
-	a.store.MaxSessionBytes = a.MaxSessionBytes
-	a.store.Logger = a.Logger
+	a.js, a.st, a.stream = js, st, want.Name
+	a.loader = &streamLoader{nc: a.nc, stream: want.Name, cps: cps}
+	a.roles = &roles{a: a, reader: a.newStore()}
 
 	// Every record stored so far can be read from the stream: a session
 	// loads from there when it is asked for, so nothing is replayed here.
@@ -175,12 +196,13 @@ func (a *App) Open(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	a.store.Advance(last)
-	a.store.Fresh = last == 0
-	a.logInfo("stream open", "stream", want.Name, "last_seq", last, "records", msgs)
+	a.roles.reader.Advance(last)
+	a.roles.floor = last
+	a.logInfo("stream open", "stream", want.Name, "last_seq", last, "records", msgs, "instance", a.Instance)
 
-	// The ingest consumer; a new one starts after the records the
-	// projections already hold.
+	// The ingest consumer; a new one starts after the records the stream
+	// holds now. Every instance pulls; JetStream delivers to the pinned
+	// one, which then makes its ingest store (roles.gained).
 	ccfg, err := streams.Ingest()
 	if err != nil {
 		return err
@@ -197,26 +219,49 @@ func (a *App) Open(ctx context.Context) (err error) {
 		defer cancel()
 		return bus.ReadRange(ctx, a.nc, want.Name, from, to, fn)
 	}
-	if a.ingest, err = bus.StartIngest(cons, last, readRange, a.handle, a.Logger); err != nil {
+	pin := bus.WithPin(bus.Pin{Gained: a.roles.gained, Lost: a.roles.lost})
+	if a.ingest, err = bus.StartIngest(cons, last, readRange, a.handle, a.Logger, pin); err != nil {
 		return err
 	}
-	a.svc = server.New(a.nc, a.store)
+	a.svc = server.New(a.nc, a.roles)
 	a.svc.Logger = a.Logger
 	a.svc.BrowserTools = a.BrowserTools // the projections' own
 	a.svc.RenderCacheBytes = a.RenderCacheBytes
+	a.svc.Instance = a.Instance
+	a.svc.Role = a.roles.role
 	// Open returns once the server holds the service's subscriptions: a
 	// request sent right after finds a responder.
 	return a.svc.Open()
+}
+
+// newStore returns a store of projections loaded from the stream.
+func (a *App) newStore() *store.Store {
+	s := store.New()
+	s.Options = projection.Options{BrowserTools: a.BrowserTools}
+	// Records come from NATS messages, each its own copy that nothing
+	// writes again: screenshots are decoded without copying them.
+	s.Decoder = record.Decoder{MaxBytes: a.MaxRecordBytes, ShareInput: true}
+	s.Loader = a.loader
+	s.MaxSessions, s.MaxBytes = a.CacheSessions, a.CacheBytes
+	s.MaxSessionBytes = a.MaxSessionBytes
+	s.Logger = a.Logger
+	return s
 }
 
 // handle applies one stored record to its session.
 func (a *App) handle(m bus.Msg) {
 	session, err := subject.SessionOf(m.Subject, subject.TranscriptsPrefix)
 	if err != nil {
-		a.store.Reject(store.Rejection{Subject: m.Subject, Seq: m.Seq, Size: len(m.Data), Reason: err.Error()})
+		if st := a.roles.ingestStore(); st != nil {
+			st.Reject(store.Rejection{Subject: m.Subject, Seq: m.Seq, Size: len(m.Data), Reason: err.Error()})
+		}
 		return
 	}
-	a.store.Apply(session, m.Seq, m.Data)
+	st := a.roles.ingestStore()
+	if st == nil {
+		return // the pin was lost while the record was in hand
+	}
+	st.Apply(session, m.Seq, m.Data)
 }
 
 // URL returns the NATS client URL ctxd is connected to.
@@ -227,13 +272,20 @@ func (a *App) URL() string {
 	return a.nc.ConnectedUrl()
 }
 
-// Store returns the live projections.
-func (a *App) Store() *store.Store { return a.store }
+// Store returns the projections the instance answers from now: the
+// ingest's while it holds the pin, else the reader's.
+func (a *App) Store() *store.Store {
+	if a.roles == nil {
+		return nil
+	}
+	return a.roles.current()
+}
 
 // Close stops everything Open started, in reverse order: the service
 // (requests in hand are answered), the ingest (the record in hand is
 // applied and acknowledged), the checkpoints (every session's written,
-// within 10s), the connection, the server.
+// within 10s), the pin (given up at once, so another instance ingests
+// without waiting for the pinned TTL), the connection, the server.
 func (a *App) Close() error {
 	var errs []error
 	if a.svc != nil {
@@ -241,15 +293,22 @@ func (a *App) Close() error {
 		a.svc = nil
 	}
 	if a.ingest != nil {
+		owner := a.roles.ingestStore()
 		errs = append(errs, a.ingest.Close())
 		a.ingest = nil
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		errs = append(errs, a.store.SaveCheckpoints(ctx))
-		cancel()
+		if owner != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			errs = append(errs, owner.SaveCheckpoints(ctx))
+			if err := a.st.UnpinConsumer(ctx, streams.IngestName, streams.IngestGroup); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+				a.Logger.Warn("unpin the ingest consumer", "err", err)
+			}
+			cancel()
+			// Stops the checkpoint writer before the connection it writes on.
+			a.roles.lost(a.roles.pin, "shutting down")
+		}
 	}
-	if a.store != nil {
-		// Stops the checkpoint writer before the connection it writes on.
-		errs = append(errs, a.store.Close())
+	if a.roles != nil {
+		errs = append(errs, a.roles.reader.Close())
 	}
 	if a.nc != nil {
 		if err := a.nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {

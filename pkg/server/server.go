@@ -39,6 +39,29 @@ type Projections interface {
 	Stats() store.Stats
 }
 
+// Viewer shows a session's projection: View calls fn with it under its
+// lock, loading it when it is not cached, or with nil for a session
+// without records.
+type Viewer interface {
+	View(ctx context.Context, session string, fn func(p *projection.Session)) error
+}
+
+// Reacher is Projections whose waits are the session's: an instance that
+// does not apply every record as it is stored proves, per request, that
+// the session's projection holds every record up to the min_seq asked.
+// When the Projections is one, the service uses it in place of Wait.
+type Reacher interface {
+	// Ready reports whether a request for the session with min_seq seq is
+	// answered at once from memory, with no wait and no read of the
+	// stream: it is then answered on the endpoint's goroutine.
+	Ready(session string, seq uint64) bool
+	// Reach returns once the session's projection holds every record of
+	// the session with a stream sequence up to seq, with the Viewer that
+	// shows it (or a later state); or an error wrapping
+	// store.ErrWaitExpired after timeout.
+	Reach(ctx context.Context, session string, seq uint64, timeout time.Duration) (Viewer, error)
+}
+
 // Service is the ctxd NATS service.
 type Service struct {
 	// Name of the service, for $SRV discovery.
@@ -53,6 +76,14 @@ type Service struct {
 	// RenderCacheBytes bounds the rendered replies kept, one per session
 	// (see renderCache); 0 keeps none.
 	RenderCacheBytes int
+	// Instance names this instance in $SRV.STATS and in the
+	// Ctxd-Instance header of ctxd.rejected: each instance counts and
+	// lists what it saw.
+	Instance string
+	// Role, when set, says what the instance does now ("ingest": it
+	// applies every record; "reader": it reads each session's tail per
+	// request), for $SRV.STATS.
+	Role func() string
 
 	nc   *nats.Conn
 	proj Projections
@@ -89,8 +120,13 @@ func (s *Service) Open() error {
 		Description: "model context of agent transcripts: request ctxd.context.<session>",
 		QueueGroup:  s.QueueGroup,
 		StatsHandler: func(*micro.Endpoint) any {
-			return s.proj.Stats()
+			st := instanceStats{Stats: s.proj.Stats(), Instance: s.Instance}
+			if s.Role != nil {
+				st.Role = s.Role()
+			}
+			return st
 		},
+		Metadata: s.metadata(),
 	})
 	if err != nil {
 		return fmt.Errorf("server: %w", err)
@@ -147,6 +183,43 @@ func (s *Service) Close() error {
 	return err
 }
 
+// instanceStats are the counters of $SRV.STATS: the projections' and
+// which instance they are of.
+type instanceStats struct {
+	store.Stats
+	Instance string `json:"instance,omitempty"`
+	Role     string `json:"role,omitempty"`
+}
+
+// InstanceHeader names the instance that answered ctxd.rejected.
+const InstanceHeader = "Ctxd-Instance"
+
+func (s *Service) metadata() map[string]string {
+	if s.Instance == "" {
+		return nil
+	}
+	return map[string]string{"instance": s.Instance}
+}
+
+// ready reports whether a request is answered at once.
+func (s *Service) ready(session string, seq uint64) bool {
+	if rc, ok := s.proj.(Reacher); ok {
+		return rc.Ready(session, seq)
+	}
+	return seq == 0 || s.proj.Wait(s.ctx, seq, 0) == nil
+}
+
+// reach waits until the session holds every record up to seq.
+func (s *Service) reach(session string, seq uint64, timeout time.Duration) (Viewer, error) {
+	if rc, ok := s.proj.(Reacher); ok {
+		return rc.Reach(s.ctx, session, seq, timeout)
+	}
+	if seq == 0 {
+		return s.proj, nil
+	}
+	return s.proj, s.proj.Wait(s.ctx, seq, timeout)
+}
+
 func (s *Service) handleContext(r micro.Request) {
 	session := strings.TrimPrefix(r.Subject(), subject.ContextPrefix)
 	if err := subject.CheckSession(session); err != nil {
@@ -158,8 +231,14 @@ func (s *Service) handleContext(r micro.Request) {
 		s.fail(r, err)
 		return
 	}
-	if req.minSeq == 0 || s.proj.Wait(s.ctx, req.minSeq, 0) == nil {
-		s.reply(r, session, req) // the common case: no wait, no goroutine
+	if s.ready(session, req.minSeq) {
+		// The common case: no wait, no goroutine.
+		v, err := s.reach(session, req.minSeq, 0)
+		if err != nil {
+			s.fail(r, err)
+			return
+		}
+		s.reply(r, v, session, req)
 		return
 	}
 	if !s.track() {
@@ -171,14 +250,15 @@ func (s *Service) handleContext(r micro.Request) {
 	r = detached{Request: r, nc: s.nc}
 	go func() {
 		defer s.wg.Done()
-		if err := s.proj.Wait(s.ctx, req.minSeq, req.wait); err != nil {
+		v, err := s.reach(session, req.minSeq, req.wait)
+		if err != nil {
 			if errors.Is(err, context.Canceled) {
 				err = fmt.Errorf("%w: shutting down", store.ErrWaitExpired)
 			}
 			s.fail(r, err)
 			return
 		}
-		s.reply(r, session, req)
+		s.reply(r, v, session, req)
 	}()
 }
 
@@ -193,11 +273,11 @@ func (s *Service) track() bool {
 	return true
 }
 
-func (s *Service) reply(r micro.Request, session string, req contextRequest) {
+func (s *Service) reply(r micro.Request, v Viewer, session string, req contextRequest) {
 	var out []byte
 	var buf *[]byte // the msgpack reply's buffer, from replyBuffers
 	var err error
-	verr := s.proj.View(s.ctx, session, func(p *projection.Session) {
+	verr := v.View(s.ctx, session, func(p *projection.Session) {
 		switch {
 		case req.rendered():
 			// Rendered on request, kept until the session changes.
@@ -286,7 +366,11 @@ func (s *Service) handleRejected(r micro.Request) {
 		s.fail(r, err)
 		return
 	}
-	if err := r.Respond(data); err != nil {
+	var opts []micro.RespondOpt
+	if s.Instance != "" {
+		opts = append(opts, micro.WithHeaders(micro.Headers{InstanceHeader: []string{s.Instance}}))
+	}
+	if err := r.Respond(data, opts...); err != nil {
 		s.log("respond", "err", err)
 	}
 }

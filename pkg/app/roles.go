@@ -1,0 +1,244 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ctxd/ctxd/pkg/bus"
+	"github.com/ctxd/ctxd/pkg/projection"
+	"github.com/ctxd/ctxd/pkg/server"
+	"github.com/ctxd/ctxd/pkg/store"
+	"github.com/ctxd/ctxd/pkg/subject"
+)
+
+// Any number of instances serve one stream. JetStream pins the ingest
+// consumer to one of them (the pinned_client priority policy); that one
+// applies every record as it is stored, and answers from memory once its
+// watermark covers the min_seq asked. Every other instance, and the
+// pinned one when its ingest lags, answers through the stream: per
+// request it asks a replica for the session's last record and the
+// replica's last stream sequence (bus.LastOf), which must cover the
+// min_seq, reads the session's records after those it holds up to that
+// last one (validated reads), applies them, and answers. So whichever
+// instance a request reaches, its reply holds every record of the
+// session up to its seq, and nothing else.
+//
+// The two paths use two stores. The reader store is fed only by requests
+// (store.Catch); it lives as long as the app. The ingest store is fed
+// only by the ingest; a new one is made each time the instance gains the
+// pin, starting where the first record of the pin is (every record before
+// it is stored, and loads read it from the stream), and it is let go when
+// the pin is lost: a store that once missed records while it did not
+// ingest is never trusted again.
+//
+// Within one instance a session's seq never goes backwards: floor is the
+// highest stream sequence that any reply may have been built up to, and
+// both a new ingest store and a probe must reach it.
+
+// floorBudget is how long a request waits for a replica as current as
+// one an earlier reply was built on, whatever its wait_ms: replicas catch
+// up within milliseconds.
+const floorBudget = 2 * time.Second
+
+// roles chooses, per request, the store that answers.
+type roles struct {
+	a      *App
+	reader *store.Store
+
+	mu      sync.Mutex
+	owner   *store.Store // fed by the ingest; nil while not pinned
+	last    *store.Store // the latest ingest store, for its rejections
+	pin     string
+	floor   uint64
+	changed chan struct{} // closed when the pin is gained or lost
+}
+
+// state returns the ingest store (nil when none) and a channel closed
+// when that changes.
+func (r *roles) state() (*store.Store, <-chan struct{}) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.changed == nil {
+		r.changed = make(chan struct{})
+	}
+	return r.owner, r.changed
+}
+
+// change wakes the requests waiting for the ingest store; r.mu is held.
+func (r *roles) change() {
+	if r.changed != nil {
+		close(r.changed)
+		r.changed = nil
+	}
+}
+
+// ingestStore returns the store the ingest applies to, nil when none.
+func (r *roles) ingestStore() *store.Store {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.owner
+}
+
+// gained makes a new ingest store for a pin whose first record is first.
+func (r *roles) gained(pin string, first uint64) {
+	st := r.a.newStore()
+	r.mu.Lock()
+	from := max(first-1, r.floor)
+	st.Advance(from)
+	old := r.owner
+	r.owner, r.last, r.pin = st, st, pin
+	r.change()
+	r.mu.Unlock()
+	if old != nil {
+		old.Close()
+	}
+	r.a.Logger.Info("ingest pin gained: this instance applies every record", "pin", pin, "first_seq", first, "watermark", from)
+}
+
+// lost lets the ingest store go: requests read the stream from now on.
+func (r *roles) lost(pin, reason string) {
+	r.mu.Lock()
+	old := r.owner
+	if old != nil {
+		r.floor = max(r.floor, old.Applied())
+	}
+	r.owner, r.pin = nil, ""
+	r.change()
+	floor := r.floor
+	r.mu.Unlock()
+	if old != nil {
+		old.Close()
+	}
+	r.a.Logger.Warn("ingest pin lost: this instance answers by reading each session's tail", "pin", pin, "reason", reason, "floor", floor)
+}
+
+// raise moves the floor up to seq.
+func (r *roles) raise(seq uint64) {
+	r.mu.Lock()
+	r.floor = max(r.floor, seq)
+	r.mu.Unlock()
+}
+
+// role says what the instance does now, for $SRV.STATS.
+func (r *roles) role() string {
+	if r.ingestStore() != nil {
+		return "ingest"
+	}
+	return "reader"
+}
+
+// Ready implements server.Reacher: the pinned instance answers at once
+// what its watermark covers.
+func (r *roles) Ready(session string, seq uint64) bool {
+	st := r.ingestStore()
+	return st != nil && st.Applied() >= seq
+}
+
+// Reach implements server.Reacher.
+func (r *roles) Reach(ctx context.Context, session string, seq uint64, timeout time.Duration) (server.Viewer, error) {
+	deadline := time.Now().Add(timeout)
+	if st, changed := r.state(); st != nil {
+		// The ingest gets there, unless the pin is lost meanwhile: then
+		// the stream answers.
+		wctx, cancel := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-changed:
+				cancel()
+			case <-wctx.Done():
+			}
+		}()
+		err := st.Wait(wctx, seq, timeout)
+		cancel()
+		if err == nil {
+			return st, nil
+		}
+		if ctx.Err() != nil || errors.Is(err, store.ErrWaitExpired) {
+			return nil, err
+		}
+		r.raise(st.Applied())
+	}
+	return r.read(ctx, session, seq, deadline)
+}
+
+// read brings the reader store's session up to a probe of the stream
+// that covers seq and the floor.
+func (r *roles) read(ctx context.Context, session string, seq uint64, deadline time.Time) (server.Viewer, error) {
+	r.mu.Lock()
+	floor := r.floor
+	r.mu.Unlock()
+	subj := subject.TranscriptsPrefix + session
+	floorDeadline := time.Now().Add(floorBudget)
+	delay := time.Millisecond
+	for {
+		last, upTo, err := bus.LastOf(ctx, r.a.nc, r.a.stream, subj)
+		if err != nil {
+			return nil, fmt.Errorf("last record of %s: %w", session, err)
+		}
+		if upTo >= seq && upTo >= floor {
+			r.raise(upTo)
+			var lastSeq uint64
+			if last != nil {
+				lastSeq = last.Seq
+			}
+			if err := r.reader.Catch(ctx, session, lastSeq); err != nil {
+				return nil, err
+			}
+			return r.reader, nil
+		}
+		now := time.Now()
+		switch {
+		case upTo < seq && now.After(deadline):
+			return nil, fmt.Errorf("%w: the stream holds up to %d, min_seq %d", store.ErrWaitExpired, upTo, seq)
+		case upTo >= seq && now.After(floorDeadline):
+			return nil, fmt.Errorf("%w: no replica reached %d, an earlier reply's", store.ErrWaitExpired, floor)
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+		delay = min(2*delay, 50*time.Millisecond)
+	}
+}
+
+// Wait implements server.Projections; the service uses Reach.
+func (r *roles) Wait(ctx context.Context, seq uint64, timeout time.Duration) error {
+	if st := r.ingestStore(); st != nil {
+		return st.Wait(ctx, seq, timeout)
+	}
+	return fmt.Errorf("%w: not the ingest", store.ErrWaitExpired)
+}
+
+// View implements server.Projections; the service uses the Viewer Reach
+// returns.
+func (r *roles) View(ctx context.Context, session string, fn func(p *projection.Session)) error {
+	return r.current().View(ctx, session, fn)
+}
+
+// current is the store the instance answers from now.
+func (r *roles) current() *store.Store {
+	if st := r.ingestStore(); st != nil {
+		return st
+	}
+	return r.reader
+}
+
+// Rejected lists the records the latest ingest store skipped.
+func (r *roles) Rejected() []store.Rejection {
+	r.mu.Lock()
+	st := r.last
+	r.mu.Unlock()
+	if st == nil {
+		return []store.Rejection{}
+	}
+	return st.Rejected()
+}
+
+// Stats counts the current store's work.
+func (r *roles) Stats() store.Stats { return r.current().Stats() }
