@@ -239,8 +239,10 @@ func (tc *testCluster) writer(w, sessions int) {
 		first := time.Now()
 		for !tc.stop.Load() || time.Since(first) < 20*time.Second {
 			sent := time.Now()
-			ctx, cancel := context.WithTimeout(context.Background(), 6*time.Second)
-			data, err := ctxdclient.Context(ctx, nc, r.session, ctxdclient.Request{MinSeq: r.minSeq, WaitMS: 5000})
+			// A request in flight to an instance that dies gets no answer:
+			// the client gives up after a second and asks again.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			data, err := ctxdclient.Context(ctx, nc, r.session, ctxdclient.Request{MinSeq: r.minSeq, WaitMS: 900})
 			cancel()
 			s := sample{at: sent.Sub(tc.start), took: time.Since(sent), failed: err != nil}
 			if err == nil {
