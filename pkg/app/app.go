@@ -10,6 +10,7 @@ import (
 	"iter"
 	"log/slog"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -101,8 +102,10 @@ type App struct {
 	loader *streamLoader
 	roles  *roles
 	ingest *bus.Ingest
-	svc    *server.Service
-	closed chan struct{} // closed when the connection is
+	// running is the ingest, for the connection's handlers.
+	running atomic.Pointer[bus.Ingest]
+	svc     *server.Service
+	closed  chan struct{} // closed when the connection is
 }
 
 // New returns an app with the configuration; Open starts it.
@@ -146,7 +149,9 @@ func (a *App) Open(ctx context.Context) (err error) {
 		nats.PingInterval(5*time.Second), nats.MaxPingsOutstanding(2),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
 			log.Warn("nats disconnected", "err", err)
-			if in := a.ingest; in != nil {
+			// Whether the pin survives the reconnect or not, the
+			// records missed meanwhile are not in the ingest store.
+			if in := a.running.Load(); in != nil {
 				in.Lose("nats disconnected", false)
 			}
 		}),
@@ -197,7 +202,7 @@ func (a *App) Open(ctx context.Context) (err error) {
 		return err
 	}
 	a.roles.reader.Advance(last)
-	a.roles.floor = last
+	a.roles.floor.Store(last)
 	a.logInfo("stream open", "stream", want.Name, "last_seq", last, "records", msgs, "instance", a.Instance)
 
 	// The ingest consumer; a new one starts after the records the stream
@@ -223,6 +228,7 @@ func (a *App) Open(ctx context.Context) (err error) {
 	if a.ingest, err = bus.StartIngest(cons, last, readRange, a.handle, a.Logger, pin); err != nil {
 		return err
 	}
+	a.running.Store(a.ingest)
 	a.svc = server.New(a.nc, a.roles)
 	a.svc.Logger = a.Logger
 	a.svc.BrowserTools = a.BrowserTools // the projections' own
@@ -294,6 +300,7 @@ func (a *App) Close() error {
 	}
 	if a.ingest != nil {
 		owner := a.roles.ingestStore()
+		a.running.Store(nil)
 		errs = append(errs, a.ingest.Close())
 		a.ingest = nil
 		if owner != nil {

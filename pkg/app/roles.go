@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ctxd/ctxd/pkg/bus"
@@ -48,11 +49,12 @@ type roles struct {
 	a      *App
 	reader *store.Store
 
-	mu      sync.Mutex
-	owner   *store.Store // fed by the ingest; nil while not pinned
-	last    *store.Store // the latest ingest store, for its rejections
-	pin     string
-	floor   uint64
+	owner atomic.Pointer[store.Store] // fed by the ingest; nil while not pinned
+	floor atomic.Uint64               // every reply so far is built up to at most this
+
+	mu      sync.Mutex    // orders gains and losses
+	last    *store.Store  // the latest ingest store, for its rejections
+	pin     string        // the pin held
 	changed chan struct{} // closed when the pin is gained or lost
 }
 
@@ -64,7 +66,7 @@ func (r *roles) state() (*store.Store, <-chan struct{}) {
 	if r.changed == nil {
 		r.changed = make(chan struct{})
 	}
-	return r.owner, r.changed
+	return r.owner.Load(), r.changed
 }
 
 // change wakes the requests waiting for the ingest store; r.mu is held.
@@ -76,20 +78,18 @@ func (r *roles) change() {
 }
 
 // ingestStore returns the store the ingest applies to, nil when none.
-func (r *roles) ingestStore() *store.Store {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.owner
-}
+func (r *roles) ingestStore() *store.Store { return r.owner.Load() }
 
 // gained makes a new ingest store for a pin whose first record is first.
+// Its watermark starts past every record a reply of this instance was
+// built on, so no reply goes back.
 func (r *roles) gained(pin string, first uint64) {
 	st := r.a.newStore()
 	r.mu.Lock()
-	from := max(first-1, r.floor)
+	from := max(first-1, r.floor.Load())
 	st.Advance(from)
-	old := r.owner
-	r.owner, r.last, r.pin = st, st, pin
+	old := r.owner.Swap(st)
+	r.last, r.pin = st, pin
 	r.change()
 	r.mu.Unlock()
 	if old != nil {
@@ -101,25 +101,27 @@ func (r *roles) gained(pin string, first uint64) {
 // lost lets the ingest store go: requests read the stream from now on.
 func (r *roles) lost(pin, reason string) {
 	r.mu.Lock()
-	old := r.owner
+	old := r.owner.Swap(nil)
 	if old != nil {
-		r.floor = max(r.floor, old.Applied())
+		r.raise(old.Applied())
 	}
-	r.owner, r.pin = nil, ""
+	r.pin = ""
 	r.change()
-	floor := r.floor
 	r.mu.Unlock()
 	if old != nil {
 		old.Close()
 	}
-	r.a.Logger.Warn("ingest pin lost: this instance answers by reading each session's tail", "pin", pin, "reason", reason, "floor", floor)
+	r.a.Logger.Warn("ingest pin lost: this instance answers by reading each session's tail", "pin", pin, "reason", reason, "floor", r.floor.Load())
 }
 
 // raise moves the floor up to seq.
 func (r *roles) raise(seq uint64) {
-	r.mu.Lock()
-	r.floor = max(r.floor, seq)
-	r.mu.Unlock()
+	for {
+		cur := r.floor.Load()
+		if seq <= cur || r.floor.CompareAndSwap(cur, seq) {
+			return
+		}
+	}
 }
 
 // role says what the instance does now, for $SRV.STATS.
@@ -131,10 +133,10 @@ func (r *roles) role() string {
 }
 
 // Ready implements server.Reacher: the pinned instance answers at once
-// what its watermark covers.
+// what its watermark covers, once it covers every earlier reply's.
 func (r *roles) Ready(session string, seq uint64) bool {
 	st := r.ingestStore()
-	return st != nil && st.Applied() >= seq
+	return st != nil && st.Applied() >= max(seq, r.floor.Load())
 }
 
 // Reach implements server.Reacher.
@@ -142,7 +144,9 @@ func (r *roles) Reach(ctx context.Context, session string, seq uint64, timeout t
 	deadline := time.Now().Add(timeout)
 	if st, changed := r.state(); st != nil {
 		// The ingest gets there, unless the pin is lost meanwhile: then
-		// the stream answers.
+		// the stream answers. The floor, which only a lost pin or an
+		// earlier reader's reply raises, is within the stream: the
+		// ingest gets there too.
 		wctx, cancel := context.WithCancel(ctx)
 		go func() {
 			select {
@@ -151,7 +155,11 @@ func (r *roles) Reach(ctx context.Context, session string, seq uint64, timeout t
 			case <-wctx.Done():
 			}
 		}()
-		err := st.Wait(wctx, seq, timeout)
+		need, wait := max(seq, r.floor.Load()), timeout
+		if need > seq {
+			wait = max(timeout, floorBudget)
+		}
+		err := st.Wait(wctx, need, wait)
 		cancel()
 		if err == nil {
 			return st, nil
@@ -165,11 +173,9 @@ func (r *roles) Reach(ctx context.Context, session string, seq uint64, timeout t
 }
 
 // read brings the reader store's session up to a probe of the stream
-// that covers seq and the floor.
+// that covers seq and the floor, and returns a Viewer that shows it.
 func (r *roles) read(ctx context.Context, session string, seq uint64, deadline time.Time) (server.Viewer, error) {
-	r.mu.Lock()
-	floor := r.floor
-	r.mu.Unlock()
+	floor := r.floor.Load()
 	subj := subject.TranscriptsPrefix + session
 	floorDeadline := time.Now().Add(floorBudget)
 	delay := time.Millisecond
@@ -187,7 +193,7 @@ func (r *roles) read(ctx context.Context, session string, seq uint64, deadline t
 			if err := r.reader.Catch(ctx, session, lastSeq); err != nil {
 				return nil, err
 			}
-			return r.reader, nil
+			return caught{st: r.reader, last: lastSeq}, nil
 		}
 		now := time.Now()
 		switch {
@@ -204,6 +210,43 @@ func (r *roles) read(ctx context.Context, session string, seq uint64, deadline t
 		case <-t.C:
 		}
 		delay = min(2*delay, 50*time.Millisecond)
+	}
+}
+
+// caught shows a session of the reader store that Catch brought up to
+// last, and checks, under the session's lock, that the projection shown
+// still holds it: a session the store forgot between the two (past
+// MaxKnown) loads again, and is brought up to last again.
+type caught struct {
+	st   *store.Store
+	last uint64
+}
+
+// errBehind says a projection shown was behind the record it was caught
+// up to.
+var errBehind = errors.New("projection behind the session's last record")
+
+func (c caught) View(ctx context.Context, session string, fn func(p *projection.Session)) error {
+	for try := 0; ; try++ {
+		behind := false
+		err := c.st.View(ctx, session, func(p *projection.Session) {
+			var seq uint64
+			if p != nil {
+				seq = p.Seq()
+			}
+			if behind = seq < c.last; !behind {
+				fn(p)
+			}
+		})
+		if err != nil || !behind {
+			return err
+		}
+		if try == 2 {
+			return fmt.Errorf("session %s: %w %d", session, errBehind, c.last)
+		}
+		if err := c.st.Catch(ctx, session, c.last); err != nil {
+			return err
+		}
 	}
 }
 
