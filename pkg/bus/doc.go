@@ -16,7 +16,8 @@
 //     LastOf asks for a subject's last record; StreamFor finds the stream
 //     of a subject, and ReadSubjectLog the ids of a subject's records, with
 //     a consumer that delivers headers only. Every direct-get reply is
-//     awaited at most DirectTimeout, and a batched read goes on until the
+//     awaited at most DirectTimeout, then asked for again (the server that
+//     had the request may have stopped), and a batched read goes on until the
 //     server says nothing is left, however short a batch it sent. Stream
 //     offers these reads to a caller that holds only a connection.
 //   - Validated reads: on a replicated stream any replica answers a direct
