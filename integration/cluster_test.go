@@ -10,8 +10,7 @@ import (
 	"math/rand/v2"
 	"os/exec"
 	"slices"
-	"sort"
-	"strconv"
+		"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,7 +31,7 @@ import (
 )
 
 var (
-	clusterLoadFor = flag.Duration("cluster.load", 3*time.Second, "load before and after each fault in the TestCluster tests (make cluster-long: 10s)")
+	clusterLoadFor = flag.Duration("cluster.load", 2*time.Second, "load before and after each fault in the TestCluster tests (make cluster-long: 10s)")
 	clusterWriters = flag.Int("cluster.writers", 4, "concurrent writers in the TestCluster tests")
 )
 
@@ -46,10 +45,11 @@ type instance struct {
 // instances as processes, and writers that publish and read their
 // writes through whichever instance answers.
 type testCluster struct {
-	t    *testing.T
-	c    *natstest.Cluster
-	urls string
-	nc   *nats.Conn
+	t      testing.TB
+	c      *natstest.Cluster
+	urls   string
+	nc     *nats.Conn
+	prefix string // of the sessions written
 
 	mu    sync.Mutex
 	insts []*instance
@@ -72,9 +72,14 @@ type sample struct {
 	unreadable time.Duration // for the attempt that succeeded
 }
 
-func startTestCluster(t *testing.T, instances int) *testCluster {
-	c := natstest.StartCluster(t, 3)
-	tc := &testCluster{t: t, c: c, urls: c.URLs(),
+func startTestCluster(t testing.TB, instances int) *testCluster {
+	return onCluster(t, natstest.StartCluster(t, 3), "c", instances)
+}
+
+// onCluster runs instances on a cluster, which may hold what earlier
+// tests wrote; the load writes sessions named prefix<n>.
+func onCluster(t testing.TB, c *natstest.Cluster, prefix string, instances int) *testCluster {
+	tc := &testCluster{t: t, c: c, urls: c.URLs(), prefix: prefix,
 		outcomes: make(chan outcome, 1<<18), reads: make(chan read, 1<<18), samples: make(chan sample, 1<<20)}
 	tc.nc = c.Connect(t)
 	for range instances {
@@ -199,14 +204,14 @@ func (tc *testCluster) writer(w, sessions int) {
 	gen := workload.New(uint64(w), workload.Default.WithScreenshots(64, 10))
 	n := 0
 	for turn := 0; !tc.stop.Load(); turn++ {
-		session := fmt.Sprintf("c%d", rng.IntN(sessions))
+		session := fmt.Sprintf("%s%d", tc.prefix, rng.IntN(sessions))
 		recs := gen.Next()
 		if rng.IntN(10) == 0 {
 			recs = []any{gen.Compaction([]any{gen.User(), gen.Answer()})}
 		}
 		var lastAck uint64
 		for _, v := range recs {
-			rid := fmt.Sprintf("w%d-%d", w, n)
+			rid := fmt.Sprintf("%sw%d-%d", tc.prefix, w, n) // unique on the stream: a message id seen before is a duplicate
 			n++
 			v.(*record.Map).Set("rid", rid)
 			data, err := record.MarshalJSON(v)
@@ -234,7 +239,7 @@ func (tc *testCluster) writer(w, sessions int) {
 		}
 		r := read{session: session, minSeq: lastAck}
 		if turn%2 == 1 || lastAck == 0 {
-			r = read{session: fmt.Sprintf("c%d", rng.IntN(sessions))}
+			r = read{session: fmt.Sprintf("%s%d", tc.prefix, rng.IntN(sessions))}
 		}
 		first := time.Now()
 		for !tc.stop.Load() || time.Since(first) < 20*time.Second {
@@ -357,6 +362,7 @@ func (tc *testCluster) finish() []sample {
 			}
 		}
 	}
+	t.Logf("%v: replies checked", time.Since(tc.start).Round(time.Millisecond))
 	out, err := exec.Command(ctxdBinary(t), "rebuild", "--check", "--nats", tc.urls).CombinedOutput()
 	require.NoError(t, err, "rebuild --check: %s", out)
 	require.Contains(t, string(out), "no differences")
@@ -377,32 +383,40 @@ func (tc *testCluster) finish() []sample {
 	return samples
 }
 
-// faultFigures says what the load saw from a fault at `at` on: the longest
-// a read waited for its session, the share of requests that failed, and
-// the p99 and worst of the requests in the 10 s after.
-func faultFigures(samples []sample, at time.Duration) string {
+// figures are what the load saw in the 10 s after a fault.
+type figures struct {
+	requests, failed int
+	unreadable       time.Duration // the longest a read waited for its session
+	p99, worst       time.Duration // of the requests answered
+	ingestStall      time.Duration // the longest the ingest applied nothing, over the whole run
+}
+
+func (f figures) String() string {
+	return fmt.Sprintf("requests=%d failed=%d (%.2f%%) longest unreadable=%v p99=%v worst=%v; ingest stalled at most %v",
+		f.requests, f.failed, f.failedShare(), f.unreadable.Round(time.Millisecond), f.p99.Round(time.Microsecond), f.worst.Round(time.Microsecond), f.ingestStall.Round(time.Millisecond))
+}
+
+func (f figures) failedShare() float64 { return 100 * float64(f.failed) / float64(max(f.requests, 1)) }
+
+// faultFigures says what the load saw from a fault at `at` on.
+func faultFigures(samples []sample, at time.Duration) figures {
+	var f figures
 	var took []time.Duration
-	var failed, n int
-	var unreadable time.Duration
 	for _, s := range samples {
 		if s.at < at || s.at > at+10*time.Second {
 			continue
 		}
-		n++
+		f.requests++
 		if s.failed {
-			failed++
+			f.failed++
 			continue
 		}
 		took = append(took, s.took)
-		unreadable = max(unreadable, s.unreadable)
+		f.unreadable = max(f.unreadable, s.unreadable)
 	}
-	if len(took) == 0 {
-		return "no request answered"
-	}
-	sort.Slice(took, func(i, j int) bool { return took[i] < took[j] })
-	p99 := took[min(len(took)-1, len(took)*99/100)]
-	return fmt.Sprintf("requests=%d failed=%d (%.2f%%) longest unreadable=%v p99=%v worst=%v",
-		n, failed, 100*float64(failed)/float64(max(n, 1)), unreadable.Round(time.Millisecond), p99.Round(time.Microsecond), took[len(took)-1].Round(time.Microsecond))
+	_, f.p99 = percentiles(took)
+	f.worst = slices.Max(append(took, 0))
+	return f
 }
 
 // ingestStall watches the instances' watermarks until stop, and returns
@@ -491,9 +505,10 @@ func TestCluster_TwoInstancesDoNotSplitRecords(t *testing.T) {
 }
 
 // clusterFault runs the load on n instances, applies the fault, keeps
-// the load on, and checks everything.
-func clusterFault(t *testing.T, n int, fault func(tc *testCluster)) {
-	tc := startTestCluster(t, n)
+// the load on, checks everything, and returns what the requests saw in
+// the 10 s after the fault.
+func clusterFault(t testing.TB, c *natstest.Cluster, prefix string, n int, fault func(tc *testCluster)) figures {
+	tc := onCluster(t, c, prefix, n)
 	tc.load(*clusterWriters, 16)
 	done := make(chan struct{})
 	stall := tc.watchIngest(done)
@@ -502,23 +517,29 @@ func clusterFault(t *testing.T, n int, fault func(tc *testCluster)) {
 	fault(tc)
 	time.Sleep(*clusterLoadFor)
 	close(done)
+	t.Logf("%v: load stopped", time.Since(tc.start).Round(time.Millisecond))
 	samples := tc.finish()
-	t.Logf("after the fault: %s; ingest stalled at most %v", faultFigures(samples, at), stall().Round(time.Millisecond))
+	t.Logf("%v: checked", time.Since(tc.start).Round(time.Millisecond))
+	f := faultFigures(samples, at)
+	f.ingestStall = stall()
+	t.Logf("after the fault: %s", f)
 	for _, in := range tc.instances() {
 		tc.term(in)
 	}
+	t.Logf("%v: stopped", time.Since(tc.start).Round(time.Millisecond))
+	return f
 }
 
-func TestCluster_KillOwner(t *testing.T) {
-	for _, n := range []int{2, 3} {
-		t.Run(fmt.Sprintf("%d instances", n), func(t *testing.T) {
-			clusterFault(t, n, func(tc *testCluster) { tc.kill(tc.owner()) })
-		})
-	}
-}
-
-func TestCluster_KillReader(t *testing.T) {
-	clusterFault(t, 3, func(tc *testCluster) {
+// clusterFaults are the faults of TestCluster_Faults and
+// BenchmarkCluster_Faults: each on n instances under load.
+var clusterFaults = []struct {
+	name  string
+	n     int
+	fault func(tc *testCluster)
+}{
+	{"kill owner of 2", 2, func(tc *testCluster) { tc.kill(tc.owner()) }},
+	{"kill owner of 3", 3, func(tc *testCluster) { tc.kill(tc.owner()) }},
+	{"kill reader of 3", 3, func(tc *testCluster) {
 		owner := tc.owner()
 		for _, in := range tc.instances() {
 			if in != owner {
@@ -526,23 +547,147 @@ func TestCluster_KillReader(t *testing.T) {
 				return
 			}
 		}
-	})
-}
-
-func TestCluster_RollingRestart(t *testing.T) {
-	clusterFault(t, 3, func(tc *testCluster) {
+	}},
+	{"rolling restart of 3", 3, func(tc *testCluster) {
 		for _, in := range tc.instances() {
 			tc.term(in)
 			tc.startInstance()
 		}
-	})
-}
-
-func TestCluster_StopNode(t *testing.T) {
-	clusterFault(t, 2, func(tc *testCluster) {
-		leader := tc.c.WaitStreamLeader(t, "TRANSCRIPTS")
+	}},
+	// The owner stops (SIGSTOP) past the pinned TTL: JetStream pins
+	// another instance. When the old owner runs again its pulls are
+	// refused (pin id mismatch) and it answers by reading the stream
+	// from then on; the requests it had queued meanwhile are answered
+	// from what it had applied, which their seq says.
+	{"stall owner of 2", 2, func(tc *testCluster) {
+		owner := tc.owner()
+		require.NoError(tc.t, owner.p.cmd.Process.Signal(syscall.SIGSTOP))
+		time.Sleep(5 * time.Second) // past the 3 s pinned TTL
+		require.NoError(tc.t, owner.p.cmd.Process.Signal(syscall.SIGCONT))
+		require.Eventually(tc.t, func() bool {
+			return strings.Contains(stderrOf(owner.p), "ingest pin lost")
+		}, 20*time.Second, 20*time.Millisecond, "the old owner notices it lost the pin")
+		require.NotSame(tc.t, owner, tc.owner(), "another instance ingests")
+	}},
+	// The node that leads the stream stops (in process: it hands its
+	// leaderships over first) and starts again.
+	{"stop stream leader node", 2, func(tc *testCluster) {
+		leader := tc.c.WaitStreamLeader(tc.t, "TRANSCRIPTS")
 		leader.Stop()
 		time.Sleep(*clusterLoadFor / 2)
-		leader.Start(t)
-	})
+		leader.Start(tc.t)
+	}},
+}
+
+// Instances on one 3-node cluster, under sustained publishes and
+// read-your-writes reads, through each fault in turn (fresh instances
+// and sessions each time, one stream): every reply equals Build over the
+// session's records up to its seq, at or past its min_seq; the stream
+// holds every acknowledged record once; rebuild --check finds nothing.
+func TestCluster_Faults(t *testing.T) {
+	c := natstest.StartCluster(t, 3)
+	for i, f := range clusterFaults {
+		t.Run(f.name, func(t *testing.T) {
+			clusterFault(t, c, fmt.Sprintf("f%d-", i), f.n, f.fault)
+		})
+	}
+}
+
+// stderrOf returns what a process wrote to its standard error so far.
+func stderrOf(p *proc) string {
+	w := p.cmd.Stderr.(*syncWriter)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+// BenchmarkCluster_Faults runs each fault of the TestCluster tests once,
+// under load, with the same checks, and reports what the requests saw
+// in the 10 s after it: the longest a read waited for its session
+// (unreadable-ms), the share of requests that failed, their p99 and
+// worst, and the longest the ingest applied nothing. Run it with
+// -benchtime 1x; -cluster.load sets the load before and after the fault.
+func BenchmarkCluster_Faults(b *testing.B) {
+	c := natstest.StartCluster(b, 3)
+	for i, f := range clusterFaults {
+		b.Run(f.name, func(b *testing.B) {
+			var fig figures
+			for j := range b.N {
+				fig = clusterFault(b, c, fmt.Sprintf("b%d-%d-", i, j), f.n, f.fault)
+			}
+			b.ReportMetric(float64(fig.unreadable)/float64(time.Millisecond), "unreadable-ms")
+			b.ReportMetric(fig.failedShare(), "failed-%")
+			b.ReportMetric(float64(fig.p99)/float64(time.Millisecond), "p99-ms")
+			b.ReportMetric(float64(fig.worst)/float64(time.Millisecond), "worst-ms")
+			b.ReportMetric(float64(fig.ingestStall)/float64(time.Millisecond), "ingest-stall-ms")
+		})
+	}
+}
+
+// BenchmarkCluster_Fetch compares a context fetch of a 200-record session
+// with one 200 KB screenshot, from 1 and from 3 ctxd instances on a
+// 3-node cluster (R3 stream), against a bare NATS request-reply of the
+// same bytes on the same cluster, interleaved request by request. With 3
+// instances two of three requests reach an instance that does not hold
+// the ingest, which asks a replica for the session's last record first.
+func BenchmarkCluster_Fetch(b *testing.B) {
+	for _, n := range []int{1, 3} {
+		b.Run(fmt.Sprintf("%d instances", n), func(b *testing.B) {
+			tc := startTestCluster(b, n)
+			c := newClient(b, tc.c.Nodes[0].URL)
+			var last uint64
+			for _, r := range workload.New(1, workload.Default.WithScreenshots(200<<10, 200)).Records(200) {
+				last = c.publishValue("bench", r, false)
+			}
+			tc.owner()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			body, err := ctxdclient.Context(ctx, c.nc, "bench", ctxdclient.Request{MinSeq: last, WaitMS: 10000})
+			cancel()
+			require.NoError(b, err)
+			// Every instance has the session loaded.
+			for range 10 * n {
+				c.request("ctxd.context.bench", nil, nil)
+			}
+			server := tc.c.Connect(b)
+			sub, err := server.Subscribe("bare.bench", func(m *nats.Msg) { m.Respond(body) })
+			require.NoError(b, err)
+			defer sub.Unsubscribe()
+			require.NoError(b, server.Flush())
+
+			ctxdMsg := &nats.Msg{Subject: "ctxd.context.bench"}
+			bareMsg := &nats.Msg{Subject: "bare.bench"}
+			var ctxdLat, bareLat []time.Duration
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				for j, m := range []*nats.Msg{ctxdMsg, bareMsg} {
+					if i%2 == 1 {
+						m = []*nats.Msg{bareMsg, ctxdMsg}[j]
+					}
+					start := time.Now()
+					reply, err := c.nc.RequestMsg(m, 10*time.Second)
+					d := time.Since(start)
+					if err != nil || len(reply.Data) != len(body) {
+						b.Fatalf("request %s: %v (%d bytes, want %d)", m.Subject, err, len(reply.Data), len(body))
+					}
+					if m == ctxdMsg {
+						ctxdLat = append(ctxdLat, d)
+					} else {
+						bareLat = append(bareLat, d)
+					}
+				}
+			}
+			b.StopTimer()
+			cp50, cp99 := percentiles(ctxdLat)
+			bp50, bp99 := percentiles(bareLat)
+			b.ReportMetric(us(cp50), "ctxd-p50-µs")
+			b.ReportMetric(us(cp99), "ctxd-p99-µs")
+			b.ReportMetric(us(bp50), "bare-p50-µs")
+			b.ReportMetric(us(bp99), "bare-p99-µs")
+			b.ReportMetric(float64(cp50)/float64(bp50), "p50-ratio")
+			b.ReportMetric(float64(cp99)/float64(bp99), "p99-ratio")
+			for _, in := range tc.instances() {
+				tc.term(in)
+			}
+		})
+	}
 }

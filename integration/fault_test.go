@@ -290,7 +290,7 @@ func TestFault_KillUnderLoad(t *testing.T) {
 
 // checkReply compares a context reply with Build over the session's
 // records up to the reply's seq, and returns what differs, or "".
-func checkReply(t *testing.T, r read, recs []projection.Record) string {
+func checkReply(t testing.TB, r read, recs []projection.Record) string {
 	t.Helper()
 	got := decodeReply(t, r.data)
 	if got.Session != r.session {
