@@ -10,7 +10,7 @@ import (
 	"math/rand/v2"
 	"os/exec"
 	"slices"
-		"strconv"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
