@@ -194,6 +194,9 @@ func (a *App) Open(ctx context.Context) (err error) {
 	a.js, a.st, a.stream = js, st, want.Name
 	a.loader = &streamLoader{nc: a.nc, stream: want.Name, cps: cps}
 	a.roles = &roles{a: a, reader: a.newStore()}
+	// Only the ingest writes checkpoints: one writer at a time, but for
+	// the moments two instances both think they hold the pin.
+	a.roles.reader.Loader = readOnly{a.loader}
 
 	// Every record stored so far can be read from the stream: a session
 	// loads from there when it is asked for, so nothing is replayed here.
@@ -363,6 +366,16 @@ func (l *streamLoader) SaveCheckpoints(ctx context.Context, cps iter.Seq2[string
 
 func (l *streamLoader) Records(ctx context.Context, session string, from, to uint64, fn func(seq uint64, data []byte) error) error {
 	return bus.ReadSubject(ctx, l.nc, l.stream, subject.TranscriptsPrefix+session, from, to, fn)
+}
+
+// readOnly is a streamLoader that writes no checkpoint: a checkpoint is
+// a hint, and a second writer could only make it older.
+type readOnly struct{ *streamLoader }
+
+func (readOnly) SaveCheckpoint(context.Context, string, store.Checkpoint) error { return nil }
+
+func (readOnly) SaveCheckpoints(context.Context, iter.Seq2[string, store.Checkpoint]) error {
+	return nil
 }
 
 func (l *streamLoader) RecordsAt(ctx context.Context, session string, seqs []uint64, fn func(seq uint64, data []byte) error) error {
