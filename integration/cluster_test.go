@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -69,6 +70,7 @@ type sample struct {
 	at         time.Duration // since the load started
 	took       time.Duration
 	failed     bool
+	err        string        // why it failed
 	unreadable time.Duration // for the attempt that succeeded
 }
 
@@ -252,6 +254,8 @@ func (tc *testCluster) writer(w, sessions int) {
 			s := sample{at: sent.Sub(tc.start), took: time.Since(sent), failed: err != nil}
 			if err == nil {
 				s.unreadable = time.Since(first)
+			} else {
+				s.err = errorKind(err)
 			}
 			tc.samples <- s
 			if err == nil {
@@ -383,24 +387,42 @@ func (tc *testCluster) finish() []sample {
 	return samples
 }
 
+// errorKind names a failed request's error for the figures: a timeout
+// (no answer: the request went to an instance that died or stalled), or
+// the service's error code.
+func errorKind(err error) string {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+		return "timeout"
+	case errors.Is(err, nats.ErrNoResponders):
+		return "no responders"
+	}
+	var se *ctxdclient.Error
+	if errors.As(err, &se) {
+		return se.Code
+	}
+	return err.Error()
+}
+
 // figures are what the load saw in the 10 s after a fault.
 type figures struct {
 	requests, failed int
-	unreadable       time.Duration // the longest a read waited for its session
-	p99, worst       time.Duration // of the requests answered
-	ingestStall      time.Duration // the longest the ingest applied nothing, over the whole run
+	why              map[string]int // failed requests by error
+	unreadable       time.Duration  // the longest a read waited for its session
+	p99, worst       time.Duration  // of the requests answered
+	ingestStall      time.Duration  // the longest the ingest applied nothing, over the whole run
 }
 
 func (f figures) String() string {
-	return fmt.Sprintf("requests=%d failed=%d (%.2f%%) longest unreadable=%v p99=%v worst=%v; ingest stalled at most %v",
-		f.requests, f.failed, f.failedShare(), f.unreadable.Round(time.Millisecond), f.p99.Round(time.Microsecond), f.worst.Round(time.Microsecond), f.ingestStall.Round(time.Millisecond))
+	return fmt.Sprintf("requests=%d failed=%d (%.2f%%, %v) longest unreadable=%v p99=%v worst=%v; ingest stalled at most %v",
+		f.requests, f.failed, f.failedShare(), f.why, f.unreadable.Round(time.Millisecond), f.p99.Round(time.Microsecond), f.worst.Round(time.Microsecond), f.ingestStall.Round(time.Millisecond))
 }
 
 func (f figures) failedShare() float64 { return 100 * float64(f.failed) / float64(max(f.requests, 1)) }
 
 // faultFigures says what the load saw from a fault at `at` on.
 func faultFigures(samples []sample, at time.Duration) figures {
-	var f figures
+	f := figures{why: map[string]int{}}
 	var took []time.Duration
 	for _, s := range samples {
 		if s.at < at || s.at > at+10*time.Second {
@@ -409,6 +431,7 @@ func faultFigures(samples []sample, at time.Duration) figures {
 		f.requests++
 		if s.failed {
 			f.failed++
+			f.why[s.err]++
 			continue
 		}
 		took = append(took, s.took)

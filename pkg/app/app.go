@@ -227,7 +227,7 @@ func (a *App) Open(ctx context.Context) (err error) {
 		defer cancel()
 		return bus.ReadRange(ctx, a.nc, want.Name, from, to, fn)
 	}
-	pin := bus.WithPin(bus.Pin{Gained: a.roles.gained, Lost: a.roles.lost})
+	pin := bus.WithPin(bus.Pin{Gained: a.roles.gained, Lost: func(_, reason string) { a.roles.lost(reason) }})
 	if a.ingest, err = bus.StartIngest(cons, last, readRange, a.handle, a.Logger, pin); err != nil {
 		return err
 	}
@@ -290,6 +290,14 @@ func (a *App) Store() *store.Store {
 	return a.roles.current()
 }
 
+// Wait returns once this instance's ingest has applied every record up
+// to seq, or an error wrapping store.ErrWaitExpired after timeout. An
+// instance ingests once JetStream pins the consumer to it, at the first
+// record delivered; with other instances on the stream, it may never.
+func (a *App) Wait(ctx context.Context, seq uint64, timeout time.Duration) error {
+	return a.roles.Wait(ctx, seq, timeout)
+}
+
 // Close stops everything Open started, in reverse order: the service
 // (requests in hand are answered), the ingest (the record in hand is
 // applied and acknowledged), the checkpoints (every session's written,
@@ -314,7 +322,7 @@ func (a *App) Close() error {
 			}
 			cancel()
 			// Stops the checkpoint writer before the connection it writes on.
-			a.roles.lost(a.roles.pin, "shutting down")
+			a.roles.lost("shutting down")
 		}
 	}
 	if a.roles != nil {

@@ -99,8 +99,9 @@ func (r *roles) gained(pin string, first uint64) {
 }
 
 // lost lets the ingest store go: requests read the stream from now on.
-func (r *roles) lost(pin, reason string) {
+func (r *roles) lost(reason string) {
 	r.mu.Lock()
+	pin := r.pin
 	old := r.owner.Swap(nil)
 	if old != nil {
 		r.raise(old.Applied())
@@ -250,12 +251,42 @@ func (c caught) View(ctx context.Context, session string, fn func(p *projection.
 	}
 }
 
-// Wait implements server.Projections; the service uses Reach.
+// Wait implements server.Projections (the service uses Reach): it
+// returns once this instance's ingest has applied every record up to
+// seq, waiting for the instance to gain the pin if it must; or
+// store.ErrWaitExpired after timeout.
 func (r *roles) Wait(ctx context.Context, seq uint64, timeout time.Duration) error {
-	if st := r.ingestStore(); st != nil {
-		return st.Wait(ctx, seq, timeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		st, changed := r.state()
+		if st == nil {
+			select {
+			case <-changed:
+				continue
+			case <-ctx.Done():
+				return fmt.Errorf("%w: this instance does not hold the ingest", store.ErrWaitExpired)
+			}
+		}
+		wctx, wcancel := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-changed:
+				wcancel()
+			case <-wctx.Done():
+			}
+		}()
+		err := st.Wait(wctx, seq, timeout)
+		wcancel()
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-changed:
+		default:
+			return err
+		}
 	}
-	return fmt.Errorf("%w: not the ingest", store.ErrWaitExpired)
 }
 
 // View implements server.Projections; the service uses the Viewer Reach
