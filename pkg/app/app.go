@@ -227,7 +227,7 @@ func (a *App) Open(ctx context.Context) (err error) {
 		defer cancel()
 		return bus.ReadRange(ctx, a.nc, want.Name, from, to, fn)
 	}
-	pin := bus.WithPin(bus.Pin{Gained: a.roles.gained, Lost: func(_, reason string) { a.roles.lost(reason) }})
+	pin := bus.WithPin(bus.Pin{Gained: a.roles.gained, Lost: func(_, reason string, refused bool) { a.roles.lost(reason, refused) }})
 	if a.ingest, err = bus.StartIngest(cons, last, readRange, a.handle, a.Logger, pin); err != nil {
 		return err
 	}
@@ -261,14 +261,14 @@ func (a *App) newStore() *store.Store {
 func (a *App) handle(m bus.Msg) {
 	session, err := subject.SessionOf(m.Subject, subject.TranscriptsPrefix)
 	if err != nil {
-		if st := a.roles.ingestStore(); st != nil {
+		if st := a.roles.feeding(); st != nil {
 			st.Reject(store.Rejection{Subject: m.Subject, Seq: m.Seq, Size: len(m.Data), Reason: err.Error()})
 		}
 		return
 	}
-	st := a.roles.ingestStore()
+	st := a.roles.feeding()
 	if st == nil {
-		return // the pin was lost while the record was in hand
+		return // the pin was refused while the record was in hand
 	}
 	st.Apply(session, m.Seq, m.Data)
 }
@@ -310,19 +310,17 @@ func (a *App) Close() error {
 		a.svc = nil
 	}
 	if a.ingest != nil {
-		owner := a.roles.ingestStore()
+		owner := a.roles.feeding()
 		a.running.Store(nil)
 		errs = append(errs, a.ingest.Close())
 		a.ingest = nil
 		if owner != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			errs = append(errs, owner.SaveCheckpoints(ctx))
-			if err := a.st.UnpinConsumer(ctx, streams.IngestName, streams.IngestGroup); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-				a.Logger.Warn("unpin the ingest consumer", "err", err)
-			}
+			a.unpin(ctx)
 			cancel()
 			// Stops the checkpoint writer before the connection it writes on.
-			a.roles.lost("shutting down")
+			a.roles.lost("shutting down", true)
 		}
 	}
 	if a.roles != nil {
@@ -345,6 +343,29 @@ func (a *App) Close() error {
 		a.ns = nil
 	}
 	return errors.Join(errs...)
+}
+
+// unpin gives up the consumer's pin, when the server says this instance
+// holds it, so that another instance ingests at once instead of after
+// the pinned TTL.
+func (a *App) unpin(ctx context.Context) {
+	pin := a.roles.heldPin()
+	if pin == "" {
+		return
+	}
+	cons, err := a.st.Consumer(ctx, streams.IngestName)
+	if err != nil {
+		a.Logger.Warn("unpin the ingest consumer", "err", err)
+		return
+	}
+	for _, g := range cons.CachedInfo().PriorityGroups {
+		if g.Group == streams.IngestGroup && g.PinnedClientID == pin {
+			if err := a.st.UnpinConsumer(ctx, streams.IngestName, streams.IngestGroup); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+				a.Logger.Warn("unpin the ingest consumer", "err", err)
+			}
+			return
+		}
+	}
 }
 
 func (a *App) logInfo(msg string, args ...any) {

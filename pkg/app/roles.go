@@ -29,11 +29,15 @@ import (
 //
 // The two paths use two stores. The reader store is fed only by requests
 // (store.Catch); it lives as long as the app. The ingest store is fed
-// only by the ingest; a new one is made each time the instance gains the
+// only by the ingest; a new one is made each time the instance gains a
 // pin, starting where the first record of the pin is (every record before
-// it is stored, and loads read it from the stream), and it is let go when
-// the pin is lost: a store that once missed records while it did not
-// ingest is never trusted again.
+// it is stored, and loads read it from the stream). Requests trust it
+// only while the pin is held: given up for a lost heartbeat or
+// connection, it is trusted again when records of the same pin come (the
+// ingest read what the connection lost, and nobody else was pinned
+// meanwhile); refused by the server (another instance holds the pin), it
+// is let go: a store that missed records while it did not ingest is never
+// trusted again.
 //
 // Within one instance a session's seq never goes backwards: floor is the
 // highest stream sequence that any reply may have been built up to, and
@@ -49,12 +53,13 @@ type roles struct {
 	a      *App
 	reader *store.Store
 
-	owner atomic.Pointer[store.Store] // fed by the ingest; nil while not pinned
+	feed  atomic.Pointer[store.Store] // the ingest store, fed by the ingest; nil when none
+	owner atomic.Pointer[store.Store] // feed while the pin is held, else nil: what requests trust
 	floor atomic.Uint64               // every reply so far is built up to at most this
 
 	mu      sync.Mutex    // orders gains and losses
 	last    *store.Store  // the latest ingest store, for its rejections
-	pin     string        // the pin held
+	pin     string        // the pin of feed
 	changed chan struct{} // closed when the pin is gained or lost
 }
 
@@ -77,18 +82,38 @@ func (r *roles) change() {
 	}
 }
 
-// ingestStore returns the store the ingest applies to, nil when none.
+// ingestStore returns the ingest store while the pin is held, nil
+// otherwise.
 func (r *roles) ingestStore() *store.Store { return r.owner.Load() }
 
-// gained makes a new ingest store for a pin whose first record is first.
-// Its watermark starts past every record a reply of this instance was
-// built on, so no reply goes back.
-func (r *roles) gained(pin string, first uint64) {
-	st := r.a.newStore()
+// heldPin returns the pin of the ingest store, "" when none.
+func (r *roles) heldPin() string {
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pin
+}
+
+// feeding returns the store the ingest applies to, nil when none.
+func (r *roles) feeding() *store.Store { return r.feed.Load() }
+
+// gained trusts the ingest store again for a pin resumed, or makes a new
+// one for a pin whose first record is first. A new one's watermark starts
+// past every record a reply of this instance was built on, so no reply
+// goes back.
+func (r *roles) gained(pin string, first uint64, resumed bool) {
+	r.mu.Lock()
+	if st := r.feed.Load(); resumed && st != nil && r.pin == pin {
+		r.owner.Store(st)
+		r.change()
+		r.mu.Unlock()
+		r.a.Logger.Info("ingest pin held again: this instance applies every record", "pin", pin, "first_seq", first, "watermark", st.Applied())
+		return
+	}
+	st := r.a.newStore()
 	from := max(first-1, r.floor.Load())
 	st.Advance(from)
-	old := r.owner.Swap(st)
+	old := r.feed.Swap(st)
+	r.owner.Store(st)
 	r.last, r.pin = st, pin
 	r.change()
 	r.mu.Unlock()
@@ -98,15 +123,19 @@ func (r *roles) gained(pin string, first uint64) {
 	r.a.Logger.Info("ingest pin gained: this instance applies every record", "pin", pin, "first_seq", first, "watermark", from)
 }
 
-// lost lets the ingest store go: requests read the stream from now on.
-func (r *roles) lost(reason string) {
+// lost stops trusting the ingest store: requests read the stream from now
+// on. A store whose pin was refused is let go.
+func (r *roles) lost(reason string, refused bool) {
 	r.mu.Lock()
 	pin := r.pin
-	old := r.owner.Swap(nil)
-	if old != nil {
-		r.raise(old.Applied())
+	if st := r.owner.Swap(nil); st != nil {
+		r.raise(st.Applied())
 	}
-	r.pin = ""
+	var old *store.Store
+	if refused {
+		old = r.feed.Swap(nil)
+		r.pin = ""
+	}
 	r.change()
 	r.mu.Unlock()
 	if old != nil {

@@ -61,6 +61,7 @@ type Ingest struct {
 	pending jetstream.Msg // the last handled message, not yet acknowledged
 	count   int           // messages handled since the last ack
 	pin     string        // the pin held, "" when none
+	prev    string        // the pin last held, until the server refuses it
 	lostPin string        // the last pin lost to a refused pull
 	stop    chan struct{}
 	done    chan struct{}
@@ -69,12 +70,19 @@ type Ingest struct {
 // Pin are the hooks of an ingest on a consumer with a priority group.
 type Pin struct {
 	// Gained is called on the ingest's goroutine before the first record
-	// of a new pin is handled; first is that record's stream sequence:
-	// every record before it is stored. The gap filler starts over there.
-	Gained func(pin string, first uint64)
-	// Lost is called when the pin held is lost, from any goroutine, with
-	// why; Gained may be called again later.
-	Lost func(pin, reason string)
+	// of a pin not held is handled; first is that record's stream
+	// sequence: every record before it is stored. resumed says the pin
+	// is the one held last, given up for a lost heartbeat or connection
+	// and not refused since: no other instance was pinned meanwhile, and
+	// the records handled before follow on (the gap filler goes on from
+	// the last, reading any the connection lost). Otherwise the gap
+	// filler starts over at first.
+	Gained func(pin string, first uint64, resumed bool)
+	// Lost is called when the pin held is given up, from any goroutine,
+	// with why; refused says the server refused it (another instance
+	// holds the pin now), and its records are never handled again.
+	// Gained may be called again later.
+	Lost func(pin, reason string, refused bool)
 }
 
 // IngestOption adjusts StartIngest.
@@ -137,11 +145,14 @@ func (in *Ingest) receive(m jetstream.Msg) {
 			return // delivered under a pin this ingest lost: its new holder has it
 		case pin != held:
 			in.mu.Lock()
-			in.pin = pin
+			resumed := pin == in.prev
+			in.pin, in.prev = pin, pin
 			in.mu.Unlock()
-			in.gaps.last = meta.Sequence.Stream - 1
+			if !resumed {
+				in.gaps.last = meta.Sequence.Stream - 1
+			}
 			if in.hooks.Gained != nil {
-				in.hooks.Gained(pin, meta.Sequence.Stream)
+				in.hooks.Gained(pin, meta.Sequence.Stream, resumed)
 			}
 		}
 	}
@@ -192,12 +203,18 @@ func (in *Ingest) Lose(reason string, refused bool) {
 	in.mu.Lock()
 	pin := in.pin
 	in.pin = ""
-	if refused && pin != "" {
-		in.lostPin = pin
+	if refused {
+		if pin == "" {
+			pin = in.prev // given up before, refused now
+		}
+		if pin != "" {
+			in.lostPin = pin
+		}
+		in.prev = ""
 	}
 	in.mu.Unlock()
 	if pin != "" && in.hooks.Lost != nil {
-		in.hooks.Lost(pin, reason)
+		in.hooks.Lost(pin, reason, refused)
 	}
 }
 

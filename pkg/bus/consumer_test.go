@@ -104,7 +104,12 @@ func TestOpenConsumer_ReplacesOneWithoutPriorityGroup(t *testing.T) {
 	meta, err := m.Metadata()
 	require.NoError(t, err)
 	require.Equal(t, all[3].seq, meta.Sequence.Stream)
-	require.NotEmpty(t, m.Headers().Get("Nats-Pin-Id"), "delivered under a pin")
+	pin := m.Headers().Get("Nats-Pin-Id")
+	require.NotEmpty(t, pin, "delivered under a pin")
+	info, err = c.Info(ctx)
+	require.NoError(t, err)
+	require.Len(t, info.PriorityGroups, 1)
+	require.Equal(t, pin, info.PriorityGroups[0].PinnedClientID, "the consumer's info names the pin the message carries")
 
 	// Opened again, as the next instance does: kept as it is.
 	c2, err := bus.OpenConsumer(ctx, st, cfg, uint64(len(all)))
