@@ -237,6 +237,9 @@ func (a *App) Open(ctx context.Context) (err error) {
 	a.svc.BrowserTools = a.BrowserTools // the projections' own
 	a.svc.RenderCacheBytes = a.RenderCacheBytes
 	a.svc.Instance = a.Instance
+	// A stopping instance finishes the reads in hand: with other
+	// instances on the stream, a request's wait ends well within this.
+	a.svc.CloseGrace = 2 * time.Second
 	a.svc.Role = a.roles.role
 	// Open returns once the server holds the service's subscriptions: a
 	// request sent right after finds a responder.

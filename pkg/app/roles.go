@@ -220,9 +220,6 @@ func (r *roles) read(ctx context.Context, session string, seq uint64, deadline t
 			if last != nil {
 				lastSeq = last.Seq
 			}
-			if err := r.reader.Catch(ctx, session, lastSeq); err != nil {
-				return nil, err
-			}
 			return caught{st: r.reader, last: lastSeq}, nil
 		}
 		now := time.Now()
@@ -243,41 +240,15 @@ func (r *roles) read(ctx context.Context, session string, seq uint64, deadline t
 	}
 }
 
-// caught shows a session of the reader store that Catch brought up to
-// last, and checks, under the session's lock, that the projection shown
-// still holds it: a session the store forgot between the two (past
-// MaxKnown) loads again, and is brought up to last again.
+// caught shows a session of the reader store at or past its record last
+// (store.ViewAt).
 type caught struct {
 	st   *store.Store
 	last uint64
 }
 
-// errBehind says a projection shown was behind the record it was caught
-// up to.
-var errBehind = errors.New("projection behind the session's last record")
-
 func (c caught) View(ctx context.Context, session string, fn func(p *projection.Session)) error {
-	for try := 0; ; try++ {
-		behind := false
-		err := c.st.View(ctx, session, func(p *projection.Session) {
-			var seq uint64
-			if p != nil {
-				seq = p.Seq()
-			}
-			if behind = seq < c.last; !behind {
-				fn(p)
-			}
-		})
-		if err != nil || !behind {
-			return err
-		}
-		if try == 2 {
-			return fmt.Errorf("session %s: %w %d", session, errBehind, c.last)
-		}
-		if err := c.st.Catch(ctx, session, c.last); err != nil {
-			return err
-		}
-	}
+	return c.st.ViewAt(ctx, session, c.last, fn)
 }
 
 // Wait implements server.Projections (the service uses Reach): it

@@ -80,6 +80,11 @@ type Service struct {
 	// Ctxd-Instance header of ctxd.rejected: each instance counts and
 	// lists what it saw.
 	Instance string
+	// CloseGrace is how long Close lets requests in hand go on before it
+	// ends their waits (a min_seq not reached is then a 504): those that
+	// only need a read of the stream finish instead of failing. 0 ends
+	// them at once.
+	CloseGrace time.Duration
 	// Role, when set, says what the instance does now ("ingest": it
 	// applies every record; "reader": it reads each session's tail per
 	// request), for $SRV.STATS.
@@ -167,18 +172,32 @@ func (s *Service) Open() error {
 	return nil
 }
 
-// Close stops taking requests, lets the ones in hand finish (a waiting
-// request is answered 504), and waits for them.
+// Close stops taking requests, lets the ones in hand go on for up to
+// CloseGrace, then ends their waits (a waiting request is answered 504),
+// and waits for them.
 func (s *Service) Close() error {
 	if s.svc == nil {
 		return nil
 	}
 	err := s.svc.Stop()
-	s.cancel()
 	s.mu.Lock()
 	s.closing = true // from here on no wait is added to wg
 	s.mu.Unlock()
-	s.wg.Wait()
+	done := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(done)
+	}()
+	if s.CloseGrace > 0 {
+		t := time.NewTimer(s.CloseGrace)
+		select {
+		case <-done:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	s.cancel()
+	<-done
 	s.svc = nil
 	return err
 }

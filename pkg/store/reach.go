@@ -2,7 +2,10 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
+
+	"github.com/ctxd/ctxd/pkg/projection"
 )
 
 // Catch brings a session up to its record last, for a store that no
@@ -13,7 +16,9 @@ import (
 // A loaded projection reads the session's records after its own up to
 // last, in order, and applies them; one not loaded only notes last, so
 // its load reads up to it. Either way, a View after Catch shows the
-// session with every one of its records up to last, or later ones.
+// session with every one of its records up to last, or later ones,
+// unless the store forgot the session in between (past MaxKnown): ViewAt
+// does both, and catches up again then.
 //
 // The records are read with the session's lock held: readers of the
 // session wait for them (they would read the same), readers of others do
@@ -91,3 +96,37 @@ func (s *Store) caught(sl *slot, seq uint64, data []byte) {
 	}
 	s.applyLoaded(sl, seq, v, n, resets)
 }
+
+// ViewAt calls fn with the session's projection once it holds every
+// record of the session up to last (see Catch), and checks that under
+// the session's lock: a session the store forgot between Catch and View
+// loads again, without last, and is caught up again.
+func (s *Store) ViewAt(ctx context.Context, session string, last uint64, fn func(p *projection.Session)) error {
+	for try := 0; ; try++ {
+		if err := s.Catch(ctx, session, last); err != nil {
+			return err
+		}
+		behind := false
+		err := s.View(ctx, session, func(p *projection.Session) {
+			var seq uint64
+			if p != nil {
+				seq = p.Seq()
+			}
+			if behind = seq < last; !behind {
+				fn(p)
+			}
+		})
+		if err != nil || !behind {
+			return err
+		}
+		if try == 2 {
+			// Only a record deleted from the stream meanwhile keeps a
+			// load from reaching it.
+			return fmt.Errorf("store: session %s: %w %d", session, ErrBehind, last)
+		}
+	}
+}
+
+// ErrBehind is returned by ViewAt when the session's projection does not
+// reach the record it was asked to.
+var ErrBehind = errors.New("projection does not reach the session's record")
