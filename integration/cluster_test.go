@@ -608,6 +608,9 @@ var clusterFaults = []struct {
 // session's records up to its seq, at or past its min_seq; the stream
 // holds every acknowledged record once; rebuild --check finds nothing.
 func TestCluster_Faults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a minute of load on a cluster; -short (the race detector's run) leaves it to the plain run")
+	}
 	c := natstest.StartCluster(t, 3)
 	for i, f := range clusterFaults {
 		t.Run(f.name, func(t *testing.T) {
