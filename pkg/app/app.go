@@ -149,8 +149,9 @@ func (a *App) Open(ctx context.Context) (err error) {
 		nats.PingInterval(5*time.Second), nats.MaxPingsOutstanding(2),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
 			log.Warn("nats disconnected", "err", err)
-			// Whether the pin survives the reconnect or not, the
-			// records missed meanwhile are not in the ingest store.
+			// Until records of the pin come again (the ingest then
+			// reads what the connection lost), or another pin's, the
+			// ingest store is not trusted: requests read the stream.
 			if in := a.running.Load(); in != nil {
 				in.Lose("nats disconnected", false)
 			}
