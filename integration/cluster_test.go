@@ -113,7 +113,14 @@ func (tc *testCluster) term(in *instance) {
 	tc.forget(in)
 }
 
+// forget drops an instance that stopped, logging the requests it failed
+// with a 500 (the service logs those, with why).
 func (tc *testCluster) forget(in *instance) {
+	for _, line := range strings.Split(stderrOf(in.p), "\n") {
+		if strings.Contains(line, "request failed") {
+			tc.t.Logf("instance %d: %s", in.pid, line)
+		}
+	}
 	tc.mu.Lock()
 	tc.insts = slices.DeleteFunc(tc.insts, func(x *instance) bool { return x == in })
 	tc.mu.Unlock()
@@ -518,6 +525,14 @@ func TestCluster_TwoInstancesDoNotSplitRecords(t *testing.T) {
 	// The owner stops: the other takes the pin at once (it is unpinned),
 	// and serves what is published next.
 	tc.term(owner)
+	// The other answers the latest at once, before any new record.
+	for i := range 5 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		data, err := ctxdclient.Context(ctx, tc.nc, "s6", ctxdclient.Request{})
+		cancel()
+		require.NoError(t, err, "request %d after the owner stopped", i)
+		require.Equal(t, last, decodeReply(t, data).Seq, "request %d after the owner stopped", i)
+	}
 	v := record.NewMap("role", "user", "content", "after the owner stopped")
 	last = c.publishValue("s6", v, false)
 	recs = append(recs, projection.Record{Seq: last, Value: v})
