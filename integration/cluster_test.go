@@ -90,8 +90,12 @@ func onCluster(t testing.TB, c *natstest.Cluster, prefix string, instances int) 
 	return tc
 }
 
-func (tc *testCluster) startInstance() *instance {
-	p := startProcess(tc.t, "--nats", tc.urls, "--replicas", "3", "--cache-sessions", "8")
+func (tc *testCluster) startInstance() *instance { return tc.startInstanceOn(tc.urls) }
+
+// startInstanceOn starts an instance given urls, the cluster's or one
+// node's (it learns the others from it).
+func (tc *testCluster) startInstanceOn(urls string) *instance {
+	p := startProcess(tc.t, "--nats", urls, "--replicas", "3", "--cache-sessions", "8")
 	in := &instance{p: p, pid: p.cmd.Process.Pid}
 	tc.mu.Lock()
 	tc.insts = append(tc.insts, in)
@@ -668,32 +672,43 @@ func BenchmarkCluster_Faults(b *testing.B) {
 // BenchmarkCluster_Fetch compares a context fetch of a 200-record session
 // with one 200 KB screenshot, from 1 and from 3 ctxd instances on a
 // 3-node cluster (R3 stream), against a bare NATS request-reply of the
-// same bytes on the same cluster, interleaved request by request. With 3
-// instances two of three requests reach an instance that does not hold
-// the ingest, which asks a replica for the session's last record first.
+// same bytes, interleaved request by request. Instance i and a bare
+// responder sit on node i (the responders in one queue group, as the
+// instances are), the client on node 1: both paths cross the same routes.
+// With 3 instances two of three requests reach an instance that does not
+// hold the ingest, which asks a replica for the session's last record
+// first.
 func BenchmarkCluster_Fetch(b *testing.B) {
 	for _, n := range []int{1, 3} {
 		b.Run(fmt.Sprintf("%d instances", n), func(b *testing.B) {
-			tc := startTestCluster(b, n)
-			c := newClient(b, tc.c.Nodes[0].URL)
+			c := natstest.StartCluster(b, 3)
+			tc := onCluster(b, c, "bench", 0)
+			// The stream first, with its replicas, then the instances.
+			tc.startInstanceOn(c.Nodes[0].URL)
+			for i := 1; i < n; i++ {
+				tc.startInstanceOn(c.Nodes[i].URL)
+			}
+			cl := newClient(b, c.Nodes[0].URL)
 			var last uint64
 			for _, r := range workload.New(1, workload.Default.WithScreenshots(200<<10, 200)).Records(200) {
-				last = c.publishValue("bench", r, false)
+				last = cl.publishValue("bench", r, false)
 			}
 			tc.owner()
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			body, err := ctxdclient.Context(ctx, c.nc, "bench", ctxdclient.Request{MinSeq: last, WaitMS: 10000})
+			body, err := ctxdclient.Context(ctx, cl.nc, "bench", ctxdclient.Request{MinSeq: last, WaitMS: 10000})
 			cancel()
 			require.NoError(b, err)
 			// Every instance has the session loaded.
 			for range 10 * n {
-				c.request("ctxd.context.bench", nil, nil)
+				cl.request("ctxd.context.bench", nil, nil)
 			}
-			server := tc.c.Connect(b)
-			sub, err := server.Subscribe("bare.bench", func(m *nats.Msg) { m.Respond(body) })
-			require.NoError(b, err)
-			defer sub.Unsubscribe()
-			require.NoError(b, server.Flush())
+			for i := range n {
+				server := natstest.Connect(b, c.Nodes[i].URL)
+				sub, err := server.QueueSubscribe("bare.bench", "bare", func(m *nats.Msg) { m.Respond(body) })
+				require.NoError(b, err)
+				defer sub.Unsubscribe()
+				require.NoError(b, server.Flush())
+			}
 
 			ctxdMsg := &nats.Msg{Subject: "ctxd.context.bench"}
 			bareMsg := &nats.Msg{Subject: "bare.bench"}
@@ -705,7 +720,7 @@ func BenchmarkCluster_Fetch(b *testing.B) {
 						m = []*nats.Msg{bareMsg, ctxdMsg}[j]
 					}
 					start := time.Now()
-					reply, err := c.nc.RequestMsg(m, 10*time.Second)
+					reply, err := cl.nc.RequestMsg(m, 10*time.Second)
 					d := time.Since(start)
 					if err != nil || len(reply.Data) != len(body) {
 						b.Fatalf("request %s: %v (%d bytes, want %d)", m.Subject, err, len(reply.Data), len(body))
