@@ -256,8 +256,21 @@ func (c caught) View(ctx context.Context, session string, fn func(p *projection.
 // seq, waiting for the instance to gain the pin if it must; or
 // store.ErrWaitExpired after timeout.
 func (r *roles) Wait(ctx context.Context, seq uint64, timeout time.Duration) error {
+	if timeout <= 0 {
+		if st := r.ingestStore(); st != nil {
+			return st.Wait(ctx, seq, 0)
+		}
+		return fmt.Errorf("%w: this instance does not hold the ingest", store.ErrWaitExpired)
+	}
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	expired := func(err error) error {
+		if parent.Err() != nil {
+			return parent.Err()
+		}
+		return fmt.Errorf("%w: %w", store.ErrWaitExpired, err)
+	}
 	for {
 		st, changed := r.state()
 		if st == nil {
@@ -265,7 +278,7 @@ func (r *roles) Wait(ctx context.Context, seq uint64, timeout time.Duration) err
 			case <-changed:
 				continue
 			case <-ctx.Done():
-				return fmt.Errorf("%w: this instance does not hold the ingest", store.ErrWaitExpired)
+				return expired(errors.New("this instance does not hold the ingest"))
 			}
 		}
 		wctx, wcancel := context.WithCancel(ctx)
@@ -278,14 +291,13 @@ func (r *roles) Wait(ctx context.Context, seq uint64, timeout time.Duration) err
 		}()
 		err := st.Wait(wctx, seq, timeout)
 		wcancel()
-		if err == nil || ctx.Err() != nil {
+		if err == nil || errors.Is(err, store.ErrWaitExpired) {
 			return err
 		}
-		select {
-		case <-changed:
-		default:
-			return err
+		if ctx.Err() != nil {
+			return expired(err)
 		}
+		// The pin changed: wait on the store of the new one, if any.
 	}
 }
 
