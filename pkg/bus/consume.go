@@ -42,10 +42,10 @@ const (
 // instances pull and JetStream delivers to one of them, the pinned one.
 // The server names the pin in each message (Nats-Pin-Id). The ingest
 // tells its Pin hooks when it gains a pin (before the first record of a
-// pin it did not hold) and when it loses it (the server refused its pull
-// with a wrong pin, the consumer's leader changed, its pulls get no
-// heartbeat, or it stops); records of a pin it lost are neither handled
-// nor acknowledged.
+// pin it did not hold) and when it gives it up (the server refused its
+// pull with a wrong pin, the consumer's leader changed, its pulls get no
+// heartbeat, its connection dropped: Lose); records of a pin the server
+// refused are neither handled nor acknowledged.
 type Ingest struct {
 	// Logger receives ack and read failures; StartIngest makes a nil one
 	// discard them.
