@@ -1,7 +1,7 @@
 GO ?= go
 FUZZTIME ?= 1m
 
-.PHONY: all build test race fuzz bench fault-long serve lint ci
+.PHONY: all build test race fuzz bench fault-long cluster-long cluster-race cluster-bench serve lint ci
 
 all: lint test
 
@@ -44,6 +44,19 @@ bench:
 ## fault-long: the SIGKILL fault test with 25 kills and more writers
 fault-long:
 	$(GO) test ./integration -run '^TestFault_KillUnderLoad$$' -count 1 -v -timeout 30m -fault.kills 25 -fault.writers 8 -fault.sessions 64
+
+## cluster-long: the cluster faults with 10 s of load before and after each, and more writers
+cluster-long:
+	$(GO) test ./integration -run '^TestCluster_' -count 1 -v -timeout 30m -cluster.load 10s -cluster.writers 8
+
+## cluster-race: the cluster tests with ctxd built with the race detector (a race makes it exit 66)
+cluster-race:
+	$(GO) test ./integration -run '^TestCluster_' -count 1 -v -timeout 30m -ctxd.race
+
+## cluster-bench: the cluster figures (docs/PERFORMANCE.md): each fault once, and fetch latency with 1 and 3 instances
+cluster-bench:
+	$(GO) test ./integration -run '^$$' -bench '^BenchmarkCluster_Faults$$' -benchtime 1x -timeout 30m -cluster.load 10s
+	$(GO) test ./integration -run '^$$' -bench '^BenchmarkCluster_Fetch$$' -benchtime 2000x -timeout 30m
 
 serve:
 	$(GO) run ./cmd/ctxd serve

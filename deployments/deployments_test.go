@@ -3,7 +3,10 @@
 package deployments
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -86,10 +89,12 @@ func TestCompose(t *testing.T) {
 		}
 	}
 	require.Positive(t, nats)
-	ctxd := c.Services["ctxd"]
-	require.Contains(t, ctxd.Ports, "127.0.0.1:9090:9090")
-	require.Contains(t, strings.Join(ctxd.Command, " "), "--http 0.0.0.0:9090")
-	require.Contains(t, ctxd.Environment, "CTXD_HTTP_TOKEN", "listening beyond loopback needs a token")
+	for name, port := range map[string]string{"ctxd-a": "127.0.0.1:9090:9090", "ctxd-b": "127.0.0.1:9091:9090"} {
+		ctxd := c.Services[name]
+		require.Equal(t, []string{port}, ctxd.Ports, name)
+		require.Contains(t, strings.Join(ctxd.Command, " "), "--http 0.0.0.0:9090", name)
+		require.Contains(t, ctxd.Environment, "CTXD_HTTP_TOKEN", "%s: listening beyond loopback needs a token", name)
+	}
 	require.Contains(t, c.Services["n1"].Ports, "127.0.0.1:4222:4222")
 
 	ignore, err := os.ReadFile("../.dockerignore")
@@ -195,4 +200,55 @@ func TestGrafanaDashboard(t *testing.T) {
 		base := strings.TrimSuffix(name, "_bucket")
 		require.True(t, have[base], "the dashboard uses %s, which ctxd does not export", name)
 	}
+}
+
+// The Kubernetes deployment runs more than one ctxd and rolls them one
+// at a time without ever running fewer; compose runs two ctxd beside a
+// 3-node cluster, each given every node.
+func TestManifestsParse(t *testing.T) {
+	data, err := os.ReadFile("k8s/ctxd.yaml")
+	require.NoError(t, err)
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	kinds := map[string]map[string]any{}
+	for {
+		var doc map[string]any
+		if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
+			break
+		} else {
+			require.NoError(t, err)
+		}
+		kinds[doc["kind"].(string)] = doc
+	}
+	dep := kinds["Deployment"]
+	require.NotNil(t, dep)
+	spec := dep["spec"].(map[string]any)
+	require.GreaterOrEqual(t, spec["replicas"].(int), 2)
+	strategy := spec["strategy"].(map[string]any)
+	require.Equal(t, "RollingUpdate", strategy["type"])
+	require.Equal(t, 0, strategy["rollingUpdate"].(map[string]any)["maxUnavailable"])
+	require.NotNil(t, kinds["PodDisruptionBudget"])
+
+	data, err = os.ReadFile("compose/compose.yaml")
+	require.NoError(t, err)
+	var compose struct {
+		Services map[string]struct {
+			Command   []string `yaml:"command"`
+			DependsOn []string `yaml:"depends_on"`
+		} `yaml:"services"`
+	}
+	require.NoError(t, yaml.Unmarshal(data, &compose))
+	var ctxd, nodes int
+	for name, svc := range compose.Services {
+		switch {
+		case strings.HasPrefix(name, "ctxd"):
+			ctxd++
+			require.Equal(t, "serve", svc.Command[0], name)
+			require.Contains(t, svc.Command, "nats://n1:4222,nats://n2:4222,nats://n3:4222", name)
+			require.ElementsMatch(t, []string{"n1", "n2", "n3"}, svc.DependsOn, name)
+		default:
+			nodes++
+		}
+	}
+	require.Equal(t, 2, ctxd)
+	require.Equal(t, 3, nodes)
 }

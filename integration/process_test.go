@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bufio"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,6 +16,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 )
+
+// raceBinary builds the ctxd run as a process with the race detector: a
+// race it finds makes it exit 66, which the tests that stop it see.
+var raceBinary = flag.Bool("ctxd.race", false, "build the ctxd binary the tests run as processes with -race")
 
 var (
 	buildOnce sync.Once
@@ -32,7 +37,11 @@ func ctxdBinary(t testing.TB) string {
 			return
 		}
 		binPath = filepath.Join(dir, "ctxd")
-		out, err := exec.Command("go", "build", "-o", binPath, "../cmd/ctxd").CombinedOutput()
+		args := []string{"build", "-o", binPath}
+		if *raceBinary {
+			args = append(args, "-race")
+		}
+		out, err := exec.Command("go", append(args, "../cmd/ctxd")...).CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}

@@ -32,6 +32,13 @@ func Transcripts() (jetstream.StreamConfig, error) {
 	return cfg, load(TranscriptsFile, &cfg)
 }
 
+// IngestName and IngestGroup are the ingest consumer's name and its
+// priority group, as the definition has them.
+const (
+	IngestName  = "ctxd"
+	IngestGroup = "ctxd"
+)
+
 // Ingest returns the durable consumer definition the projections are fed by.
 func Ingest() (jetstream.ConsumerConfig, error) {
 	var cfg jetstream.ConsumerConfig

@@ -10,6 +10,7 @@ import (
 	"iter"
 	"log/slog"
 	"net/http"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -72,6 +73,9 @@ type Config struct {
 	// AckWait is how long the ingest consumer may hold a record before
 	// JetStream redelivers it; 0 keeps the definition's (30s).
 	AckWait time.Duration
+	// Instance names this instance in $SRV.STATS, ctxd.rejected and its
+	// NATS connection; New makes an empty one host:pid.
+	Instance string
 	// Logger receives ctxd's log lines; New makes a nil one discard them.
 	Logger *slog.Logger
 
@@ -135,18 +139,22 @@ type App struct {
 
 	ns     *natsd.Server
 	nc     *nats.Conn
-	store  *store.Store
+	js     jetstream.JetStream
+	st     jetstream.Stream
+	stream string
+	loader *streamLoader
+	roles  *roles
 	ingest *bus.Ingest
-	svc    *server.Service
-	closed chan struct{} // closed when the connection is
+	// running is the ingest, for the connection's handlers.
+	running atomic.Pointer[bus.Ingest]
+	svc     *server.Service
+	closed  chan struct{} // closed when the connection is
 
 	ops *ops.Server
 	// inspector is mounted at /ui/ on ops unless HTTPHandlers take it.
 	inspector *inspector
 	metrics   *ops.Metrics
-	// stream is the TRANSCRIPTS stream once verified; serving is set once
-	// Open has started everything, after stream and store are set.
-	stream  jetstream.Stream
+	// serving is set once Open has started everything.
 	serving atomic.Bool
 }
 
@@ -154,6 +162,10 @@ type App struct {
 func New(cfg Config) *App {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Instance == "" {
+		host, _ := os.Hostname()
+		cfg.Instance = fmt.Sprintf("%s:%d", host, os.Getpid())
 	}
 	return &App{Config: cfg}
 }
@@ -189,10 +201,27 @@ func (a *App) Open(ctx context.Context) (err error) {
 	}
 	closed := make(chan struct{})
 	a.closed = closed
-	opts := append([]nats.Option{nats.Name("ctxd"), nats.MaxReconnects(-1),
+	log := a.Logger
+	opts := []nats.Option{nats.Name("ctxd " + a.Instance), nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond),
-		nats.ClosedHandler(func(*nats.Conn) { close(closed) })}, a.NATSOptions...)
-	a.nc, err = nats.Connect(url, opts...)
+		nats.PingInterval(5 * time.Second), nats.MaxPingsOutstanding(2),
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			log.Warn("nats disconnected", "err", err)
+			// Until records of the pin come again (the ingest then
+			// reads what the connection lost), or another pin's, the
+			// ingest store is not trusted: requests read the stream.
+			if in := a.running.Load(); in != nil {
+				in.Lose("nats disconnected", false)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			log.Info("nats reconnected", "url", nc.ConnectedUrlRedacted(), "server", nc.ConnectedServerName())
+		}),
+		nats.ClosedHandler(func(nc *nats.Conn) {
+			log.Info("nats connection closed")
+			close(closed)
+		})}
+	a.nc, err = nats.Connect(url, append(opts, a.NATSOptions...)...)
 	if err != nil {
 		return fmt.Errorf("connect to %s: %w", Redact(url), err)
 	}
@@ -234,16 +263,16 @@ func (a *App) Open(ctx context.Context) (err error) {
 		return err
 	}
 
-	a.store = store.New()
-	a.store.Options = projection.Options{BrowserTools: a.BrowserTools}
-	// Records come from NATS messages, each its own copy that nothing
-	// writes again: screenshots are decoded without copying them.
-	a.store.Decoder = record.Decoder{MaxBytes: a.MaxRecordBytes, ShareInput: true}
-	a.store.Loader = &streamLoader{nc: a.nc, stream: want.Name, cps: cps}
-	a.store.MaxSessions, a.store.MaxBytes = a.CacheSessions, a.CacheBytes
-	a.store.MaxSessionBytes = a.MaxSessionBytes
-	a.store.Logger = a.Logger
-	a.store.RejectLog = a.RejectLog
+	a.js, a.st, a.stream = js, st, want.Name
+	a.loader = &streamLoader{nc: a.nc, stream: want.Name, cps: cps}
+	a.roles = &roles{a: a, reader: a.newStore()}
+	// Only the ingest writes checkpoints: one writer at a time, but for
+	// the moments two instances both think they hold the pin.
+	a.roles.reader.Loader = readOnly{a.loader}
+	// A miss remembered is safe only in a store the ingest feeds: it
+	// forgets one as it meets the session's first record. The reader's
+	// learns of records only by reading them.
+	a.roles.reader.MissTTL = 0
 
 	// Every record stored so far can be read from the stream: a session
 	// loads from there when it is asked for, so nothing is replayed here.
@@ -251,12 +280,13 @@ func (a *App) Open(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	a.store.Advance(last)
-	a.store.Fresh = last == 0
-	a.logInfo("stream open", "stream", want.Name, "last_seq", last, "records", msgs)
+	a.roles.reader.Advance(last)
+	a.roles.floor.Store(last)
+	a.logInfo("stream open", "stream", want.Name, "last_seq", last, "records", msgs, "instance", a.Instance)
 
-	// The ingest consumer; a new one starts after the records the
-	// projections already hold.
+	// The ingest consumer; a new one starts after the records the stream
+	// holds now. Every instance pulls; JetStream delivers to the pinned
+	// one, which then makes its ingest store (roles.gained).
 	ccfg, err := streams.Ingest()
 	if err != nil {
 		return err
@@ -273,10 +303,12 @@ func (a *App) Open(ctx context.Context) (err error) {
 		defer cancel()
 		return bus.ReadRange(ctx, a.nc, want.Name, from, to, fn)
 	}
-	if a.ingest, err = bus.StartIngest(cons, last, readRange, a.handle, a.Logger); err != nil {
+	pin := bus.WithPin(bus.Pin{Gained: a.roles.gained, Lost: func(_, reason string, refused bool) { a.roles.lost(reason, refused) }})
+	if a.ingest, err = bus.StartIngest(cons, last, readRange, a.handle, a.Logger, pin); err != nil {
 		return err
 	}
-	a.svc = server.New(a.nc, a.store)
+	a.running.Store(a.ingest)
+	a.svc = server.New(a.nc, a.roles)
 	a.svc.Logger = a.Logger
 	a.svc.BrowserTools = a.BrowserTools // the projections' own
 	a.svc.RenderCacheBytes = a.RenderCacheBytes
@@ -287,24 +319,49 @@ func (a *App) Open(ctx context.Context) (err error) {
 		a.svc.Observe = a.metrics.Observe
 	}
 	a.svc.MaxLoads, a.svc.MaxWaiters = a.MaxLoads, a.MaxWaiters
+	a.svc.Instance = a.Instance
+	// A stopping instance finishes the reads in hand: with other
+	// instances on the stream, a request's wait ends well within this.
+	a.svc.CloseGrace = 2 * time.Second
+	a.svc.Role = a.roles.role
 	// Open returns once the server holds the service's subscriptions: a
 	// request sent right after finds a responder.
 	if err := a.svc.Open(); err != nil {
 		return err
 	}
-	a.stream = st
 	a.serving.Store(true)
 	return nil
+}
+
+// newStore returns a store of projections loaded from the stream.
+func (a *App) newStore() *store.Store {
+	s := store.New()
+	s.Options = projection.Options{BrowserTools: a.BrowserTools}
+	// Records come from NATS messages, each its own copy that nothing
+	// writes again: screenshots are decoded without copying them.
+	s.Decoder = record.Decoder{MaxBytes: a.MaxRecordBytes, ShareInput: true}
+	s.Loader = a.loader
+	s.MaxSessions, s.MaxBytes = a.CacheSessions, a.CacheBytes
+	s.MaxSessionBytes = a.MaxSessionBytes
+	s.Logger = a.Logger
+	s.RejectLog = a.RejectLog
+	return s
 }
 
 // handle applies one stored record to its session.
 func (a *App) handle(m bus.Msg) {
 	session, err := subject.SessionOf(m.Subject, subject.TranscriptsPrefix)
 	if err != nil {
-		a.store.Reject(store.Rejection{Subject: m.Subject, Seq: m.Seq, Size: len(m.Data), Reason: err.Error(), Kind: store.KindSubject})
+		if st := a.roles.feeding(); st != nil {
+			st.Reject(store.Rejection{Subject: m.Subject, Seq: m.Seq, Size: len(m.Data), Reason: err.Error(), Kind: store.KindSubject})
+		}
 		return
 	}
-	a.store.Apply(session, m.Seq, m.Data)
+	st := a.roles.feeding()
+	if st == nil {
+		return // the pin was refused while the record was in hand
+	}
+	st.Apply(session, m.Seq, m.Data)
 }
 
 // URL returns the NATS client URL ctxd is connected to, without the
@@ -320,14 +377,29 @@ func (a *App) URL() string {
 // When it is true, Store may be called from any goroutine.
 func (a *App) Serving() bool { return a.serving.Load() }
 
-// Store returns the live projections.
-func (a *App) Store() *store.Store { return a.store }
+// Store returns the projections the instance answers from now: the
+// ingest's while it holds the pin, else the reader's.
+func (a *App) Store() *store.Store {
+	if a.roles == nil {
+		return nil
+	}
+	return a.roles.current()
+}
+
+// Wait returns once this instance's ingest has applied every record up
+// to seq, or an error wrapping store.ErrWaitExpired after timeout. An
+// instance ingests once JetStream pins the consumer to it, at the first
+// record delivered; with other instances on the stream, it may never.
+func (a *App) Wait(ctx context.Context, seq uint64, timeout time.Duration) error {
+	return a.roles.Wait(ctx, seq, timeout)
+}
 
 // Close stops everything Open started: the HTTP listener first (its
 // handlers read what follows), then in reverse order the service
 // (requests in hand are answered), the ingest (the record in hand is
 // applied and acknowledged), the checkpoints (every session's written,
-// within 10s), the connection, the server.
+// within 10s), the pin (given up at once, so another instance ingests
+// without waiting for the pinned TTL), the connection, the server.
 func (a *App) Close() error {
 	a.serving.Store(false)
 	var errs []error
@@ -347,15 +419,21 @@ func (a *App) Close() error {
 		a.svc = nil
 	}
 	if a.ingest != nil {
+		owner := a.roles.feeding()
+		a.running.Store(nil)
 		errs = append(errs, a.ingest.Close())
 		a.ingest = nil
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		errs = append(errs, a.store.SaveCheckpoints(ctx))
-		cancel()
+		if owner != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			errs = append(errs, owner.SaveCheckpoints(ctx))
+			a.unpin(ctx)
+			cancel()
+			// Stops the checkpoint writer before the connection it writes on.
+			a.roles.lost("shutting down", true)
+		}
 	}
-	if a.store != nil {
-		// Stops the checkpoint writer before the connection it writes on.
-		errs = append(errs, a.store.Close())
+	if a.roles != nil {
+		errs = append(errs, a.roles.reader.Close())
 	}
 	if a.nc != nil {
 		if err := a.nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
@@ -374,6 +452,29 @@ func (a *App) Close() error {
 		a.ns = nil
 	}
 	return errors.Join(errs...)
+}
+
+// unpin gives up the consumer's pin, when the server says this instance
+// holds it, so that another instance ingests at once instead of after
+// the pinned TTL.
+func (a *App) unpin(ctx context.Context) {
+	pin := a.roles.heldPin()
+	if pin == "" {
+		return
+	}
+	cons, err := a.st.Consumer(ctx, streams.IngestName)
+	if err != nil {
+		a.Logger.Warn("unpin the ingest consumer", "err", err)
+		return
+	}
+	for _, g := range cons.CachedInfo().PriorityGroups {
+		if g.Group == streams.IngestGroup && g.PinnedClientID == pin {
+			if err := a.st.UnpinConsumer(ctx, streams.IngestName, streams.IngestGroup); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+				a.Logger.Warn("unpin the ingest consumer", "err", err)
+			}
+			return
+		}
+	}
 }
 
 func (a *App) logInfo(msg string, args ...any) {
@@ -403,6 +504,16 @@ func (l *streamLoader) SaveCheckpoints(ctx context.Context, cps iter.Seq2[string
 
 func (l *streamLoader) Records(ctx context.Context, session string, from, to uint64, fn func(seq uint64, data []byte) error) error {
 	return bus.ReadSubject(ctx, l.nc, l.stream, subject.TranscriptsPrefix+session, from, to, fn)
+}
+
+// readOnly is a streamLoader that writes no checkpoint: a checkpoint is
+// a hint, and a second writer could only make it older.
+type readOnly struct{ *streamLoader }
+
+func (readOnly) SaveCheckpoint(context.Context, string, store.Checkpoint) error { return nil }
+
+func (readOnly) SaveCheckpoints(context.Context, iter.Seq2[string, store.Checkpoint]) error {
+	return nil
 }
 
 func (l *streamLoader) RecordsAt(ctx context.Context, session string, seqs []uint64, fn func(seq uint64, data []byte) error) error {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -29,7 +30,7 @@ func (a *App) InspectConfig() inspect.Config {
 // the records of its stream, and its live projections and rejected
 // list. Call it after Open.
 func (a *App) InspectSource() inspect.Source {
-	return &inspectSource{StreamReader: StreamReader{NC: a.nc, Stream: streamName()}, store: a.store}
+	return &inspectSource{StreamReader: StreamReader{NC: a.nc, Stream: streamName()}, a: a}
 }
 
 func streamName() string {
@@ -58,7 +59,7 @@ func (s StreamReader) Records(ctx context.Context, session string, to uint64, fn
 
 type inspectSource struct {
 	StreamReader
-	store *store.Store
+	a *App
 }
 
 func (s *inspectSource) Sessions(ctx context.Context) ([]inspect.SessionRef, error) {
@@ -83,7 +84,13 @@ func (s *inspectSource) Sessions(ctx context.Context) ([]inspect.SessionRef, err
 
 func (s *inspectSource) Summary(ctx context.Context, session string) (inspect.Summary, error) {
 	var sum inspect.Summary
-	err := s.store.View(ctx, session, func(p *projection.Session) {
+	// Read up to the session's last record, as a request without
+	// min_seq is: an instance that does not ingest reads the tail.
+	v, err := s.a.roles.Reach(ctx, session, 0, 0)
+	if err != nil {
+		return sum, err
+	}
+	err = v.View(ctx, session, func(p *projection.Session) {
 		if p != nil {
 			sum = inspect.Summarize(p.Seq(), p.Messages(), p.Dropped())
 		}
@@ -110,10 +117,24 @@ func (s *inspectSource) Record(ctx context.Context, seq uint64) (string, []byte,
 }
 
 func (s *inspectSource) Rejected(ctx context.Context) ([]store.Rejection, error) {
-	return s.store.Rejected(), nil
+	return s.a.roles.Rejected(), nil
 }
 
-func (s *inspectSource) Applied() uint64 { return s.store.Applied() }
+// Applied is the ingest's position while this instance ingests, else the
+// stream's last sequence: an instance that reads per request follows the
+// stream itself.
+func (s *inspectSource) Applied() uint64 {
+	if st := s.a.roles.ingestStore(); st != nil {
+		return st.Applied()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	last, _, err := bus.LastSeq(ctx, s.a.st)
+	if err != nil {
+		return 0
+	}
+	return last
+}
 
 // inspector is the inspector mounted at /ui/ on the operators' listener:
 // it answers 503 until the app serves (the listener opens first), then

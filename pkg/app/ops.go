@@ -22,7 +22,7 @@ func (a *App) openHTTP() error {
 			if !a.serving.Load() {
 				return store.Stats{}
 			}
-			return a.store.Stats()
+			return a.roles.Stats()
 		},
 		LastSeq: a.lastSeq,
 		Conn: func() *nats.Conn {
@@ -68,7 +68,7 @@ func (a *App) lastSeq(ctx context.Context) (uint64, error) {
 	if !a.serving.Load() {
 		return 0, errors.New("not started")
 	}
-	last, _, err := bus.LastSeq(ctx, a.stream)
+	last, _, err := bus.LastSeq(ctx, a.st)
 	return last, err
 }
 
@@ -86,7 +86,13 @@ func (a *App) Ready(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("stream: %w", err)
 	}
-	return lagError(last, a.store.Applied(), a.ReadyMaxLag)
+	st := a.roles.ingestStore()
+	if st == nil {
+		// Not ingesting: every request reads the session's tail from the
+		// stream, so no lag makes this instance's answers late.
+		return nil
+	}
+	return lagError(last, st.Applied(), a.ReadyMaxLag)
 }
 
 // lagError says why an ingest that applied up to applied, of a stream

@@ -37,63 +37,192 @@ const (
 // lost with a dropped connection), the skipped range is read from the
 // stream and handled first, so no record is passed over and none is
 // acknowledged unhandled.
+//
+// On a consumer with a priority group (the pinned_client policy), many
+// instances pull and JetStream delivers to one of them, the pinned one.
+// The server names the pin in each message (Nats-Pin-Id). The ingest
+// tells its Pin hooks when it gains a pin (before the first record of a
+// pin it did not hold) and when it gives it up (the server refused its
+// pull with a wrong pin, the consumer's leader changed, its pulls get no
+// heartbeat, its connection dropped: Lose); records of a pin the server
+// refused are neither handled nor acknowledged.
 type Ingest struct {
 	// Logger receives ack and read failures; StartIngest makes a nil one
 	// discard them.
 	Logger *slog.Logger
 
 	consumer string // its name, for errors
+	group    string // the priority group pulled in, "" for none
 	cc       jetstream.ConsumeContext
 	gaps     gapFiller
+	hooks    Pin
 
 	mu      sync.Mutex
 	pending jetstream.Msg // the last handled message, not yet acknowledged
 	count   int           // messages handled since the last ack
+	pin     string        // the pin held, "" when none
+	prev    string        // the pin last held, until the server refuses it
+	lostPin string        // the last pin lost to a refused pull
 	stop    chan struct{}
 	done    chan struct{}
 }
+
+// Pin are the hooks of an ingest on a consumer with a priority group.
+type Pin struct {
+	// Gained is called on the ingest's goroutine before the first record
+	// of a pin not held is handled; first is that record's stream
+	// sequence: every record before it is stored. resumed says the pin
+	// is the one held last, given up for a lost heartbeat or connection
+	// and not refused since: no other instance was pinned meanwhile, and
+	// the records handled before follow on (the gap filler goes on from
+	// the last, reading any the connection lost). Otherwise the gap
+	// filler starts over at first.
+	Gained func(pin string, first uint64, resumed bool)
+	// Lost is called when the pin held is given up, from any goroutine,
+	// with why; refused says the server refused it (another instance
+	// holds the pin now), and its records are never handled again.
+	// Gained may be called again later.
+	Lost func(pin, reason string, refused bool)
+}
+
+// IngestOption adjusts StartIngest.
+type IngestOption func(*Ingest)
+
+// WithPin sets the hooks called when the ingest gains or loses the
+// consumer's pin.
+func WithPin(p Pin) IngestOption { return func(in *Ingest) { in.hooks = p } }
+
+// PullExpiry is how long each pull of the ingest waits on the server. A
+// pinned ingest's pulls keep its pin: the consumer's pinned TTL must be
+// well above it (ctxd.consumer.json: 3 s).
+const PullExpiry = time.Second
 
 // StartIngest starts consuming. after is the last stream sequence already
 // handled (the consumer may deliver it and earlier ones again: they are
 // passed to h once more, which must ignore what it has seen); readRange
 // reads skipped sequences from the stream, and must not stop short of
 // the range's end, as ReadRange does not: a replica behind the consumer's
-// would otherwise have records acknowledged unhandled. Close stops it.
-func StartIngest(cons jetstream.Consumer, after uint64, readRange func(from, to uint64, fn func(Msg) error) error, h Handler, logger *slog.Logger) (*Ingest, error) {
+// would otherwise have records acknowledged unhandled. On a consumer with
+// priority groups it pulls in the first. Close stops it.
+func StartIngest(cons jetstream.Consumer, after uint64, readRange func(from, to uint64, fn func(Msg) error) error, h Handler, logger *slog.Logger, opts ...IngestOption) (*Ingest, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	in := &Ingest{Logger: logger, consumer: cons.CachedInfo().Name, stop: make(chan struct{}), done: make(chan struct{})}
+	info := cons.CachedInfo()
+	in := &Ingest{Logger: logger, consumer: info.Name, stop: make(chan struct{}), done: make(chan struct{})}
+	for _, o := range opts {
+		o(in)
+	}
 	in.gaps = gapFiller{last: after, read: readRange, handle: h}
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		meta, err := m.Metadata()
-		if err != nil {
-			in.Logger.Warn("message without JetStream metadata", "subject", m.Subject(), "err", err)
-			return
-		}
-		if err := in.gaps.deliver(Msg{Subject: m.Subject(), Seq: meta.Sequence.Stream, Data: m.Data()}); err != nil {
-			// Not acknowledged: JetStream delivers it again, and the gap is
-			// read again then.
-			in.Logger.Warn("skipped records could not be read; waiting for redelivery", "seq", meta.Sequence.Stream, "err", err)
-			return
-		}
-		in.mu.Lock()
-		in.pending = m
-		if in.count++; in.count >= ackBatch {
-			in.ackLocked()
-		}
-		in.mu.Unlock()
-	}, jetstream.PullMaxMessagesWithBytesLimit(1000, 16<<20), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		if !errors.Is(err, jetstream.ErrNoHeartbeat) {
-			in.Logger.Warn("consume", "err", err)
-		}
-	}))
+	pull := []jetstream.PullConsumeOpt{jetstream.PullMaxMessagesWithBytesLimit(1000, 16<<20), jetstream.ConsumeErrHandler(in.consumeError)}
+	if groups := info.Config.PriorityGroups; len(groups) > 0 {
+		in.group = groups[0]
+		pull = append(pull, jetstream.PullPriorityGroup(in.group), jetstream.PullExpiry(PullExpiry))
+	}
+	cc, err := cons.Consume(in.receive, pull...)
 	if err != nil {
 		return nil, fmt.Errorf("consumer %s: consume: %w", in.consumer, err)
 	}
 	in.cc = cc
 	go in.flush()
 	return in, nil
+}
+
+// receive handles one delivered message.
+func (in *Ingest) receive(m jetstream.Msg) {
+	meta, err := m.Metadata()
+	if err != nil {
+		in.Logger.Warn("message without JetStream metadata", "subject", m.Subject(), "err", err)
+		return
+	}
+	if in.group != "" {
+		pin := m.Headers().Get(pinHeader)
+		in.mu.Lock()
+		held, lost := in.pin, in.lostPin
+		in.mu.Unlock()
+		switch {
+		case pin == "" || pin == lost:
+			return // delivered under a pin this ingest lost: its new holder has it
+		case pin != held:
+			in.mu.Lock()
+			resumed := pin == in.prev
+			in.pin, in.prev = pin, pin
+			in.mu.Unlock()
+			if !resumed {
+				in.gaps.last = meta.Sequence.Stream - 1
+			}
+			if in.hooks.Gained != nil {
+				in.hooks.Gained(pin, meta.Sequence.Stream, resumed)
+			}
+		}
+	}
+	if err := in.gaps.deliver(Msg{Subject: m.Subject(), Seq: meta.Sequence.Stream, Data: m.Data()}); err != nil {
+		// Not acknowledged: JetStream delivers it again, and the gap is
+		// read again then.
+		in.Logger.Warn("skipped records could not be read; waiting for redelivery", "seq", meta.Sequence.Stream, "err", err)
+		return
+	}
+	in.mu.Lock()
+	in.pending = m
+	if in.count++; in.count >= ackBatch {
+		in.ackLocked()
+	}
+	in.mu.Unlock()
+}
+
+// pinHeader names the pin a message was delivered under.
+const pinHeader = "Nats-Pin-Id"
+
+// consumeError is the consumer's error handler: some errors say the pin
+// is lost.
+func (in *Ingest) consumeError(_ jetstream.ConsumeContext, err error) {
+	var reason string
+	switch {
+	case errors.Is(err, jetstream.ErrPinIDMismatch):
+		reason = "pin id mismatch"
+	case errors.Is(err, jetstream.ErrConsumerLeadershipChanged):
+		reason = "consumer leader changed"
+	case errors.Is(err, jetstream.ErrNoHeartbeat):
+		reason = "no heartbeat"
+	case errors.Is(err, jetstream.ErrConsumerDeleted), errors.Is(err, jetstream.ErrConsumerNotFound):
+		reason = "consumer deleted"
+	}
+	if reason != "no heartbeat" {
+		in.Logger.Warn("consume", "consumer", in.consumer, "err", err)
+	}
+	if reason != "" {
+		in.Lose(reason, errors.Is(err, jetstream.ErrPinIDMismatch))
+	}
+}
+
+// Lose gives up the pin held, if any: the records of that pin delivered
+// from now on are not handled. refused says the server refused the pin:
+// its records are never handled again, whereas a pin given up for a lost
+// heartbeat or connection is taken again as new when its records come.
+func (in *Ingest) Lose(reason string, refused bool) {
+	in.mu.Lock()
+	pin := in.pin
+	in.pin = ""
+	if refused {
+		if pin == "" {
+			pin = in.prev // given up before, refused now
+		}
+		if pin != "" {
+			in.lostPin = pin
+		}
+		in.prev = ""
+	}
+	in.mu.Unlock()
+	if pin != "" && in.hooks.Lost != nil {
+		in.hooks.Lost(pin, reason, refused)
+	}
+}
+
+// Pinned returns the pin the ingest holds, "" when none.
+func (in *Ingest) Pinned() string {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.pin
 }
 
 // flush acknowledges what was handled, every ackDelay, until Close.

@@ -28,7 +28,7 @@ func TestOpenConsumer(t *testing.T) {
 	info, err := c.Info(ctx)
 	require.NoError(t, err)
 	require.Equal(t, uint64(2), info.NumPending, "records 4 and 5")
-	m, err := c.Next(jetstream.FetchMaxWait(10 * time.Second))
+	m, err := c.Next(jetstream.FetchMaxWait(10*time.Second), jetstream.FetchPriorityGroup(streams.IngestGroup))
 	require.NoError(t, err)
 	meta, err := m.Metadata()
 	require.NoError(t, err)
@@ -64,4 +64,55 @@ func TestOpenConsumer(t *testing.T) {
 			require.ErrorContains(t, err, "consumer "+want.Durable+": field "+tt.fields[0])
 		})
 	}
+}
+
+// A consumer made by an earlier ctxd, without the priority group, is
+// replaced by the pinned one, which starts after its acknowledged floor:
+// nothing acknowledged is delivered again, nothing else is passed over.
+func TestOpenConsumer_ReplacesOneWithoutPriorityGroup(t *testing.T) {
+	js := natstest.JetStream(t)
+	ctx := testContext(t)
+	st := ensureTranscripts(t, js)
+	all := publishN(t, js, 6)
+	cfg, err := streams.Ingest()
+	require.NoError(t, err)
+	old := cfg
+	old.PriorityGroups, old.PriorityPolicy, old.PinnedTTL = nil, jetstream.PriorityPolicyNone, 0
+	oc, err := bus.EnsureConsumer(ctx, st, old)
+	require.NoError(t, err)
+	// The earlier ctxd applied and acknowledged the first three.
+	batch, err := oc.Fetch(3, jetstream.FetchMaxWait(10*time.Second))
+	require.NoError(t, err)
+	var last jetstream.Msg
+	for m := range batch.Messages() {
+		last = m
+	}
+	require.NotNil(t, last)
+	require.NoError(t, last.DoubleAck(ctx))
+
+	c, err := bus.OpenConsumer(ctx, st, cfg, uint64(len(all)))
+	require.NoError(t, err)
+	got := c.CachedInfo().Config
+	require.Equal(t, jetstream.PriorityPolicyPinned, got.PriorityPolicy)
+	require.Equal(t, []string{streams.IngestGroup}, got.PriorityGroups)
+	require.Equal(t, cfg.PinnedTTL, got.PinnedTTL)
+	info, err := c.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(3), info.NumPending, "records 4 to 6, after the old consumer's floor")
+	m, err := c.Next(jetstream.FetchMaxWait(10*time.Second), jetstream.FetchPriorityGroup(streams.IngestGroup))
+	require.NoError(t, err)
+	meta, err := m.Metadata()
+	require.NoError(t, err)
+	require.Equal(t, all[3].seq, meta.Sequence.Stream)
+	pin := m.Headers().Get("Nats-Pin-Id")
+	require.NotEmpty(t, pin, "delivered under a pin")
+	info, err = c.Info(ctx)
+	require.NoError(t, err)
+	require.Len(t, info.PriorityGroups, 1)
+	require.Equal(t, pin, info.PriorityGroups[0].PinnedClientID, "the consumer's info names the pin the message carries")
+
+	// Opened again, as the next instance does: kept as it is.
+	c2, err := bus.OpenConsumer(ctx, st, cfg, uint64(len(all)))
+	require.NoError(t, err)
+	require.Equal(t, c.CachedInfo().Created, c2.CachedInfo().Created)
 }

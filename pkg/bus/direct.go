@@ -44,14 +44,42 @@ const (
 )
 
 // DirectTimeout is how long a direct get waits for each reply. A reply
-// that has not come by then is taken as lost and the read fails with
-// ErrNoReply, rather than wait on: a lost reply must not hang a session's
-// load or the ingest. The caller's context can end a read sooner.
-const DirectTimeout = 5 * time.Second
+// that has not come by then is taken as lost (its replica's server may
+// have stopped with the request in flight): the read asks again, on a
+// new inbox, from where it got to, and another replica (or the stream
+// leader) answers. After noReplyTries lost replies in a row the read
+// fails with ErrNoReply, rather than wait on: a lost reply must not hang
+// a session's load or the ingest. The caller's context can end a read
+// sooner.
+const DirectTimeout = time.Second
 
-// ErrNoReply is wrapped by the error of a direct get whose reply did not
-// come within DirectTimeout.
+// noReplyTries bounds the attempts of a read whose replies are lost.
+const noReplyTries = 4
+
+// attemptTimeout is DirectTimeout; tests shorten it.
+var attemptTimeout = DirectTimeout
+
+// ErrNoReply is wrapped by the error of a read whose replies did not
+// come within DirectTimeout, noReplyTries times in a row.
 var ErrNoReply = errors.New("no reply")
+
+// attempt runs read on a new directGet until it ends with something
+// other than a lost reply, or noReplyTries times. read must go on from
+// where the previous attempt got to.
+func attempt(ctx context.Context, nc *nats.Conn, stream string, read func(d *directGet) error) error {
+	for try := 1; ; try++ {
+		d, err := openDirectGet(nc, stream, attemptTimeout)
+		if err != nil {
+			return err
+		}
+		err = read(d)
+		d.close() // late replies to the lost request go with the inbox
+		if err == nil || !errors.Is(err, ErrNoReply) || try >= noReplyTries || ctx.Err() != nil {
+			return err
+		}
+		readStats.lost.Add(1)
+	}
+}
 
 // ReadSubject calls fn for every message stored on subject with a stream
 // sequence from from to to (inclusive), in order, with batched direct gets:
@@ -67,12 +95,16 @@ var ErrNoReply = errors.New("no reply")
 // watermark); math.MaxUint64 reads to the end of the subject as the stream
 // leader sees it.
 func ReadSubject(ctx context.Context, nc *nats.Conn, stream, subject string, from, to uint64, fn func(seq uint64, data []byte) error) error {
-	d, err := openDirectGet(nc, stream, DirectTimeout)
-	if err != nil {
-		return err
-	}
-	defer d.close()
-	return d.readSubject(ctx, subject, from, to, func(r directReply) error { return fn(r.seq, r.data) })
+	next := from
+	return attempt(ctx, nc, stream, func(d *directGet) error {
+		return d.readSubject(ctx, subject, next, to, func(r directReply) error {
+			if err := fn(r.seq, r.data); err != nil {
+				return err
+			}
+			next = r.seq + 1
+			return nil
+		})
+	})
 }
 
 // ReadRange calls fn for every message of the stream with a sequence from
@@ -84,13 +116,15 @@ func ReadSubject(ctx context.Context, nc *nats.Conn, stream, subject string, fro
 // to should be a sequence the stream is known to hold or to have held
 // (the ingest's gap filler knows the message after it).
 func ReadRange(ctx context.Context, nc *nats.Conn, stream string, from, to uint64, fn func(m Msg) error) error {
-	d, err := openDirectGet(nc, stream, DirectTimeout)
-	if err != nil {
-		return err
-	}
-	defer d.close()
-	return d.readRange(ctx, from, to, func(r directReply) error {
-		return fn(Msg{Subject: r.subject, Seq: r.seq, Data: r.data})
+	next := from
+	return attempt(ctx, nc, stream, func(d *directGet) error {
+		return d.readRange(ctx, next, to, func(r directReply) error {
+			if err := fn(Msg{Subject: r.subject, Seq: r.seq, Data: r.data}); err != nil {
+				return err
+			}
+			next = r.seq + 1
+			return nil
+		})
 	})
 }
 
@@ -102,12 +136,16 @@ func ReadRange(ctx context.Context, nc *nats.Conn, stream string, from, to uint6
 // without one is asked again, then the stream leader, and a sequence is
 // skipped only when the leader says it holds no message there (deleted).
 func ReadSeqs(ctx context.Context, nc *nats.Conn, stream string, seqs []uint64, fn func(seq uint64, data []byte) error) error {
-	d, err := openDirectGet(nc, stream, DirectTimeout)
-	if err != nil {
-		return err
-	}
-	defer d.close()
-	return d.readSeqs(ctx, seqs, fn)
+	return attempt(ctx, nc, stream, func(d *directGet) error {
+		return d.readSeqs(ctx, seqs, func(seq uint64, data []byte) error {
+			if err := fn(seq, data); err != nil {
+				return err
+			}
+			// Handed on in the order given: the next attempt starts after it.
+			seqs = seqs[slices.Index(seqs, seq)+1:]
+			return nil
+		})
+	})
 }
 
 // LastOf returns the last message stored on subject (nil when there is
@@ -122,23 +160,24 @@ func ReadSeqs(ctx context.Context, nc *nats.Conn, stream string, seqs []uint64, 
 // position; then, as when no replica answers, the stream leader is asked,
 // for its last sequence and then the subject's last message.
 func LastOf(ctx context.Context, nc *nats.Conn, stream, subject string) (last *Msg, upTo uint64, err error) {
-	d, err := openDirectGet(nc, stream, DirectTimeout)
+	err = attempt(ctx, nc, stream, func(d *directGet) error {
+		last, upTo, err = d.multiLast(ctx, subject)
+		if err != nil || last != nil {
+			return err
+		}
+		if upTo, err = d.leaderLastSeq(ctx); err != nil {
+			return err
+		}
+		if last, err = d.leaderGet(ctx, getRequest{LastFor: subject}); err != nil {
+			return err
+		}
+		if last != nil {
+			upTo = max(upTo, last.Seq) // stored after the leader said where it was
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, 0, err
-	}
-	defer d.close()
-	last, upTo, err = d.multiLast(ctx, subject)
-	if err != nil || last != nil {
-		return last, upTo, err
-	}
-	if upTo, err = d.leaderLastSeq(ctx); err != nil {
-		return nil, 0, err
-	}
-	if last, err = d.leaderGet(ctx, getRequest{LastFor: subject}); err != nil {
-		return nil, 0, err
-	}
-	if last != nil {
-		upTo = max(upTo, last.Seq) // stored after the leader said where it was
 	}
 	return last, upTo, nil
 }

@@ -7,16 +7,20 @@
 //     from its definition in streams/, or checks an existing one field by
 //     field (CheckStream, FieldError); limits that delete records are
 //     refused unless AllowLimits. OpenConsumer opens the ingest's durable
-//     consumer the same way (CheckConsumer).
+//     consumer the same way (CheckConsumer), replacing one without the
+//     definition's priority group at its acknowledged floor.
 //   - Ingest: StartIngest feeds a durable consumer's records to a Handler
 //     in stream order, every sequence once, reading the sequences a
-//     delivery skipped before going on, and acknowledges in batches.
+//     delivery skipped before going on, and acknowledges in batches. On
+//     the pinned consumer every instance pulls and JetStream delivers to
+//     one; the Pin hooks hear when this one gains or loses the pin.
 //   - Reads: Replay reads a range with an ordered consumer; ReadSubject,
 //     ReadRange and ReadSeqs read with direct gets, no consumer needed;
 //     LastOf asks for a subject's last record; StreamFor finds the stream
 //     of a subject, and ReadSubjectLog the ids of a subject's records, with
 //     a consumer that delivers headers only. Every direct-get reply is
-//     awaited at most DirectTimeout, and a batched read goes on until the
+//     awaited at most DirectTimeout, then asked for again (the server that
+//     had the request may have stopped), and a batched read goes on until the
 //     server says nothing is left, however short a batch it sent. Stream
 //     offers these reads to a caller that holds only a connection.
 //   - Validated reads: on a replicated stream any replica answers a direct

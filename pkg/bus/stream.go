@@ -196,7 +196,17 @@ func EnsureConsumer(ctx context.Context, st jetstream.Stream, cfg jetstream.Cons
 // handled. An existing one keeps its place in the stream; it is refused
 // when its ack policy or filter subject is not the definition's (the
 // ingest acknowledges in batches, and reads every record of its
-// subjects), and its ack wait is updated to the definition's.
+// subjects), and its ack wait and pinned TTL are updated to the
+// definition's.
+//
+// An existing consumer without the definition's priority group and
+// policy (one made by an earlier ctxd, which let every instance pull and
+// split the records between them) cannot be changed in place: JetStream
+// refuses to add priority groups by an update. It is replaced by one that
+// starts after its acknowledged floor, which every record up to it has
+// been applied by then. Nothing is lost: a record past the floor is
+// delivered again, and applying is idempotent by sequence. An instance of
+// the earlier ctxd still consuming from the old one sees it deleted.
 func OpenConsumer(ctx context.Context, st jetstream.Stream, cfg jetstream.ConsumerConfig, after uint64) (jetstream.Consumer, error) {
 	stream := st.CachedInfo().Config.Name
 	c, err := st.Consumer(ctx, cfg.Durable)
@@ -205,7 +215,7 @@ func OpenConsumer(ctx context.Context, st jetstream.Stream, cfg jetstream.Consum
 			cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
 			cfg.OptStartSeq = after + 1
 		}
-		return EnsureConsumer(ctx, st, cfg)
+		return createConsumer(ctx, st, cfg)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("consumer %s on stream %s: %w", cfg.Durable, stream, err)
@@ -214,11 +224,55 @@ func OpenConsumer(ctx context.Context, st jetstream.Stream, cfg jetstream.Consum
 	if err := CheckConsumer(have, cfg); err != nil {
 		return nil, err
 	}
-	if have.AckWait != cfg.AckWait {
-		have.AckWait = cfg.AckWait
+	if !samePriority(have, cfg) {
+		return replaceConsumer(ctx, st, c.CachedInfo(), cfg)
+	}
+	if have.AckWait != cfg.AckWait || have.PinnedTTL != cfg.PinnedTTL {
+		have.AckWait, have.PinnedTTL = cfg.AckWait, cfg.PinnedTTL
 		return EnsureConsumer(ctx, st, have)
 	}
 	return c, nil
+}
+
+// samePriority reports whether two consumer configurations have the same
+// priority policy and groups.
+func samePriority(have, want jetstream.ConsumerConfig) bool {
+	return have.PriorityPolicy == want.PriorityPolicy && slices.Equal(have.PriorityGroups, want.PriorityGroups)
+}
+
+// createConsumer creates the durable consumer; when another instance
+// created it meanwhile with the same priority settings, that one is used.
+func createConsumer(ctx context.Context, st jetstream.Stream, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	c, err := st.CreateConsumer(ctx, cfg)
+	if err == nil {
+		return c, nil
+	}
+	if other, oerr := st.Consumer(ctx, cfg.Durable); oerr == nil && samePriority(other.CachedInfo().Config, cfg) {
+		return other, nil
+	}
+	return nil, fmt.Errorf("consumer %s on stream %s: %w", cfg.Durable, st.CachedInfo().Config.Name, err)
+}
+
+// replaceConsumer deletes an existing consumer and creates the definition
+// in its place, starting after the old one's acknowledged floor.
+func replaceConsumer(ctx context.Context, st jetstream.Stream, old *jetstream.ConsumerInfo, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	stream := st.CachedInfo().Config.Name
+	info, err := st.Consumer(ctx, cfg.Durable)
+	if err == nil {
+		if fresh, err := info.Info(ctx); err == nil {
+			old = fresh
+		}
+	}
+	floor := old.AckFloor.Stream
+	if err := st.DeleteConsumer(ctx, cfg.Durable); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil, fmt.Errorf("consumer %s on stream %s: replace it with a pinned one: %w", cfg.Durable, stream, err)
+	}
+	cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverAllPolicy, 0
+	if floor > 0 {
+		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
+		cfg.OptStartSeq = floor + 1
+	}
+	return createConsumer(ctx, st, cfg)
 }
 
 // CheckConsumer compares an existing consumer's configuration with the

@@ -49,9 +49,13 @@ type ReadStats struct {
 	// their retries, to confirm that a message is gone, or to find the end
 	// of a read to the end of a subject.
 	Leader uint64
+	// Lost is the number of times a read asked again after a reply did
+	// not come within DirectTimeout (a server that stopped with the
+	// request in flight).
+	Lost uint64
 }
 
-var readStats struct{ reads, stale, retried, leader atomic.Uint64 }
+var readStats struct{ reads, stale, retried, leader, lost atomic.Uint64 }
 
 // Reads returns the counts of this process's reads so far.
 func Reads() ReadStats {
@@ -60,6 +64,7 @@ func Reads() ReadStats {
 		Stale:   readStats.stale.Load(),
 		Retried: readStats.retried.Load(),
 		Leader:  readStats.leader.Load(),
+		Lost:    readStats.lost.Load(),
 	}
 }
 

@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -59,6 +60,7 @@ type fakeCluster struct {
 	replica func(n int) uint64 // the last sequence of the replica answering the n-th direct get
 	leader  int                // leaderUp, leaderSilent or leaderUnavailable
 	none    int                // the first direct gets find no replica: 503 no responders
+	lost    func(n int) bool   // the n-th direct get gets no reply: its replica's server stopped
 
 	mu      sync.Mutex
 	directs int // direct gets answered
@@ -104,6 +106,9 @@ func (f *fakeCluster) start(t *testing.T) *nats.Conn {
 		f.mu.Unlock()
 		if n < f.none {
 			reply(m, statusMsg("503"))
+			return
+		}
+		if f.lost != nil && f.lost(n) {
 			return
 		}
 		reply(m, f.direct(req, upTo)...)
@@ -483,4 +488,62 @@ func TestDirectGet_Seqs(t *testing.T) {
 
 	_, err = read(1, 9, 2)
 	require.ErrorIs(t, err, ErrNoReply)
+}
+
+// A direct get in flight to a server that stops gets no reply: the read
+// asks again after a short wait, and another replica answers. Each read
+// hands on every record once, in order, whichever request was lost.
+func TestValidatedReads_LostReply(t *testing.T) {
+	defer func(d time.Duration) { attemptTimeout = d }(attemptTimeout)
+	attemptTimeout = 100 * time.Millisecond
+	want := map[string][]uint64{
+		"ReadSubject": {1, 3, 5, 7, 9},
+		"ReadRange":   {1, 2, 3, 4, 5, 6, 7, 8, 9, 10},
+		"ReadSeqs":    {1, 3, 5, 7, 9},
+	}
+	public := map[string]func(nc *nats.Conn, fn func(uint64, []byte) error) error{
+		"ReadSubject": func(nc *nats.Conn, fn func(uint64, []byte) error) error {
+			return ReadSubject(context.Background(), nc, "FAKE", "fake.a", 1, 10, fn)
+		},
+		"ReadRange": func(nc *nats.Conn, fn func(uint64, []byte) error) error {
+			return ReadRange(context.Background(), nc, "FAKE", 1, 10, func(m Msg) error { return fn(m.Seq, m.Data) })
+		},
+		"ReadSeqs": func(nc *nats.Conn, fn func(uint64, []byte) error) error {
+			return ReadSeqs(context.Background(), nc, "FAKE", []uint64{1, 3, 5, 7, 9}, fn)
+		},
+	}
+	for name, read := range public {
+		for _, lostAt := range []int{0, 1} {
+			t.Run(fmt.Sprintf("%s, request %d lost", name, lostAt), func(t *testing.T) {
+				f := newFake(upToDate, alternate...)
+				f.lost = func(n int) bool { return n == lostAt }
+				nc := f.start(t)
+				var got []uint64
+				err := read(nc, func(seq uint64, data []byte) error {
+					require.Equal(t, string(dataOf(seq)), string(data))
+					got = append(got, seq)
+					return nil
+				})
+				require.NoError(t, err)
+				require.Equal(t, want[name], got)
+			})
+		}
+	}
+	t.Run("LastOf, request 0 lost", func(t *testing.T) {
+		f := newFake(upToDate, alternate...)
+		f.lost = func(n int) bool { return n == 0 }
+		nc := f.start(t)
+		last, upTo, err := LastOf(context.Background(), nc, "FAKE", "fake.b")
+		require.NoError(t, err)
+		require.Equal(t, uint64(10), last.Seq)
+		require.Equal(t, uint64(10), upTo)
+	})
+	t.Run("every request lost", func(t *testing.T) {
+		f := newFake(upToDate, alternate...)
+		f.lost = func(int) bool { return true }
+		f.leader = leaderSilent
+		nc := f.start(t)
+		err := ReadSubject(context.Background(), nc, "FAKE", "fake.a", 1, 10, func(uint64, []byte) error { return nil })
+		require.ErrorIs(t, err, ErrNoReply)
+	})
 }

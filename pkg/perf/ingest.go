@@ -189,7 +189,7 @@ func (b *bench) ingestRound(ctx context.Context, a *app.App, n int, last uint64,
 	applied := make(chan error, 1)
 	var end time.Time
 	go func() {
-		err := a.Store().Wait(ctx, want, 10*time.Minute)
+		err := a.Wait(ctx, want, 10*time.Minute)
 		end = time.Now()
 		applied <- err
 	}()

@@ -454,7 +454,7 @@ func (p *publisher) publishPaced(ctx context.Context, a *app.App, last uint64, n
 		if err != nil {
 			return 0, err
 		}
-		if err := a.Store().Wait(ctx, got, 10*time.Minute); err != nil {
+		if err := a.Wait(ctx, got, 10*time.Minute); err != nil {
 			return 0, fmt.Errorf("waiting for ctxd to apply %d: %w", got, err)
 		}
 		last, start = got, end

@@ -107,14 +107,14 @@ func (s *Service) loaded(session string) bool {
 // endpoint's goroutine.
 func (s *Service) dispatch(r micro.Request, session string, req contextRequest) {
 	if s.loaded(session) {
-		s.reply(r, session, req)
+		s.answer(r, session, req, 0)
 		return
 	}
 	s.mu.Lock()
 	if s.closing {
 		// Draining after Close: answered here, as before the lanes.
 		s.mu.Unlock()
-		s.reply(r, session, req)
+		s.answer(r, session, req, 0)
 		return
 	}
 	ok := s.loads.offer(job{r: detach(r, s.nc), session: session, req: req})

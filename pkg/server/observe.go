@@ -118,6 +118,10 @@ func (s *Service) stats(endpoint string) *endpointStats {
 type contextData struct {
 	EndpointStats
 	store.Stats
+	// Instance and Role say whose counters these are: each instance
+	// counts what it saw (Service.Instance, Service.Role).
+	Instance string `json:"instance,omitempty"`
+	Role     string `json:"role,omitempty"`
 }
 
 // rejectedData is the rejected endpoint's data in $SRV.STATS.
@@ -125,6 +129,7 @@ type rejectedData struct {
 	EndpointStats
 	Rejected   uint64            `json:"rejected"`
 	RejectedBy map[string]uint64 `json:"rejected_by,omitempty"`
+	Instance   string            `json:"instance,omitempty"`
 }
 
 // endpointData is the StatsHandler: each endpoint's own counters, the
@@ -137,10 +142,14 @@ func (s *Service) endpointData(e *micro.Endpoint) any {
 	own := s.stats(name).snapshot()
 	switch name {
 	case "context":
-		return contextData{EndpointStats: own, Stats: s.proj.Stats()}
+		d := contextData{EndpointStats: own, Stats: s.proj.Stats(), Instance: s.Instance}
+		if s.Role != nil {
+			d.Role = s.Role()
+		}
+		return d
 	case "rejected":
 		st := s.proj.Stats()
-		return rejectedData{EndpointStats: own, Rejected: st.Rejected, RejectedBy: st.RejectedBy}
+		return rejectedData{EndpointStats: own, Rejected: st.Rejected, RejectedBy: st.RejectedBy, Instance: s.Instance}
 	default:
 		return own
 	}

@@ -7,6 +7,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -37,6 +38,29 @@ type Projections interface {
 	Rejected() []store.Rejection
 	// Stats returns counters for $SRV.STATS.
 	Stats() store.Stats
+}
+
+// Viewer shows a session's projection: View calls fn with it under its
+// lock, loading it when it is not cached, or with nil for a session
+// without records.
+type Viewer interface {
+	View(ctx context.Context, session string, fn func(p *projection.Session)) error
+}
+
+// Reacher is Projections whose waits are the session's: an instance that
+// does not apply every record as it is stored proves, per request, that
+// the session's projection holds every record up to the min_seq asked.
+// When the Projections is one, the service uses it in place of Wait.
+type Reacher interface {
+	// Ready reports whether a request for the session with min_seq seq is
+	// answered at once from memory, with no wait and no read of the
+	// stream: it is then answered on the endpoint's goroutine.
+	Ready(session string, seq uint64) bool
+	// Reach returns once the session's projection holds every record of
+	// the session with a stream sequence up to seq, with the Viewer that
+	// shows it (or a later state); or an error wrapping
+	// store.ErrWaitExpired after timeout.
+	Reach(ctx context.Context, session string, seq uint64, timeout time.Duration) (Viewer, error)
 }
 
 // Service is the ctxd NATS service.
@@ -74,6 +98,19 @@ type Service struct {
 	// MaxWaiters bounds the requests waiting for min_seq at once; past it
 	// a request that would wait is refused with 503. 0: no bound.
 	MaxWaiters int
+	// Instance names this instance in $SRV.STATS and in the
+	// Ctxd-Instance header of ctxd.rejected: each instance counts and
+	// lists what it saw.
+	Instance string
+	// CloseGrace is how long Close lets requests in hand go on before it
+	// ends their waits (a min_seq not reached is then a 504): those that
+	// only need a read of the stream finish instead of failing. 0 ends
+	// them at once.
+	CloseGrace time.Duration
+	// Role, when set, says what the instance does now ("ingest": it
+	// applies every record; "reader": it reads each session's tail per
+	// request), for $SRV.STATS.
+	Role func() string
 
 	nc   *nats.Conn
 	proj Projections
@@ -126,13 +163,14 @@ func (s *Service) Open() error {
 	}
 	workers := max(1, s.MaxLoads)
 	s.wg.Add(workers)
-	s.loads.start(workers, max(0, s.LoadQueue), func(j job) { s.reply(j.r, j.session, j.req) }, s.wg.Done)
+	s.loads.start(workers, max(0, s.LoadQueue), func(j job) { s.answer(j.r, j.session, j.req, 0) }, s.wg.Done)
 	svc, err := micro.AddService(s.nc, micro.Config{
 		Name:         s.Name,
 		Version:      s.Version,
 		Description:  "model context of agent transcripts: request ctxd.context.<session>",
 		QueueGroup:   s.QueueGroup,
 		StatsHandler: s.endpointData,
+		Metadata:     s.metadata(),
 	})
 	if err != nil {
 		s.stopLanes()
@@ -177,15 +215,33 @@ func (s *Service) Open() error {
 	return nil
 }
 
-// Close stops taking requests, lets the ones in hand finish (a waiting
-// request is answered 504), and waits for them.
+// Close stops taking requests, lets the ones in hand go on for up to
+// CloseGrace, then ends their waits (a waiting request is answered 504),
+// and waits for them.
 func (s *Service) Close() error {
 	if s.svc == nil {
 		return nil
 	}
 	err := s.svc.Stop()
+	s.mu.Lock()
+	s.closing = true // from here on no wait is added to wg, no job queued
+	s.loads.stop()
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(done)
+	}()
+	if s.CloseGrace > 0 {
+		t := time.NewTimer(s.CloseGrace)
+		select {
+		case <-done:
+		case <-t.C:
+		}
+		t.Stop()
+	}
 	s.cancel()
-	s.stopLanes()
+	<-done
 	s.closeLarge()
 	s.svc = nil
 	return err
@@ -201,6 +257,49 @@ func (s *Service) stopLanes() {
 	s.wg.Wait()
 }
 
+// InstanceHeader names the instance that answered ctxd.rejected.
+const InstanceHeader = "Ctxd-Instance"
+
+func (s *Service) metadata() map[string]string {
+	if s.Instance == "" {
+		return nil
+	}
+	return map[string]string{"instance": s.Instance}
+}
+
+// ready reports whether a request is answered at once.
+func (s *Service) ready(session string, seq uint64) bool {
+	if rc, ok := s.proj.(Reacher); ok {
+		return rc.Ready(session, seq)
+	}
+	return seq == 0 || s.proj.Wait(s.ctx, seq, 0) == nil
+}
+
+// reach waits until the session holds every record up to seq.
+func (s *Service) reach(session string, seq uint64, timeout time.Duration) (Viewer, error) {
+	if rc, ok := s.proj.(Reacher); ok {
+		return rc.Reach(s.ctx, session, seq, timeout)
+	}
+	if seq == 0 {
+		return s.proj, nil
+	}
+	return s.proj, s.proj.Wait(s.ctx, seq, timeout)
+}
+
+// answer replies once the session holds every record up to the
+// request's min_seq, waiting at most wait.
+func (s *Service) answer(r micro.Request, session string, req contextRequest, wait time.Duration) {
+	v, err := s.reach(session, req.minSeq, wait)
+	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			err = fmt.Errorf("%w: shutting down", store.ErrWaitExpired)
+		}
+		s.fail(r, err)
+		return
+	}
+	s.reply(r, v, session, req)
+}
+
 func (s *Service) handleContext(r micro.Request) {
 	r = s.observe(r, "context", time.Now())
 	session := strings.TrimPrefix(r.Subject(), subject.ContextPrefix)
@@ -213,7 +312,7 @@ func (s *Service) handleContext(r micro.Request) {
 		s.fail(r, err)
 		return
 	}
-	if req.minSeq == 0 || s.proj.Wait(s.ctx, req.minSeq, 0) == nil {
+	if s.ready(session, req.minSeq) {
 		s.dispatch(r, session, req) // the common case: no wait
 		return
 	}
@@ -231,11 +330,11 @@ func (s *Service) track() bool {
 	return true
 }
 
-func (s *Service) reply(r micro.Request, session string, req contextRequest) {
+func (s *Service) reply(r micro.Request, v Viewer, session string, req contextRequest) {
 	var out []byte
 	var buf *[]byte // the msgpack reply's buffer, from replyBuffers
 	var err error
-	verr := s.proj.View(s.ctx, session, func(p *projection.Session) {
+	verr := v.View(s.ctx, session, func(p *projection.Session) {
 		switch {
 		case req.rendered():
 			// Rendered on request, kept until the session changes.
@@ -358,7 +457,11 @@ func (s *Service) handleRejected(r micro.Request) {
 		s.fail(r, err)
 		return
 	}
-	if err := r.Respond(data); err != nil {
+	var opts []micro.RespondOpt
+	if s.Instance != "" {
+		opts = append(opts, micro.WithHeaders(micro.Headers{InstanceHeader: []string{s.Instance}}))
+	}
+	if err := r.Respond(data, opts...); err != nil {
 		s.log("respond", "err", err)
 	}
 }

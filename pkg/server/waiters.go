@@ -22,8 +22,10 @@ var errTooManyWaiters = errors.New("too many requests waiting for min_seq")
 // answers it, off the endpoint's goroutine so a waiting request never
 // delays another. Past MaxWaiters it is refused at once.
 func (s *Service) await(r micro.Request, session string, req contextRequest) {
-	if req.wait <= 0 {
-		s.fail(r, store.ErrWaitExpired) // not reached, and no time to wait
+	if _, reads := s.proj.(Reacher); req.wait <= 0 && !reads {
+		// Not reached, and no time to wait. (Projections that can read
+		// the stream may still answer at once: Reach decides.)
+		s.fail(r, store.ErrWaitExpired)
 		return
 	}
 	if n := s.waiting.Add(1); s.MaxWaiters > 0 && n > int64(s.MaxWaiters) {
@@ -39,7 +41,7 @@ func (s *Service) await(r micro.Request, session string, req contextRequest) {
 	d := detach(r, s.nc)
 	go func() {
 		defer s.wg.Done()
-		err := s.proj.Wait(s.ctx, req.minSeq, req.wait)
+		v, err := s.reach(session, req.minSeq, req.wait)
 		s.waiting.Add(-1)
 		if err != nil {
 			if errors.Is(err, context.Canceled) {
@@ -48,6 +50,6 @@ func (s *Service) await(r micro.Request, session string, req contextRequest) {
 			s.fail(d, err)
 			return
 		}
-		s.reply(d, session, req)
+		s.reply(d, v, session, req)
 	}()
 }

@@ -1,0 +1,343 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ctxd/ctxd/pkg/bus"
+	"github.com/ctxd/ctxd/pkg/projection"
+	"github.com/ctxd/ctxd/pkg/server"
+	"github.com/ctxd/ctxd/pkg/store"
+	"github.com/ctxd/ctxd/pkg/subject"
+)
+
+// Any number of instances serve one stream. JetStream pins the ingest
+// consumer to one of them (the pinned_client priority policy); that one
+// applies every record as it is stored, and answers from memory once its
+// watermark covers the min_seq asked. Every other instance, and the
+// pinned one when its ingest lags, answers through the stream: per
+// request it asks a replica for the session's last record and the
+// replica's last stream sequence (bus.LastOf), which must cover the
+// min_seq, reads the session's records after those it holds up to that
+// last one (validated reads), applies them, and answers. So whichever
+// instance a request reaches, its reply holds every record of the
+// session up to its seq, and nothing else.
+//
+// The two paths use two stores. The reader store is fed only by requests
+// (store.Catch); it lives as long as the app. The ingest store is fed
+// only by the ingest; a new one is made each time the instance gains a
+// pin, starting where the first record of the pin is (every record before
+// it is stored, and loads read it from the stream). Requests trust it
+// only while the pin is held: given up for a lost heartbeat or
+// connection, it is trusted again when records of the same pin come (the
+// ingest read what the connection lost, and nobody else was pinned
+// meanwhile); refused by the server (another instance holds the pin), it
+// is let go: a store that missed records while it did not ingest is never
+// trusted again.
+//
+// Within one instance a session's seq never goes backwards: floor is the
+// highest stream sequence that any reply may have been built up to, and
+// both a new ingest store and a probe must reach it.
+
+// floorBudget is how long a request waits for a replica as current as
+// one an earlier reply was built on, whatever its wait_ms: replicas catch
+// up within milliseconds.
+const floorBudget = 2 * time.Second
+
+// roles chooses, per request, the store that answers.
+type roles struct {
+	a      *App
+	reader *store.Store
+
+	feed  atomic.Pointer[store.Store] // the ingest store, fed by the ingest; nil when none
+	owner atomic.Pointer[store.Store] // feed while the pin is held, else nil: what requests trust
+	floor atomic.Uint64               // every reply so far is built up to at most this
+
+	mu      sync.Mutex    // orders gains and losses
+	last    *store.Store  // the latest ingest store, for its rejections
+	pin     string        // the pin of feed
+	changed chan struct{} // closed when the pin is gained or lost
+}
+
+// state returns the ingest store (nil when none) and a channel closed
+// when that changes.
+func (r *roles) state() (*store.Store, <-chan struct{}) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.changed == nil {
+		r.changed = make(chan struct{})
+	}
+	return r.owner.Load(), r.changed
+}
+
+// change wakes the requests waiting for the ingest store; r.mu is held.
+func (r *roles) change() {
+	if r.changed != nil {
+		close(r.changed)
+		r.changed = nil
+	}
+}
+
+// ingestStore returns the ingest store while the pin is held, nil
+// otherwise.
+func (r *roles) ingestStore() *store.Store { return r.owner.Load() }
+
+// heldPin returns the pin of the ingest store, "" when none.
+func (r *roles) heldPin() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pin
+}
+
+// feeding returns the store the ingest applies to, nil when none.
+func (r *roles) feeding() *store.Store { return r.feed.Load() }
+
+// gained trusts the ingest store again for a pin resumed, or makes a new
+// one for a pin whose first record is first. A new one's watermark starts
+// past every record a reply of this instance was built on, so no reply
+// goes back.
+func (r *roles) gained(pin string, first uint64, resumed bool) {
+	r.mu.Lock()
+	if st := r.feed.Load(); resumed && st != nil && r.pin == pin {
+		r.owner.Store(st)
+		r.change()
+		r.mu.Unlock()
+		r.a.Logger.Info("ingest pin held again: this instance applies every record", "pin", pin, "first_seq", first, "watermark", st.Applied())
+		return
+	}
+	st := r.a.newStore()
+	from := max(first-1, r.floor.Load())
+	st.Advance(from)
+	old := r.feed.Swap(st)
+	r.owner.Store(st)
+	r.last, r.pin = st, pin
+	r.change()
+	r.mu.Unlock()
+	if old != nil {
+		old.Close()
+	}
+	r.a.Logger.Info("ingest pin gained: this instance applies every record", "pin", pin, "first_seq", first, "watermark", from)
+}
+
+// lost stops trusting the ingest store: requests read the stream from now
+// on. A store whose pin was refused is let go.
+func (r *roles) lost(reason string, refused bool) {
+	r.mu.Lock()
+	pin := r.pin
+	if st := r.owner.Swap(nil); st != nil {
+		r.raise(st.Applied())
+	}
+	var old *store.Store
+	if refused {
+		old = r.feed.Swap(nil)
+		r.pin = ""
+	}
+	r.change()
+	r.mu.Unlock()
+	if old != nil {
+		old.Close()
+	}
+	r.a.Logger.Warn("ingest pin lost: this instance answers by reading each session's tail", "pin", pin, "reason", reason, "floor", r.floor.Load())
+}
+
+// raise moves the floor up to seq.
+func (r *roles) raise(seq uint64) {
+	for {
+		cur := r.floor.Load()
+		if seq <= cur || r.floor.CompareAndSwap(cur, seq) {
+			return
+		}
+	}
+}
+
+// role says what the instance does now, for $SRV.STATS.
+func (r *roles) role() string {
+	if r.ingestStore() != nil {
+		return "ingest"
+	}
+	return "reader"
+}
+
+// Ready implements server.Reacher: the pinned instance answers at once
+// what its watermark covers, once it covers every earlier reply's.
+func (r *roles) Ready(session string, seq uint64) bool {
+	st := r.ingestStore()
+	return st != nil && st.Applied() >= max(seq, r.floor.Load())
+}
+
+// Reach implements server.Reacher.
+func (r *roles) Reach(ctx context.Context, session string, seq uint64, timeout time.Duration) (server.Viewer, error) {
+	deadline := time.Now().Add(timeout)
+	if st, _ := r.state(); st != nil && st.Wait(ctx, max(seq, r.floor.Load()), 0) == nil {
+		return st, nil // the common case: there already, nothing to watch
+	}
+	if st, changed := r.state(); st != nil {
+		// The ingest gets there, unless the pin is lost meanwhile: then
+		// the stream answers. The floor, which only a lost pin or an
+		// earlier reader's reply raises, is within the stream: the
+		// ingest gets there too.
+		wctx, cancel := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-changed:
+				cancel()
+			case <-wctx.Done():
+			}
+		}()
+		need, wait := max(seq, r.floor.Load()), timeout
+		if need > seq {
+			wait = max(timeout, floorBudget)
+		}
+		err := st.Wait(wctx, need, wait)
+		cancel()
+		if err == nil {
+			return st, nil
+		}
+		if ctx.Err() != nil || errors.Is(err, store.ErrWaitExpired) {
+			return nil, err
+		}
+		r.raise(st.Applied())
+	}
+	return r.read(ctx, session, seq, deadline)
+}
+
+// read brings the reader store's session up to a probe of the stream
+// that covers seq and the floor, and returns a Viewer that shows it.
+func (r *roles) read(ctx context.Context, session string, seq uint64, deadline time.Time) (server.Viewer, error) {
+	floor := r.floor.Load()
+	subj := subject.TranscriptsPrefix + session
+	floorDeadline := time.Now().Add(floorBudget)
+	delay := time.Millisecond
+	for {
+		last, upTo, err := bus.LastOf(ctx, r.a.nc, r.a.stream, subj)
+		if err != nil {
+			return nil, fmt.Errorf("last record of %s: %w", session, err)
+		}
+		if upTo >= seq && upTo >= floor {
+			r.raise(upTo)
+			var lastSeq uint64
+			if last != nil {
+				lastSeq = last.Seq
+			}
+			return caught{st: r.reader, last: lastSeq}, nil
+		}
+		now := time.Now()
+		switch {
+		case upTo < seq && now.After(deadline):
+			return nil, fmt.Errorf("%w: the stream holds up to %d, min_seq %d", store.ErrWaitExpired, upTo, seq)
+		case upTo >= seq && now.After(floorDeadline):
+			return nil, fmt.Errorf("%w: no replica reached %d, an earlier reply's", store.ErrWaitExpired, floor)
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+		delay = min(2*delay, 50*time.Millisecond)
+	}
+}
+
+// caught shows a session of the reader store at or past its record last
+// (store.ViewAt).
+type caught struct {
+	st   *store.Store
+	last uint64
+}
+
+func (c caught) View(ctx context.Context, session string, fn func(p *projection.Session)) error {
+	return c.st.ViewAt(ctx, session, c.last, fn)
+}
+
+// Wait implements server.Projections (the service uses Reach): it
+// returns once this instance's ingest has applied every record up to
+// seq, waiting for the instance to gain the pin if it must; or
+// store.ErrWaitExpired after timeout.
+func (r *roles) Wait(ctx context.Context, seq uint64, timeout time.Duration) error {
+	if timeout <= 0 {
+		if st := r.ingestStore(); st != nil {
+			return st.Wait(ctx, seq, 0)
+		}
+		return fmt.Errorf("%w: this instance does not hold the ingest", store.ErrWaitExpired)
+	}
+	parent := ctx
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	expired := func(err error) error {
+		if parent.Err() != nil {
+			return parent.Err()
+		}
+		return fmt.Errorf("%w: %w", store.ErrWaitExpired, err)
+	}
+	for {
+		st, changed := r.state()
+		if st == nil {
+			select {
+			case <-changed:
+				continue
+			case <-ctx.Done():
+				return expired(errors.New("this instance does not hold the ingest"))
+			}
+		}
+		wctx, wcancel := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-changed:
+				wcancel()
+			case <-wctx.Done():
+			}
+		}()
+		err := st.Wait(wctx, seq, timeout)
+		wcancel()
+		if err == nil || errors.Is(err, store.ErrWaitExpired) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return expired(err)
+		}
+		// The pin changed: wait on the store of the new one, if any.
+	}
+}
+
+// View implements server.Projections; the service uses the Viewer Reach
+// returns.
+func (r *roles) View(ctx context.Context, session string, fn func(p *projection.Session)) error {
+	return r.current().View(ctx, session, fn)
+}
+
+// current is the store the instance answers from now.
+func (r *roles) current() *store.Store {
+	if st := r.ingestStore(); st != nil {
+		return st
+	}
+	return r.reader
+}
+
+// Rejected lists the records the latest ingest store skipped.
+func (r *roles) Rejected() []store.Rejection {
+	r.mu.Lock()
+	st := r.last
+	r.mu.Unlock()
+	if st == nil {
+		return []store.Rejection{}
+	}
+	return st.Rejected()
+}
+
+// Loaded reports whether a request for the session is answered from
+// memory now: while this instance ingests, a session its store holds;
+// otherwise none, since each request reads the session's tail first.
+func (r *roles) Loaded(session string) bool {
+	if st := r.ingestStore(); st != nil {
+		return st.Loaded(session)
+	}
+	return false
+}
+
+// Stats counts the current store's work.
+func (r *roles) Stats() store.Stats { return r.current().Stats() }

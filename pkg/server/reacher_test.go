@@ -1,0 +1,98 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ctxd/ctxd/pkg/projection"
+	"github.com/ctxd/ctxd/pkg/store"
+)
+
+// reacher is a Projections whose waits are per session (Reacher), as an
+// instance that does not hold the ingest answers: it records what each
+// request asked, and answers with its own Viewer.
+type reacher struct {
+	fakeProjections
+	ready atomic.Bool
+	mu    sync.Mutex
+	asked []string
+	reach func(session string, seq uint64, timeout time.Duration) (Viewer, error)
+}
+
+func (r *reacher) Ready(session string, seq uint64) bool { return r.ready.Load() }
+
+func (r *reacher) Reach(ctx context.Context, session string, seq uint64, timeout time.Duration) (Viewer, error) {
+	r.mu.Lock()
+	r.asked = append(r.asked, fmt.Sprintf("%s %d %v", session, seq, timeout))
+	r.mu.Unlock()
+	return r.reach(session, seq, timeout)
+}
+
+type viewerFunc func(ctx context.Context, session string, fn func(p *projection.Session)) error
+
+func (f viewerFunc) View(ctx context.Context, session string, fn func(p *projection.Session)) error {
+	return f(ctx, session, fn)
+}
+
+// With a Reacher the service asks it, per session, for the min_seq and
+// wait_ms of the request, and shows the Viewer it returns: answered on
+// the endpoint's goroutine when Ready, on one of its own otherwise.
+func TestService_Reacher(t *testing.T) {
+	url := startNATS(t, 0)
+	p := sessionOf(t, []string{`{"role":"user","content":"hi"}`}, 7)
+	proj := &reacher{
+		fakeProjections: fakeProjections{view: func(context.Context, string, func(*projection.Session)) error {
+			return fmt.Errorf("the Projections' own View is not used")
+		}},
+		reach: func(session string, seq uint64, _ time.Duration) (Viewer, error) {
+			if seq > 7 {
+				return nil, fmt.Errorf("%w: not there", store.ErrWaitExpired)
+			}
+			return viewerFunc(viewOf(map[string]*projection.Session{"s1": p})), nil
+		},
+	}
+	svc := New(connect(t, url), proj)
+	svc.Instance = "host:1"
+	svc.Role = func() string { return "reader" }
+	require.NoError(t, svc.Open())
+	t.Cleanup(func() { svc.Close() })
+	nc := connect(t, url)
+
+	for _, ready := range []bool{false, true} {
+		proj.ready.Store(ready)
+		msg := request(t, nc, "ctxd.context.s1", []byte(`{"min_seq":7,"wait_ms":300}`), nil)
+		require.Empty(t, errorCode(msg), "ready %v", ready)
+		var r struct {
+			Seq uint64 `json:"seq"`
+		}
+		require.NoError(t, json.Unmarshal(msg.Data, &r))
+		require.Equal(t, uint64(7), r.Seq)
+	}
+	proj.ready.Store(false)
+	msg := request(t, nc, "ctxd.context.s1", []byte(`{"min_seq":8,"wait_ms":300}`), nil)
+	require.Equal(t, CodeWaitExpired, errorCode(msg))
+	require.Equal(t, []string{"s1 7 300ms", "s1 7 0s", "s1 8 300ms"}, proj.asked, "detached: the request's wait; ready: none")
+
+	// Each instance says who it is.
+	msg = request(t, nc, "ctxd.rejected", nil, nil)
+	require.Equal(t, "host:1", msg.Header.Get(InstanceHeader))
+	msg = request(t, nc, "$SRV.STATS.ctxd", nil, nil)
+	var stats struct {
+		Metadata  map[string]string `json:"metadata"`
+		Endpoints []struct {
+			Data map[string]any `json:"data"`
+		} `json:"endpoints"`
+	}
+	require.NoError(t, json.Unmarshal(msg.Data, &stats))
+	require.Equal(t, "host:1", stats.Metadata["instance"])
+	require.Equal(t, "host:1", stats.Endpoints[0].Data["instance"])
+	require.Equal(t, "reader", stats.Endpoints[0].Data["role"])
+	require.Contains(t, stats.Endpoints[0].Data, "applied", "the store's counters beside them")
+}

@@ -1,0 +1,132 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/ctxd/ctxd/pkg/projection"
+)
+
+// Catch brings a session up to its record last, for a store that no
+// ingest feeds: an instance that does not hold the ingest answers from
+// such a store, after it proved from the stream that last is the
+// session's latest record up to the sequence a request needs.
+//
+// A loaded projection reads the session's records after its own up to
+// last, in order, and applies them; one not loaded only notes last, so
+// its load reads up to it. Either way, a View after Catch shows the
+// session with every one of its records up to last, or later ones,
+// unless the store forgot the session in between (past MaxKnown): ViewAt
+// does both, and catches up again then.
+//
+// The records are read with the session's lock held: readers of the
+// session wait for them (they would read the same), readers of others do
+// not. Catch never moves the watermark, which says what an ingest has
+// applied of the whole stream: a store that Catch feeds has none.
+func (s *Store) Catch(ctx context.Context, session string, last uint64) error {
+	if s.Loader == nil {
+		return nil // nothing to read from: the store holds every record it was given
+	}
+	for {
+		sl := s.metByReader(session)
+		sl.mu.Lock()
+		if sl.dead {
+			sl.mu.Unlock()
+			continue
+		}
+		if ld := sl.loading; ld != nil {
+			sl.mu.Unlock()
+			select {
+			case <-ld.done:
+				continue
+			case <-ctx.Done():
+				return fmt.Errorf("store: load %s: %w", session, ctx.Err())
+			}
+		}
+		defer sl.mu.Unlock()
+		if sl.seq >= last {
+			return nil
+		}
+		sl.recent = true
+		// The records between what the slot has seen and last were not
+		// met in order: the slot's index lacks them.
+		s.dropIndex(sl)
+		if sl.proj == nil {
+			sl.seq = last
+			return nil
+		}
+		ctx, cancel := context.WithTimeout(ctx, s.LoadTimeout)
+		defer cancel()
+		err := s.Loader.Records(ctx, session, sl.seq+1, last, func(seq uint64, data []byte) error {
+			s.caught(sl, seq, data)
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("store: catch %s up to %d: %w", session, last, err)
+		}
+		// The read proved it reached the session's last record up to
+		// last: there is no other.
+		sl.seq = max(sl.seq, last)
+		return nil
+	}
+}
+
+// caught applies one record read by Catch to a loaded session, as the
+// ingest applies one, except that nothing is reported: the instance that
+// holds the ingest reports the records it skips. The slot is locked.
+func (s *Store) caught(sl *slot, seq uint64, data []byte) {
+	if seq <= sl.seq {
+		return
+	}
+	sl.seq = seq
+	if sl.proj == nil {
+		return // dropped by a failure: the next View loads it again
+	}
+	v, err := s.Decoder.Decode(data)
+	if err != nil {
+		sl.proj.Skip(seq)
+		return
+	}
+	n := len(data)
+	resets := s.resets(v, n)
+	if resets {
+		sl.from, sl.fromKnown = seq, true
+		sl.quarantined = sl.quarantined[:0]
+	}
+	s.applyLoaded(sl, seq, v, n, resets)
+}
+
+// ViewAt calls fn with the session's projection once it holds every
+// record of the session up to last (see Catch), and checks that under
+// the session's lock: a session the store forgot between Catch and View
+// loads again, without last, and is caught up again.
+func (s *Store) ViewAt(ctx context.Context, session string, last uint64, fn func(p *projection.Session)) error {
+	for try := 0; ; try++ {
+		if err := s.Catch(ctx, session, last); err != nil {
+			return err
+		}
+		behind := false
+		err := s.View(ctx, session, func(p *projection.Session) {
+			var seq uint64
+			if p != nil {
+				seq = p.Seq()
+			}
+			if behind = seq < last; !behind {
+				fn(p)
+			}
+		})
+		if err != nil || !behind {
+			return err
+		}
+		if try == 2 {
+			// Only a record deleted from the stream meanwhile keeps a
+			// load from reaching it.
+			return fmt.Errorf("store: session %s: %w %d", session, ErrBehind, last)
+		}
+	}
+}
+
+// ErrBehind is returned by ViewAt when the session's projection does not
+// reach the record it was asked to.
+var ErrBehind = errors.New("projection does not reach the session's record")
