@@ -1,0 +1,208 @@
+package render_test
+
+import (
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ctxd/ctxd/pkg/projection"
+	"github.com/ctxd/ctxd/pkg/record"
+	"github.com/ctxd/ctxd/pkg/render"
+)
+
+var incN = flag.Int("inc.n", 100, "generated sessions TestRenderJSON_Incremental grows")
+
+// wholeJSON is the reference: Render of the whole context, its body's
+// members (the JSON object without braces), report and usage.
+func wholeJSON(t testing.TB, f render.Format, msgs []any, opt render.Options) ([]byte, render.Report, render.Usage) {
+	t.Helper()
+	body, rep := render.Render(f, msgs, opt)
+	b, err := body.AppendJSON(nil)
+	require.NoError(t, err)
+	return b[1 : len(b)-1], rep, render.Estimate(body, len(b))
+}
+
+// requireSameRendering checks an incremental rendering against Render of
+// the whole context.
+func requireSameRendering(t testing.TB, what string, f render.Format, msgs []any, opt render.Options, got []byte, st *render.State) {
+	t.Helper()
+	want, rep, u := wholeJSON(t, f, msgs, opt)
+	if string(want) != string(got) {
+		t.Fatalf("%s, %s: the body differs from Render's\nwant: %.3000s\ngot:  %.3000s", what, f, want, got)
+	}
+	require.Equal(t, string(got), string(st.Body()), "%s, %s: the state's body", what, f)
+	if rep.Changes == nil {
+		rep.Changes = []render.Change{}
+	}
+	gotRep := st.Report()
+	if gotRep.Changes == nil {
+		gotRep.Changes = []render.Change{}
+	}
+	require.Equal(t, rep, gotRep, "%s, %s: the report", what, f)
+	require.Equal(t, u, st.Usage(), "%s, %s: the usage", what, f)
+}
+
+// TestRenderJSON_Incremental grows generated sessions a record at a time
+// (compactions, which start over, screenshots trimmed as newer ones come,
+// calls whose results come later or never, duplicates, runs of one role
+// merged, ids reused) and renders each version from the State of the one
+// before, in every format: the body, report and usage are Render's of the
+// whole context every time. It also renders each version from the State
+// of a version a few records older, and of another format, which must
+// not matter.
+func TestRenderJSON_Incremental(t *testing.T) {
+	n := *incN
+	if testing.Short() {
+		n = 50
+	}
+	reused := 0
+	for seed := uint64(1); seed <= uint64(n); seed++ {
+		r := rand.New(rand.NewPCG(seed, 0x696e_6372))
+		g := newGen(r)
+		popt := projection.Options{BrowserTools: g.BrowserTools()}
+		recs := g.Session(5 + r.IntN(70))
+		s := projection.New(popt)
+		prev := map[render.Format]*render.State{}
+		var history []map[render.Format]*render.State
+		for i, v := range recs {
+			s.Apply(uint64(i+1), v)
+			msgs := s.Messages()
+			opt := render.Options{Seqs: s.MessageSeqs(nil), BrowserTools: popt.BrowserTools}
+			states := map[render.Format]*render.State{}
+			for k, f := range providers {
+				what := fmt.Sprintf("seed %d, record %d", seed, i+1)
+				got, st, err := render.RenderJSON([]byte("x"), prev[f], f, msgs, opt)
+				require.NoError(t, err)
+				requireSameRendering(t, what, f, msgs, opt, got[1:], st)
+				states[f] = st
+				if render.StartOf(st) > 0 {
+					reused++
+				}
+				// From an older state, and from another format's.
+				if len(history) > 3 {
+					old := history[len(history)-4][f]
+					got, st, err := render.RenderJSON(nil, old, f, msgs, opt)
+					require.NoError(t, err)
+					requireSameRendering(t, what+" (from an older state)", f, msgs, opt, got, st)
+				}
+				other := prev[providers[(k+1)%len(providers)]]
+				got, st, err = render.RenderJSON(nil, other, f, msgs, opt)
+				require.NoError(t, err)
+				requireSameRendering(t, what+" (from another format's state)", f, msgs, opt, got, st)
+			}
+			prev = states
+			history = append(history, states)
+		}
+	}
+	t.Logf("%d renderings started after the first message", reused)
+	require.Positive(t, reused)
+}
+
+// TestRenderJSON_KeptStatesUnchanged: rendering from a state never writes
+// it: a state rendered from again and again keeps its bytes and report.
+func TestRenderJSON_KeptStatesUnchanged(t *testing.T) {
+	for seed := uint64(1); seed <= 60; seed++ {
+		r := rand.New(rand.NewPCG(seed, 7))
+		g := newGen(r)
+		popt := projection.Options{BrowserTools: g.BrowserTools()}
+		s := projection.New(popt)
+		recs := g.Session(10 + r.IntN(40))
+		type kept struct {
+			st   *render.State
+			body string
+			rep  render.Report
+		}
+		var all []kept
+		var prev *render.State
+		for i, v := range recs {
+			s.Apply(uint64(i+1), v)
+			opt := render.Options{Seqs: s.MessageSeqs(nil), BrowserTools: popt.BrowserTools}
+			_, st, err := render.RenderJSON(nil, prev, render.Anthropic, s.Messages(), opt)
+			require.NoError(t, err)
+			all = append(all, kept{st, string(st.Body()), cloneReport(st.Report())})
+			prev = st
+		}
+		for _, k := range all {
+			require.Equal(t, k.body, string(k.st.Body()))
+			require.Equal(t, k.rep, k.st.Report())
+		}
+	}
+}
+
+func cloneReport(r render.Report) render.Report {
+	c := r
+	c.Changes = append([]render.Change(nil), r.Changes...)
+	if r.CacheBreakpoint != nil {
+		bp := *r.CacheBreakpoint
+		c.CacheBreakpoint = &bp
+	}
+	return c
+}
+
+// TestRenderJSON_Cases renders from the state of each shorter session of
+// hand-made cases: a result that pairs a call held back, screenshot
+// trimming, merges into the last message of the prefix, a late system
+// message, a provider-executed call answered late.
+func TestRenderJSON_Cases(t *testing.T) {
+	cases := map[string][]string{
+		"late result": {
+			`{"role":"user","content":"go"}`,
+			`{"role":"assistant","content":[{"type":"toolCall","id":"a","name":"bash","arguments":{}}]}`,
+			`{"role":"user","content":"still there?"}`,
+			`{"role":"user","content":"hello"}`,
+			`{"role":"toolResult","toolCallId":"a","content":"done"}`,
+			`{"role":"toolResult","toolCallId":"a","content":"again"}`,
+			`{"role":"user","content":"next"}`,
+		},
+		"provider-executed answered late": {
+			`{"role":"user","content":"search"}`,
+			`{"role":"assistant","content":[{"type":"toolCall","id":"w","name":"web_search","arguments":{},"providerExecuted":true},{"type":"text","text":"looking"}]}`,
+			`{"role":"user","content":"ok"}`,
+			`{"role":"assistant","content":"more"}`,
+			`{"role":"toolResult","toolCallId":"w","content":"found"}`,
+			`{"role":"user","content":"thanks"}`,
+		},
+		"screenshots": {
+			`{"role":"system","content":"sys"}`,
+			`{"role":"user","content":"browse"}`,
+			`{"role":"assistant","content":[{"type":"toolCall","id":"b1","name":"browser_use","arguments":{}}]}`,
+			`{"role":"toolResult","toolCallId":"b1","toolName":"browser_use","content":[{"type":"image","data":"AAAA","mimeType":"image/png"}]}`,
+			`{"role":"user","content":"more"}`,
+			`{"role":"assistant","content":[{"type":"toolCall","id":"b2","name":"browser_use","arguments":{}}]}`,
+			`{"role":"toolResult","toolCallId":"b2","toolName":"browser_use","content":[{"type":"image","data":"BBBB","mimeType":"image/png"}]}`,
+			`{"role":"system","content":"late"}`,
+			`{"role":"user","content":"and"}`,
+		},
+		"compaction": {
+			`{"role":"user","content":"one"}`,
+			`{"role":"assistant","content":"two"}`,
+			`{"type":"compaction","messages":[{"role":"user","content":"summary"}]}`,
+			`{"role":"user","content":"three"}`,
+		},
+	}
+	for name, lines := range cases {
+		t.Run(name, func(t *testing.T) {
+			recs := make([]any, len(lines))
+			for i, l := range lines {
+				v, err := record.DecodeJSON([]byte(l))
+				require.NoError(t, err)
+				recs[i] = v
+			}
+			for _, f := range providers {
+				s := projection.New(projection.Options{})
+				var prev *render.State
+				for i, v := range recs {
+					s.Apply(uint64(i+1), v)
+					opt := render.Options{Seqs: s.MessageSeqs(nil)}
+					got, st, err := render.RenderJSON(nil, prev, f, s.Messages(), opt)
+					require.NoError(t, err)
+					requireSameRendering(t, fmt.Sprintf("%s, record %d", name, i+1), f, s.Messages(), opt, got, st)
+					prev = st
+				}
+			}
+		})
+	}
+}
