@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
@@ -114,15 +115,19 @@ func TestService_RenderedMemory(t *testing.T) {
 		sessions[id] = p
 		ids = append(ids, id)
 	}
-	// The bound: room for four of the largest replies (a reply larger than
-	// a quarter of it is never kept), not for every session's.
+	// The bound: room for four of the largest entries (a reply and the
+	// state that renders the next one from it; one larger than a quarter
+	// of the bound is never kept), not for every session's.
 	largest, all := 0, map[render.Format]int{}
 	for _, f := range render.Formats[1:] {
 		for _, id := range ids {
-			b, err := appendRenderedJSON(nil, id, sessions[id], contextRequest{format: f}, nil)
+			p := sessions[id]
+			b, err := appendRenderedJSON(nil, id, p, contextRequest{format: f}, nil)
 			require.NoError(t, err)
-			largest = max(largest, len(b))
-			all[f] += len(b)
+			_, st, err := render.RenderJSON(nil, nil, f, p.Messages(), render.Options{Seqs: p.MessageSeqs(nil)})
+			require.NoError(t, err)
+			largest = max(largest, len(b)+st.Size())
+			all[f] += len(b) + st.Size()
 		}
 	}
 	for f, n := range all {
@@ -153,7 +158,15 @@ func TestService_RenderedMemory(t *testing.T) {
 		require.Equal(t, c.lru.Len(), len(c.byID))
 		sum := 0
 		for el := c.lru.Front(); el != nil; el = el.Next() {
-			sum += len(el.Value.(*cachedReply).reply)
+			r := el.Value.(*cachedReply)
+			own := len(r.reply)
+			if r.state != nil {
+				own += r.state.Size()
+				// The state's body is the reply's: counted once.
+				require.True(t, within(r.state.Body(), r.reply), "the state's body lies in the reply kept")
+			}
+			require.Equal(t, own, r.size)
+			sum += r.size
 		}
 		require.Equal(t, sum, c.bytes)
 		if el := c.byID[id]; el != nil {
@@ -232,6 +245,16 @@ func BenchmarkRender(b *testing.B) {
 			})
 		}
 	}
+}
+
+// within reports whether b's bytes lie in buf's memory.
+func within(b, buf []byte) bool {
+	if len(b) == 0 || len(buf) == 0 {
+		return len(b) == 0
+	}
+	start := uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return p >= start && p+uintptr(len(b)) <= start+uintptr(len(buf))
 }
 
 func percentiles(d []time.Duration) (p50, p99 time.Duration) {

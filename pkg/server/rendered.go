@@ -46,17 +46,59 @@ func renderSession(p *projection.Session, req contextRequest, browser []string) 
 // tail returns the fields after the body: dropped, render (not for
 // neutral), usage, budget (when asked for).
 func (r rendering) tail(bodyJSONBytes int) []record.Member {
-	u := render.Estimate(r.body, bodyJSONBytes)
-	fields := []record.Member{{Key: "dropped", Value: r.dropped.Map()}}
-	if r.format != render.Neutral {
-		fields = append(fields, record.Member{Key: "render", Value: r.report.Map(r.format)})
+	return tailFields(r.format, r.dropped, r.report, render.Estimate(r.body, bodyJSONBytes), r.req, r.msgs, r.seqs)
+}
+
+func tailFields(f render.Format, dropped projection.Dropped, rep render.Report, u render.Usage, req contextRequest, msgs []any, seqs []uint64) []record.Member {
+	fields := []record.Member{{Key: "dropped", Value: dropped.Map()}}
+	if f != render.Neutral {
+		fields = append(fields, record.Member{Key: "render", Value: rep.Map(f)})
 	}
 	fields = append(fields, record.Member{Key: "usage", Value: u.Map()})
-	if r.req.hasBudget {
-		b := render.CheckBudget(r.msgs, r.seqs, u, r.req.budget)
+	if req.hasBudget {
+		b := render.CheckBudget(msgs, seqs, u, req.budget)
 		fields = append(fields, record.Member{Key: "budget", Value: b.Map()})
 	}
 	return fields
+}
+
+// appendJSON appends the JSON reply of a request for a provider format,
+// rendered from the state kept with the session's last rendered reply
+// (render.RenderJSON: only what follows the latest checkpoint before the
+// first message that changed is rendered again), and keeps the reply
+// with its new state. The reply is appendRenderedJSON's, byte for byte.
+// A neutral reply with a budget, or an unknown session, is rendered as
+// appendRenderedJSON renders it, and kept by put.
+func (c *renderCache) appendJSON(dst []byte, session string, p *projection.Session, req contextRequest, browser []string) ([]byte, error) {
+	if req.format == render.Neutral || p == nil {
+		return appendRenderedJSON(dst, session, p, req, browser)
+	}
+	prev := c.state(session)
+	msgs, seqs, dropped := p.Messages(), p.MessageSeqs(nil), p.Dropped()
+	dst = append(dst, `{"session":`...)
+	dst = record.AppendJSONString(dst, session)
+	dst = append(dst, `,"seq":`...)
+	dst = strconv.AppendUint(dst, p.Seq(), 10)
+	dst = append(dst, `,"format":`...)
+	dst = record.AppendJSONString(dst, string(req.format))
+	dst = append(dst, ',')
+	bodyAt := len(dst)
+	dst, st, err := render.RenderJSON(dst, prev, req.format, msgs, render.Options{Seqs: seqs, BrowserTools: browser})
+	if err != nil {
+		return dst, err
+	}
+	bodyEnd := len(dst)
+	for _, m := range tailFields(req.format, dropped, st.Report(), st.Usage(), req, msgs, seqs) {
+		dst = append(dst, ',')
+		dst = record.AppendJSONString(dst, m.Key)
+		dst = append(dst, ':')
+		if dst, err = record.AppendJSON(dst, m.Value); err != nil {
+			return dst, err
+		}
+	}
+	dst = append(dst, '}')
+	c.keep(session, p, req, dst, st, bodyAt, bodyEnd)
+	return dst, nil
 }
 
 // appendRenderedJSON appends a rendered reply as JSON.
