@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
+	"sync/atomic"
 
 	"github.com/ctxd/ctxd/pkg/record"
 )
@@ -56,6 +58,20 @@ type State struct {
 	thinking [][2]int32   // Anthropic: the thinking blocks, in order
 	cps      []checkpoint
 	start    int // the first neutral message rendered anew
+
+	// rep is the encoding of the report's changes (AppendReportJSON),
+	// chEnd where each ends in it; before it is written, repKept and
+	// nKept are the encoding and number of the changes kept from the
+	// state rendered from.
+	rep, repKept []byte
+	chEnd        []int32
+	nKept        int
+	// Where body and rep start in the buffer they were appended to.
+	bodyAt, repAt int
+
+	// extended is set, atomically, once a rendering from this state has
+	// appended to its slices in place (only the first may; see grow).
+	extended *uint32
 }
 
 type loggedCall struct {
@@ -90,21 +106,76 @@ func (s *State) Report() Report { return s.report }
 // Usage returns the body's usage.
 func (s *State) Usage() Usage { return s.usage }
 
-// WithBody returns the state with its body bytes at b, which must hold
-// the same bytes: for a caller that moved them (into a reply it keeps).
-func (s *State) WithBody(b []byte) *State {
-	if len(b) != len(s.body) {
-		panic("render: WithBody of other bytes")
+// In returns the state with its body and report bytes in buf: the
+// buffer RenderJSON and AppendReportJSON appended to, as it ended up
+// after any appends that moved it, or a copy of it. A caller that keeps
+// its reply keeps the state In it, so that the bytes are held once.
+func (s *State) In(buf []byte) *State {
+	if s.bodyAt+len(s.body) > len(buf) || s.repAt+len(s.rep) > len(buf) {
+		panic("render: State.In a buffer it was not written in")
 	}
 	c := *s
-	c.body = b[:len(b):len(b)]
+	c.body = buf[s.bodyAt : s.bodyAt+len(s.body) : s.bodyAt+len(s.body)]
+	if s.rep != nil {
+		c.rep = buf[s.repAt : s.repAt+len(s.rep) : s.repAt+len(s.rep)]
+	}
 	return &c
+}
+
+// grow returns s[:n] to append to: in place when n is its length and in
+// place is allowed (the first rendering from the state the slice belongs
+// to: what it appends lies beyond that state's slices), else a copy.
+func grow[T any](s []T, n int, inPlace bool) []T {
+	if inPlace && n == len(s) {
+		return s
+	}
+	return slices.Clone(s[:n])
+}
+
+// AppendReportJSON appends the report as it goes on the wire (Report.Map
+// encoded), reusing the encoding of the changes kept from the state
+// rendered from. Call it once, after RenderJSON and before the state is
+// rendered from: the state keeps the encoding for the next rendering.
+func (s *State) AppendReportJSON(dst []byte) ([]byte, error) {
+	if s.rep != nil || s.chEnd != nil && len(s.chEnd) != s.nKept {
+		panic("render: AppendReportJSON twice")
+	}
+	dst = append(dst, `{"changes":[`...)
+	start := len(dst)
+	dst = append(dst, s.repKept...)
+	var err error
+	for i := s.nKept; i < len(s.report.Changes); i++ {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		if dst, err = record.AppendJSON(dst, s.report.Changes[i].Map()); err != nil {
+			return dst, err
+		}
+		s.chEnd = append(s.chEnd, int32(len(dst)-start))
+	}
+	s.rep, s.repAt = dst[start:len(dst):len(dst)], start
+	s.repKept = nil
+	dst = append(dst, `],"ends_with_assistant":`...)
+	dst = strconv.AppendBool(dst, s.report.EndsWithAssistant)
+	if s.f == Anthropic {
+		dst = append(dst, `,"cache_breakpoint":`...)
+		if bp := s.report.CacheBreakpoint; bp != nil {
+			dst = append(dst, `{"message":`...)
+			dst = strconv.AppendInt(dst, int64(bp.Message), 10)
+			dst = append(dst, `,"block":`...)
+			dst = strconv.AppendInt(dst, int64(bp.Block), 10)
+			dst = append(dst, '}')
+		} else {
+			dst = append(dst, "null"...)
+		}
+	}
+	return append(dst, '}'), nil
 }
 
 // Size returns the memory the state holds apart from its body bytes and
 // the neutral messages it refers to (which the session's projection holds).
 func (s *State) Size() int {
-	n := 256 + cap(s.msgs)*16 + cap(s.seqs)*8 + cap(s.nblk)*4 + cap(s.thinking)*8 +
+	n := 256 + cap(s.msgs)*16 + cap(s.seqs)*8 + cap(s.nblk)*4 + cap(s.thinking)*8 + cap(s.chEnd)*4 +
 		cap(s.cps)*int(checkpointSize) + cap(s.report.Changes)*int(changeSize) + cap(s.calls)*int(callSize)
 	for _, c := range s.calls {
 		if c.wire != c.id {
@@ -147,8 +218,9 @@ func RenderJSON(dst []byte, prev *State, f Format, messages []any, opt Options) 
 	p := newPlan(f, messages, opt)
 	p.track = true
 	p.bad = make([]int32, len(messages)+2)
-	st := &State{f: f, browser: opt.BrowserTools, msgs: messages, seqs: opt.Seqs}
+	st := &State{f: f, browser: opt.BrowserTools, msgs: messages, seqs: opt.Seqs, extended: new(uint32)}
 	if from != nil {
+		inPlace := atomic.CompareAndSwapUint32(prev.extended, 0, 1)
 		p.start, p.from, p.badAt = from.at, from, from.at
 		st.start = from.at
 		ncalls := sort.Search(len(prev.calls), func(i int) bool { return prev.calls[i].src >= from.at })
@@ -156,10 +228,16 @@ func RenderJSON(dst []byte, prev *State, f Format, messages []any, opt Options) 
 			p.ids.seen[c.id]++
 			p.ids.taken[c.wire] = true
 		}
-		st.calls = slices.Clip(prev.calls[:ncalls])
+		st.calls = grow(prev.calls, ncalls, inPlace)
 		nch := sort.Search(len(prev.report.Changes), func(i int) bool { return prev.report.Changes[i].Message >= from.at })
-		st.report.Changes = slices.Clip(prev.report.Changes[:nch])
-		st.cps = slices.Clip(prev.cps[:keep])
+		st.report.Changes = grow(prev.report.Changes, nch, inPlace)
+		st.cps = grow(prev.cps, keep, inPlace)
+		if prev.rep != nil && len(prev.chEnd) >= nch {
+			st.nKept, st.chEnd = nch, grow(prev.chEnd, nch, inPlace)
+			if nch > 0 {
+				st.repKept = prev.rep[:prev.chEnd[nch-1]]
+			}
+		}
 		if f == Anthropic {
 			st.nblk = slices.Clone(prev.nblk[:from.outs]) // its last is rewritten
 			nt := sort.Search(len(prev.thinking), func(i int) bool {
@@ -221,7 +299,7 @@ func RenderJSON(dst []byte, prev *State, f Format, messages []any, opt Options) 
 	if dst, err = e.messages(dst, start, l); err != nil {
 		return dst, nil, err
 	}
-	st.body = dst[start:len(dst):len(dst)]
+	st.body, st.bodyAt = dst[start:len(dst):len(dst)], start
 	st.cps = append(st.cps, p.marks...)
 
 	role := l.lastRole()

@@ -43,6 +43,11 @@ func requireSameRendering(t testing.TB, what string, f render.Format, msgs []any
 	}
 	require.Equal(t, rep, gotRep, "%s, %s: the report", what, f)
 	require.Equal(t, u, st.Usage(), "%s, %s: the usage", what, f)
+	wantRep, err := record.AppendJSON(nil, rep.Map(f))
+	require.NoError(t, err)
+	gotJSON, err := st.AppendReportJSON([]byte("x"))
+	require.NoError(t, err)
+	require.Equal(t, string(wantRep), string(gotJSON[1:]), "%s, %s: the report's encoding", what, f)
 }
 
 // TestRenderJSON_Incremental grows generated sessions a record at a time
@@ -101,8 +106,10 @@ func TestRenderJSON_Incremental(t *testing.T) {
 	require.Positive(t, reused)
 }
 
-// TestRenderJSON_KeptStatesUnchanged: rendering from a state never writes
-// it: a state rendered from again and again keeps its bytes and report.
+// TestRenderJSON_KeptStatesUnchanged: rendering from a state never
+// changes it, even twice from the same state (only the first rendering
+// may append to its slices in place): every state keeps its bytes and
+// report, and both renderings are right.
 func TestRenderJSON_KeptStatesUnchanged(t *testing.T) {
 	for seed := uint64(1); seed <= 60; seed++ {
 		r := rand.New(rand.NewPCG(seed, 7))
@@ -111,23 +118,35 @@ func TestRenderJSON_KeptStatesUnchanged(t *testing.T) {
 		s := projection.New(popt)
 		recs := g.Session(10 + r.IntN(40))
 		type kept struct {
-			st   *render.State
-			body string
-			rep  render.Report
+			st     *render.State
+			body   string
+			report render.Report
 		}
 		var all []kept
 		var prev *render.State
 		for i, v := range recs {
 			s.Apply(uint64(i+1), v)
 			opt := render.Options{Seqs: s.MessageSeqs(nil), BrowserTools: popt.BrowserTools}
-			_, st, err := render.RenderJSON(nil, prev, render.Anthropic, s.Messages(), opt)
-			require.NoError(t, err)
-			all = append(all, kept{st, string(st.Body()), cloneReport(st.Report())})
-			prev = st
+			for _, f := range []render.Format{render.Anthropic, render.OpenAIResponses} {
+				if prev != nil && prev.Format() != f {
+					continue
+				}
+				var next *render.State
+				for range 2 { // the second rendering from prev must not disturb the first
+					got, st, err := render.RenderJSON(nil, prev, f, s.Messages(), opt)
+					require.NoError(t, err)
+					requireSameRendering(t, fmt.Sprintf("seed %d, record %d", seed, i+1), f, s.Messages(), opt, got, st)
+					all = append(all, kept{st, string(st.Body()), cloneReport(st.Report())})
+					if next == nil {
+						next = st
+					}
+				}
+				prev = next
+			}
 		}
 		for _, k := range all {
 			require.Equal(t, k.body, string(k.st.Body()))
-			require.Equal(t, k.rep, k.st.Report())
+			require.Equal(t, k.report, k.st.Report())
 		}
 	}
 }

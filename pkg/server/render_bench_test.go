@@ -262,3 +262,39 @@ func percentiles(d []time.Duration) (p50, p99 time.Duration) {
 	slices.Sort(s)
 	return s[len(s)*50/100], s[min(len(s)-1, len(s)*99/100)]
 }
+
+// BenchmarkRenderTurn is the rendering alone of a JSON reply after a new
+// record, per format: the session of BenchmarkFetchFormats grows by a user
+// message, and the reply is rendered from the state kept with the one
+// before ("neutral": the neutral reply, for comparison).
+func BenchmarkRenderTurn(b *testing.B) {
+	for _, f := range render.Formats {
+		b.Run(string(f), func(b *testing.B) {
+			p := projection.New(projection.Options{})
+			recs := workload.New(1, workload.Default.WithScreenshots(200<<10, 200)).Records(200)
+			for i, r := range recs {
+				p.Apply(uint64(i+1), r)
+			}
+			seq := uint64(len(recs))
+			g := workload.New(2, workload.Default)
+			c := &renderCache{max: DefaultRenderCacheBytes}
+			req := contextRequest{format: f}
+			size := 0
+			for b.Loop() {
+				seq++
+				p.Apply(seq, g.User())
+				var out []byte
+				if f == render.Neutral {
+					out = replyJSON("bench", p)
+				} else {
+					var err error
+					if out, err = c.appendJSON(make([]byte, 0, sizeHint(size)), "bench", p, req, nil); err != nil {
+						b.Fatal(err)
+					}
+				}
+				size = len(out)
+			}
+			b.SetBytes(int64(size))
+		})
+	}
+}

@@ -86,14 +86,14 @@ func (c *renderCache) get(session string, p *projection.Session, req contextRequ
 // reply whose buffer is much larger than itself is kept as a copy: what
 // is kept holds the memory it is counted for.
 func (c *renderCache) put(session string, p *projection.Session, req contextRequest, reply []byte) {
-	c.keep(session, p, req, reply, nil, 0, 0)
+	c.keep(session, p, req, reply, nil)
 }
 
 // keep keeps reply and, unless nil, the state that renders the next
-// reply from it, whose body is reply[bodyAt:bodyEnd]. The entry counts
+// reply from it, whose body and report bytes lie in reply. The entry counts
 // for the reply and the state's own memory; one larger than a quarter of
 // the bound is not kept.
-func (c *renderCache) keep(session string, p *projection.Session, req contextRequest, reply []byte, st *render.State, bodyAt, bodyEnd int) {
+func (c *renderCache) keep(session string, p *projection.Session, req contextRequest, reply []byte, st *render.State) {
 	if p == nil || c.max <= 0 || len(reply) == 0 {
 		return
 	}
@@ -110,7 +110,7 @@ func (c *renderCache) keep(session string, p *projection.Session, req contextReq
 	}
 	reply = reply[:len(reply):len(reply)]
 	if st != nil {
-		st = st.WithBody(reply[bodyAt:bodyEnd])
+		st = st.In(reply)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

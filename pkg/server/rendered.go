@@ -82,22 +82,27 @@ func (c *renderCache) appendJSON(dst []byte, session string, p *projection.Sessi
 	dst = append(dst, `,"format":`...)
 	dst = record.AppendJSONString(dst, string(req.format))
 	dst = append(dst, ',')
-	bodyAt := len(dst)
 	dst, st, err := render.RenderJSON(dst, prev, req.format, msgs, render.Options{Seqs: seqs, BrowserTools: browser})
 	if err != nil {
 		return dst, err
 	}
-	bodyEnd := len(dst)
-	for _, m := range tailFields(req.format, dropped, st.Report(), st.Usage(), req, msgs, seqs) {
-		dst = append(dst, ',')
-		dst = record.AppendJSONString(dst, m.Key)
-		dst = append(dst, ':')
-		if dst, err = record.AppendJSON(dst, m.Value); err != nil {
-			return dst, err
-		}
+	dst = append(dst, `,"dropped":`...)
+	if dst, err = record.AppendJSON(dst, dropped.Map()); err != nil {
+		return dst, err
+	}
+	dst = append(dst, `,"render":`...)
+	if dst, err = st.AppendReportJSON(dst); err != nil {
+		return dst, err
+	}
+	u := st.Usage()
+	dst = append(dst, `,"usage":`...)
+	dst, _ = record.AppendJSON(dst, u.Map())
+	if req.hasBudget {
+		dst = append(dst, `,"budget":`...)
+		dst, _ = record.AppendJSON(dst, render.CheckBudget(msgs, seqs, u, req.budget).Map())
 	}
 	dst = append(dst, '}')
-	c.keep(session, p, req, dst, st, bodyAt, bodyEnd)
+	c.keep(session, p, req, dst, st)
 	return dst, nil
 }
 
