@@ -14,7 +14,10 @@ import (
 // latest one of each session (renderCache: one per session whatever the
 // format, all within RenderCacheBytes) until the session changes, so a
 // session's memory grows by at most one reply whatever formats its
-// clients ask for. Its fields (PROTOCOL.md):
+// clients ask for. A JSON reply in a provider format is kept with the
+// render.State that renders the session's next reply in that format from
+// where the session changed (appendJSON); appendRenderedJSON renders
+// whole, the reference it equals. Its fields (PROTOCOL.md):
 //
 //	{"session", "seq", "format", <the body's fields>, "dropped", "render", "usage", "budget"}
 //
@@ -46,17 +49,14 @@ func renderSession(p *projection.Session, req contextRequest, browser []string) 
 // tail returns the fields after the body: dropped, render (not for
 // neutral), usage, budget (when asked for).
 func (r rendering) tail(bodyJSONBytes int) []record.Member {
-	return tailFields(r.format, r.dropped, r.report, render.Estimate(r.body, bodyJSONBytes), r.req, r.msgs, r.seqs)
-}
-
-func tailFields(f render.Format, dropped projection.Dropped, rep render.Report, u render.Usage, req contextRequest, msgs []any, seqs []uint64) []record.Member {
-	fields := []record.Member{{Key: "dropped", Value: dropped.Map()}}
-	if f != render.Neutral {
-		fields = append(fields, record.Member{Key: "render", Value: rep.Map(f)})
+	u := render.Estimate(r.body, bodyJSONBytes)
+	fields := []record.Member{{Key: "dropped", Value: r.dropped.Map()}}
+	if r.format != render.Neutral {
+		fields = append(fields, record.Member{Key: "render", Value: r.report.Map(r.format)})
 	}
 	fields = append(fields, record.Member{Key: "usage", Value: u.Map()})
-	if req.hasBudget {
-		b := render.CheckBudget(msgs, seqs, u, req.budget)
+	if r.req.hasBudget {
+		b := render.CheckBudget(r.msgs, r.seqs, u, r.req.budget)
 		fields = append(fields, record.Member{Key: "budget", Value: b.Map()})
 	}
 	return fields
