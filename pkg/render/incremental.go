@@ -5,7 +5,9 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync/atomic"
+	"weak"
 
 	"github.com/ctxd/ctxd/pkg/record"
 )
@@ -48,7 +50,7 @@ import (
 type State struct {
 	f        Format
 	browser  []string
-	msgs     []any
+	msgs     []weak.Pointer[record.Map] // the neutral messages rendered, not kept alive
 	seqs     []uint64
 	body     []byte // the body's members: its JSON object without its braces
 	report   Report
@@ -175,7 +177,7 @@ func (s *State) AppendReportJSON(dst []byte) ([]byte, error) {
 // Size returns the memory the state holds apart from its body bytes and
 // the neutral messages it refers to (which the session's projection holds).
 func (s *State) Size() int {
-	n := 256 + cap(s.msgs)*16 + cap(s.seqs)*8 + cap(s.nblk)*4 + cap(s.thinking)*8 + cap(s.chEnd)*4 +
+	n := 256 + cap(s.msgs)*8 + cap(s.seqs)*8 + cap(s.nblk)*4 + cap(s.thinking)*8 + cap(s.chEnd)*4 +
 		cap(s.cps)*int(checkpointSize) + cap(s.report.Changes)*int(changeSize) + cap(s.calls)*int(callSize)
 	for _, c := range s.calls {
 		if c.wire != c.id {
@@ -205,11 +207,15 @@ func RenderJSON(dst []byte, prev *State, f Format, messages []any, opt Options) 
 	if f == Neutral {
 		panic("render: RenderJSON of the neutral format")
 	}
+	st := &State{f: f, browser: opt.BrowserTools, seqs: opt.Seqs, extended: new(uint32)}
 	var from *checkpoint
-	keep := 0 // checkpoints of prev kept
+	keep := 0        // checkpoints of prev kept
+	inPlace := false // this rendering may append to prev's slices
 	if prev != nil && prev.f == f && (prev.browser == nil) == (opt.BrowserTools == nil) &&
 		slices.Equal(prev.browser, opt.BrowserTools) && (prev.seqs == nil) == (opt.Seqs == nil) {
 		r := firstChange(prev.msgs, prev.seqs, messages, opt.Seqs)
+		inPlace = atomic.CompareAndSwapUint32(prev.extended, 0, 1)
+		st.msgs = grow(prev.msgs, r, inPlace)
 		keep = sort.Search(len(prev.cps), func(i int) bool { return prev.cps[i].at > r })
 		if keep > 0 {
 			from = &prev.cps[keep-1]
@@ -218,9 +224,11 @@ func RenderJSON(dst []byte, prev *State, f Format, messages []any, opt Options) 
 	p := newPlan(f, messages, opt)
 	p.track = true
 	p.bad = make([]int32, len(messages)+2)
-	st := &State{f: f, browser: opt.BrowserTools, msgs: messages, seqs: opt.Seqs, extended: new(uint32)}
+	for _, v := range messages[len(st.msgs):] {
+		m, _ := v.(*record.Map)
+		st.msgs = append(st.msgs, weak.Make(m))
+	}
 	if from != nil {
-		inPlace := atomic.CompareAndSwapUint32(prev.extended, 0, 1)
 		p.start, p.from, p.badAt = from.at, from, from.at
 		st.start = from.at
 		ncalls := sort.Search(len(prev.calls), func(i int) bool { return prev.calls[i].src >= from.at })
@@ -250,7 +258,12 @@ func RenderJSON(dst []byte, prev *State, f Format, messages []any, opt Options) 
 	p.extract()
 	p.pair()
 	for _, c := range p.calls {
-		st.calls = append(st.calls, loggedCall{id: c.id, wire: c.wire, src: c.src})
+		// Copies: a string of a record holds the record's others.
+		id, wire := strings.Clone(c.id), c.wire
+		if wire == c.id {
+			wire = id
+		}
+		st.calls = append(st.calls, loggedCall{id: id, wire: wire, src: c.src})
 		end := len(messages)
 		if c.res != nil {
 			end = c.res.src
@@ -284,7 +297,10 @@ func RenderJSON(dst []byte, prev *State, f Format, messages []any, opt Options) 
 		panic("render: unknown format " + string(f))
 	}
 	p.sortChanges()
-	st.report.Changes = append(st.report.Changes, p.report.Changes...)
+	for _, c := range p.report.Changes {
+		c.ID, c.Reason = strings.Clone(c.ID), strings.Clone(c.Reason) // see calls
+		st.report.Changes = append(st.report.Changes, c)
+	}
 
 	e := encoder{f: f, st: st, marks: p.marks}
 	start := len(dst)
@@ -327,14 +343,16 @@ func RenderJSON(dst []byte, prev *State, f Format, messages []any, opt Options) 
 // firstChange returns the index of the first neutral message that differs
 // between two versions of a context: by identity (the projection hands out
 // a message it re-renders as a new value, and never writes one it handed
-// out) and by record sequence.
-func firstChange(old []any, oldSeqs []uint64, cur []any, curSeqs []uint64) int {
+// out) and by record sequence. The old messages are held weakly: one
+// reclaimed since differs, as no message of cur can be it.
+func firstChange(old []weak.Pointer[record.Map], oldSeqs []uint64, cur []any, curSeqs []uint64) int {
 	n := min(len(old), len(cur))
 	if oldSeqs != nil {
 		n = min(n, len(oldSeqs), len(curSeqs))
 	}
 	for i := range n {
-		if old[i] != cur[i] || oldSeqs != nil && oldSeqs[i] != curSeqs[i] {
+		m, ok := cur[i].(*record.Map)
+		if !ok || m == nil || old[i].Value() != m || oldSeqs != nil && oldSeqs[i] != curSeqs[i] {
 			return i
 		}
 	}

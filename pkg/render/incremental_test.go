@@ -4,7 +4,9 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"testing"
+	"weak"
 
 	"github.com/stretchr/testify/require"
 
@@ -223,5 +225,40 @@ func TestRenderJSON_Cases(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRenderJSON_StateHoldsNoMessage: a state does not keep the neutral
+// messages it rendered alive (the projection holds them, within its own
+// bound): once the session's projection is gone, they are reclaimed while
+// the state is kept.
+func TestRenderJSON_StateHoldsNoMessage(t *testing.T) {
+	for _, f := range providers {
+		var msg weak.Pointer[record.Map]
+		var st *render.State
+		func() {
+			s := projection.New(projection.Options{})
+			for i, l := range []string{
+				`{"role":"user","content":"go"}`,
+				`{"role":"assistant","content":[{"type":"text","text":"on it"},{"type":"toolCall","id":"call 1","name":"bash tool","arguments":{"cmd":"ls"}}]}`,
+				`{"role":"toolResult","toolCallId":"call 1","content":"a b c"}`,
+				`{"role":"user","content":"next"}`,
+			} {
+				v, err := record.DecodeJSON([]byte(l))
+				require.NoError(t, err)
+				s.Apply(uint64(i+1), v)
+			}
+			msgs := s.Messages()
+			msg = weak.Make(msgs[1].(*record.Map))
+			var err error
+			_, st, err = render.RenderJSON(nil, nil, f, msgs, render.Options{Seqs: s.MessageSeqs(nil)})
+			require.NoError(t, err)
+			require.NotEmpty(t, st.Report().Changes, "the report names the call's id and tool")
+		}()
+		for range 3 {
+			runtime.GC()
+		}
+		require.Nil(t, msg.Value(), "%s: the state keeps a message alive", f)
+		runtime.KeepAlive(st)
 	}
 }
