@@ -15,7 +15,7 @@ import (
 	"github.com/ctxd/ctxd/pkg/render"
 )
 
-var incN = flag.Int("inc.n", 100, "generated sessions TestRenderJSON_Incremental grows")
+var incN = flag.Int("inc.n", 40, "generated sessions TestRenderJSON_Incremental grows")
 
 // wholeJSON is the reference: Render of the whole context, its body's
 // members (the JSON object without braces), report and usage.
@@ -27,15 +27,29 @@ func wholeJSON(t testing.TB, f render.Format, msgs []any, opt render.Options) ([
 	return b[1 : len(b)-1], rep, render.Estimate(body, len(b))
 }
 
+// whole is the reference rendering of a context.
+type whole struct {
+	body []byte
+	rep  render.Report
+	u    render.Usage
+}
+
 // requireSameRendering checks an incremental rendering against Render of
 // the whole context.
 func requireSameRendering(t testing.TB, what string, f render.Format, msgs []any, opt render.Options, got []byte, st *render.State) {
 	t.Helper()
-	want, rep, u := wholeJSON(t, f, msgs, opt)
-	if string(want) != string(got) {
-		t.Fatalf("%s, %s: the body differs from Render's\nwant: %.3000s\ngot:  %.3000s", what, f, want, got)
+	var w whole
+	w.body, w.rep, w.u = wholeJSON(t, f, msgs, opt)
+	requireSame(t, what, f, w, got, st)
+}
+
+func requireSame(t testing.TB, what string, f render.Format, w whole, got []byte, st *render.State) {
+	t.Helper()
+	if string(w.body) != string(got) {
+		t.Fatalf("%s, %s: the body differs from Render's\nwant: %.3000s\ngot:  %.3000s", what, f, w.body, got)
 	}
 	require.Equal(t, string(got), string(st.Body()), "%s, %s: the state's body", what, f)
+	rep := w.rep
 	if rep.Changes == nil {
 		rep.Changes = []render.Change{}
 	}
@@ -44,7 +58,7 @@ func requireSameRendering(t testing.TB, what string, f render.Format, msgs []any
 		gotRep.Changes = []render.Change{}
 	}
 	require.Equal(t, rep, gotRep, "%s, %s: the report", what, f)
-	require.Equal(t, u, st.Usage(), "%s, %s: the usage", what, f)
+	require.Equal(t, w.u, st.Usage(), "%s, %s: the usage", what, f)
 	wantRep, err := record.AppendJSON(nil, rep.Map(f))
 	require.NoError(t, err)
 	gotJSON, err := st.AppendReportJSON([]byte("x"))
@@ -63,7 +77,7 @@ func requireSameRendering(t testing.TB, what string, f render.Format, msgs []any
 func TestRenderJSON_Incremental(t *testing.T) {
 	n := *incN
 	if testing.Short() {
-		n = 50
+		n = 20
 	}
 	reused := 0
 	for seed := uint64(1); seed <= uint64(n); seed++ {
@@ -81,9 +95,11 @@ func TestRenderJSON_Incremental(t *testing.T) {
 			states := map[render.Format]*render.State{}
 			for k, f := range providers {
 				what := fmt.Sprintf("seed %d, record %d", seed, i+1)
+				var w whole
+				w.body, w.rep, w.u = wholeJSON(t, f, msgs, opt)
 				got, st, err := render.RenderJSON([]byte("x"), prev[f], f, msgs, opt)
 				require.NoError(t, err)
-				requireSameRendering(t, what, f, msgs, opt, got[1:], st)
+				requireSame(t, what, f, w, got[1:], st)
 				states[f] = st
 				if render.StartOf(st) > 0 {
 					reused++
@@ -93,12 +109,12 @@ func TestRenderJSON_Incremental(t *testing.T) {
 					old := history[len(history)-4][f]
 					got, st, err := render.RenderJSON(nil, old, f, msgs, opt)
 					require.NoError(t, err)
-					requireSameRendering(t, what+" (from an older state)", f, msgs, opt, got, st)
+					requireSame(t, what+" (from an older state)", f, w, got, st)
 				}
 				other := prev[providers[(k+1)%len(providers)]]
 				got, st, err = render.RenderJSON(nil, other, f, msgs, opt)
 				require.NoError(t, err)
-				requireSameRendering(t, what+" (from another format's state)", f, msgs, opt, got, st)
+				requireSame(t, what+" (from another format's state)", f, w, got, st)
 			}
 			prev = states
 			history = append(history, states)
