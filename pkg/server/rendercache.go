@@ -18,7 +18,10 @@ const DefaultRenderCacheBytes = 64 << 20
 // which the session itself keeps. One reply per session, whatever format
 // it was rendered in: a session's memory grows by at most one reply, and
 // all the replies kept together by at most max bytes, the least recently
-// used going first.
+// used going first. A JSON reply in a provider format is kept with the
+// render.State that renders the session's next one in that format from
+// where it changed (appendJSON); the entry counts for both, the state's
+// body being the reply's bytes.
 //
 // A reply is keyed by the session's projection (held weakly: an evicted
 // projection is not kept alive), its version and seq, and everything in
