@@ -121,13 +121,12 @@ func TestService_RenderedMemory(t *testing.T) {
 	largest, all := 0, map[render.Format]int{}
 	for _, f := range render.Formats[1:] {
 		for _, id := range ids {
-			p := sessions[id]
-			b, err := appendRenderedJSON(nil, id, p, contextRequest{format: f}, nil)
+			c := &renderCache{max: 1 << 40}
+			_, err := c.appendJSON(nil, id, sessions[id], contextRequest{format: f}, nil)
 			require.NoError(t, err)
-			_, st, err := render.RenderJSON(nil, nil, f, p.Messages(), render.Options{Seqs: p.MessageSeqs(nil)})
-			require.NoError(t, err)
-			largest = max(largest, len(b)+st.Size())
-			all[f] += len(b) + st.Size()
+			size := c.byID[id].Value.(*cachedReply).size
+			largest = max(largest, size)
+			all[f] += size
 		}
 	}
 	for f, n := range all {
@@ -182,6 +181,8 @@ func TestService_RenderedMemory(t *testing.T) {
 			ka := kept(id)
 			require.NotNil(t, ka, "%s %s: the reply just made is kept", id, f)
 			require.Equal(t, a, ka.reply, "%s %s: the reply kept is the one sent", id, f)
+			require.NotNil(t, ka.state, "%s %s: kept with the state to render the next reply from", id, f)
+			require.Equal(t, f, ka.state.Format())
 			// Asked again unchanged: the same bytes, from the same entry.
 			b := fetch(id, f)
 			require.Equal(t, a, b, "%s %s", id, f)
