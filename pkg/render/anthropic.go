@@ -6,15 +6,39 @@ import "github.com/ctxd/ctxd/pkg/record"
 // [...]} for the Messages API. RENDER.md lists the rules and the errors
 // they prevent.
 func (p *plan) anthropic() *record.Map {
-	browser := browserSet(p.opt.BrowserTools)
-	l := &outList{p: p, merge: true}
-	sys, n := p.leadingSystem()
-	var system []any
-	for _, pt := range sys {
-		system = append(system, record.NewMap("type", "text", "text", pt.text))
+	system, l, shot := p.anthropicOut()
+	if len(l.msgs) > 0 {
+		p.report.EndsWithAssistant = l.lastRole() == "assistant"
+		p.report.CacheBreakpoint = breakpoint(len(l.msgs)-1, func(m int) int { return len(l.msgs[m].blocks) },
+			func(m, b int) bool { return isThinking(l.msgs[m].blocks[b]) }, shot)
 	}
-	shot := [2]int{-1, -1} // the latest browser screenshot: message, block
-	for _, it := range p.items[n:] {
+	body := record.NewMap()
+	if len(system) > 0 {
+		body.Set("system", system)
+	}
+	body.Set("messages", l.containers("content"))
+	return body
+}
+
+// anthropicOut builds the system blocks and the messages, and finds the
+// latest browser screenshot: its message (an index in the body) and
+// block, or -1s.
+func (p *plan) anthropicOut() (system []any, l *outList, shot [2]int) {
+	browser := browserSet(p.opt.BrowserTools)
+	l = p.outList(true)
+	shot = [2]int{-1, -1}
+	items := p.items
+	if p.from != nil {
+		shot = p.from.shot
+	} else {
+		sys, n := p.leadingSystem()
+		for _, pt := range sys {
+			system = append(system, record.NewMap("type", "text", "text", pt.text))
+		}
+		items = p.items[n:]
+	}
+	for k, it := range items {
+		p.mark(l, it.src, k > 0, shot)
 		switch it.kind {
 		case systemItem:
 			var blocks []any
@@ -56,27 +80,15 @@ func (p *plan) anthropic() *record.Map {
 					b.Set("is_error", true)
 				}
 				if isBrowserResult(r, browser) {
-					shot = [2]int{len(l.msgs), len(blocks)} // a results item starts a message
+					shot = [2]int{l.base + len(l.msgs), len(blocks)} // a results item starts a message
 				}
 				blocks = append(blocks, b)
 			}
 			l.addFrom("user", srcs, blocks)
 		}
 	}
-	msgs := make([]any, len(l.msgs))
-	for i, m := range l.msgs {
-		msgs[i] = record.NewMap("role", m.role, "content", m.blocks)
-	}
-	if len(l.msgs) > 0 {
-		p.report.EndsWithAssistant = l.msgs[len(l.msgs)-1].role == "assistant"
-		p.report.CacheBreakpoint = breakpoint(l.msgs, shot)
-	}
-	body := record.NewMap()
-	if len(system) > 0 {
-		body.Set("system", system)
-	}
-	body.Set("messages", msgs)
-	return body
+	p.mark(l, len(p.msgs), len(items) > 0, shot)
+	return system, l, shot
 }
 
 // onlyResults reports whether neutral message i held tool results: a user
@@ -172,9 +184,11 @@ func (p *plan) anthropicAssistant(it *item) []any {
 // breakpoint places the cache breakpoint on the last block before the
 // latest browser screenshot, which the next screenshot does not rewrite
 // (CONTEXT.md pass 3 trims only the one before it); without one, on the
-// last block. Thinking blocks cannot carry one.
-func breakpoint(msgs []*out, shot [2]int) *Breakpoint {
-	m, b := len(msgs)-1, len(msgs[len(msgs)-1].blocks)-1
+// last block. Thinking blocks cannot carry one. last is the body's last
+// message; blocks(m) counts message m's blocks, thinking(m, b) says
+// whether block b of message m is thinking.
+func breakpoint(last int, blocks func(m int) int, thinking func(m, b int) bool, shot [2]int) *Breakpoint {
+	m, b := last, blocks(last)-1
 	if shot[0] >= 0 {
 		m, b = shot[0], shot[1]-1
 	}
@@ -182,14 +196,24 @@ func breakpoint(msgs []*out, shot [2]int) *Breakpoint {
 		if b < 0 {
 			m--
 			if m >= 0 {
-				b = len(msgs[m].blocks) - 1
+				b = blocks(m) - 1
 			}
 			continue
 		}
-		if t, _ := msgs[m].blocks[b].(*record.Map).String("type"); t != "thinking" && t != "redacted_thinking" {
+		if !thinking(m, b) {
 			return &Breakpoint{Message: m, Block: b}
 		}
 		b--
 	}
 	return nil
+}
+
+// isThinking reports whether a rendered block is a thinking block.
+func isThinking(v any) bool {
+	m, ok := v.(*record.Map)
+	if !ok {
+		return false
+	}
+	t, _ := m.String("type")
+	return t == "thinking" || t == "redacted_thinking"
 }

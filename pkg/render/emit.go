@@ -11,19 +11,27 @@ import (
 // types each provider takes, and the thinking rule.
 
 // out is a provider message being built: its role, its blocks (parts,
-// items) and the neutral message each came from.
+// items) and the neutral message each came from. A flat out is one
+// OpenAI message or item as a whole (blocks holds it), never merged. An
+// incremental rendering starts with the last message of the prefix it
+// keeps, when the format merges: cont says how many blocks of it are
+// already rendered, and blocks holds only the ones merged into it since.
 type out struct {
 	role   string
 	blocks []any
 	srcs   []int
+	flat   bool
+	cont   int
 }
 
 // outList builds a list of provider messages, merging a message into the
-// one before it when the provider wants runs of one role merged.
+// one before it when the provider wants runs of one role merged. base is
+// the index in the body of msgs[0]: 0, except in an incremental rendering.
 type outList struct {
 	p     *plan
 	merge bool
 	msgs  []*out
+	base  int
 }
 
 // add appends blocks from neutral message src under role.
@@ -50,6 +58,37 @@ func (l *outList) addFrom(role string, srcs []int, blocks []any) {
 		return
 	}
 	l.msgs = append(l.msgs, &out{role: role, blocks: blocks, srcs: srcs})
+}
+
+// addFlat appends a whole message or item from neutral message src.
+func (l *outList) addFlat(role string, src int, m *record.Map) {
+	l.msgs = append(l.msgs, &out{role: role, blocks: []any{m}, srcs: []int{src}, flat: true})
+}
+
+// lastRole is the role of the list's last message, "" for none.
+func (l *outList) lastRole() string {
+	if len(l.msgs) == 0 {
+		return ""
+	}
+	return l.msgs[len(l.msgs)-1].role
+}
+
+// values returns the flat messages or items, for the body.
+func (l *outList) values() []any {
+	vs := make([]any, len(l.msgs))
+	for i, m := range l.msgs {
+		vs[i] = m.blocks[0]
+	}
+	return vs
+}
+
+// containers returns the merged messages as maps of role and key.
+func (l *outList) containers(key string) []any {
+	vs := make([]any, len(l.msgs))
+	for i, m := range l.msgs {
+		vs[i] = record.NewMap("role", m.role, key, m.blocks)
+	}
+	return vs
 }
 
 // leadingSystem returns the text parts of the system messages before any

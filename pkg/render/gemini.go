@@ -11,17 +11,47 @@ import (
 // with calls followed by a user turn whose first parts are the function
 // responses, one per call, in call order, and then the results' images.
 func (p *plan) gemini() *record.Map {
-	l := &outList{p: p, merge: true}
-	sys, n := p.leadingSystem()
-	items := p.items[n:]
-	p.geminiFirstCalls(items)
-	for _, it := range items {
+	sys, l := p.geminiOut()
+	if len(l.msgs) > 0 {
+		p.report.EndsWithAssistant = l.lastRole() == "model"
+	}
+	body := record.NewMap()
+	if len(sys) > 0 {
+		body.Set("systemInstruction", geminiSystem(sys))
+	}
+	body.Set("contents", l.containers("parts"))
+	return body
+}
+
+func geminiSystem(sys []part) *record.Map {
+	parts := make([]any, len(sys))
+	for i, pt := range sys {
+		parts[i] = record.NewMap("text", pt.text)
+	}
+	return record.NewMap("parts", parts)
+}
+
+// geminiOut builds the leading system text and the turns.
+func (p *plan) geminiOut() (sys []part, l *outList) {
+	l = p.outList(true)
+	items := p.items
+	if p.from == nil {
+		var n int
+		sys, n = p.leadingSystem()
+		items = p.items[n:]
+		p.geminiFirstCalls(items)
+	} else {
+		p.userTurn = true // a checkpoint is only taken after one
+	}
+	for k, it := range items {
+		p.mark(l, it.src, k > 0, [2]int{-1, -1})
 		switch it.kind {
 		case systemItem:
 			var parts []any
 			for _, pt := range it.parts {
 				parts = append(parts, record.NewMap("text", systemText(pt.text)))
 			}
+			p.userTurn = p.userTurn || slices.ContainsFunc(it.parts, p.sent)
 			if len(parts) == 0 {
 				p.removed(MessageRemoved, it.src, -1, "empty")
 				continue
@@ -30,6 +60,7 @@ func (p *plan) gemini() *record.Map {
 			l.add("user", it.src, parts...)
 		case userItem:
 			parts := p.contentParts(it.parts, it.src, geminiText, geminiImage)
+			p.userTurn = p.userTurn || slices.ContainsFunc(it.parts, p.sent)
 			if len(parts) == 0 {
 				if len(it.parts) > 0 || !p.onlyResults(it.src) {
 					p.removed(MessageRemoved, it.src, -1, "empty")
@@ -86,23 +117,8 @@ func (p *plan) gemini() *record.Map {
 			l.addFrom("user", append(srcs, imageSrcs...), append(parts, images...))
 		}
 	}
-	contents := make([]any, len(l.msgs))
-	for i, m := range l.msgs {
-		contents[i] = record.NewMap("role", m.role, "parts", m.blocks)
-	}
-	if len(l.msgs) > 0 {
-		p.report.EndsWithAssistant = l.msgs[len(l.msgs)-1].role == "model"
-	}
-	body := record.NewMap()
-	if len(sys) > 0 {
-		parts := make([]any, len(sys))
-		for i, pt := range sys {
-			parts[i] = record.NewMap("text", pt.text)
-		}
-		body.Set("systemInstruction", record.NewMap("parts", parts))
-	}
-	body.Set("contents", contents)
-	return body
+	p.mark(l, len(p.msgs), len(items) > 0, [2]int{-1, -1})
+	return sys, l
 }
 
 // geminiFirstCalls removes the calls of model turns that no user turn

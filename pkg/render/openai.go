@@ -12,13 +12,19 @@ const movedImageText = "[image in the next user message]"
 // then one user message with the results' images, which tool messages
 // cannot hold.
 func (p *plan) openAIChat() *record.Map {
-	msgs := []any{}
-	var lastRole string
-	add := func(m *record.Map) {
-		msgs = append(msgs, m)
-		lastRole, _ = m.String("role")
+	l := p.openAIChatOut()
+	p.report.EndsWithAssistant = l.lastRole() == "assistant"
+	return record.NewMap("messages", l.values())
+}
+
+func (p *plan) openAIChatOut() *outList {
+	l := p.outList(false)
+	add := func(src int, m *record.Map) {
+		role, _ := m.String("role")
+		l.addFlat(role, src, m)
 	}
 	for _, it := range p.items {
+		p.mark(l, it.src, true, [2]int{-1, -1})
 		switch it.kind {
 		case systemItem, userItem:
 			role := "user"
@@ -32,7 +38,7 @@ func (p *plan) openAIChat() *record.Map {
 				}
 				continue
 			}
-			add(record.NewMap("role", role, "content", content))
+			add(it.src, record.NewMap("role", role, "content", content))
 		case assistantItem:
 			var texts []part
 			var calls []any
@@ -64,7 +70,7 @@ func (p *plan) openAIChat() *record.Map {
 			if len(calls) > 0 {
 				m.Set("tool_calls", calls)
 			}
-			add(m)
+			add(it.src, m)
 		case resultsItem:
 			var images []any
 			for _, r := range it.results {
@@ -92,15 +98,15 @@ func (p *plan) openAIChat() *record.Map {
 				default:
 					content = textParts(texts, "text")
 				}
-				add(record.NewMap("role", "tool", "tool_call_id", r.call.wire, "content", content))
+				add(r.src, record.NewMap("role", "tool", "tool_call_id", r.call.wire, "content", content))
 			}
 			if len(images) > 0 {
-				add(record.NewMap("role", "user", "content", images))
+				add(it.src, record.NewMap("role", "user", "content", images))
 			}
 		}
 	}
-	p.report.EndsWithAssistant = lastRole == "assistant"
-	return record.NewMap("messages", msgs)
+	p.mark(l, len(p.msgs), true, [2]int{-1, -1})
+	return l
 }
 
 // chatContent is a user or system message's content: a string when the
@@ -135,9 +141,17 @@ func textParts(texts []part, typ string) []any {
 // items, in call order. Item ids are never sent: they must come from the
 // same API, and an omitted id is always valid.
 func (p *plan) openAIResponses() *record.Map {
-	items := []any{}
-	lastAssistant := false
+	l := p.openAIResponsesOut()
+	p.report.EndsWithAssistant = l.lastRole() == "assistant"
+	return record.NewMap("input", l.values())
+}
+
+// openAIResponsesOut builds the items, each under the role of the
+// message it came from ("tool" for outputs).
+func (p *plan) openAIResponsesOut() *outList {
+	l := p.outList(false)
 	for _, it := range p.items {
+		p.mark(l, it.src, true, [2]int{-1, -1})
 		switch it.kind {
 		case systemItem, userItem:
 			role := "user"
@@ -156,26 +170,24 @@ func (p *plan) openAIResponses() *record.Map {
 				}
 				continue
 			}
-			items = append(items, record.NewMap("type", "message", "role", role, "content", content))
-			lastAssistant = false
+			l.addFlat(role, it.src, record.NewMap("type", "message", "role", role, "content", content))
 		case assistantItem:
-			n := len(items)
+			n := len(l.msgs)
 			for _, pt := range it.parts {
 				switch pt.kind {
 				case textPart:
-					items = append(items, record.NewMap("type", "message", "role", "assistant", "content", pt.text))
+					l.addFlat("assistant", it.src, record.NewMap("type", "message", "role", "assistant", "content", pt.text))
 				case callPart:
 					c := pt.call
-					items = append(items, record.NewMap("type", "function_call", "call_id", c.wire, "name", c.tool, "arguments", p.argString(c)))
+					l.addFlat("assistant", it.src, record.NewMap("type", "function_call", "call_id", c.wire, "name", c.tool, "arguments", p.argString(c)))
 				case thinkingPart, redactedPart:
 					p.removed(BlockRemoved, it.src, pt.block, "thinking (a reasoning item needs its encrypted content and id)")
 				}
 			}
-			if len(items) == n {
+			if len(l.msgs) == n {
 				p.removed(MessageRemoved, it.src, -1, "empty")
 				continue
 			}
-			lastAssistant = true
 		case resultsItem:
 			for _, r := range it.results {
 				var output any = ""
@@ -184,13 +196,12 @@ func (p *plan) openAIResponses() *record.Map {
 				} else if parts := p.contentParts(r.parts, r.src, inputText, responsesImage); len(parts) > 0 {
 					output = parts
 				}
-				items = append(items, record.NewMap("type", "function_call_output", "call_id", r.call.wire, "output", output))
+				l.addFlat("tool", r.src, record.NewMap("type", "function_call_output", "call_id", r.call.wire, "output", output))
 			}
-			lastAssistant = false
 		}
 	}
-	p.report.EndsWithAssistant = lastAssistant
-	return record.NewMap("input", items)
+	p.mark(l, len(p.msgs), true, [2]int{-1, -1})
+	return l
 }
 
 func inputText(t string) any { return record.NewMap("type", "input_text", "text", t) }

@@ -87,10 +87,26 @@ type plan struct {
 	calls   []*call
 	results []*result
 	report  Report
+	ids     *idMap
+
+	// An incremental rendering (incremental.go) takes apart only the
+	// messages from start on; the ones before are a closed prefix whose
+	// calls the ids hold, and from is the state after them. Marks records
+	// the closed boundaries met on the way.
+	start int
+	from  *checkpoint
+	marks []checkpoint
+	track bool
+	bad   []int32 // bad[S] summed up to S: calls before S not answered before S
+	badAt int
+	badN  int32
+	// userTurn: a user turn (Gemini: one with a part sent) came before,
+	// after the leading system messages.
+	userTurn bool
 }
 
 func newPlan(f Format, msgs []any, opt Options) *plan {
-	return &plan{f: f, msgs: msgs, opt: opt}
+	return &plan{f: f, msgs: msgs, opt: opt, ids: newIDMap(idMax(f))}
 }
 
 func (p *plan) change(c Change) { p.report.Changes = append(p.report.Changes, c) }
@@ -103,7 +119,8 @@ func blank(s string) bool { return strings.TrimFunc(s, unicode.IsSpace) == "" }
 
 // extract takes every message apart.
 func (p *plan) extract() {
-	for i, v := range p.msgs {
+	for i := p.start; i < len(p.msgs); i++ {
+		v := p.msgs[i]
 		m, ok := v.(*record.Map)
 		if !ok {
 			p.removed(MessageRemoved, i, -1, "not a message")
@@ -472,7 +489,7 @@ func (p *plan) pair() {
 			continue
 		}
 		var target *call
-		seen := false
+		seen := p.ids.seen[r.id] > 0 // a call of the prefix, answered there
 		for _, c := range byID[r.id] {
 			if c.src >= r.src {
 				break
@@ -511,7 +528,7 @@ func (p *plan) pair() {
 
 // mapIDs gives every call the id and tool name it is sent with.
 func (p *plan) mapIDs() {
-	ids := newIDMap(idMax(p.f))
+	ids := p.ids
 	for _, c := range p.calls {
 		c.wire = ids.wire(c.id) // every call counts, sent or not: stable as results arrive
 		if c.drop != "" {

@@ -482,8 +482,9 @@ func waiting(rep render.Report) bool {
 	return false
 }
 
-// FuzzRender renders any session in every format: no panic, and every
-// body passes the validator. The input is a generator seed and JSON lines
+// FuzzRender renders any session in every format: no panic, every body
+// passes the validator, and the session grown a record at a time renders
+// from each state as Render renders it whole. The input is a generator seed and JSON lines
 // of records interleaved with the generated ones.
 func FuzzRender(f *testing.F) {
 	for _, c := range spectest.Cases(f) {
@@ -535,6 +536,22 @@ func FuzzRender(f *testing.F) {
 			requireValid(t, f, v.(*record.Map), raw, "fuzz")
 			if err := conserved(f, res.Messages, v.(*record.Map), rep); err != nil {
 				t.Fatalf("%s: %v", f, err)
+			}
+		}
+		// Grown a record at a time, each version rendered from the state
+		// of the one before is Render's.
+		s := projection.New(popt)
+		prev := map[render.Format]*render.State{}
+		for i, v := range recs {
+			s.Apply(uint64(i+1), v)
+			opt := render.Options{Seqs: s.MessageSeqs(nil), BrowserTools: popt.BrowserTools}
+			for _, f := range providers {
+				got, st, err := render.RenderJSON(nil, prev[f], f, s.Messages(), opt)
+				if err != nil {
+					t.Fatalf("%s: %v", f, err)
+				}
+				requireSameRendering(t, fmt.Sprintf("record %d", i+1), f, s.Messages(), opt, got, st)
+				prev[f] = st
 			}
 		}
 	})

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
@@ -114,15 +115,18 @@ func TestService_RenderedMemory(t *testing.T) {
 		sessions[id] = p
 		ids = append(ids, id)
 	}
-	// The bound: room for four of the largest replies (a reply larger than
-	// a quarter of it is never kept), not for every session's.
+	// The bound: room for four of the largest entries (a reply and the
+	// state that renders the next one from it; one larger than a quarter
+	// of the bound is never kept), not for every session's.
 	largest, all := 0, map[render.Format]int{}
 	for _, f := range render.Formats[1:] {
 		for _, id := range ids {
-			b, err := appendRenderedJSON(nil, id, sessions[id], contextRequest{format: f}, nil)
+			c := &renderCache{max: 1 << 40}
+			_, err := c.appendJSON(nil, id, sessions[id], contextRequest{format: f}, nil)
 			require.NoError(t, err)
-			largest = max(largest, len(b))
-			all[f] += len(b)
+			size := c.byID[id].Value.(*cachedReply).size
+			largest = max(largest, size)
+			all[f] += size
 		}
 	}
 	for f, n := range all {
@@ -153,7 +157,15 @@ func TestService_RenderedMemory(t *testing.T) {
 		require.Equal(t, c.lru.Len(), len(c.byID))
 		sum := 0
 		for el := c.lru.Front(); el != nil; el = el.Next() {
-			sum += len(el.Value.(*cachedReply).reply)
+			r := el.Value.(*cachedReply)
+			own := len(r.reply)
+			if r.state != nil {
+				own += r.state.Size()
+				// The state's body is the reply's: counted once.
+				require.True(t, within(r.state.Body(), r.reply), "the state's body lies in the reply kept")
+			}
+			require.Equal(t, own, r.size)
+			sum += r.size
 		}
 		require.Equal(t, sum, c.bytes)
 		if el := c.byID[id]; el != nil {
@@ -169,6 +181,8 @@ func TestService_RenderedMemory(t *testing.T) {
 			ka := kept(id)
 			require.NotNil(t, ka, "%s %s: the reply just made is kept", id, f)
 			require.Equal(t, a, ka.reply, "%s %s: the reply kept is the one sent", id, f)
+			require.NotNil(t, ka.state, "%s %s: kept with the state to render the next reply from", id, f)
+			require.Equal(t, f, ka.state.Format())
 			// Asked again unchanged: the same bytes, from the same entry.
 			b := fetch(id, f)
 			require.Equal(t, a, b, "%s %s", id, f)
@@ -234,8 +248,54 @@ func BenchmarkRender(b *testing.B) {
 	}
 }
 
+// within reports whether b's bytes lie in buf's memory.
+func within(b, buf []byte) bool {
+	if len(b) == 0 || len(buf) == 0 {
+		return len(b) == 0
+	}
+	start := uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return p >= start && p+uintptr(len(b)) <= start+uintptr(len(buf))
+}
+
 func percentiles(d []time.Duration) (p50, p99 time.Duration) {
 	s := slices.Clone(d)
 	slices.Sort(s)
 	return s[len(s)*50/100], s[min(len(s)-1, len(s)*99/100)]
+}
+
+// BenchmarkRenderTurn is the rendering alone of a JSON reply after a new
+// record, per format: the session of BenchmarkFetchFormats grows by a user
+// message, and the reply is rendered from the state kept with the one
+// before ("neutral": the neutral reply, for comparison).
+func BenchmarkRenderTurn(b *testing.B) {
+	for _, f := range render.Formats {
+		b.Run(string(f), func(b *testing.B) {
+			p := projection.New(projection.Options{})
+			recs := workload.New(1, workload.Default.WithScreenshots(200<<10, 200)).Records(200)
+			for i, r := range recs {
+				p.Apply(uint64(i+1), r)
+			}
+			seq := uint64(len(recs))
+			g := workload.New(2, workload.Default)
+			c := &renderCache{max: DefaultRenderCacheBytes}
+			req := contextRequest{format: f}
+			size := 0
+			for b.Loop() {
+				seq++
+				p.Apply(seq, g.User())
+				var out []byte
+				if f == render.Neutral {
+					out = replyJSON("bench", p)
+				} else {
+					var err error
+					if out, err = c.appendJSON(make([]byte, 0, sizeHint(size)), "bench", p, req, nil); err != nil {
+						b.Fatal(err)
+					}
+				}
+				size = len(out)
+			}
+			b.SetBytes(int64(size))
+		})
+	}
 }

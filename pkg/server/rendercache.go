@@ -7,6 +7,7 @@ import (
 	"weak"
 
 	"github.com/ctxd/ctxd/pkg/projection"
+	"github.com/ctxd/ctxd/pkg/render"
 )
 
 // DefaultRenderCacheBytes bounds the rendered replies a Service keeps.
@@ -17,7 +18,10 @@ const DefaultRenderCacheBytes = 64 << 20
 // which the session itself keeps. One reply per session, whatever format
 // it was rendered in: a session's memory grows by at most one reply, and
 // all the replies kept together by at most max bytes, the least recently
-// used going first.
+// used going first. A JSON reply in a provider format is kept with the
+// render.State that renders the session's next one in that format from
+// where it changed (appendJSON); the entry counts for both, the state's
+// body being the reply's bytes.
 //
 // A reply is keyed by the session's projection (held weakly: an evicted
 // projection is not kept alive), its version and seq, and everything in
@@ -37,6 +41,14 @@ type cachedReply struct {
 	seq     uint64
 	key     replyKey
 	reply   []byte
+	// state renders the session's next JSON reply in the same format
+	// from this one (render.RenderJSON); its body is part of reply. nil
+	// for other replies.
+	state *render.State
+	// origin is the first byte of the reply as it was made, before any
+	// copy: put of a reply already kept does nothing.
+	origin *byte
+	size   int // what the entry counts for: the reply and the state
 }
 
 // replyKey is what of a request changes a rendered reply.
@@ -77,31 +89,64 @@ func (c *renderCache) get(session string, p *projection.Session, req contextRequ
 // reply whose buffer is much larger than itself is kept as a copy: what
 // is kept holds the memory it is counted for.
 func (c *renderCache) put(session string, p *projection.Session, req contextRequest, reply []byte) {
-	if p == nil || c.max <= 0 || len(reply) > c.max/4 {
+	c.keep(session, p, req, reply, nil)
+}
+
+// keep keeps reply and, unless nil, the state that renders the next
+// reply from it, whose body and report bytes lie in reply. The entry counts
+// for the reply and the state's own memory; one larger than a quarter of
+// the bound is not kept.
+func (c *renderCache) keep(session string, p *projection.Session, req contextRequest, reply []byte, st *render.State) {
+	if p == nil || c.max <= 0 || len(reply) == 0 {
+		return
+	}
+	origin := &reply[0]
+	size := len(reply)
+	if st != nil {
+		size += st.Size()
+	}
+	if size > c.max/4 {
 		return
 	}
 	if cap(reply)-len(reply) > len(reply)/4 {
 		reply = bytes.Clone(reply)
 	}
 	reply = reply[:len(reply):len(reply)]
+	if st != nil {
+		st = st.In(reply)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.byID == nil {
 		c.byID = map[string]*list.Element{}
 	}
 	if el := c.byID[session]; el != nil {
+		if r := el.Value.(*cachedReply); r.origin == origin && len(r.reply) == len(reply) {
+			return // kept already
+		}
 		c.remove(el)
 	}
-	r := &cachedReply{session: session, proj: weak.Make(p), version: p.Version(), seq: p.Seq(), key: keyOf(req), reply: reply}
+	r := &cachedReply{session: session, proj: weak.Make(p), version: p.Version(), seq: p.Seq(), key: keyOf(req),
+		reply: reply, state: st, origin: origin, size: size}
 	c.byID[session] = c.lru.PushFront(r)
-	c.bytes += len(reply)
+	c.bytes += size
 	for c.bytes > c.max {
 		c.remove(c.lru.Back())
 	}
 }
 
+// state returns the rendering state kept for the session, or nil.
+func (c *renderCache) state(session string) *render.State {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el := c.byID[session]; el != nil {
+		return el.Value.(*cachedReply).state
+	}
+	return nil
+}
+
 func (c *renderCache) remove(el *list.Element) {
 	r := c.lru.Remove(el).(*cachedReply)
 	delete(c.byID, r.session)
-	c.bytes -= len(r.reply)
+	c.bytes -= r.size
 }

@@ -14,7 +14,10 @@ import (
 // latest one of each session (renderCache: one per session whatever the
 // format, all within RenderCacheBytes) until the session changes, so a
 // session's memory grows by at most one reply whatever formats its
-// clients ask for. Its fields (PROTOCOL.md):
+// clients ask for. A JSON reply in a provider format is kept with the
+// render.State that renders the session's next reply in that format from
+// where the session changed (appendJSON); appendRenderedJSON renders
+// whole, the reference it equals. Its fields (PROTOCOL.md):
 //
 //	{"session", "seq", "format", <the body's fields>, "dropped", "render", "usage", "budget"}
 //
@@ -57,6 +60,50 @@ func (r rendering) tail(bodyJSONBytes int) []record.Member {
 		fields = append(fields, record.Member{Key: "budget", Value: b.Map()})
 	}
 	return fields
+}
+
+// appendJSON appends the JSON reply of a request for a provider format,
+// rendered from the state kept with the session's last rendered reply
+// (render.RenderJSON: only what follows the latest checkpoint before the
+// first message that changed is rendered again), and keeps the reply
+// with its new state. The reply is appendRenderedJSON's, byte for byte.
+// A neutral reply with a budget, or an unknown session, is rendered as
+// appendRenderedJSON renders it, and kept by put.
+func (c *renderCache) appendJSON(dst []byte, session string, p *projection.Session, req contextRequest, browser []string) ([]byte, error) {
+	if req.format == render.Neutral || p == nil {
+		return appendRenderedJSON(dst, session, p, req, browser)
+	}
+	prev := c.state(session)
+	msgs, seqs, dropped := p.Messages(), p.MessageSeqs(nil), p.Dropped()
+	dst = append(dst, `{"session":`...)
+	dst = record.AppendJSONString(dst, session)
+	dst = append(dst, `,"seq":`...)
+	dst = strconv.AppendUint(dst, p.Seq(), 10)
+	dst = append(dst, `,"format":`...)
+	dst = record.AppendJSONString(dst, string(req.format))
+	dst = append(dst, ',')
+	dst, st, err := render.RenderJSON(dst, prev, req.format, msgs, render.Options{Seqs: seqs, BrowserTools: browser})
+	if err != nil {
+		return dst, err
+	}
+	dst = append(dst, `,"dropped":`...)
+	if dst, err = record.AppendJSON(dst, dropped.Map()); err != nil {
+		return dst, err
+	}
+	dst = append(dst, `,"render":`...)
+	if dst, err = st.AppendReportJSON(dst); err != nil {
+		return dst, err
+	}
+	u := st.Usage()
+	dst = append(dst, `,"usage":`...)
+	dst, _ = record.AppendJSON(dst, u.Map())
+	if req.hasBudget {
+		dst = append(dst, `,"budget":`...)
+		dst, _ = record.AppendJSON(dst, render.CheckBudget(msgs, seqs, u, req.budget).Map())
+	}
+	dst = append(dst, '}')
+	c.keep(session, p, req, dst, st)
+	return dst, nil
 }
 
 // appendRenderedJSON appends a rendered reply as JSON.

@@ -1,12 +1,18 @@
 package server
 
 import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
 	"testing"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ctxd/ctxd/internal/sessiongen"
+	"github.com/ctxd/ctxd/internal/workload"
 	"github.com/ctxd/ctxd/pkg/projection"
 	"github.com/ctxd/ctxd/pkg/record"
 	"github.com/ctxd/ctxd/pkg/render"
@@ -215,5 +221,88 @@ func TestParseRequest_NeutralOnce(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, render.Neutral, req.format, body)
 		require.False(t, req.rendered(), body)
+	}
+}
+
+// TestService_RenderedGrowth grows sessions a record at a time (generated
+// ones, with compactions, trimmed screenshots, late and duplicate
+// results, and a workload session with screenshots) and fetches each in a
+// provider format after every record: the reply, rendered from the state
+// kept with the one before, is a fresh rendering's byte for byte. A
+// session is now and then fetched in another format, and with a budget,
+// which replace the state kept or only the tail.
+func TestService_RenderedGrowth(t *testing.T) {
+	url := startNATS(t, 0)
+	type grown struct {
+		id     string
+		f      render.Format
+		recs   []any
+		popt   projection.Options
+		p      *projection.Session
+		seq    uint64
+		other  render.Format
+		budget bool
+	}
+	var all []*grown
+	sessions := map[string]*projection.Session{}
+	for i, f := range render.Formats[1:] {
+		for k := range 3 {
+			seed := uint64(10*i + k + 1)
+			r := rand.New(rand.NewPCG(seed, 3))
+			g := sessiongen.New(r, sessiongen.Rules{Convert: projection.Convert, IsValidCompaction: projection.IsValidCompaction})
+			popt := projection.Options{BrowserTools: g.BrowserTools()}
+			all = append(all, &grown{id: fmt.Sprint("g", seed), f: f, recs: g.Session(40 + r.IntN(40)), popt: popt,
+				other: render.Formats[1+(i+1)%4], budget: k == 1})
+		}
+		all = append(all, &grown{id: fmt.Sprint("w", i), f: f, recs: workload.New(uint64(i+1), workload.Default.WithScreenshots(4<<10, 5)).Records(60),
+			other: render.Formats[1+(i+2)%4]})
+	}
+	for _, s := range all {
+		s.p = projection.New(s.popt)
+		sessions[s.id] = s.p
+	}
+	var mu sync.Mutex // the service's view and the test's Apply take turns
+	proj := &fakeProjections{view: func(_ context.Context, session string, fn func(*projection.Session)) error {
+		mu.Lock()
+		defer mu.Unlock()
+		fn(sessions[session])
+		return nil
+	}}
+	svc, _ := startService(t, url, proj)
+	nc := connect(t, url)
+	for step := 0; ; step++ {
+		more := false
+		for _, s := range all {
+			if step >= len(s.recs) {
+				continue
+			}
+			more = true
+			mu.Lock()
+			s.seq++
+			s.p.Apply(s.seq, s.recs[step])
+			mu.Unlock()
+			f, req := s.f, contextRequest{format: s.f}
+			body := `{"format":"` + string(f) + `"}`
+			switch {
+			case step%7 == 3:
+				f, req = s.other, contextRequest{format: s.other}
+				body = `{"format":"` + string(f) + `"}`
+			case s.budget && step%5 == 2:
+				req.budget, req.hasBudget = 1000, true
+				body = `{"format":"` + string(f) + `","budget_tokens":1000}`
+			}
+			msg := request(t, nc, "ctxd.context."+s.id, []byte(body), nil)
+			require.Empty(t, errorCode(msg), msg.Header.Get(micro.ErrorHeader))
+			mu.Lock()
+			want, err := appendRenderedJSON(nil, s.id, s.p, req, svc.BrowserTools)
+			mu.Unlock()
+			require.NoError(t, err)
+			if string(want) != string(msg.Data) {
+				t.Fatalf("%s, record %d, %s: the reply is not a fresh rendering's\nwant: %.3000s\ngot:  %.3000s", s.id, step+1, f, want, msg.Data)
+			}
+		}
+		if !more {
+			break
+		}
 	}
 }

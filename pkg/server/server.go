@@ -346,7 +346,7 @@ func (s *Service) reply(r micro.Request, v Viewer, session string, req contextRe
 			if req.msgpack {
 				out, err = appendRenderedMsgpack(dst, session, p, req, s.BrowserTools)
 			} else {
-				out, err = appendRenderedJSON(dst, session, p, req, s.BrowserTools)
+				out, err = s.rendered.appendJSON(dst, session, p, req, s.BrowserTools)
 			}
 			if err == nil {
 				s.rendered.put(session, p, req, out)

@@ -1,0 +1,534 @@
+package render
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"weak"
+
+	"github.com/ctxd/ctxd/pkg/record"
+)
+
+// Incremental rendering (RENDER.md section 9). A session grows a record at
+// a time, and its neutral context keeps its first messages; rendering it
+// whole again for every fetch would cost the whole context each time.
+// RenderJSON renders from a kept State instead: it reuses the JSON of the
+// body up to the latest checkpoint before the first neutral message that
+// changed, and renders and encodes only the messages from there on. The
+// bytes, the report and the usage are those of Render of the whole
+// context (TestRenderJSON_Incremental checks it on generated sessions).
+//
+// A checkpoint is a message boundary S where the rendering of the
+// messages before S cannot depend on any message from S on:
+//
+//   - every call before S is answered by a result before S: a later
+//     result can then only be a duplicate for it, and a later message
+//     neither adds a call back nor joins a result group before S (a call
+//     waiting for its result, or a provider-executed one never answered,
+//     holds every checkpoint back until it is answered);
+//   - a message other than a system message comes before S, so the
+//     leading system text (Anthropic's system, Gemini's
+//     systemInstruction) is complete;
+//   - for Gemini, a user turn comes before S, so no later call is removed
+//     for want of one.
+//
+// What the messages before S contribute is then fixed: their blocks,
+// their changes (each change names a message before S, and changes are
+// listed in message order), the ids given to their calls (a call's id
+// depends only on the calls before it), the output message open for
+// merging (role, its last neutral message, its blocks), Anthropic's
+// latest screenshot, and the images and their tokens. A checkpoint keeps
+// those, and the rendering from S goes on from them exactly as the whole
+// rendering would.
+
+// State is a rendering kept to render the next version of the same
+// context. It is never modified once returned: a new rendering returns a
+// new State sharing the unchanged parts.
+type State struct {
+	f        Format
+	browser  []string
+	msgs     []weak.Pointer[record.Map] // the neutral messages rendered, not kept alive
+	seqs     []uint64
+	body     []byte // the body's members: its JSON object without its braces
+	report   Report
+	usage    Usage
+	calls    []loggedCall // every call, in neutral order
+	nblk     []int32      // Anthropic: the blocks of each body message
+	thinking [][2]int32   // Anthropic: the thinking blocks, in order
+	cps      []checkpoint
+	start    int // the first neutral message rendered anew
+
+	// rep is the encoding of the report's changes (AppendReportJSON),
+	// chEnd where each ends in it; before it is written, repKept and
+	// nKept are the encoding and number of the changes kept from the
+	// state rendered from.
+	rep, repKept []byte
+	chEnd        []int32
+	nKept        int
+	// Where body and rep start in the buffer they were appended to.
+	bodyAt, repAt int
+
+	// extended is set, atomically, once a rendering from this state has
+	// appended to its slices in place (only the first may; see grow).
+	extended *uint32
+}
+
+type loggedCall struct {
+	id, wire string
+	src      int
+}
+
+// checkpoint is the state of a rendering before the items of the neutral
+// messages from at on.
+type checkpoint struct {
+	at   int    // neutral message index
+	off  int    // bytes of the body before: its members, the last message open
+	outs int    // body messages (items) begun
+	nblk int    // blocks of the last body message (merging formats)
+	role string // role of the last body message, "" for none
+	last int    // the neutral message of its last block
+	shot [2]int // Anthropic: the latest browser screenshot, or -1s
+
+	images, imageBytes, imageTokens int
+}
+
+// Format returns the format rendered.
+func (s *State) Format() Format { return s.f }
+
+// Body returns the body's members, its JSON object without the braces
+// (`"messages":[...]`): what a reply puts after its own fields.
+func (s *State) Body() []byte { return s.body }
+
+// Report returns the rendering's report.
+func (s *State) Report() Report { return s.report }
+
+// Usage returns the body's usage.
+func (s *State) Usage() Usage { return s.usage }
+
+// In returns the state with its body and report bytes in buf: the
+// buffer RenderJSON and AppendReportJSON appended to, as it ended up
+// after any appends that moved it, or a copy of it. A caller that keeps
+// its reply keeps the state In it, so that the bytes are held once.
+func (s *State) In(buf []byte) *State {
+	if s.bodyAt+len(s.body) > len(buf) || s.repAt+len(s.rep) > len(buf) {
+		panic("render: State.In a buffer it was not written in")
+	}
+	c := *s
+	c.body = buf[s.bodyAt : s.bodyAt+len(s.body) : s.bodyAt+len(s.body)]
+	if s.rep != nil {
+		c.rep = buf[s.repAt : s.repAt+len(s.rep) : s.repAt+len(s.rep)]
+	}
+	return &c
+}
+
+// grow returns s[:n] to append to: in place when n is its length and in
+// place is allowed (the first rendering from the state the slice belongs
+// to: what it appends lies beyond that state's slices), else a copy.
+func grow[T any](s []T, n int, inPlace bool) []T {
+	if inPlace && n == len(s) {
+		return s
+	}
+	return slices.Clone(s[:n])
+}
+
+// AppendReportJSON appends the report as it goes on the wire (Report.Map
+// encoded), reusing the encoding of the changes kept from the state
+// rendered from. Call it once, after RenderJSON and before the state is
+// rendered from: the state keeps the encoding for the next rendering.
+func (s *State) AppendReportJSON(dst []byte) ([]byte, error) {
+	if s.rep != nil || s.chEnd != nil && len(s.chEnd) != s.nKept {
+		panic("render: AppendReportJSON twice")
+	}
+	dst = append(dst, `{"changes":[`...)
+	start := len(dst)
+	dst = append(dst, s.repKept...)
+	var err error
+	for i := s.nKept; i < len(s.report.Changes); i++ {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		if dst, err = record.AppendJSON(dst, s.report.Changes[i].Map()); err != nil {
+			return dst, err
+		}
+		s.chEnd = append(s.chEnd, int32(len(dst)-start))
+	}
+	s.rep, s.repAt = dst[start:len(dst):len(dst)], start
+	s.repKept = nil
+	dst = append(dst, `],"ends_with_assistant":`...)
+	dst = strconv.AppendBool(dst, s.report.EndsWithAssistant)
+	if s.f == Anthropic {
+		dst = append(dst, `,"cache_breakpoint":`...)
+		if bp := s.report.CacheBreakpoint; bp != nil {
+			dst = append(dst, `{"message":`...)
+			dst = strconv.AppendInt(dst, int64(bp.Message), 10)
+			dst = append(dst, `,"block":`...)
+			dst = strconv.AppendInt(dst, int64(bp.Block), 10)
+			dst = append(dst, '}')
+		} else {
+			dst = append(dst, "null"...)
+		}
+	}
+	return append(dst, '}'), nil
+}
+
+// Size returns the memory the state holds apart from its body bytes and
+// the neutral messages it refers to (which the session's projection holds).
+func (s *State) Size() int {
+	n := 256 + cap(s.msgs)*8 + cap(s.seqs)*8 + cap(s.nblk)*4 + cap(s.thinking)*8 + cap(s.chEnd)*4 +
+		cap(s.cps)*int(checkpointSize) + cap(s.report.Changes)*int(changeSize) + cap(s.calls)*int(callSize)
+	for _, c := range s.calls {
+		if c.wire != c.id {
+			n += len(c.wire)
+		}
+	}
+	for _, c := range s.report.Changes {
+		n += len(c.To) + len(c.Reason)
+	}
+	return n
+}
+
+const (
+	checkpointSize = 12*8 + 16
+	changeSize     = 8*5 + 16*4
+	callSize       = 16*2 + 8
+)
+
+// RenderJSON appends the body's members (Body) of the rendering of
+// messages in format f (not Neutral) to dst, and returns them with the
+// State to render the next version from. With prev, a State of an
+// earlier rendering, it renders only from the latest checkpoint before
+// the first message that differs (RENDER.md section 9); the result is
+// Render's, byte for byte, whatever prev holds. It fails only when the
+// messages hold a value JSON cannot carry.
+func RenderJSON(dst []byte, prev *State, f Format, messages []any, opt Options) ([]byte, *State, error) {
+	if f == Neutral {
+		panic("render: RenderJSON of the neutral format")
+	}
+	st := &State{f: f, browser: opt.BrowserTools, seqs: opt.Seqs, extended: new(uint32)}
+	var from *checkpoint
+	keep := 0        // checkpoints of prev kept
+	inPlace := false // this rendering may append to prev's slices
+	if prev != nil && prev.f == f && (prev.browser == nil) == (opt.BrowserTools == nil) &&
+		slices.Equal(prev.browser, opt.BrowserTools) && (prev.seqs == nil) == (opt.Seqs == nil) {
+		r := firstChange(prev.msgs, prev.seqs, messages, opt.Seqs)
+		inPlace = atomic.CompareAndSwapUint32(prev.extended, 0, 1)
+		st.msgs = grow(prev.msgs, r, inPlace)
+		keep = sort.Search(len(prev.cps), func(i int) bool { return prev.cps[i].at > r })
+		if keep > 0 {
+			from = &prev.cps[keep-1]
+		}
+	}
+	p := newPlan(f, messages, opt)
+	p.track = true
+	p.bad = make([]int32, len(messages)+2)
+	for _, v := range messages[len(st.msgs):] {
+		m, _ := v.(*record.Map)
+		st.msgs = append(st.msgs, weak.Make(m))
+	}
+	if from != nil {
+		p.start, p.from, p.badAt = from.at, from, from.at
+		st.start = from.at
+		ncalls := sort.Search(len(prev.calls), func(i int) bool { return prev.calls[i].src >= from.at })
+		for _, c := range prev.calls[:ncalls] {
+			p.ids.seen[c.id]++
+			p.ids.taken[c.wire] = true
+		}
+		st.calls = grow(prev.calls, ncalls, inPlace)
+		nch := sort.Search(len(prev.report.Changes), func(i int) bool { return prev.report.Changes[i].Message >= from.at })
+		st.report.Changes = grow(prev.report.Changes, nch, inPlace)
+		st.cps = grow(prev.cps, keep, inPlace)
+		if prev.rep != nil && len(prev.chEnd) >= nch {
+			st.nKept, st.chEnd = nch, grow(prev.chEnd, nch, inPlace)
+			if nch > 0 {
+				st.repKept = prev.rep[:prev.chEnd[nch-1]]
+			}
+		}
+		if f == Anthropic {
+			st.nblk = slices.Clone(prev.nblk[:from.outs]) // its last is rewritten
+			nt := sort.Search(len(prev.thinking), func(i int) bool {
+				t := prev.thinking[i]
+				return int(t[0]) > from.outs-1 || int(t[0]) == from.outs-1 && int(t[1]) >= from.nblk
+			})
+			st.thinking = slices.Clip(prev.thinking[:nt])
+		}
+	}
+	p.extract()
+	p.pair()
+	for _, c := range p.calls {
+		// Copies: a string of a record holds the record's others.
+		id, wire := strings.Clone(c.id), c.wire
+		if wire == c.id {
+			wire = id
+		}
+		st.calls = append(st.calls, loggedCall{id: id, wire: wire, src: c.src})
+		end := len(messages)
+		if c.res != nil {
+			end = c.res.src
+		}
+		p.bad[c.src+1]++ // calls before S not answered before S: S in c.src+1 .. end
+		p.bad[end+1]--
+	}
+	p.layout()
+
+	var system any
+	var l *outList
+	var shot [2]int
+	switch f {
+	case Anthropic:
+		var sys []any
+		sys, l, shot = p.anthropicOut()
+		if len(sys) > 0 {
+			system = sys
+		}
+	case OpenAIChat:
+		l = p.openAIChatOut()
+	case OpenAIResponses:
+		l = p.openAIResponsesOut()
+	case Gemini:
+		var sys []part
+		sys, l = p.geminiOut()
+		if len(sys) > 0 {
+			system = geminiSystem(sys)
+		}
+	default:
+		panic("render: unknown format " + string(f))
+	}
+	p.sortChanges()
+	for _, c := range p.report.Changes {
+		c.ID, c.Reason = strings.Clone(c.ID), strings.Clone(c.Reason) // see calls
+		st.report.Changes = append(st.report.Changes, c)
+	}
+
+	e := encoder{f: f, st: st, marks: p.marks}
+	start := len(dst)
+	var err error
+	if from != nil {
+		dst = append(dst, prev.body[:from.off]...)
+		e.images, e.imageBytes, e.imageTokens = from.images, from.imageBytes, from.imageTokens
+		e.outs, e.nblk = from.outs, from.nblk
+	} else if dst, err = e.head(dst, system); err != nil {
+		return dst, nil, err
+	}
+	if dst, err = e.messages(dst, start, l); err != nil {
+		return dst, nil, err
+	}
+	st.body, st.bodyAt = dst[start:len(dst):len(dst)], start
+	st.cps = append(st.cps, p.marks...)
+
+	role := l.lastRole()
+	if role == "" && from != nil {
+		role = from.role
+	}
+	st.report.EndsWithAssistant = role == "assistant" || role == "model"
+	if f == Anthropic && len(st.nblk) > 0 {
+		st.report.CacheBreakpoint = breakpoint(len(st.nblk)-1, func(m int) int { return int(st.nblk[m]) },
+			func(m, b int) bool {
+				_, found := slices.BinarySearchFunc(st.thinking, [2]int32{int32(m), int32(b)}, func(a, b [2]int32) int {
+					if a[0] != b[0] {
+						return int(a[0] - b[0])
+					}
+					return int(a[1] - b[1])
+				})
+				return found
+			}, shot)
+	}
+	st.usage = Usage{Bytes: len(st.body) + 2, Images: e.images}
+	st.usage.InputTokens = e.imageTokens + (max(st.usage.Bytes-e.imageBytes, 0)+BytesPerToken-1)/BytesPerToken
+	return dst, st, nil
+}
+
+// firstChange returns the index of the first neutral message that differs
+// between two versions of a context: by identity (the projection hands out
+// a message it re-renders as a new value, and never writes one it handed
+// out) and by record sequence. The old messages are held weakly: one
+// reclaimed since differs, as no message of cur can be it.
+func firstChange(old []weak.Pointer[record.Map], oldSeqs []uint64, cur []any, curSeqs []uint64) int {
+	n := min(len(old), len(cur))
+	if oldSeqs != nil {
+		n = min(n, len(oldSeqs), len(curSeqs))
+	}
+	for i := range n {
+		m, ok := cur[i].(*record.Map)
+		if !ok || m == nil || old[i].Value() != m || oldSeqs != nil && oldSeqs[i] != curSeqs[i] {
+			return i
+		}
+	}
+	return n
+}
+
+// outList starts a list of body messages: after a checkpoint, a merging
+// format's list starts with the checkpoint's last message, open.
+func (p *plan) outList(merge bool) *outList {
+	l := &outList{p: p, merge: merge}
+	if c := p.from; c != nil {
+		l.base = c.outs
+		if merge && c.outs > 0 {
+			l.base--
+			l.msgs = []*out{{role: c.role, srcs: []int{c.last}, cont: c.nblk}}
+		}
+	}
+	return l
+}
+
+// mark records a checkpoint before the items of neutral message at, when
+// it is one (see above); started says a message other than a leading
+// system message came before.
+func (p *plan) mark(l *outList, at int, started bool, shot [2]int) {
+	if !p.track || at <= p.badAt {
+		return // before the start, or the items of one message go on
+	}
+	for p.badAt < at {
+		p.badAt++
+		p.badN += p.bad[p.badAt]
+	}
+	if p.badN > 0 || !started && p.from == nil || p.f == Gemini && !p.userTurn {
+		return
+	}
+	c := checkpoint{at: at, outs: l.base + len(l.msgs), shot: shot}
+	if n := len(l.msgs); n > 0 {
+		o := l.msgs[n-1]
+		c.role, c.last = o.role, o.srcs[len(o.srcs)-1]
+		if !o.flat {
+			c.nblk = o.cont + len(o.blocks)
+		}
+	} else if p.from != nil {
+		c.role, c.last, c.nblk = p.from.role, p.from.last, p.from.nblk
+	}
+	p.marks = append(p.marks, c)
+}
+
+// encoder writes the body's members, completing the marks with the
+// offsets and image counts they were taken at.
+type encoder struct {
+	f     Format
+	st    *State
+	marks []checkpoint
+	next  int // the first mark not yet reached
+
+	outs, nblk                      int
+	images, imageBytes, imageTokens int
+}
+
+func (e *encoder) head(dst []byte, system any) ([]byte, error) {
+	key := "messages"
+	switch e.f {
+	case Anthropic:
+		if system != nil {
+			dst = append(dst, `"system":`...)
+		}
+	case Gemini:
+		key = "contents"
+		if system != nil {
+			dst = append(dst, `"systemInstruction":`...)
+		}
+	case OpenAIResponses:
+		key = "input"
+	}
+	if system != nil {
+		var err error
+		if dst, err = record.AppendJSON(dst, system); err != nil {
+			return dst, fmt.Errorf("encode %s body: %w", e.f, err)
+		}
+		e.walk(system)
+		dst = append(dst, ',')
+	}
+	dst = record.AppendJSONString(dst, key)
+	return append(dst, ":["...), nil
+}
+
+func (e *encoder) walk(v any) {
+	walkImages(v, func(img image, n int) {
+		e.images++
+		e.imageBytes += n
+		w, h, ok := imageSize(img)
+		if !ok {
+			w, h = defaultSide, defaultSide
+		}
+		e.imageTokens += imageTokens(e.f, w, h)
+	})
+}
+
+// reached completes the marks taken where the encoding is now.
+func (e *encoder) reached(off int) {
+	for e.next < len(e.marks) && e.marks[e.next].outs == e.outs && e.marks[e.next].nblk == e.nblk {
+		m := &e.marks[e.next]
+		m.off, m.images, m.imageBytes, m.imageTokens = off, e.images, e.imageBytes, e.imageTokens
+		e.next++
+	}
+}
+
+// messages writes the list's messages after the body so far (dst[start:]
+// holds the members up to the checkpoint, its last message open), and
+// closes the body.
+func (e *encoder) messages(dst []byte, start int, l *outList) ([]byte, error) {
+	key := "content"
+	if e.f == Gemini {
+		key = "parts"
+	}
+	open := e.outs > 0 && (e.f == Anthropic || e.f == Gemini)
+	e.reached(len(dst) - start)
+	var err error
+	for _, o := range l.msgs {
+		if o.flat {
+			if e.outs > 0 {
+				dst = append(dst, ',')
+			}
+			if dst, err = record.AppendJSON(dst, o.blocks[0]); err != nil {
+				return dst, fmt.Errorf("encode %s body: %w", e.f, err)
+			}
+			e.walk(o.blocks[0])
+			e.outs++
+			e.reached(len(dst) - start)
+			continue
+		}
+		if o.cont == 0 {
+			// A new message; the one before is closed.
+			if open {
+				dst = append(dst, "]}"...)
+			}
+			if e.outs > 0 {
+				dst = append(dst, ',')
+			}
+			dst = append(dst, `{"role":`...)
+			dst = record.AppendJSONString(dst, o.role)
+			dst = append(dst, ',')
+			dst = record.AppendJSONString(dst, key)
+			dst = append(dst, ":["...)
+			e.outs++
+			e.nblk = 0
+			open = true
+			if e.f == Anthropic {
+				e.st.nblk = append(e.st.nblk, 0)
+			}
+		}
+		for _, b := range o.blocks {
+			if e.nblk > 0 {
+				dst = append(dst, ',')
+			}
+			if dst, err = record.AppendJSON(dst, b); err != nil {
+				return dst, fmt.Errorf("encode %s body: %w", e.f, err)
+			}
+			e.walk(b)
+			if e.f == Anthropic {
+				if isThinking(b) {
+					e.st.thinking = append(e.st.thinking, [2]int32{int32(e.outs - 1), int32(e.nblk)})
+				}
+			}
+			e.nblk++
+			e.reached(len(dst) - start)
+		}
+		if e.f == Anthropic && e.outs > 0 {
+			e.st.nblk[e.outs-1] = int32(e.nblk)
+		}
+	}
+	if open {
+		dst = append(dst, "]}"...)
+	}
+	if e.next != len(e.marks) {
+		panic(fmt.Sprintf("render: %d checkpoints not reached", len(e.marks)-e.next))
+	}
+	return append(dst, ']'), nil
+}

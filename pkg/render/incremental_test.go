@@ -1,0 +1,280 @@
+package render_test
+
+import (
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"testing"
+	"weak"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ctxd/ctxd/pkg/projection"
+	"github.com/ctxd/ctxd/pkg/record"
+	"github.com/ctxd/ctxd/pkg/render"
+)
+
+var incN = flag.Int("inc.n", 40, "generated sessions TestRenderJSON_Incremental grows")
+
+// wholeJSON is the reference: Render of the whole context, its body's
+// members (the JSON object without braces), report and usage.
+func wholeJSON(t testing.TB, f render.Format, msgs []any, opt render.Options) ([]byte, render.Report, render.Usage) {
+	t.Helper()
+	body, rep := render.Render(f, msgs, opt)
+	b, err := body.AppendJSON(nil)
+	require.NoError(t, err)
+	return b[1 : len(b)-1], rep, render.Estimate(body, len(b))
+}
+
+// whole is the reference rendering of a context.
+type whole struct {
+	body []byte
+	rep  render.Report
+	u    render.Usage
+}
+
+// requireSameRendering checks an incremental rendering against Render of
+// the whole context.
+func requireSameRendering(t testing.TB, what string, f render.Format, msgs []any, opt render.Options, got []byte, st *render.State) {
+	t.Helper()
+	var w whole
+	w.body, w.rep, w.u = wholeJSON(t, f, msgs, opt)
+	requireSame(t, what, f, w, got, st)
+}
+
+func requireSame(t testing.TB, what string, f render.Format, w whole, got []byte, st *render.State) {
+	t.Helper()
+	if string(w.body) != string(got) {
+		t.Fatalf("%s, %s: the body differs from Render's\nwant: %.3000s\ngot:  %.3000s", what, f, w.body, got)
+	}
+	require.Equal(t, string(got), string(st.Body()), "%s, %s: the state's body", what, f)
+	rep := w.rep
+	if rep.Changes == nil {
+		rep.Changes = []render.Change{}
+	}
+	gotRep := st.Report()
+	if gotRep.Changes == nil {
+		gotRep.Changes = []render.Change{}
+	}
+	require.Equal(t, rep, gotRep, "%s, %s: the report", what, f)
+	require.Equal(t, w.u, st.Usage(), "%s, %s: the usage", what, f)
+	wantRep, err := record.AppendJSON(nil, rep.Map(f))
+	require.NoError(t, err)
+	gotJSON, err := st.AppendReportJSON([]byte("x"))
+	require.NoError(t, err)
+	require.Equal(t, string(wantRep), string(gotJSON[1:]), "%s, %s: the report's encoding", what, f)
+}
+
+// TestRenderJSON_Incremental grows generated sessions a record at a time
+// (compactions, which start over, screenshots trimmed as newer ones come,
+// calls whose results come later or never, duplicates, runs of one role
+// merged, ids reused) and renders each version from the State of the one
+// before, in every format: the body, report and usage are Render's of the
+// whole context every time. It also renders each version from the State
+// of a version a few records older, and of another format, which must
+// not matter.
+func TestRenderJSON_Incremental(t *testing.T) {
+	n := *incN
+	if testing.Short() {
+		n = 20
+	}
+	reused := 0
+	for seed := uint64(1); seed <= uint64(n); seed++ {
+		r := rand.New(rand.NewPCG(seed, 0x696e_6372))
+		g := newGen(r)
+		popt := projection.Options{BrowserTools: g.BrowserTools()}
+		recs := g.Session(5 + r.IntN(70))
+		s := projection.New(popt)
+		prev := map[render.Format]*render.State{}
+		var history []map[render.Format]*render.State
+		for i, v := range recs {
+			s.Apply(uint64(i+1), v)
+			msgs := s.Messages()
+			opt := render.Options{Seqs: s.MessageSeqs(nil), BrowserTools: popt.BrowserTools}
+			states := map[render.Format]*render.State{}
+			for k, f := range providers {
+				what := fmt.Sprintf("seed %d, record %d", seed, i+1)
+				var w whole
+				w.body, w.rep, w.u = wholeJSON(t, f, msgs, opt)
+				got, st, err := render.RenderJSON([]byte("x"), prev[f], f, msgs, opt)
+				require.NoError(t, err)
+				requireSame(t, what, f, w, got[1:], st)
+				states[f] = st
+				if render.StartOf(st) > 0 {
+					reused++
+				}
+				// From an older state, and from another format's.
+				if len(history) > 3 {
+					old := history[len(history)-4][f]
+					got, st, err := render.RenderJSON(nil, old, f, msgs, opt)
+					require.NoError(t, err)
+					requireSame(t, what+" (from an older state)", f, w, got, st)
+				}
+				other := prev[providers[(k+1)%len(providers)]]
+				got, st, err = render.RenderJSON(nil, other, f, msgs, opt)
+				require.NoError(t, err)
+				requireSame(t, what+" (from another format's state)", f, w, got, st)
+			}
+			prev = states
+			history = append(history, states)
+		}
+	}
+	t.Logf("%d renderings started after the first message", reused)
+	require.Positive(t, reused)
+}
+
+// TestRenderJSON_KeptStatesUnchanged: rendering from a state never
+// changes it, even twice from the same state (only the first rendering
+// may append to its slices in place): every state keeps its bytes and
+// report, and both renderings are right.
+func TestRenderJSON_KeptStatesUnchanged(t *testing.T) {
+	for seed := uint64(1); seed <= 60; seed++ {
+		r := rand.New(rand.NewPCG(seed, 7))
+		g := newGen(r)
+		popt := projection.Options{BrowserTools: g.BrowserTools()}
+		s := projection.New(popt)
+		recs := g.Session(10 + r.IntN(40))
+		type kept struct {
+			st     *render.State
+			body   string
+			report render.Report
+		}
+		var all []kept
+		var prev *render.State
+		for i, v := range recs {
+			s.Apply(uint64(i+1), v)
+			opt := render.Options{Seqs: s.MessageSeqs(nil), BrowserTools: popt.BrowserTools}
+			for _, f := range []render.Format{render.Anthropic, render.OpenAIResponses} {
+				if prev != nil && prev.Format() != f {
+					continue
+				}
+				var next *render.State
+				for range 2 { // the second rendering from prev must not disturb the first
+					got, st, err := render.RenderJSON(nil, prev, f, s.Messages(), opt)
+					require.NoError(t, err)
+					requireSameRendering(t, fmt.Sprintf("seed %d, record %d", seed, i+1), f, s.Messages(), opt, got, st)
+					all = append(all, kept{st, string(st.Body()), cloneReport(st.Report())})
+					if next == nil {
+						next = st
+					}
+				}
+				prev = next
+			}
+		}
+		for _, k := range all {
+			require.Equal(t, k.body, string(k.st.Body()))
+			require.Equal(t, k.report, k.st.Report())
+		}
+	}
+}
+
+func cloneReport(r render.Report) render.Report {
+	c := r
+	c.Changes = append([]render.Change(nil), r.Changes...)
+	if r.CacheBreakpoint != nil {
+		bp := *r.CacheBreakpoint
+		c.CacheBreakpoint = &bp
+	}
+	return c
+}
+
+// TestRenderJSON_Cases renders from the state of each shorter session of
+// hand-made cases: a result that pairs a call held back, screenshot
+// trimming, merges into the last message of the prefix, a late system
+// message, a provider-executed call answered late.
+func TestRenderJSON_Cases(t *testing.T) {
+	cases := map[string][]string{
+		"late result": {
+			`{"role":"user","content":"go"}`,
+			`{"role":"assistant","content":[{"type":"toolCall","id":"a","name":"bash","arguments":{}}]}`,
+			`{"role":"user","content":"still there?"}`,
+			`{"role":"user","content":"hello"}`,
+			`{"role":"toolResult","toolCallId":"a","content":"done"}`,
+			`{"role":"toolResult","toolCallId":"a","content":"again"}`,
+			`{"role":"user","content":"next"}`,
+		},
+		"provider-executed answered late": {
+			`{"role":"user","content":"search"}`,
+			`{"role":"assistant","content":[{"type":"toolCall","id":"w","name":"web_search","arguments":{},"providerExecuted":true},{"type":"text","text":"looking"}]}`,
+			`{"role":"user","content":"ok"}`,
+			`{"role":"assistant","content":"more"}`,
+			`{"role":"toolResult","toolCallId":"w","content":"found"}`,
+			`{"role":"user","content":"thanks"}`,
+		},
+		"screenshots": {
+			`{"role":"system","content":"sys"}`,
+			`{"role":"user","content":"browse"}`,
+			`{"role":"assistant","content":[{"type":"toolCall","id":"b1","name":"browser_use","arguments":{}}]}`,
+			`{"role":"toolResult","toolCallId":"b1","toolName":"browser_use","content":[{"type":"image","data":"AAAA","mimeType":"image/png"}]}`,
+			`{"role":"user","content":"more"}`,
+			`{"role":"assistant","content":[{"type":"toolCall","id":"b2","name":"browser_use","arguments":{}}]}`,
+			`{"role":"toolResult","toolCallId":"b2","toolName":"browser_use","content":[{"type":"image","data":"BBBB","mimeType":"image/png"}]}`,
+			`{"role":"system","content":"late"}`,
+			`{"role":"user","content":"and"}`,
+		},
+		"compaction": {
+			`{"role":"user","content":"one"}`,
+			`{"role":"assistant","content":"two"}`,
+			`{"type":"compaction","messages":[{"role":"user","content":"summary"}]}`,
+			`{"role":"user","content":"three"}`,
+		},
+	}
+	for name, lines := range cases {
+		t.Run(name, func(t *testing.T) {
+			recs := make([]any, len(lines))
+			for i, l := range lines {
+				v, err := record.DecodeJSON([]byte(l))
+				require.NoError(t, err)
+				recs[i] = v
+			}
+			for _, f := range providers {
+				s := projection.New(projection.Options{})
+				var prev *render.State
+				for i, v := range recs {
+					s.Apply(uint64(i+1), v)
+					opt := render.Options{Seqs: s.MessageSeqs(nil)}
+					got, st, err := render.RenderJSON(nil, prev, f, s.Messages(), opt)
+					require.NoError(t, err)
+					requireSameRendering(t, fmt.Sprintf("%s, record %d", name, i+1), f, s.Messages(), opt, got, st)
+					prev = st
+				}
+			}
+		})
+	}
+}
+
+// TestRenderJSON_StateHoldsNoMessage: a state does not keep the neutral
+// messages it rendered alive (the projection holds them, within its own
+// bound): once the session's projection is gone, they are reclaimed while
+// the state is kept.
+func TestRenderJSON_StateHoldsNoMessage(t *testing.T) {
+	for _, f := range providers {
+		var msg weak.Pointer[record.Map]
+		var st *render.State
+		func() {
+			s := projection.New(projection.Options{})
+			for i, l := range []string{
+				`{"role":"user","content":"go"}`,
+				`{"role":"assistant","content":[{"type":"text","text":"on it"},{"type":"toolCall","id":"call 1","name":"bash tool","arguments":{"cmd":"ls"}}]}`,
+				`{"role":"toolResult","toolCallId":"call 1","content":"a b c"}`,
+				`{"role":"user","content":"next"}`,
+			} {
+				v, err := record.DecodeJSON([]byte(l))
+				require.NoError(t, err)
+				s.Apply(uint64(i+1), v)
+			}
+			msgs := s.Messages()
+			msg = weak.Make(msgs[1].(*record.Map))
+			var err error
+			_, st, err = render.RenderJSON(nil, nil, f, msgs, render.Options{Seqs: s.MessageSeqs(nil)})
+			require.NoError(t, err)
+			require.NotEmpty(t, st.Report().Changes, "the report names the call's id and tool")
+		}()
+		for range 3 {
+			runtime.GC()
+		}
+		require.Nil(t, msg.Value(), "%s: the state keeps a message alive", f)
+		runtime.KeepAlive(st)
+	}
+}
