@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
@@ -38,6 +39,9 @@ func TestColdStart_StoredIndexes(t *testing.T) {
 		}
 	}
 	c.fetchSeq("ok", last, false)
+	// The ingest has applied them all (a reply may come from a read of
+	// the stream): the shutdown writes each session's checkpoint.
+	require.NoError(t, a.Wait(ctx, last, 30*time.Second))
 	c.nc.Close()
 	require.NoError(t, a.Close())
 

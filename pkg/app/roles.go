@@ -111,6 +111,10 @@ func (r *roles) gained(pin string, first uint64, resumed bool) {
 	}
 	st := r.a.newStore()
 	from := max(first-1, r.floor.Load())
+	// A store that starts at the stream's first record meets every
+	// record of every session: it knows where each starts, and writes
+	// their checkpoints without loading them.
+	st.Fresh = from == 0
 	st.Advance(from)
 	old := r.feed.Swap(st)
 	r.owner.Store(st)

@@ -84,7 +84,7 @@ func (in *instance) publish(subj string, records ...any) uint64 {
 		require.NoError(in.t, err)
 		last = ack.Sequence
 	}
-	require.NoError(in.t, in.app.Store().Wait(ctx, last, 10*time.Second))
+	require.NoError(in.t, in.app.Wait(ctx, last, 10*time.Second)) // the ingest, whichever store it feeds
 	return last
 }
 
