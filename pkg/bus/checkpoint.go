@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ctxd/ctxd/pkg/store"
@@ -27,7 +28,11 @@ import (
 // of each key it read or wrote, at most maxKnownKeys of them.
 type Checkpoints struct {
 	js jetstream.JetStream
-	kv jetstream.KeyValue
+	// kv is the bucket; bucketMu guards it, since a bucket deleted under
+	// ctxd is created again (ensure).
+	bucketMu sync.Mutex
+	kv       jetstream.KeyValue
+	replicas int
 	// maxValue is the largest value the bucket stores (its max_msg_size,
 	// less room for the headers); a checkpoint larger is stored without
 	// its index.
@@ -62,36 +67,78 @@ const checkpointHeaderRoom = 256
 // that fails, checkpoints too large for it are stored without their
 // index.
 func OpenCheckpoints(ctx context.Context, js jetstream.JetStream, replicas int) (*Checkpoints, error) {
-	cfg, err := streams.Checkpoints()
-	if err != nil {
+	c := &Checkpoints{js: js, replicas: replicas, known: map[string]storedCheckpoint{}}
+	if err := c.open(ctx); err != nil {
 		return nil, err
 	}
-	if replicas > 0 {
-		cfg.Replicas = replicas
+	return c, nil
+}
+
+// open creates the bucket's stream when it is missing, raises an old
+// max_msg_size, and opens the bucket.
+func (c *Checkpoints) open(ctx context.Context) error {
+	cfg, err := streams.Checkpoints()
+	if err != nil {
+		return err
+	}
+	if c.replicas > 0 {
+		cfg.Replicas = c.replicas
 	}
 	maxMsg := cfg.MaxMsgSize
-	if st, err := js.Stream(ctx, cfg.Name); errors.Is(err, jetstream.ErrStreamNotFound) {
-		if _, err := js.CreateStream(ctx, cfg); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			return nil, fmt.Errorf("bucket %s: create: %w", streams.CheckpointsBucket, err)
+	if st, err := c.js.Stream(ctx, cfg.Name); errors.Is(err, jetstream.ErrStreamNotFound) {
+		if _, err := c.js.CreateStream(ctx, cfg); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return fmt.Errorf("bucket %s: create: %w", streams.CheckpointsBucket, err)
 		}
 	} else if err != nil {
-		return nil, fmt.Errorf("bucket %s: %w", streams.CheckpointsBucket, err)
+		return fmt.Errorf("bucket %s: %w", streams.CheckpointsBucket, err)
 	} else if have := st.CachedInfo().Config; have.MaxMsgSize > 0 && have.MaxMsgSize < cfg.MaxMsgSize {
 		maxMsg = have.MaxMsgSize
 		have.MaxMsgSize = cfg.MaxMsgSize
-		if _, err := js.UpdateStream(ctx, have); err == nil {
+		if _, err := c.js.UpdateStream(ctx, have); err == nil {
 			maxMsg = cfg.MaxMsgSize
 		}
 	}
-	kv, err := js.KeyValue(ctx, streams.CheckpointsBucket)
+	kv, err := c.js.KeyValue(ctx, streams.CheckpointsBucket)
 	if err != nil {
-		return nil, fmt.Errorf("bucket %s: %w", streams.CheckpointsBucket, err)
+		return fmt.Errorf("bucket %s: %w", streams.CheckpointsBucket, err)
 	}
-	c := &Checkpoints{js: js, kv: kv, known: map[string]storedCheckpoint{}, maxValue: math.MaxInt}
+	c.bucketMu.Lock()
+	c.kv = kv
+	c.maxValue = math.MaxInt
 	if maxMsg > 0 {
 		c.maxValue = max(int(maxMsg)-checkpointHeaderRoom, 0)
 	}
-	return c, nil
+	c.bucketMu.Unlock()
+	return nil
+}
+
+// bucket returns the bucket as last opened.
+func (c *Checkpoints) bucket() jetstream.KeyValue {
+	c.bucketMu.Lock()
+	defer c.bucketMu.Unlock()
+	return c.kv
+}
+
+// gone reports whether err says the bucket's stream is not there: an
+// operator deleted it (nats kv del, nats stream rm), or, in a cluster, no
+// replica answers for a moment. open then creates it again, or finds it
+// there.
+func gone(err error) bool {
+	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrBucketNotFound) ||
+		errors.Is(err, nats.ErrStreamNotFound) // a watch's ordered consumer says it in the older API's terms
+}
+
+// reopen opens the bucket again after err said it was gone, forgetting
+// every revision it knew: a bucket created again holds none of them.
+func (c *Checkpoints) reopen(ctx context.Context, err error) error {
+	if oerr := c.open(ctx); oerr != nil {
+		return fmt.Errorf("bucket %s: gone (%v), and could not be created again: %w", streams.CheckpointsBucket, err, oerr)
+	}
+	c.mu.Lock()
+	clear(c.known)
+	c.mu.Unlock()
+	return nil
 }
 
 // remember notes a key's checkpoint and revision.
@@ -121,7 +168,13 @@ func (c *Checkpoints) lookup(session string) (storedCheckpoint, bool) {
 // stored value that does not decode is an error wrapping
 // store.ErrBadCheckpoint.
 func (c *Checkpoints) Get(ctx context.Context, session string) (cp store.Checkpoint, ok bool, err error) {
-	e, err := c.kv.Get(ctx, session)
+	e, err := c.bucket().Get(ctx, session)
+	if gone(err) {
+		if err := c.reopen(ctx, err); err != nil {
+			return cp, false, err
+		}
+		e, err = c.bucket().Get(ctx, session)
+	}
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		c.remember(session, 0, cp)
 		return cp, false, nil
@@ -141,7 +194,14 @@ func (c *Checkpoints) Get(ctx context.Context, session string) (cp store.Checkpo
 // returns once it is stored.
 func (c *Checkpoints) Put(ctx context.Context, session string, cp store.Checkpoint) error {
 	data, _ := c.encode(cp)
-	if _, err := c.kv.Put(ctx, session, data); err != nil {
+	_, err := c.bucket().Put(ctx, session, data)
+	if gone(err) {
+		if err := c.reopen(ctx, err); err != nil {
+			return err
+		}
+		_, err = c.bucket().Put(ctx, session, data)
+	}
+	if err != nil {
 		c.forget(session)
 		return fmt.Errorf("checkpoint %s: %w", session, err)
 	}
@@ -153,7 +213,10 @@ func (c *Checkpoints) Put(ctx context.Context, session string, cp store.Checkpoi
 // too large for the bucket is stored without its index.
 func (c *Checkpoints) encode(cp store.Checkpoint) ([]byte, store.Checkpoint) {
 	data, _ := json.Marshal(cp)
-	if len(data) > c.maxValue && cp.Index != "" {
+	c.bucketMu.Lock()
+	most := c.maxValue
+	c.bucketMu.Unlock()
+	if len(data) > most && cp.Index != "" {
 		cp = cp.WithoutIndex()
 		data, _ = json.Marshal(cp)
 	}
@@ -186,7 +249,13 @@ func (c *Checkpoints) putNewer(ctx context.Context, session string, cp store.Che
 			return nil // as new or newer there
 		}
 		data, stored := c.encode(cp)
-		rev, err := c.kv.Update(ctx, session, data, k.rev)
+		rev, err := c.bucket().Update(ctx, session, data, k.rev)
+		if gone(err) {
+			if err := c.reopen(ctx, err); err != nil {
+				return err
+			}
+			continue // read the key again: the bucket is new
+		}
 		if err == nil {
 			c.remember(session, rev, stored)
 			return nil
@@ -209,7 +278,7 @@ func (c *Checkpoints) putNewer(ctx context.Context, session string, cp store.Che
 // written alone if still newer. It returns once all are stored, or with
 // the first error; some of the others may be stored by then.
 func (c *Checkpoints) PutAll(ctx context.Context, cps iter.Seq2[string, store.Checkpoint]) error {
-	prefix := "$KV." + c.kv.Bucket() + "."
+	prefix := "$KV." + c.bucket().Bucket() + "."
 	type flight struct {
 		session string
 		cp      store.Checkpoint
@@ -228,7 +297,9 @@ func (c *Checkpoints) PutAll(ctx context.Context, cps iter.Seq2[string, store.Ch
 				c.remember(f.session, ack.Sequence, f.cp)
 			case err := <-f.ack.Err():
 				c.forget(f.session)
-				if isWrongLast(err) {
+				if isWrongLast(err) || gone(err) {
+					// Written alone below: read again, or into the
+					// bucket created again.
 					again = append(again, f)
 				} else if firstErr == nil {
 					firstErr = fmt.Errorf("checkpoint %s: %w", f.session, err)
@@ -309,9 +380,15 @@ func validKey(k string) bool {
 // All returns every stored checkpoint.
 func (c *Checkpoints) All(ctx context.Context) (map[string]store.Checkpoint, error) {
 	out := map[string]store.Checkpoint{}
-	w, err := c.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	w, err := c.bucket().WatchAll(ctx, jetstream.IgnoreDeletes())
+	if gone(err) {
+		if err := c.reopen(ctx, err); err != nil {
+			return nil, err
+		}
+		w, err = c.bucket().WatchAll(ctx, jetstream.IgnoreDeletes())
+	}
 	if err != nil {
-		return nil, fmt.Errorf("bucket %s: list: %w", c.kv.Bucket(), err)
+		return nil, fmt.Errorf("bucket %s: list: %w", streams.CheckpointsBucket, err)
 	}
 	defer w.Stop()
 	for {
