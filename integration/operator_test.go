@@ -57,3 +57,32 @@ func TestOperator_CheckpointBucketDeleted(t *testing.T) {
 	require.Equal(t, streams.CheckpointsBucket, kv.Bucket())
 	require.NoError(t, a.Store().SaveCheckpoints(ctx))
 }
+
+// TestOperator_ConsumerDeleted: an operator deletes the ingest consumer
+// (nats consumer rm TRANSCRIPTS ctxd). Nothing is delivered any more, so
+// ctxd stops loudly: Failed closes with why, /readyz says so, and until it
+// stops every reply is still right (read from the stream).
+func TestOperator_ConsumerDeleted(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	a := startApp(t, t.TempDir())
+	c := newClient(t, a.URL())
+	last := c.publish("cd1", []byte(`{"role":"user","content":"one"}`))
+	require.NoError(t, a.Wait(ctx, last, 30*time.Second))
+
+	st, err := c.js.Stream(ctx, "TRANSCRIPTS")
+	require.NoError(t, err)
+	require.NoError(t, st.DeleteConsumer(ctx, streams.IngestName))
+	select {
+	case <-a.Failed():
+	case <-ctx.Done():
+		t.Fatal("ctxd went on without its consumer")
+	}
+	require.ErrorContains(t, a.Err(), "was deleted")
+	require.ErrorContains(t, a.Ready(ctx), "was deleted")
+
+	last = c.publish("cd1", []byte(`{"role":"assistant","content":"two"}`))
+	r := c.fetchSeq("cd1", last, false)
+	require.Equal(t, last, r.Seq)
+	require.Len(t, r.Messages, 2)
+}

@@ -138,7 +138,13 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	if err := sdNotify(e, "READY=1"); err != nil {
 		cfg.Logger.Warn("systemd notify", "err", err)
 	}
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case <-a.Failed():
+		// Stop loudly: a supervisor starts ctxd again.
+		_ = sdNotify(e, "STOPPING=1")
+		return errors.Join(a.Err(), a.Close())
+	}
 	cfg.Logger.Info("shutting down")
 	_ = sdNotify(e, "STOPPING=1")
 	return a.Close()

@@ -156,6 +156,9 @@ type App struct {
 	metrics   *ops.Metrics
 	// serving is set once Open has started everything.
 	serving atomic.Bool
+	// failed is closed, and failErr set, when the app cannot go on.
+	failed  chan struct{}
+	failErr atomic.Pointer[error]
 }
 
 // New returns an app with the configuration; Open starts it.
@@ -167,7 +170,7 @@ func New(cfg Config) *App {
 		host, _ := os.Hostname()
 		cfg.Instance = fmt.Sprintf("%s:%d", host, os.Getpid())
 	}
-	return &App{Config: cfg}
+	return &App{Config: cfg, failed: make(chan struct{})}
 }
 
 // Open starts everything, in order: server, connection, stream, the
@@ -303,7 +306,14 @@ func (a *App) Open(ctx context.Context) (err error) {
 		defer cancel()
 		return bus.ReadRange(ctx, a.nc, want.Name, from, to, fn)
 	}
-	pin := bus.WithPin(bus.Pin{Gained: a.roles.gained, Lost: func(_, reason string, refused bool) { a.roles.lost(reason, refused) }})
+	pin := bus.WithPin(bus.Pin{Gained: a.roles.gained, Lost: func(_, reason string, refused bool) {
+		a.roles.lost(reason, refused)
+		if reason == bus.ReasonConsumerDeleted {
+			// Nothing is delivered any more, to any instance: stop loudly,
+			// so that a supervisor starts ctxd again, which creates it.
+			a.fail(fmt.Errorf("ingest consumer %s on stream %s was deleted: no record is applied any more; start ctxd again to create it", streams.IngestName, want.Name))
+		}
+	}})
 	if a.ingest, err = bus.StartIngest(cons, last, readRange, a.handle, a.Logger, pin); err != nil {
 		return err
 	}
@@ -371,6 +381,26 @@ func (a *App) URL() string {
 		return ""
 	}
 	return a.nc.ConnectedUrlRedacted()
+}
+
+// Failed is closed when the app can no longer do its work and must be
+// started again (its ingest consumer was deleted); Err says why.
+func (a *App) Failed() <-chan struct{} { return a.failed }
+
+// Err returns why Failed is closed, or nil.
+func (a *App) Err() error {
+	if err := a.failErr.Load(); err != nil {
+		return *err
+	}
+	return nil
+}
+
+// fail records the first reason the app cannot go on and closes Failed.
+func (a *App) fail(err error) {
+	if a.failErr.CompareAndSwap(nil, &err) {
+		a.Logger.Error("ctxd cannot go on", "err", err)
+		close(a.failed)
+	}
 }
 
 // Serving reports whether Open has finished and Close has not begun.

@@ -76,6 +76,9 @@ func (a *App) lastSeq(ctx context.Context) (uint64, error) {
 // (stream and consumer verified, ingest running), connected, and the
 // ingest is at most ReadyMaxLag records behind the stream.
 func (a *App) Ready(ctx context.Context) error {
+	if err := a.Err(); err != nil {
+		return err
+	}
 	if !a.serving.Load() {
 		return errors.New("starting")
 	}

@@ -170,6 +170,10 @@ func (in *Ingest) receive(m jetstream.Msg) {
 	in.mu.Unlock()
 }
 
+// ReasonConsumerDeleted is the reason Pin.Lost gives when the consumer
+// was deleted under the ingest: no record comes any more.
+const ReasonConsumerDeleted = "consumer deleted"
+
 // pinHeader names the pin a message was delivered under.
 const pinHeader = "Nats-Pin-Id"
 
@@ -185,7 +189,7 @@ func (in *Ingest) consumeError(_ jetstream.ConsumeContext, err error) {
 	case errors.Is(err, jetstream.ErrNoHeartbeat):
 		reason = "no heartbeat"
 	case errors.Is(err, jetstream.ErrConsumerDeleted), errors.Is(err, jetstream.ErrConsumerNotFound):
-		reason = "consumer deleted"
+		reason = ReasonConsumerDeleted
 	}
 	if reason != "no heartbeat" {
 		in.Logger.Warn("consume", "consumer", in.consumer, "err", err)
