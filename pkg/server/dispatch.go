@@ -110,6 +110,12 @@ func (s *Service) dispatch(r micro.Request, session string, req contextRequest) 
 		s.answer(r, session, req, 0)
 		return
 	}
+	s.toLane(r, session, req)
+}
+
+// toLane hands a request to the load lane, or refuses it when the lane is
+// full.
+func (s *Service) toLane(r micro.Request, session string, req contextRequest) {
 	s.mu.Lock()
 	if s.closing {
 		// Draining after Close: answered here, as before the lanes.

@@ -316,6 +316,13 @@ func (s *Service) handleContext(r micro.Request) {
 		s.dispatch(r, session, req) // the common case: no wait
 		return
 	}
+	if req.minSeq == 0 {
+		// Nothing to wait for, but not answered from memory: an
+		// instance that reads the session's tail, or whose reads raised
+		// its floor. Off the endpoint's goroutine, on the load lane.
+		s.toLane(r, session, req)
+		return
+	}
 	s.await(r, session, req)
 }
 
