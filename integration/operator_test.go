@@ -9,6 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ctxd/ctxd/pkg/app"
+	"github.com/ctxd/ctxd/pkg/projection"
+	"github.com/ctxd/ctxd/pkg/record"
 	"github.com/ctxd/ctxd/streams"
 )
 
@@ -85,4 +87,65 @@ func TestOperator_ConsumerDeleted(t *testing.T) {
 	r := c.fetchSeq("cd1", last, false)
 	require.Equal(t, last, r.Seq)
 	require.Len(t, r.Messages, 2)
+}
+
+// TestOperator_TamperedCheckpoints: checkpoints an operator (or a bug)
+// wrote by hand: past the stream, one record after the real compaction,
+// garbage, a negative or quoted from. A checkpoint is a hint, checked
+// against the stream: after a restart every session answers Build of its
+// records, none empty or short, none 500.
+func TestOperator_TamperedCheckpoints(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	compaction := record.NewMap("type", "compaction", "at", "2026-01-01T00:00:00Z", "baseSeq", int64(1), "plannerVersion", int64(1),
+		"summaryModelRef", "m", "summary", "s", "qualityAudit", "passed",
+		"messages", []any{record.NewMap("role", "user", "content", "summary")},
+		"firstKeptIndex", int64(0), "tokensBefore", int64(10), "tokensAfter", int64(5))
+	values := map[string]func(compactionSeq uint64) string{
+		"past":    func(uint64) string { return `{"from":99999999,"seq":99999999}` },
+		"plusone": func(c uint64) string { return fmt.Sprintf(`{"from":%d,"seq":%d}`, c+1, c+3) },
+		"garbage": func(uint64) string { return `not json at all` },
+		"minus":   func(uint64) string { return `{"from":-5}` },
+		"quoted":  func(uint64) string { return `{"from":"12"}` },
+	}
+	a := startApp(t, dir)
+	c := newClient(t, a.URL())
+	recs := map[string][]projection.Record{}
+	compactions := map[string]uint64{}
+	add := func(id string, v any) uint64 {
+		seq := c.publishValue(id, v, false)
+		recs[id] = append(recs[id], projection.Record{Seq: seq, Value: v})
+		return seq
+	}
+	var last uint64
+	for id := range values {
+		add(id, record.NewMap("role", "user", "content", "before"))
+		compactions[id] = add(id, compaction)
+		for i := range 4 {
+			last = add(id, record.NewMap("role", "user", "content", fmt.Sprintf("after %d", i)))
+		}
+	}
+	require.NoError(t, a.Wait(ctx, last, 30*time.Second))
+	c.nc.Close()
+	require.NoError(t, a.Close())
+
+	a = startApp(t, dir)
+	c = newClient(t, a.URL())
+	kv, err := c.js.KeyValue(ctx, streams.CheckpointsBucket)
+	require.NoError(t, err)
+	for id, v := range values {
+		_, err := kv.Put(ctx, id, []byte(v(compactions[id])))
+		require.NoError(t, err)
+	}
+	a.Close()
+	a = startApp(t, dir)
+	c = newClient(t, a.URL())
+	for id := range values {
+		r, serr := c.fetch(id, []byte(fmt.Sprintf(`{"min_seq":%d,"wait_ms":10000}`, recs[id][len(recs[id])-1].Seq)), nil)
+		require.Nil(t, serr, id)
+		want := projection.Build(recs[id], projection.Options{})
+		require.Equal(t, recs[id][len(recs[id])-1].Seq, r.Seq, id)
+		require.Equal(t, mustJSON(t, want.Messages), mustJSON(t, r.Messages), id)
+	}
 }

@@ -53,7 +53,8 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 	ctx, cancel := context.WithTimeout(ctx, s.LoadTimeout)
 	defer cancel()
 	sr, bySeq := s.Loader.(SeqLoader)
-	scan := false // an index did not hold: read the subject
+	scan := false     // an index did not hold: read the subject
+	distrust := false // the checkpoint's From is not a compaction: ignore it
 	for attempt := 1; ; attempt++ {
 		// Every record up to the watermark is stored, and so is every
 		// record this session has seen: the ingest notes it before moving
@@ -91,7 +92,7 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 				// A checkpoint past what the load reads (written by a
 				// rebuild at the stream's end, ahead of the ingest) would
 				// start the read after the records it must hold.
-				if ok && cp.From <= ld.to {
+				if ok && cp.From <= ld.to && !distrust {
 					saved, start = cp.From, max(start, cp.From)
 					if idx, err := cp.Seqs(); err != nil {
 						s.Logger.Warn("checkpoint's record index dropped; the session loads from its subject", "session", sl.id, "err", err)
@@ -104,6 +105,9 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 				}
 			}
 			b = s.newBuild(sl.id, start, known)
+			if saved != 0 && start == saved {
+				b.expect = saved
+			}
 			if byIndex {
 				return sr.RecordsAt(ctx, sl.id, seqs, b.addData)
 			}
@@ -116,6 +120,17 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 		sl.mu.Lock()
 		if b == nil {
 			return fmt.Errorf("store: load %s: %w", sl.id, err)
+		}
+		if err == nil && (b.lied || (b.expect != 0 && !b.met)) {
+			// The checkpoint names no compaction of the session where it
+			// says (tampered, or of another stream): a hint that does not
+			// hold. What it read is dropped, and the load reads the
+			// session's subject from its start.
+			s.Logger.Warn("checkpoint's from is not a compaction of the session; the session loads from its subject's start", "session", sl.id, "from", b.expect)
+			s.dropIndex(sl)
+			distrust, scan = true, true
+			saved = 0
+			continue
 		}
 		if (byIndex || len(stored) > 0) && errors.Is(err, ErrIndexStale) {
 			// An index that does not hold: what it read is dropped, and
@@ -230,6 +245,12 @@ type build struct {
 	known   []uint64      // failed before the load, in order: skipped, not reported
 	found   []quarantined // quarantined by this load
 	why     []Rejection   // why, for each of found
+	// expect is a checkpoint's From the read starts at, which must be a
+	// valid compaction of the session: the first record the read meets
+	// is at expect and resets; else lied is set.
+	expect uint64
+	met    bool
+	lied   bool
 }
 
 func (s *Store) newBuild(session string, from uint64, known []uint64) *build {
@@ -259,6 +280,10 @@ func (b *build) addData(seq uint64, data []byte) error {
 // on any projection built from the same records.
 func (b *build) add(seq uint64, skip bool, v any, n int, resets bool) error {
 	s := b.s
+	if b.expect != 0 && !b.met {
+		b.met = true
+		b.lied = seq != b.expect || skip || !resets
+	}
 	if skip {
 		b.seen = append(b.seen, seq)
 		b.proj.Skip(seq)
