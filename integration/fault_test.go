@@ -441,7 +441,13 @@ func TestFault_PoisonRecordQuarantined(t *testing.T) {
 	r = c.fetchSeq("other", last, false)
 	require.Len(t, r.Messages, 1)
 
-	list := mustDecode(t, string(c.request("ctxd.rejected", nil, nil).Data)).([]any)
+	// The rejected list is the ingest's: a reply read from the stream
+	// may come before the ingest has met the record.
+	var list []any
+	require.Eventually(t, func() bool {
+		list = mustDecode(t, string(c.request("ctxd.rejected", nil, nil).Data)).([]any)
+		return len(list) > 0
+	}, 20*time.Second, 10*time.Millisecond)
 	require.Len(t, list, 1)
 	entry := list[0].(*record.Map)
 	seq, _ := entry.Get("seq")

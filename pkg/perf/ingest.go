@@ -93,6 +93,11 @@ func (b *bench) ingest(ctx context.Context) ([]Row, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Once the instance's ingest holds them, the fetches load them into
+	// its store (a fetch before may be answered by reading the stream).
+	if err := a.Wait(ctx, last, 30*time.Second); err != nil {
+		return nil, fmt.Errorf("ingest: %w", err)
+	}
 	for _, s := range sessions {
 		if _, err := fetchOnce(ctx, b.nc, s, client.Request{MinSeq: last, WaitMS: 30000}); err != nil {
 			return nil, err
