@@ -149,3 +149,96 @@ func TestOperator_TamperedCheckpoints(t *testing.T) {
 		require.Equal(t, mustJSON(t, want.Messages), mustJSON(t, r.Messages), id)
 	}
 }
+
+// TestOperator_StreamRecreated: an operator deletes the TRANSCRIPTS stream
+// and ctxd creates it anew; the checkpoint bucket still holds the old
+// stream's checkpoints (as after a crash before new ones were written).
+// They name compactions and sequences of another stream: after a restart
+// every session answers Build of what the new stream holds.
+func TestOperator_StreamRecreated(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	compaction := record.NewMap("type", "compaction", "at", "2026-01-01T00:00:00Z", "baseSeq", int64(1), "plannerVersion", int64(1),
+		"summaryModelRef", "m", "summary", "s", "qualityAudit", "passed",
+		"messages", []any{record.NewMap("role", "user", "content", "summary")},
+		"firstKeptIndex", int64(0), "tokensBefore", int64(10), "tokensAfter", int64(5))
+	ids := make([]string, 20)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("r%d", i)
+	}
+	// The old stream: each session with a compaction, far into it.
+	a := startApp(t, dir)
+	c := newClient(t, a.URL())
+	var last uint64
+	for round := range 8 {
+		for i, id := range ids {
+			v := any(record.NewMap("role", "user", "content", fmt.Sprintf("old %s %d", id, round)))
+			if round == 5 && i%2 == 0 {
+				v = compaction
+			}
+			last = c.publishValue(id, v, false)
+		}
+	}
+	require.NoError(t, a.Wait(ctx, last, 30*time.Second))
+	c.nc.Close()
+	require.NoError(t, a.Close())
+	old := func() map[string][]byte {
+		a := startApp(t, dir)
+		c := newClient(t, a.URL())
+		kv, err := c.js.KeyValue(ctx, streams.CheckpointsBucket)
+		require.NoError(t, err)
+		out := map[string][]byte{}
+		for _, id := range ids {
+			e, err := kv.Get(ctx, id)
+			require.NoError(t, err, id)
+			out[id] = e.Value()
+		}
+		// The operator deletes the stream (nats stream rm TRANSCRIPTS).
+		require.NoError(t, c.js.DeleteStream(ctx, "TRANSCRIPTS"))
+		c.nc.Close()
+		require.NoError(t, a.Close())
+		return out
+	}()
+
+	// ctxd creates the stream anew; records come again, more of them:
+	// the old checkpoints' sequences fall inside the new stream, on other
+	// records.
+	a = startApp(t, dir)
+	c = newClient(t, a.URL())
+	recs := map[string][]projection.Record{}
+	for round := range 10 {
+		for _, id := range ids {
+			v := record.NewMap("role", "user", "content", fmt.Sprintf("new %s %d", id, round))
+			seq := c.publishValue(id, v, false)
+			recs[id] = append(recs[id], projection.Record{Seq: seq, Value: v})
+			last = seq
+		}
+	}
+	require.NoError(t, a.Wait(ctx, last, 30*time.Second))
+	c.nc.Close()
+	require.NoError(t, a.Close())
+
+	// The old checkpoints are what the bucket holds.
+	a = startApp(t, dir, func(c *app.Config) { c.CacheSessions = 1 })
+	c = newClient(t, a.URL())
+	kv, err := c.js.KeyValue(ctx, streams.CheckpointsBucket)
+	require.NoError(t, err)
+	for id, v := range old {
+		_, err := kv.Put(ctx, id, v)
+		require.NoError(t, err)
+	}
+	c.nc.Close()
+	require.NoError(t, a.Close())
+
+	a = startApp(t, dir, func(c *app.Config) { c.CacheSessions = 1 })
+	c = newClient(t, a.URL())
+	for _, id := range ids {
+		n := len(recs[id])
+		r, serr := c.fetch(id, []byte(fmt.Sprintf(`{"min_seq":%d,"wait_ms":10000}`, recs[id][n-1].Seq)), nil)
+		require.Nil(t, serr, id)
+		require.Equal(t, recs[id][n-1].Seq, r.Seq, id)
+		want := projection.Build(recs[id], projection.Options{})
+		require.Equal(t, string(mustJSON(t, want.Messages)), string(mustJSON(t, r.Messages)), id)
+	}
+}

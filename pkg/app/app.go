@@ -266,6 +266,7 @@ func (a *App) Open(ctx context.Context) (err error) {
 		return err
 	}
 
+	cps.Stream = bus.StreamIdentity(st.CachedInfo())
 	a.js, a.st, a.stream = js, st, want.Name
 	a.loader = &streamLoader{nc: a.nc, stream: want.Name, cps: cps}
 	a.roles = &roles{a: a, reader: a.newStore()}

@@ -33,6 +33,11 @@ type Checkpoints struct {
 	bucketMu sync.Mutex
 	kv       jetstream.KeyValue
 	replicas int
+	// Stream, when set, names the transcripts stream the checkpoints are
+	// of (StreamIdentity): writes carry it, and a read finds no
+	// checkpoint where the stored one names another stream (the stream
+	// was deleted and created again; its sequences are other records).
+	Stream string
 	// maxValue is the largest value the bucket stores (its max_msg_size,
 	// less room for the headers); a checkpoint larger is stored without
 	// its index.
@@ -112,6 +117,21 @@ func (c *Checkpoints) open(ctx context.Context) error {
 	return nil
 }
 
+// ofStream reports whether a stored checkpoint is of the stream c is of
+// (or names none: written before checkpoints named their stream), and
+// clears the name: it is the bucket's business, not the checkpoint's.
+func (c *Checkpoints) ofStream(cp *store.Checkpoint) bool {
+	of := c.Stream == "" || cp.Stream == "" || cp.Stream == c.Stream
+	cp.Stream = ""
+	return of
+}
+
+// StreamIdentity names a stream for Checkpoints.Stream: its name and
+// creation time, which a stream deleted and created again does not share.
+func StreamIdentity(info *jetstream.StreamInfo) string {
+	return info.Config.Name + "@" + info.Created.UTC().Format(time.RFC3339Nano)
+}
+
 // bucket returns the bucket as last opened.
 func (c *Checkpoints) bucket() jetstream.KeyValue {
 	c.bucketMu.Lock()
@@ -186,6 +206,10 @@ func (c *Checkpoints) Get(ctx context.Context, session string) (cp store.Checkpo
 		c.remember(session, e.Revision(), store.Checkpoint{}) // any checkpoint replaces it
 		return store.Checkpoint{}, false, fmt.Errorf("checkpoint %s: %w: %w", session, store.ErrBadCheckpoint, err)
 	}
+	if !c.ofStream(&cp) {
+		c.remember(session, e.Revision(), store.Checkpoint{}) // any checkpoint replaces it
+		return store.Checkpoint{}, false, nil
+	}
 	c.remember(session, e.Revision(), cp)
 	return cp, true, nil
 }
@@ -212,6 +236,9 @@ func (c *Checkpoints) Put(ctx context.Context, session string, cp store.Checkpoi
 // encode returns a checkpoint's value, and the checkpoint it stores: one
 // too large for the bucket is stored without its index.
 func (c *Checkpoints) encode(cp store.Checkpoint) ([]byte, store.Checkpoint) {
+	if c.Stream != "" {
+		cp.Stream = c.Stream
+	}
 	data, _ := json.Marshal(cp)
 	c.bucketMu.Lock()
 	most := c.maxValue
@@ -401,7 +428,7 @@ func (c *Checkpoints) All(ctx context.Context) (map[string]store.Checkpoint, err
 				return out, nil
 			}
 			var cp store.Checkpoint
-			if err := json.Unmarshal(e.Value(), &cp); err == nil {
+			if err := json.Unmarshal(e.Value(), &cp); err == nil && c.ofStream(&cp) {
 				out[e.Key()] = cp
 			}
 		case <-ctx.Done():

@@ -1,9 +1,12 @@
 package bus_test
 
 import (
+	"errors"
 	"maps"
 	"testing"
+	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ctxd/ctxd/internal/natstest"
@@ -16,7 +19,7 @@ import (
 // bucket under a running ctxd (nats kv del CTXD_CHECKPOINTS, or nats
 // stream rm of its stream). A checkpoint is a hint: the bucket comes back
 // empty, reads find no checkpoint (sessions load from their subjects),
-// and writes store again, through each of Get, Put, PutAll and All.
+// and writes store again, through each of Get, Put and PutAll.
 func TestCheckpoints_BucketDeleted(t *testing.T) {
 	ctx := testContext(t)
 	js := natstest.JetStream(t)
@@ -28,6 +31,11 @@ func TestCheckpoints_BucketDeleted(t *testing.T) {
 	drop := func() {
 		t.Helper()
 		require.NoError(t, js.DeleteKeyValue(ctx, streams.CheckpointsBucket))
+		// The server answers before the stream's store is gone.
+		require.Eventually(t, func() bool {
+			_, err := js.Stream(ctx, "KV_"+streams.CheckpointsBucket)
+			return errors.Is(err, jetstream.ErrStreamNotFound)
+		}, 10*time.Second, 5*time.Millisecond)
 	}
 
 	drop()
@@ -44,10 +52,49 @@ func TestCheckpoints_BucketDeleted(t *testing.T) {
 	require.NoError(t, cps.PutAll(ctx, maps.All(map[string]store.Checkpoint{"s2": {From: 2, Seq: 8}, "s3": {From: 3, Seq: 9}})))
 	all, err := cps.All(ctx)
 	require.NoError(t, err)
-	require.Equal(t, map[string]store.Checkpoint{"s2": {From: 2, Seq: 8}, "s3": {From: 3, Seq: 9}}, all)
+	// (A store the server has not finished removing may come back with
+	// the bucket: its checkpoints are hints like any other.)
+	require.Equal(t, store.Checkpoint{From: 2, Seq: 8}, all["s2"])
+	require.Equal(t, store.Checkpoint{From: 3, Seq: 9}, all["s3"])
+}
 
-	drop()
-	all, err = cps.All(ctx)
+// TestCheckpoints_OfAnotherStream: checkpoints name the stream they are
+// of; read against another (the stream deleted and created again, which
+// numbers other records with the same sequences), they are not there,
+// and a write replaces them. Checkpoints that name no stream (written
+// before they did) are read as they are.
+func TestCheckpoints_OfAnotherStream(t *testing.T) {
+	ctx := testContext(t)
+	js := natstest.JetStream(t)
+	old, err := bus.OpenCheckpoints(ctx, js, 0)
 	require.NoError(t, err)
-	require.Empty(t, all)
+	old.Stream = "TRANSCRIPTS@1"
+	require.NoError(t, old.Put(ctx, "s1", store.Checkpoint{From: 40, Seq: 90}))
+	untagged, err := bus.OpenCheckpoints(ctx, js, 0)
+	require.NoError(t, err)
+	require.NoError(t, untagged.Put(ctx, "s2", store.Checkpoint{From: 1, Seq: 2}))
+
+	cps, err := bus.OpenCheckpoints(ctx, js, 0)
+	require.NoError(t, err)
+	cps.Stream = "TRANSCRIPTS@2"
+	_, ok, err := cps.Get(ctx, "s1")
+	require.NoError(t, err)
+	require.False(t, ok, "a checkpoint of another stream")
+	got, ok, err := cps.Get(ctx, "s2")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, store.Checkpoint{From: 1, Seq: 2}, got)
+	all, err := cps.All(ctx)
+	require.NoError(t, err)
+	require.Equal(t, map[string]store.Checkpoint{"s2": {From: 1, Seq: 2}}, all)
+
+	// An older checkpoint of this stream replaces the other stream's.
+	require.NoError(t, cps.PutAll(ctx, maps.All(map[string]store.Checkpoint{"s1": {From: 3, Seq: 5}})))
+	got, ok, err = cps.Get(ctx, "s1")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, store.Checkpoint{From: 3, Seq: 5}, got)
+	_, ok, err = old.Get(ctx, "s1")
+	require.NoError(t, err)
+	require.False(t, ok, "and is not the old stream's")
 }

@@ -58,5 +58,14 @@ func (s *Stream) ReadSubject(ctx context.Context, subject string, from, to uint6
 // OpenCheckpoints opens the checkpoint bucket on the stream's server (see
 // the function OpenCheckpoints), creating it when it is missing.
 func (s *Stream) OpenCheckpoints(ctx context.Context) (*Checkpoints, error) {
-	return OpenCheckpoints(ctx, s.js, 0)
+	st, err := s.js.Stream(ctx, s.name)
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", s.name, err)
+	}
+	cps, err := OpenCheckpoints(ctx, s.js, 0)
+	if err != nil {
+		return nil, err
+	}
+	cps.Stream = StreamIdentity(st.CachedInfo())
+	return cps, nil
 }

@@ -23,9 +23,10 @@ var ErrBadCheckpoint = errors.New("checkpoint does not decode")
 // checkpointJSON is a checkpoint as stored. Index is absent in the format
 // written before it existed.
 type checkpointJSON struct {
-	From  uint64 `json:"from"`
-	Seq   uint64 `json:"seq"`
-	Index []byte `json:"index,omitempty"` // base64 in JSON; see encodeSeqs
+	From   uint64 `json:"from"`
+	Seq    uint64 `json:"seq"`
+	Index  []byte `json:"index,omitempty"` // base64 in JSON; see encodeSeqs
+	Stream string `json:"stream,omitempty"`
 }
 
 // WithSeqs returns the checkpoint with seqs as its index, or without an
@@ -57,7 +58,7 @@ func (cp Checkpoint) Seqs() ([]uint64, error) {
 // MarshalJSON stores a checkpoint as {"from":F,"seq":S,"index":"..."},
 // index being base64, absent when the checkpoint has none.
 func (cp Checkpoint) MarshalJSON() ([]byte, error) {
-	out := checkpointJSON{From: cp.From, Seq: cp.Seq}
+	out := checkpointJSON{From: cp.From, Seq: cp.Seq, Stream: cp.Stream}
 	if cp.Index != "" {
 		out.Index = []byte(cp.Index)
 	}
@@ -73,7 +74,7 @@ func (cp *Checkpoint) UnmarshalJSON(data []byte) error {
 	if err := json.Unmarshal(data, &in); err != nil {
 		return err
 	}
-	*cp = Checkpoint{From: in.From, Seq: in.Seq, Index: string(in.Index)}
+	*cp = Checkpoint{From: in.From, Seq: in.Seq, Index: string(in.Index), Stream: in.Stream}
 	if _, err := cp.Seqs(); err != nil {
 		cp.Index, cp.indexErr = "", err.Error()
 	}
@@ -90,7 +91,9 @@ func (cp Checkpoint) IndexError() error {
 }
 
 // WithoutIndex returns the checkpoint without its index.
-func (cp Checkpoint) WithoutIndex() Checkpoint { return Checkpoint{From: cp.From, Seq: cp.Seq} }
+func (cp Checkpoint) WithoutIndex() Checkpoint {
+	return Checkpoint{From: cp.From, Seq: cp.Seq, Stream: cp.Stream}
+}
 
 // Newer reports whether cp should replace old, a stored checkpoint of the
 // same session: a checkpoint never gives way to an older one, so writers

@@ -25,6 +25,10 @@ type Checkpoint struct {
 	From  uint64
 	Seq   uint64
 	Index string
+	// Stream names the stream the sequences are of (bus.Checkpoints
+	// sets and checks it): a stream deleted and created again numbers
+	// other records with the same sequences.
+	Stream string
 
 	indexErr string // why the stored index was dropped (IndexError)
 }
