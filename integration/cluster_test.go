@@ -2,7 +2,6 @@ package integration
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -304,52 +303,23 @@ func (tc *testCluster) finish() []sample {
 	}
 	require.Greater(t, counts["acked"], 50, "the load was too light to mean anything")
 
-	var lost, duplicated, unexpected, storedUnacked int
+	var rc reconciled
 	truth := map[string][]projection.Record{}
 	lastSeq := map[string]uint64{}
 	for session, outs := range bySession {
-		type stored struct {
-			seq  uint64
-			data []byte
-		}
-		byRid := map[string][]stored{}
+		byRid := map[string][]storedRecord{}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		err := bus.ReadSubject(ctx, tc.nc, "TRANSCRIPTS", "transcripts."+session, 1, ^uint64(0), func(seq uint64, data []byte) error {
 			v, err := record.Decode(data)
 			require.NoError(t, err)
 			rid, _ := v.String("rid")
-			byRid[rid] = append(byRid[rid], stored{seq, bytes.Clone(data)})
+			byRid[rid] = append(byRid[rid], storedRecord{seq, bytes.Clone(data)})
 			lastSeq[session] = seq
 			return nil
 		})
 		cancel()
 		require.NoError(t, err)
-		known := map[string]bool{}
-		var recs []projection.Record
-		for _, o := range outs {
-			known[o.rid] = true
-			got := byRid[o.rid]
-			switch {
-			case o.state == "acked" && (len(got) == 0 || got[0].seq != o.seq || !bytes.Equal(got[0].data, o.data)):
-				lost++
-			case len(got) > 1:
-				duplicated++
-			}
-			switch {
-			case o.state == "acked":
-				recs = append(recs, projection.Record{Seq: o.seq, Value: mustDecode(t, string(o.data))})
-			case len(got) > 0:
-				storedUnacked++
-				recs = append(recs, projection.Record{Seq: got[0].seq, Value: mustDecode(t, string(got[0].data))})
-			}
-		}
-		for rid := range byRid {
-			if !known[rid] {
-				unexpected++
-			}
-		}
-		slices.SortFunc(recs, func(a, b projection.Record) int { return cmp.Compare(a.Seq, b.Seq) })
-		truth[session] = recs
+		truth[session] = reconcile(t, outs, byRid, &rc)
 	}
 
 	var during []read
@@ -387,14 +357,14 @@ func (tc *testCluster) finish() []sample {
 		samples = append(samples, s)
 	}
 	t.Logf("load: sessions=%d publishes acked=%d unknown=%d failed=%d, stored without an acknowledgement=%d",
-		len(bySession), counts["acked"], counts["unknown"], counts["failed"], storedUnacked)
+		len(bySession), counts["acked"], counts["unknown"], counts["failed"], rc.storedUnacked)
 	t.Logf("ctxd: replies checked=%d (during the load %d, after it %d) wrong=%d; requests=%d",
 		len(during)+len(after), len(during), len(after), wrong, len(samples))
 	require.NotZero(t, len(during), "reads during the load")
 	require.Zero(t, wrong, "replies that differ from Build over the session's records up to their seq")
-	require.Zero(t, lost, "acknowledged records not in the stream at their sequence")
-	require.Zero(t, duplicated, "records stored more than once despite their message id")
-	require.Zero(t, unexpected, "records in the stream that nobody published")
+	require.Zero(t, rc.lost, "acknowledged records not in the stream at their sequence")
+	require.Zero(t, rc.duplicated, "records stored more than once despite their message id")
+	require.Zero(t, rc.unexpected, "records in the stream that nobody published")
 	return samples
 }
 

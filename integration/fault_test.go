@@ -43,6 +43,52 @@ type outcome struct {
 	state   string // acked, failed, unknown
 }
 
+// storedRecord is a record the stream holds, found by its writer's rid.
+type storedRecord struct {
+	seq  uint64
+	data []byte
+}
+
+// reconciled counts what the stream holds against what was published:
+// acknowledged records missing or changed, records stored twice, records
+// nobody published, and records stored whose acknowledgement was lost.
+type reconciled struct {
+	lost, duplicated, unexpected, storedUnacked int
+}
+
+// reconcile checks a session's publish outcomes against the records its
+// subject holds, by rid, adds what it finds to n, and returns the records
+// ctxd must serve in stream order: those acknowledged, and those stored
+// whose acknowledgement was lost.
+func reconcile(t testing.TB, outs []outcome, byRid map[string][]storedRecord, n *reconciled) []projection.Record {
+	known := map[string]bool{}
+	var recs []projection.Record
+	for _, o := range outs {
+		known[o.rid] = true
+		got := byRid[o.rid]
+		switch {
+		case o.state == "acked" && (len(got) == 0 || got[0].seq != o.seq || !bytes.Equal(got[0].data, o.data)):
+			n.lost++
+		case len(got) > 1:
+			n.duplicated++
+		}
+		switch {
+		case o.state == "acked":
+			recs = append(recs, projection.Record{Seq: o.seq, Value: mustDecode(t, string(o.data))})
+		case len(got) > 0:
+			n.storedUnacked++
+			recs = append(recs, projection.Record{Seq: got[0].seq, Value: mustDecode(t, string(got[0].data))})
+		}
+	}
+	for rid := range byRid {
+		if !known[rid] {
+			n.unexpected++
+		}
+	}
+	slices.SortFunc(recs, func(a, b projection.Record) int { return cmp.Compare(a.Seq, b.Seq) })
+	return recs
+}
+
 // read is one context reply a writer received while ctxd was being
 // killed, kept to be checked once the records of unknown outcome are
 // known.
@@ -185,21 +231,18 @@ func TestFault_KillUnderLoad(t *testing.T) {
 	// JetStream's part: the stream holds what was acknowledged. And the
 	// records ctxd must serve: those acknowledged, and those stored whose
 	// acknowledgement was lost.
-	var lost, duplicated, unexpected, unsorted, storedUnacked int
+	var rc reconciled
+	unsorted := 0
 	truth := map[string][]projection.Record{} // per session, in stream order
 	lastSeq := map[string]uint64{}
 	for session, outs := range bySession {
-		type stored struct {
-			seq  uint64
-			data []byte
-		}
-		byRid := map[string][]stored{}
+		byRid := map[string][]storedRecord{}
 		var order []uint64
 		err := bus.ReadSubject(context.Background(), nc, "TRANSCRIPTS", "transcripts."+session, 1, ^uint64(0), func(seq uint64, data []byte) error {
 			v, err := record.Decode(data)
 			require.NoError(t, err)
 			rid, _ := v.String("rid")
-			byRid[rid] = append(byRid[rid], stored{seq, bytes.Clone(data)})
+			byRid[rid] = append(byRid[rid], storedRecord{seq, bytes.Clone(data)})
 			order = append(order, seq)
 			return nil
 		})
@@ -212,32 +255,7 @@ func TestFault_KillUnderLoad(t *testing.T) {
 		if !slices.IsSorted(order) {
 			unsorted++
 		}
-		known := map[string]bool{}
-		var recs []projection.Record
-		for _, o := range outs {
-			known[o.rid] = true
-			got := byRid[o.rid]
-			switch {
-			case o.state == "acked" && (len(got) == 0 || got[0].seq != o.seq || !bytes.Equal(got[0].data, o.data)):
-				lost++
-			case len(got) > 1:
-				duplicated++
-			}
-			switch {
-			case o.state == "acked":
-				recs = append(recs, projection.Record{Seq: o.seq, Value: mustDecode(t, string(o.data))})
-			case len(got) > 0:
-				storedUnacked++
-				recs = append(recs, projection.Record{Seq: got[0].seq, Value: mustDecode(t, string(got[0].data))})
-			}
-		}
-		for rid := range byRid {
-			if !known[rid] {
-				unexpected++
-			}
-		}
-		slices.SortFunc(recs, func(a, b projection.Record) int { return cmp.Compare(a.Seq, b.Seq) })
-		truth[session] = recs
+		truth[session] = reconcile(t, outs, byRid, &rc)
 	}
 
 	// ctxd's part: every reply, those of the load and one per session now.
@@ -273,16 +291,16 @@ func TestFault_KillUnderLoad(t *testing.T) {
 	require.Contains(t, string(out), "no differences")
 
 	t.Logf("load: kills=%d sessions=%d publishes acked=%d failed=%d unknown=%d, stored without an acknowledgement=%d",
-		len(procs)-1, len(bySession), counts["acked"], counts["failed"], counts["unknown"], storedUnacked)
+		len(procs)-1, len(bySession), counts["acked"], counts["failed"], counts["unknown"], rc.storedUnacked)
 	t.Logf("ctxd: reads=%d (during the load %d, after the kills %d) wrong=%d (of which stale, seq below min_seq: %d)",
 		len(during)+len(after), len(during), len(after), wrong, stale)
 	t.Logf("JetStream, not ctxd: lost=%d duplicated=%d unexpected=%d; the test's stream reads unsorted=%d",
-		lost, duplicated, unexpected, unsorted)
+		rc.lost, rc.duplicated, rc.unexpected, unsorted)
 	require.NotZero(t, len(during), "reads during the load")
 	require.Zero(t, wrong, "replies of ctxd that differ from Build over the session's records up to their seq")
-	require.Zero(t, lost, "JetStream: acknowledged records not in the stream at their sequence")
-	require.Zero(t, duplicated, "JetStream: records stored more than once despite their message id")
-	require.Zero(t, unexpected, "JetStream: records in the stream that nobody published")
+	require.Zero(t, rc.lost, "JetStream: acknowledged records not in the stream at their sequence")
+	require.Zero(t, rc.duplicated, "JetStream: records stored more than once despite their message id")
+	require.Zero(t, rc.unexpected, "JetStream: records in the stream that nobody published")
 	require.Zero(t, unsorted, "the test's stream reads out of order")
 	require.NoError(t, last.cmd.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, last.wait(t))
