@@ -95,7 +95,7 @@ func (b *bench) coldLoads(ctx context.Context, a *app.App, S int, name func(int)
 		n := 0
 		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
 		defer cancel()
-		err := bus.ReadSeqs(rctx, b.nc, def.Name, seqs, func(uint64, []byte) error { n++; return nil })
+		err := bus.ReadSubjectSeqs(rctx, b.nc, def.Name, subject.TranscriptsPrefix+name(k), seqs, func(uint64, []byte) error { n++; return nil })
 		if err == nil && n != per {
 			err = fmt.Errorf("cold: read %d records of %s, expected %d", n, name(k), per)
 		}

@@ -101,7 +101,7 @@ var Baselines = []string{
 	"clients: requests/s of several clients, each on its own connection, fetching one session; baseline: the same against the bare responder",
 	"turn: p50 of a turn with ctxd: publish the turn's records (each acknowledged), then fetch with min_seq the last acknowledgement's sequence; baseline: the same turn with a responder that rebuilds per request as a store-and-rebuild design does (direct-get read of the session's records, decode, projection.Build, JSON encode, reply), on its own connection; both timed from the first publish to the reply in hand, turns interleaved and appended to one session, which grows as they run. Second row: a fetch of a session that received no new records, against the same rebuild",
 	"rebuild: records/s of ctxd rebuild over the stream (a compaction every 100 records of a session): first row, gathering every session's checkpoint (decoding only the records that could be compactions) and writing them, which is what the command does; second row, rebuilding whole projections on worker goroutines, as --check does; baseline: a raw ordered consumer reading the same stream",
-	"cold: latency of a fetch whose session was evicted (read, decode, apply, render); baseline: a client reading the same records by sequence with pipelined direct gets (bus.ReadSeqs), as ctxd's loader does",
+	"cold: latency of a fetch whose session was evicted (read, decode, apply, render); baseline: a client reading the same records by sequence with pipelined direct gets that check each record's subject (bus.ReadSubjectSeqs), as ctxd's loader does",
 	"memory: heap in use per loaded session (after GC, freed when the sessions are evicted); baseline: the bytes of the context replies of those sessions",
 }
 
