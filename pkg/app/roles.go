@@ -176,8 +176,8 @@ func (r *roles) Ready(session string, seq uint64) bool {
 // Reach implements server.Reacher.
 func (r *roles) Reach(ctx context.Context, session string, seq uint64, timeout time.Duration) (server.Viewer, error) {
 	deadline := time.Now().Add(timeout)
-	if st, _ := r.state(); st != nil && st.Wait(ctx, max(seq, r.floor.Load()), 0) == nil {
-		return st, nil // the common case: there already, nothing to watch
+	if st := r.ingestStore(); st != nil && st.Wait(ctx, max(seq, r.floor.Load()), 0) == nil {
+		return st, nil // the common case: there already, nothing to watch, no lock
 	}
 	if st, changed := r.state(); st != nil {
 		// The ingest gets there, unless the pin is lost meanwhile: then
