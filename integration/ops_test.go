@@ -85,6 +85,9 @@ func TestOps_Metrics(t *testing.T) {
 	bad := c.publish("m1", []byte("hello, plain text"))
 	_, err := c.nc.Request("ctxd.context.m1", []byte(`{"min_seq":`+strconv.FormatUint(bad, 10)+`}`), 10*time.Second)
 	require.NoError(t, err)
+	// The counters are the ingest's: the reply may be read from the
+	// stream before the ingest has met the records.
+	require.NoError(t, a.Wait(context.Background(), bad, 20*time.Second))
 	m = scrape(t, addr)
 	require.Equal(t, 3.0, metricValue(t, m, "ctxd_records_applied_total", ""))
 	require.Equal(t, 1.0, metricValue(t, m, "ctxd_records_rejected_total", `reason="undecodable"`))
