@@ -22,6 +22,7 @@ import (
 
 	"github.com/ctxd/ctxd/internal/natstest"
 	"github.com/ctxd/ctxd/internal/workload"
+	"github.com/ctxd/ctxd/pkg/app"
 	"github.com/ctxd/ctxd/pkg/bus"
 	ctxdclient "github.com/ctxd/ctxd/pkg/client"
 	"github.com/ctxd/ctxd/pkg/projection"
@@ -474,4 +475,30 @@ func TestFault_PoisonRecordQuarantined(t *testing.T) {
 	require.Contains(t, reason, "quarantined")
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, p.wait(t))
+}
+
+// A record quarantined by a load that no ingest met (stored before the
+// instance started, so nothing is delivered and no pin is held) is
+// listed too: ctxd.rejected lists what this instance's reads rejected as
+// well as its ingest's.
+func TestFault_PoisonRecordListedWithoutIngest(t *testing.T) {
+	dir := t.TempDir()
+	limit := func(c *app.Config) { c.MaxSessionBytes = 100000 }
+	a := startApp(t, dir, limit)
+	c := newClient(t, a.URL())
+	c.publish("poison", []byte(`{"role":"user","content":"before"}`))
+	bad := c.publish("poison", []byte(`{"role":"user","content":"`+strings.Repeat("x", 150000)+`"}`))
+	last := c.publish("poison", []byte(`{"role":"user","content":"after"}`))
+	require.NoError(t, a.Close())
+
+	a = startApp(t, dir, limit)
+	c = newClient(t, a.URL())
+	r := c.fetchSeq("poison", last, false)
+	require.Equal(t, last, r.Seq)
+	require.Len(t, r.Messages, 2)
+
+	list := mustDecode(t, string(c.request("ctxd.rejected", nil, nil).Data)).([]any)
+	require.Len(t, list, 1)
+	seq, _ := list[0].(*record.Map).Get("seq")
+	require.Equal(t, int64(bad), seq)
 }

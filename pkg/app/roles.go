@@ -1,9 +1,11 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -322,15 +324,41 @@ func (r *roles) current() *store.Store {
 	return r.reader
 }
 
-// Rejected lists the records the latest ingest store skipped.
+// Rejected lists the records this instance skipped, oldest first: those
+// the latest ingest store met, and those its reads met, which include
+// records stored before the ingest store began (a load finds them).
 func (r *roles) Rejected() []store.Rejection {
 	r.mu.Lock()
 	st := r.last
 	r.mu.Unlock()
-	if st == nil {
-		return []store.Rejection{}
+	list := r.reader.Rejected()
+	if st != nil {
+		list = append(list, st.Rejected()...)
 	}
-	return st.Rejected()
+	return mergeRejections(list, r.a.RejectLog)
+}
+
+// mergeRejections orders list oldest first, keeps each sequence once and
+// the latest keep of them (all when keep <= 0).
+func mergeRejections(list []store.Rejection, keep int) []store.Rejection {
+	slices.SortStableFunc(list, func(a, b store.Rejection) int {
+		if c := a.At.Compare(b.At); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Seq, b.Seq)
+	})
+	seen := make(map[uint64]bool, len(list))
+	out := make([]store.Rejection, 0, len(list))
+	for _, rj := range list {
+		if !seen[rj.Seq] {
+			seen[rj.Seq] = true
+			out = append(out, rj)
+		}
+	}
+	if keep > 0 && len(out) > keep {
+		out = out[len(out)-keep:]
+	}
+	return out
 }
 
 // Loaded reports whether a request for the session is answered from
