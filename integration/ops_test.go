@@ -83,11 +83,11 @@ func TestOps_Metrics(t *testing.T) {
 		last = c.publish("m1", []byte(`{"role":"user","content":"hello `+strconv.Itoa(i)+`"}`))
 	}
 	bad := c.publish("m1", []byte("hello, plain text"))
+	// The records counter is the ingest's: the ingest meets them all
+	// when no reply read from the stream came first.
+	require.NoError(t, a.Wait(context.Background(), bad, 20*time.Second))
 	_, err := c.nc.Request("ctxd.context.m1", []byte(`{"min_seq":`+strconv.FormatUint(bad, 10)+`}`), 10*time.Second)
 	require.NoError(t, err)
-	// The counters are the ingest's: the reply may be read from the
-	// stream before the ingest has met the records.
-	require.NoError(t, a.Wait(context.Background(), bad, 20*time.Second))
 	m = scrape(t, addr)
 	require.Equal(t, 3.0, metricValue(t, m, "ctxd_records_applied_total", ""))
 	require.Equal(t, 1.0, metricValue(t, m, "ctxd_records_rejected_total", `reason="undecodable"`))

@@ -356,6 +356,11 @@ func (a *App) newStore() *store.Store {
 	s.MaxSessionBytes = a.MaxSessionBytes
 	s.Logger = a.Logger
 	s.RejectLog = a.RejectLog
+	if a.roles != nil && a.roles.reader != nil {
+		// One list of rejected records for the instance, whichever
+		// store met them.
+		s.ShareRejections(a.roles.reader)
+	}
 	return s
 }
 

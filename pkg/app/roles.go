@@ -1,11 +1,9 @@
 package app
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,7 +58,7 @@ type roles struct {
 	floor atomic.Uint64               // every reply so far is built up to at most this
 
 	mu      sync.Mutex    // orders gains and losses
-	last    *store.Store  // the latest ingest store, for its rejections
+	retired store.Stats   // the counters of the ingest stores no longer fed
 	pin     string        // the pin of feed
 	changed chan struct{} // closed when the pin is gained or lost
 }
@@ -119,8 +117,11 @@ func (r *roles) gained(pin string, first uint64, resumed bool) {
 	st.Fresh = from == 0
 	st.Advance(from)
 	old := r.feed.Swap(st)
+	if old != nil {
+		r.retire(old)
+	}
 	r.owner.Store(st)
-	r.last, r.pin = st, pin
+	r.pin = pin
 	r.change()
 	r.mu.Unlock()
 	if old != nil {
@@ -139,7 +140,9 @@ func (r *roles) lost(reason string, refused bool) {
 	}
 	var old *store.Store
 	if refused {
-		old = r.feed.Swap(nil)
+		if old = r.feed.Swap(nil); old != nil {
+			r.retire(old)
+		}
 		r.pin = ""
 	}
 	r.change()
@@ -324,42 +327,10 @@ func (r *roles) current() *store.Store {
 	return r.reader
 }
 
-// Rejected lists the records this instance skipped, oldest first: those
-// the latest ingest store met, and those its reads met, which include
-// records stored before the ingest store began (a load finds them).
-func (r *roles) Rejected() []store.Rejection {
-	r.mu.Lock()
-	st := r.last
-	r.mu.Unlock()
-	list := r.reader.Rejected()
-	if st != nil {
-		list = append(list, st.Rejected()...)
-	}
-	return mergeRejections(list, r.a.RejectLog)
-}
-
-// mergeRejections orders list oldest first, keeps each sequence once and
-// the latest keep of them (all when keep <= 0).
-func mergeRejections(list []store.Rejection, keep int) []store.Rejection {
-	slices.SortStableFunc(list, func(a, b store.Rejection) int {
-		if c := a.At.Compare(b.At); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.Seq, b.Seq)
-	})
-	seen := make(map[uint64]bool, len(list))
-	out := make([]store.Rejection, 0, len(list))
-	for _, rj := range list {
-		if !seen[rj.Seq] {
-			seen[rj.Seq] = true
-			out = append(out, rj)
-		}
-	}
-	if keep > 0 && len(out) > keep {
-		out = out[len(out)-keep:]
-	}
-	return out
-}
+// Rejected lists the records this instance skipped, oldest first, as
+// its ingest met them or its reads did (a record stored before the
+// ingest store began is met only by a load): its stores share one list.
+func (r *roles) Rejected() []store.Rejection { return r.reader.Rejected() }
 
 // Loaded reports whether a request for the session is answered from
 // memory now: while this instance ingests, a session its store holds;
@@ -371,5 +342,43 @@ func (r *roles) Loaded(session string) bool {
 	return false
 }
 
-// Stats counts the current store's work.
-func (r *roles) Stats() store.Stats { return r.current().Stats() }
+// Stats counts the instance's work, so that a counter never goes back
+// when the store that answers changes: records and duplicates are the
+// ingest's, over every ingest store the instance had; loads and
+// evictions those of all its stores; rejections its one list's. The
+// gauges (sessions, loaded, bytes) add up what its stores hold now;
+// applied is the watermark of the store that answers.
+func (r *roles) Stats() store.Stats {
+	r.mu.Lock()
+	out := r.retired
+	r.mu.Unlock()
+	rd := r.reader.Stats()
+	out.Rejected, out.RejectedBy = rd.Rejected, rd.RejectedBy
+	add := func(st store.Stats, ingest bool) {
+		if ingest {
+			out.Records += st.Records
+			out.Duplicates += st.Duplicates
+		}
+		out.Loads += st.Loads
+		out.Evictions += st.Evictions
+		out.Sessions += st.Sessions
+		out.Loaded += st.Loaded
+		out.Bytes += st.Bytes
+	}
+	add(rd, false)
+	if st := r.feed.Load(); st != nil {
+		add(st.Stats(), true)
+	}
+	out.Applied = r.current().Applied()
+	return out
+}
+
+// retire adds the counters of an ingest store no longer fed to those
+// Stats reports; r.mu is held.
+func (r *roles) retire(st *store.Store) {
+	s := st.Stats()
+	r.retired.Records += s.Records
+	r.retired.Duplicates += s.Duplicates
+	r.retired.Loads += s.Loads
+	r.retired.Evictions += s.Evictions
+}

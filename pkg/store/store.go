@@ -151,7 +151,7 @@ type Store struct {
 	indexed     atomic.Int64 // sequences held in all slots' seqs
 
 	watermark // the watermark and its waiters
-	rejects   rejectLog
+	rejects   *rejectLog
 	stats     struct{ records, duplicates atomic.Uint64 }
 
 	// applyHook, when set, applies records in place of
@@ -237,6 +237,7 @@ func New() *Store {
 		MaxKnown:        DefaultMaxKnown,
 		MissTTL:         DefaultMissTTL,
 	}
+	s.rejects = new(rejectLog)
 	s.watermark.init()
 	s.dir.init()
 	s.checkpoints.init()
@@ -527,6 +528,12 @@ func (s *Store) reject(r Rejection) {
 
 // Rejected lists the most recent rejected records, oldest first.
 func (s *Store) Rejected() []Rejection { return s.rejects.list() }
+
+// ShareRejections makes s report its rejected records to other's list and
+// counts, so that stores fed from one stream list each record once
+// (while it is listed) whichever of them met it. Call it before s is
+// used.
+func (s *Store) ShareRejections(other *Store) { s.rejects = other.rejects }
 
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
