@@ -78,6 +78,9 @@ func TestService_WaitersBounded(t *testing.T) {
 	a := startApp(t, t.TempDir(), func(cfg *app.Config) { cfg.MaxWaiters = 5 })
 	c := newClient(t, a.URL())
 	last := c.publish("s", mustJSON(t, map[string]any{"role": "user", "content": "x"}))
+	// A request without min_seq is answered at once from what the
+	// instance applied: let that be the record.
+	require.NoError(t, a.Wait(context.Background(), last, 20*time.Second))
 	body := []byte(fmt.Sprintf(`{"min_seq":%d,"wait_ms":30000}`, last+1))
 
 	// The endpoint takes one connection's requests in order: the five
