@@ -27,6 +27,8 @@ func TestService_ColdSessionLoadsOnce(t *testing.T) {
 	for i := range 50 {
 		last = c.publish("cold", mustJSON(t, map[string]any{"role": "user", "content": fmt.Sprint("message ", i)}))
 	}
+	// The store that answers is the ingest's once it holds the pin.
+	require.NoError(t, a.Wait(context.Background(), last, 20*time.Second))
 	c.fetchSeq("cold", last, false)
 	a.Store().Evict("cold")
 	before := a.Store().Stats().Loads
@@ -53,7 +55,9 @@ func TestService_ColdSessionLoadsOnce(t *testing.T) {
 func TestService_UnknownSessionRemembered(t *testing.T) {
 	a := startApp(t, t.TempDir())
 	c := newClient(t, a.URL())
-	c.publish("other", mustJSON(t, map[string]any{"role": "user", "content": "x"}))
+	other := c.publish("other", mustJSON(t, map[string]any{"role": "user", "content": "x"}))
+	// The store that answers is the ingest's once it holds the pin.
+	require.NoError(t, a.Wait(context.Background(), other, 20*time.Second))
 	before := a.Store().Stats().Loads
 	for range 20 {
 		r, serr := c.fetch("ghost", nil, nil)
