@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ctxd/ctxd/internal/natstest"
@@ -19,6 +20,8 @@ import (
 )
 
 var nodeLogs = flag.Bool("node.logs", false, "print the ctxd instances' log lines after each node fault")
+
+var nodeRoutePing = flag.Duration("node.route-ping", 0, "the servers' route ping interval in the TestCluster_Node faults (0: nats-server's default; see docs/PERFORMANCE.md)")
 
 var nodeDown = flag.Duration("node.down", 5*time.Second, "how long the TestCluster_Node faults keep a nats-server node killed or frozen (make node-long: 20s)")
 
@@ -46,11 +49,31 @@ var nodeFaults = []struct {
 	}},
 	{"freeze stream leader node", func(tc *testCluster) {
 		leader := tc.c.WaitStreamLeader(tc.t, "TRANSCRIPTS")
-		tc.t.Logf("%s: SIGSTOP %s", time.Now().Format("15:04:05.000"), leader.Name)
+		tc.t.Logf("%s: SIGSTOP %s; the ingest consumer's leader is %s", time.Now().Format("15:04:05.000"), leader.Name, consumerLeader(tc))
 		leader.Freeze(tc.t)
 		time.Sleep(*nodeDown)
+		tc.t.Logf("%s: SIGCONT %s; the ingest consumer's leader is %s", time.Now().Format("15:04:05.000"), leader.Name, consumerLeader(tc))
 		leader.Thaw(tc.t)
 	}},
+}
+
+// consumerLeader names the node that leads the ingest's consumer, as the
+// meta leader says.
+func consumerLeader(tc *testCluster) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	js, err := jetstream.New(tc.nc)
+	if err != nil {
+		return err.Error()
+	}
+	c, err := js.Consumer(ctx, "TRANSCRIPTS", "ctxd")
+	if err != nil {
+		return err.Error()
+	}
+	if ci := c.CachedInfo().Cluster; ci != nil {
+		return ci.Leader
+	}
+	return "?"
 }
 
 // nodeFault is clusterFault on a cluster of processes, with the load's
@@ -100,6 +123,9 @@ func (tc *testCluster) readers(n, sessions int) {
 					s := sample{at: sent.Sub(tc.start), took: time.Since(sent), failed: err != nil}
 					if err != nil {
 						s.err = errorKind(err)
+						if *nodeLogs {
+							tc.t.Logf("%s: reader %d on %s: %s (min_seq %d): %v", sent.Format("15:04:05.000"), i, nc.ConnectedServerName(), r.session, r.minSeq, err)
+						}
 						tc.samples <- s
 						if time.Since(first) > 20*time.Second {
 							tc.t.Errorf("session %s unreadable for 20s: %v", r.session, err)
@@ -138,7 +164,7 @@ func TestCluster_NodeFaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a cluster of nats-server processes under load; -short leaves it to the plain run")
 	}
-	c := natstest.StartProcessCluster(t, 3)
+	c := natstest.StartProcessClusterWith(t, 3, natstest.ProcessOptions{RoutePingInterval: *nodeRoutePing})
 	for i, f := range nodeFaults {
 		t.Run(f.name, func(t *testing.T) {
 			nodeFault(t, c, fmt.Sprintf("n%d-", i), f.fault)
@@ -151,7 +177,7 @@ func TestCluster_NodeFaults(t *testing.T) {
 // 10 s after the fault began, as BenchmarkCluster_Faults does. Run it
 // with -benchtime 1x; -node.down sets how long the node is down.
 func BenchmarkCluster_NodeFaults(b *testing.B) {
-	c := natstest.StartProcessCluster(b, 3)
+	c := natstest.StartProcessClusterWith(b, 3, natstest.ProcessOptions{RoutePingInterval: *nodeRoutePing})
 	for i, f := range nodeFaults {
 		b.Run(f.name, func(b *testing.B) {
 			var fig figures
@@ -176,8 +202,17 @@ func runFault(t testing.TB, tc *testCluster, readers int, fault func(tc *testClu
 	t.Logf("%v: fault over", time.Since(tc.start).Round(time.Millisecond))
 	time.Sleep(*clusterLoadFor)
 	close(done)
+	waitStreamHealthy(tc)
 	samples := tc.finish()
 	f := faultFigures(samples, at)
+	// A read that began in the window and was answered after it counts:
+	// a node down longer than the window keeps sessions unreadable past
+	// it. So the longest over the whole run.
+	for _, s := range samples {
+		if !s.failed {
+			f.unreadable = max(f.unreadable, s.unreadable)
+		}
+	}
 	f.ingestStall = stall()
 	t.Logf("after the fault: %s", f)
 	for _, in := range tc.instances() {
@@ -191,6 +226,32 @@ func runFault(t testing.TB, tc *testCluster, readers int, fault func(tc *testClu
 		tc.term(in)
 	}
 	return f
+}
+
+// waitStreamHealthy waits until the stream has a leader and every
+// replica is current, so that the checks read a settled stream (a node
+// just back can make the leader answer 503 for a moment).
+func waitStreamHealthy(tc *testCluster) {
+	js, err := jetstream.New(tc.nc)
+	require.NoError(tc.t, err)
+	require.Eventually(tc.t, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		st, err := js.Stream(ctx, "TRANSCRIPTS")
+		if err != nil {
+			return false
+		}
+		ci := st.CachedInfo().Cluster
+		if ci == nil || ci.Leader == "" {
+			return false
+		}
+		for _, p := range ci.Replicas {
+			if !p.Current || p.Offline {
+				return false
+			}
+		}
+		return true
+	}, 2*time.Minute, 100*time.Millisecond, "the stream settles after the fault")
 }
 
 // reportFigures reports a fault's figures as benchmark metrics.

@@ -53,6 +53,26 @@ func ServerBinary(t testing.TB) string {
 // shutdown.
 func StartProcessCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
+	return StartProcessClusterWith(t, n, ProcessOptions{})
+}
+
+// ProcessOptions are settings of the servers of StartProcessClusterWith
+// that the embedded ones leave at nats-server's defaults.
+type ProcessOptions struct {
+	// RoutePingInterval, when set, is how often each server pings the
+	// others over its routes (the cluster block's ping_interval, with
+	// ping_max 2): a route whose peer misses two pings is dropped, and
+	// with it the peer's subscriptions. nats-server's default is the
+	// client ping interval, 2 minutes, at most 30 s for routes: until
+	// then a frozen node's queue subscribers (the replicas that answer
+	// direct gets, the service instances connected to it) go on being
+	// chosen, and what is sent to them is lost.
+	RoutePingInterval time.Duration
+}
+
+// StartProcessClusterWith is StartProcessCluster with the servers' options.
+func StartProcessClusterWith(t testing.TB, n int, o ProcessOptions) *Cluster {
+	t.Helper()
 	bin := ServerBinary(t)
 	ports := freePorts(t, 2*n)
 	var routes []string
@@ -66,7 +86,7 @@ func StartProcessCluster(t testing.TB, n int) *Cluster {
 		nodeDir := filepath.Join(dir, name)
 		require.NoError(t, os.MkdirAll(nodeDir, 0o755))
 		conf := filepath.Join(nodeDir, "nats-server.conf")
-		require.NoError(t, os.WriteFile(conf, []byte(processConfig(name, ports[i], ports[n+i], nodeDir, routes)), 0o644))
+		require.NoError(t, os.WriteFile(conf, []byte(processConfig(name, ports[i], ports[n+i], nodeDir, routes, o)), 0o644))
 		node := &Node{Name: name, URL: fmt.Sprintf("nats://127.0.0.1:%d", ports[i]),
 			proc: &serverProc{bin: bin, conf: conf, log: filepath.Join(nodeDir, "nats-server.log"), port: ports[i]}}
 		c.Nodes = append(c.Nodes, node)
@@ -79,7 +99,11 @@ func StartProcessCluster(t testing.TB, n int) *Cluster {
 
 // processConfig is a node's configuration file: what natsd.New and
 // StartCluster give an embedded node.
-func processConfig(name string, port, clusterPort int, dir string, routes []string) string {
+func processConfig(name string, port, clusterPort int, dir string, routes []string, o ProcessOptions) string {
+	extra := ""
+	if o.RoutePingInterval > 0 {
+		extra = fmt.Sprintf("\n  ping_interval: %q\n  ping_max: 2", o.RoutePingInterval.String())
+	}
 	return fmt.Sprintf(`server_name: %q
 listen: "127.0.0.1:%d"
 max_payload: %d
@@ -89,9 +113,9 @@ jetstream {
 cluster {
   name: "ctxd-test"
   listen: "127.0.0.1:%d"
-  routes: [%s]
+  routes: [%s]%s
 }
-`, name, port, 8<<20, filepath.Join(dir, "store"), clusterPort, `"`+strings.Join(routes, `", "`)+`"`)
+`, name, port, 8<<20, filepath.Join(dir, "store"), clusterPort, `"`+strings.Join(routes, `", "`)+`"`, extra)
 }
 
 // serverProc is the process of a node started by StartProcessCluster.
