@@ -436,12 +436,13 @@ func (d *directGet) readSeqs(ctx context.Context, seqs []uint64, fn func(seq uin
 			if err != nil {
 				return err
 			}
+			asked := len(missing)
 			missing = slices.DeleteFunc(missing, func(seq uint64) bool { _, ok := got[seq]; return ok })
 			if len(missing) == 0 {
 				break
 			}
 			if more {
-				if lost++; lost > maxLostRounds {
+				if lost = lostRounds(lost, len(missing) < asked); lost > maxLostRounds {
 					return d.errorf("of %d sequences from %d: %w in %d rounds", len(missing), missing[0], ErrNoReply, lost)
 				}
 				continue
@@ -482,23 +483,34 @@ func (d *directGet) readSeqs(ctx context.Context, seqs []uint64, fn func(seq uin
 // machine) stays in the queue group that answers the stream's direct
 // gets until the other servers drop its route, up to their route ping
 // interval or longer, and every request sent meanwhile has a chance to
-// land on it. Those are asked again, as often as maxLostRounds: each time
-// most land elsewhere. A reply that comes late is used all the same.
-// Each is asked twice then, so that one round most likely gets it: with
-// one replica of three frozen, a reply is lost one time in three, both
-// replies of a pair one time in nine.
+// land on it. Those are asked again, twice each, so that one round most
+// likely gets them: with one replica of three frozen, a reply is lost
+// one time in three, both of a pair one time in nine. A reply that comes
+// late, after its round, is used all the same.
 const lostAfter = 100 * time.Millisecond
 
-// maxLostRounds bounds the rounds of a read by sequence that asks again
-// for replies that did not come: at least maxLostRounds x lostAfter.
+// maxLostRounds bounds the rounds in a row of a read by sequence that
+// asked again for replies that did not come and got none of them: at
+// least maxLostRounds x lostAfter of silence. A round that got some
+// (from a server slow to answer, on a loaded machine) starts the count
+// again.
 const maxLostRounds = 16
 
+// lostRounds counts a round that ended with replies missing: lost is the
+// count so far, progress whether the round got any it asked for.
+func lostRounds(lost int, progress bool) int {
+	if progress {
+		return 0
+	}
+	return lost + 1
+}
+
 // askSeqs sends a single direct get for each sequence (two once the read
-// has had a reply lost), then hands fn the
-// messages of the replies (404s and 503s are left out), until every
-// reply has come or more is set: a reply did not come within lostAfter
-// of the one before (the first within the timeout, or within lostAfter
-// once the read has had a reply lost).
+// has had a reply lost), then hands fn the messages of the replies (404s
+// and 503s are left out), until every reply has come or more is set: a
+// reply did not come within lostAfter of the one before (the first
+// within the timeout, or within lostAfter once the read has had a reply
+// lost).
 func (d *directGet) askSeqs(ctx context.Context, seqs []uint64, fn func(directReply) error) (more bool, err error) {
 	copies, wait := 1, d.timeout
 	if d.lost {

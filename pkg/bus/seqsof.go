@@ -78,12 +78,13 @@ func ReadSubjectSeqs(ctx context.Context, nc *nats.Conn, stream, subject string,
 					absent = append(absent, seq)
 				}
 			}
+			progress := len(absent) < len(missing)
 			missing = append(missing[:0], absent...)
 			if len(missing) == 0 {
 				break
 			}
 			if more {
-				if lost++; lost > maxLostRounds {
+				if lost = lostRounds(lost, progress); lost > maxLostRounds {
 					return d.errorf("of %d sequences from %d: %w in %d rounds", len(missing), missing[0], ErrNoReply, lost)
 				}
 				continue
