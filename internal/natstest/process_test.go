@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -22,7 +23,13 @@ func TestStartProcessCluster(t *testing.T) {
 		t.Skip("builds nats-server and waits for elections")
 	}
 	c := natstest.StartProcessCluster(t, 3)
-	js, err := jetstream.New(c.Connect(t))
+	// A client of a frozen server notices only by its pings: every
+	// second here, not every two minutes.
+	nc, err := nats.Connect(c.URLs(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond),
+		nats.PingInterval(time.Second), nats.MaxPingsOutstanding(2))
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
