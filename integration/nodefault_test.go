@@ -21,9 +21,9 @@ import (
 
 var nodeLogs = flag.Bool("node.logs", false, "print the ctxd instances' log lines after each node fault")
 
-var nodeRoutePing = flag.Duration("node.route-ping", 0, "the servers' route ping interval in the TestCluster_Node faults (0: nats-server's default; see docs/PERFORMANCE.md)")
+var nodeRoutePing = flag.Duration("node.route-ping", 0, "the servers' route ping interval in TestCluster_NodeFaults (0: nats-server's default; see docs/PERFORMANCE.md)")
 
-var nodeDown = flag.Duration("node.down", 5*time.Second, "how long the TestCluster_Node faults keep a nats-server node killed or frozen (make node-long: 20s)")
+var nodeDown = flag.Duration("node.down", 5*time.Second, "how long TestCluster_NodeFaults keeps a nats-server node killed or frozen (make node-long: 20s)")
 
 // nodeClientOpts are the load's connection options in the node faults:
 // a client of a frozen server notices within about 3 s (a ping every
