@@ -1,7 +1,7 @@
 GO ?= go
 FUZZTIME ?= 1m
 
-.PHONY: all build test race fuzz bench fault-long cluster-long cluster-race cluster-bench serve lint ci
+.PHONY: all build test race fuzz bench fault-long cluster-long cluster-race cluster-bench node-long node-bench serve lint ci
 
 all: lint test
 
@@ -57,6 +57,15 @@ cluster-race:
 cluster-bench:
 	$(GO) test ./integration -run '^$$' -bench '^BenchmarkCluster_Faults$$' -benchtime 1x -timeout 30m -cluster.load 10s
 	$(GO) test ./integration -run '^$$' -bench '^BenchmarkCluster_Fetch$$' -benchtime 2000x -timeout 30m
+
+## node-long: the SIGKILL and SIGSTOP of a nats-server node with the node down 20 s, 10 s of load around, more writers
+node-long:
+	$(GO) test ./integration -run '^TestCluster_NodeFaults$$' -count 1 -v -timeout 30m -cluster.load 10s -node.down 20s -cluster.writers 8
+
+## node-bench: the node fault figures (docs/PERFORMANCE.md), with the servers' default route ping and with a 1 s one
+node-bench:
+	$(GO) test ./integration -run '^$$' -bench '^BenchmarkCluster_NodeFaults$$' -benchtime 1x -timeout 30m -cluster.load 10s -node.down 20s
+	$(GO) test ./integration -run '^$$' -bench '^BenchmarkCluster_NodeFaults$$' -benchtime 1x -timeout 30m -cluster.load 10s -node.down 20s -node.route-ping 1s
 
 serve:
 	$(GO) run ./cmd/ctxd serve

@@ -50,6 +50,8 @@ type testCluster struct {
 	urls   string
 	nc     *nats.Conn
 	prefix string // of the sessions written
+	// clientOpts are added to the writers' connection options.
+	clientOpts []nats.Option
 
 	mu    sync.Mutex
 	insts []*instance
@@ -205,7 +207,7 @@ func (tc *testCluster) load(writers, sessions int) {
 func (tc *testCluster) writer(w, sessions int) {
 	defer tc.wg.Done()
 	t := tc.t
-	nc, err := nats.Connect(tc.urls, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	nc, err := nats.Connect(tc.urls, append([]nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond)}, tc.clientOpts...)...)
 	if err != nil {
 		t.Error(err)
 		return

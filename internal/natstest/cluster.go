@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -38,6 +39,8 @@ type Node struct {
 	mu  sync.Mutex
 	srv *natsd.Server // nil while stopped
 	cfg natsd.Server  // what every start of the node opens
+
+	proc *serverProc // set for a node of StartProcessCluster, which runs as a process
 }
 
 // clusterWait bounds the waits for leaders: a first meta leader takes
@@ -103,6 +106,11 @@ func (n *Node) Start(t testing.TB) {
 	t.Helper()
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.proc != nil {
+		require.Nil(t, n.proc.cmd, "node %s is running", n.Name)
+		n.proc.start(t, n.Name)
+		return
+	}
 	require.Nil(t, n.srv, "node %s is running", n.Name)
 	srv := n.cfg
 	require.NoError(t, srv.Open(), "start node %s", n.Name)
@@ -119,10 +127,15 @@ func (n *Node) Start(t testing.TB) {
 // connections, so peers and clients notice at once, as they would for a
 // killed process but not for a dead machine or a cut network (then only
 // ping timeouts tell); and it writes its store out cleanly, so a restart
-// recovers nothing.
+// recovers nothing. For a node of StartProcessCluster it is a SIGTERM,
+// the same clean shutdown in the server's process.
 func (n *Node) Stop() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.proc != nil {
+		n.proc.signal(syscall.SIGTERM)
+		return
+	}
 	if n.srv != nil {
 		n.srv.Close()
 		n.srv = nil
@@ -133,6 +146,9 @@ func (n *Node) Stop() {
 func (n *Node) Running() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.proc != nil {
+		return n.proc.cmd != nil
+	}
 	return n.srv != nil
 }
 

@@ -207,7 +207,11 @@ func (a *App) Open(ctx context.Context) (err error) {
 	log := a.Logger
 	opts := []nats.Option{nats.Name("ctxd " + a.Instance), nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond),
-		nats.PingInterval(5 * time.Second), nats.MaxPingsOutstanding(2),
+		// A server that freezes (its process stopped, its machine hung)
+		// keeps the connection open: only unanswered pings tell, here
+		// within about 6 s, after which the connection moves to another
+		// server of the cluster.
+		nats.PingInterval(2 * time.Second), nats.MaxPingsOutstanding(2),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
 			log.Warn("nats disconnected", "err", err)
 			// Until records of the pin come again (the ingest then
@@ -525,8 +529,27 @@ type streamLoader struct {
 	cps    *bus.Checkpoints
 }
 
+// checkpointTry bounds each but the last of checkpointTries reads of a
+// checkpoint. A key-value get is a direct get, which any replica of the
+// bucket may answer: one on a frozen node never does, and would hold the
+// load until its deadline. Asked again, another replica likely answers.
+const (
+	checkpointTry   = 300 * time.Millisecond
+	checkpointTries = 3
+)
+
 func (l *streamLoader) Checkpoint(ctx context.Context, session string) (store.Checkpoint, bool, error) {
-	return l.cps.Get(ctx, session)
+	for try := 1; ; try++ {
+		if try == checkpointTries {
+			return l.cps.Get(ctx, session)
+		}
+		tctx, cancel := context.WithTimeout(ctx, checkpointTry)
+		cp, ok, err := l.cps.Get(tctx, session)
+		cancel()
+		if err == nil || ctx.Err() != nil || !(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)) {
+			return cp, ok, err
+		}
+	}
 }
 
 func (l *streamLoader) SaveCheckpoint(ctx context.Context, session string, cp store.Checkpoint) error {

@@ -193,6 +193,7 @@ type directGet struct {
 	timeout time.Duration
 
 	retried, askedLeader bool // for ReadStats, once per read
+	lost                 bool // a reply of a read by sequence did not come
 }
 
 func openDirectGet(nc *nats.Conn, stream string, timeout time.Duration) (*directGet, error) {
@@ -418,7 +419,8 @@ func (d *directGet) readBatches(ctx context.Context, subject string, next, to ui
 // in flight at a time. Replies may come in any order (the replicas of a
 // stream answer direct gets too), so they are matched by sequence: every
 // request has one reply, a message or a 404. The sequences of a window
-// that got a 404 are asked again, and at last of the leader.
+// that got a 404 are asked again, and at last of the leader; those whose
+// reply did not come are asked again (see askSeqs).
 func (d *directGet) readSeqs(ctx context.Context, seqs []uint64, fn func(seq uint64, data []byte) error) error {
 	got := make(map[uint64][]byte, min(len(seqs), directWindow))
 	var missing []uint64
@@ -426,13 +428,24 @@ func (d *directGet) readSeqs(ctx context.Context, seqs []uint64, fn func(seq uin
 		part := seqs[start:min(start+directWindow, len(seqs))]
 		clear(got)
 		missing = append(missing[:0], part...)
-		for try := 0; len(missing) > 0; try++ {
-			if err := d.getSeqs(ctx, missing, got); err != nil {
+		for try, lost := 0, 0; len(missing) > 0; {
+			more, err := d.askSeqs(ctx, missing, func(r directReply) error {
+				got[r.seq] = r.data
+				return nil
+			})
+			if err != nil {
 				return err
 			}
+			asked := len(missing)
 			missing = slices.DeleteFunc(missing, func(seq uint64) bool { _, ok := got[seq]; return ok })
 			if len(missing) == 0 {
 				break
+			}
+			if more {
+				if lost = lostRounds(lost, len(missing) < asked); lost > maxLostRounds {
+					return d.errorf("of %d sequences from %d: %w in %d rounds", len(missing), missing[0], ErrNoReply, lost)
+				}
+				continue
 			}
 			d.stale(len(missing))
 			if try >= readRetries {
@@ -450,6 +463,7 @@ func (d *directGet) readSeqs(ctx context.Context, seqs []uint64, fn func(seq uin
 			if err := d.retry(ctx, try); err != nil {
 				return err
 			}
+			try++
 		}
 		for _, seq := range part {
 			if data, ok := got[seq]; ok {
@@ -462,31 +476,80 @@ func (d *directGet) readSeqs(ctx context.Context, seqs []uint64, fn func(seq uin
 	return nil
 }
 
-// getSeqs sends a single direct get for each sequence, then waits for
-// every reply and notes the messages in got.
-func (d *directGet) getSeqs(ctx context.Context, seqs []uint64, got map[uint64][]byte) error {
+// lostAfter is how long a read by sequence waits for the next reply once
+// one has come: the server answers a pipeline of single direct gets back
+// to back, so a longer silence means the rest went to a replica that
+// will not answer. A node that freezes (a stopped process, a hung
+// machine) stays in the queue group that answers the stream's direct
+// gets until the other servers drop its route, up to their route ping
+// interval or longer, and every request sent meanwhile has a chance to
+// land on it. Those are asked again, twice each, so that one round most
+// likely gets them: with one replica of three frozen, a reply is lost
+// one time in three, both of a pair one time in nine. A reply that comes
+// late, after its round, is used all the same.
+const lostAfter = 100 * time.Millisecond
+
+// maxLostRounds bounds the rounds in a row of a read by sequence that
+// asked again for replies that did not come and got none of them: at
+// least maxLostRounds x lostAfter of silence. A round that got some
+// (from a server slow to answer, on a loaded machine) starts the count
+// again.
+const maxLostRounds = 16
+
+// lostRounds counts a round that ended with replies missing: lost is the
+// count so far, progress whether the round got any it asked for.
+func lostRounds(lost int, progress bool) int {
+	if progress {
+		return 0
+	}
+	return lost + 1
+}
+
+// askSeqs sends a single direct get for each sequence (two once the read
+// has had a reply lost), then hands fn the messages of the replies (404s
+// and 503s are left out), until every reply has come or more is set: a
+// reply did not come within lostAfter of the one before (the first
+// within the timeout, or within lostAfter once the read has had a reply
+// lost).
+func (d *directGet) askSeqs(ctx context.Context, seqs []uint64, fn func(directReply) error) (more bool, err error) {
+	copies, wait := 1, d.timeout
+	if d.lost {
+		copies, wait = 2, min(lostAfter, d.timeout)
+	}
 	var req []byte
 	for _, seq := range seqs {
 		req = strconv.AppendUint(append(req[:0], `{"seq":`...), seq, 10)
 		req = append(req, '}')
-		if err := d.nc.PublishRequest(d.api, d.sub.Subject, req); err != nil {
-			return d.errorf("of %d: %w", seq, err)
+		for range copies {
+			if err := d.nc.PublishRequest(d.api, d.sub.Subject, req); err != nil {
+				return false, d.errorf("of %d: %w", seq, err)
+			}
 		}
 	}
-	for range seqs {
-		r, err := d.reply(ctx)
-		if err != nil {
-			return d.errorf("of %d sequences from %d: %w", len(seqs), seqs[0], err)
+	for range copies * len(seqs) {
+		r, err := d.replyWithin(ctx, wait)
+		if errors.Is(err, ErrNoReply) {
+			if !d.lost {
+				d.lost = true
+				readStats.lost.Add(1)
+			}
+			return true, nil
 		}
+		if err != nil {
+			return false, d.errorf("of %d sequences from %d: %w", len(seqs), seqs[0], err)
+		}
+		wait = min(lostAfter, d.timeout)
 		switch r.kind {
 		case notFound, unavailable: // not on the replica that answered, or no replica
 		case message:
-			got[r.seq] = r.data
+			if err := fn(r); err != nil {
+				return false, err
+			}
 		default:
-			return d.errorf("of %d sequences from %d: an end of batch answers no batch", len(seqs), seqs[0])
+			return false, d.errorf("of %d sequences from %d: an end of batch answers no batch", len(seqs), seqs[0])
 		}
 	}
-	return nil
+	return false, nil
 }
 
 type replyKind int
@@ -522,16 +585,21 @@ type directReply struct {
 
 // reply reads the next reply, waiting at most the timeout for it.
 func (d *directGet) reply(ctx context.Context) (directReply, error) {
+	return d.replyWithin(ctx, d.timeout)
+}
+
+// replyWithin reads the next reply, waiting at most wait for it.
+func (d *directGet) replyWithin(ctx context.Context, wait time.Duration) (directReply, error) {
 	var m *nats.Msg
 	var err error
 	if n, _, _ := d.sub.Pending(); n > 0 {
 		m, err = d.sub.NextMsgWithContext(ctx) // there already: no timer needed
 	} else {
-		wait, cancel := context.WithTimeout(ctx, d.timeout)
-		m, err = d.sub.NextMsgWithContext(wait)
+		wctx, cancel := context.WithTimeout(ctx, wait)
+		m, err = d.sub.NextMsgWithContext(wctx)
 		cancel()
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			err = fmt.Errorf("%w in %v", ErrNoReply, d.timeout)
+			err = fmt.Errorf("%w in %v", ErrNoReply, wait)
 		}
 	}
 	if errors.Is(err, nats.ErrNoResponders) {

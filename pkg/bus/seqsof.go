@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 
 	"github.com/nats-io/nats.go"
 
@@ -26,7 +25,8 @@ const seqsWindow = 256
 // called for it: the caller then reads the subject instead.
 //
 // As ReadSeqs, a replica without a sequence is asked again, then the
-// leader: a replica behind never makes a sequence look deleted.
+// leader: a replica behind never makes a sequence look deleted; and a
+// sequence whose reply did not come (a frozen replica) is asked again.
 func ReadSubjectSeqs(ctx context.Context, nc *nats.Conn, stream, subject string, seqs []uint64, fn func(seq uint64, data []byte) error) error {
 	d, err := openDirectGet(nc, stream, DirectTimeout)
 	if err != nil {
@@ -39,7 +39,6 @@ func ReadSubjectSeqs(ctx context.Context, nc *nats.Conn, stream, subject string,
 	}
 	have := make(map[uint64]got, min(len(seqs), seqsWindow))
 	var missing []uint64
-	var req []byte
 	for start := 0; start < len(seqs); start += seqsWindow {
 		part := seqs[start:min(start+seqsWindow, len(seqs))]
 		clear(have)
@@ -63,41 +62,32 @@ func ReadSubjectSeqs(ctx context.Context, nc *nats.Conn, stream, subject string,
 			return nil
 		}
 		missing = append(missing[:0], part...)
-		for try := 0; len(missing) > 0; try++ {
-			for _, seq := range missing {
-				req = strconv.AppendUint(append(req[:0], `{"seq":`...), seq, 10)
-				req = append(req, '}')
-				if err := d.nc.PublishRequest(d.api, d.sub.Subject, req); err != nil {
-					return d.errorf("of %d: %w", seq, err)
-				}
+		for try, lost := 0, 0; len(missing) > 0; {
+			more, err := d.askSeqs(ctx, missing, func(r directReply) error {
+				have[r.seq] = got{r.subject, r.data}
+				// Decoding the records that came overlaps with the
+				// server sending the others.
+				return handOn()
+			})
+			if err != nil {
+				return err
 			}
 			var absent []uint64
-			for range missing {
-				r, err := d.reply(ctx)
-				if err != nil {
-					return d.errorf("of %d sequences from %d: %w", len(missing), missing[0], err)
-				}
-				switch r.kind {
-				case notFound, unavailable:
-				case message:
-					have[r.seq] = got{r.subject, r.data}
-					// Decoding the records that came overlaps with the
-					// server sending the others.
-					if err := handOn(); err != nil {
-						return err
-					}
-				default:
-					return d.errorf("of %d sequences from %d: an end of batch answers no batch", len(missing), missing[0])
-				}
-			}
 			for _, seq := range missing {
 				if _, ok := have[seq]; !ok && !slices.Contains(part[:next], seq) {
 					absent = append(absent, seq)
 				}
 			}
+			progress := len(absent) < len(missing)
 			missing = append(missing[:0], absent...)
 			if len(missing) == 0 {
 				break
+			}
+			if more {
+				if lost = lostRounds(lost, progress); lost > maxLostRounds {
+					return d.errorf("of %d sequences from %d: %w in %d rounds", len(missing), missing[0], ErrNoReply, lost)
+				}
+				continue
 			}
 			d.stale(len(missing))
 			if try >= readRetries {
@@ -116,6 +106,7 @@ func ReadSubjectSeqs(ctx context.Context, nc *nats.Conn, stream, subject string,
 			if err := d.retry(ctx, try); err != nil {
 				return err
 			}
+			try++
 		}
 		if err := handOn(); err != nil {
 			return err
