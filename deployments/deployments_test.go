@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -36,6 +37,12 @@ func TestNATSConfigsParse(t *testing.T) {
 		require.True(t, opts.JetStream, f)
 		require.True(t, opts.SyncAlways, f)
 		require.Equal(t, int32(8<<20), opts.MaxPayload, f)
+		if strings.Contains(f, "cluster-") {
+			// A frozen node is left within seconds (docs/PERFORMANCE.md,
+			// node faults).
+			require.Equal(t, time.Second, opts.Cluster.PingInterval, f)
+			require.Equal(t, 2, opts.Cluster.MaxPingsOut, f)
+		}
 	}
 }
 
