@@ -40,10 +40,21 @@ import (
 // session up to a sequence past it. A check that finds removals no
 // advisory told of waits a moment for their advisories, then forgets
 // every session in both stores: when in doubt, the sessions load from the
-// stream, which holds only what remains. So no reply ever holds a record
-// stored after a removal together with one the removal took: a reply
-// racing with a removal is built from what the stream held before it, or
-// after it.
+// stream, which holds only what remains. So the ingest store never holds
+// a record stored after a removal together with one the removal took: a
+// reply racing with a removal is built from what the stream held before
+// it, or after it. A loaded session that a load finishes reading after a
+// removal reads again (store.Forget).
+//
+// A reader (an instance not pinned, or one whose ingest lags) catches a
+// cached session up by reading its records after those it holds. Each
+// request applies the advisories received first, and a check covers the
+// stream's last sequence the request read. What is left is a removal no
+// record was stored after (or one made while the request reads, after
+// its check) whose advisory has not come when the request reads: a
+// reply of a session cached behind its last record may then hold the
+// records it reads beside ones the removal took. The advisory, the next
+// record, or the next periodic check puts the session right.
 //
 // A stream with limits (AllowStreamLimits) drops messages of its own
 // accord: its count moves without advisories, so only the advisories are
