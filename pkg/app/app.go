@@ -159,6 +159,10 @@ type App struct {
 	// failed is closed, and failErr set, when the app cannot go on.
 	failed  chan struct{}
 	failErr atomic.Pointer[error]
+
+	// removals applies the stream's purges and deletions to the stores
+	// (purge.go).
+	removals *removals
 }
 
 // New returns an app with the configuration; Open starts it.
@@ -244,8 +248,10 @@ func (a *App) Open(ctx context.Context) (err error) {
 		want.Replicas = a.Replicas
 	}
 	var check []bus.CheckOption
+	limited := false // the stream removes records of its own accord
 	if a.AllowStreamLimits {
 		check = append(check, bus.AllowLimits(func(fe *bus.FieldError) {
+			limited = true
 			a.Logger.Warn("stream limit accepted: records past it leave the stream, and the contexts", "stream", want.Name, "field", fe.Field, "value", fe.Have)
 		}))
 	}
@@ -281,6 +287,12 @@ func (a *App) Open(ctx context.Context) (err error) {
 	// forgets one as it meets the session's first record. The reader's
 	// learns of records only by reading them.
 	a.roles.reader.MissTTL = 0
+	// Before the ingest and the service: no record is applied, and no
+	// session read, that a removal before it could have touched.
+	counted := !limited && !st.CachedInfo().Config.AllowMsgTTL
+	if a.removals, err = openRemovals(ctx, a.nc, st, want.Name, counted, a.roles.stores, a.Logger); err != nil {
+		return err
+	}
 
 	// Every record stored so far can be read from the stream: a session
 	// loads from there when it is asked for, so nothing is replayed here.
@@ -370,6 +382,7 @@ func (a *App) newStore() *store.Store {
 
 // handle applies one stored record to its session.
 func (a *App) handle(m bus.Msg) {
+	a.removals.cover(m.Seq)
 	session, err := subject.SessionOf(m.Subject, subject.TranscriptsPrefix)
 	if err != nil {
 		if st := a.roles.feeding(); st != nil {
@@ -471,6 +484,10 @@ func (a *App) Close() error {
 			// Stops the checkpoint writer before the connection it writes on.
 			a.roles.lost("shutting down", true)
 		}
+	}
+	if a.removals != nil {
+		a.removals.close()
+		a.removals = nil
 	}
 	if a.roles != nil {
 		errs = append(errs, a.roles.reader.Close())

@@ -181,6 +181,7 @@ func (r *roles) Ready(session string, seq uint64) bool {
 // Reach implements server.Reacher.
 func (r *roles) Reach(ctx context.Context, session string, seq uint64, timeout time.Duration) (server.Viewer, error) {
 	deadline := time.Now().Add(timeout)
+	r.a.removals.drain() // purge.go
 	if st := r.ingestStore(); st != nil && st.Wait(ctx, max(seq, r.floor.Load()), 0) == nil {
 		return st, nil // the common case: there already, nothing to watch, no lock
 	}
@@ -227,6 +228,7 @@ func (r *roles) read(ctx context.Context, session string, seq uint64, deadline t
 			return nil, fmt.Errorf("last record of %s: %w", session, err)
 		}
 		if upTo >= seq && upTo >= floor {
+			r.a.removals.cover(upTo) // purge.go: no removal before upTo is left in the reader store
 			r.raise(upTo)
 			var lastSeq uint64
 			if last != nil {

@@ -25,6 +25,9 @@ type loading struct {
 	done    chan struct{} // closed when the load ends
 	to      uint64        // the load reads the session's records up to here
 	pending []noted       // the session's records past to, in order
+	// forgotten says records were removed from the stream while the
+	// load read (Store.Forget): it reads again.
+	forgotten bool
 }
 
 // noted is a record of a session being loaded, as the ingest met it.
@@ -118,6 +121,13 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 		}()
 
 		sl.mu.Lock()
+		if ld.forgotten {
+			// What the read found may hold records removed meanwhile,
+			// and the checkpoint may name them: read again, as a
+			// session the store knows nothing of.
+			ld.forgotten, distrust, scan = false, false, false
+			continue
+		}
 		if b == nil {
 			return fmt.Errorf("store: load %s: %w", sl.id, err)
 		}

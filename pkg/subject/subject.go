@@ -73,3 +73,11 @@ func SessionOf(subj, prefix string) (string, error) {
 	}
 	return id, nil
 }
+
+// SessionOfTranscript returns the session id of a stored record's
+// subject (transcripts.<session>), checked. Whatever maps a stored subject,
+// or a subject filter naming one session's records, to its session goes
+// through here.
+func SessionOfTranscript(subj string) (string, error) {
+	return SessionOf(subj, TranscriptsPrefix)
+}

@@ -39,3 +39,15 @@ func TestSubjects(t *testing.T) {
 		require.ErrorIs(t, err, ErrBadSession, subj)
 	}
 }
+
+// A subject filter that names more than one session's records (a
+// wildcard) names no session.
+func TestSessionOfTranscript(t *testing.T) {
+	id, err := SessionOfTranscript("transcripts.s1")
+	require.NoError(t, err)
+	require.Equal(t, "s1", id)
+	for _, subj := range []string{"transcripts.>", "transcripts.*", "transcripts.s1.>", ">", "", "transcripts."} {
+		_, err := SessionOfTranscript(subj)
+		require.ErrorIs(t, err, ErrBadSession, subj)
+	}
+}

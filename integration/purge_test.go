@@ -1,0 +1,392 @@
+package integration
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ctxd/ctxd/internal/natstest"
+	"github.com/ctxd/ctxd/pkg/app"
+	"github.com/ctxd/ctxd/pkg/natsd"
+	"github.com/ctxd/ctxd/pkg/projection"
+	"github.com/ctxd/ctxd/pkg/record"
+)
+
+var (
+	purgeSteps = flag.Int("purge.steps", 300, "steps of TestOperator_PurgeRandom (-short: 100)")
+	purgeSeed  = flag.Uint64("purge.seed", 0, "seed of TestOperator_PurgeRandom (0: a new one, printed)")
+)
+
+// Operators remove records from the stream (nats stream purge, with or
+// without --subject, --seq, --keep; nats stream rmm), through the same
+// JetStream API the nats CLI uses. A context holds only what the stream
+// holds: whether ctxd runs (the session cached in the ingest store of
+// the pinned instance, or in the reader store of another) or is stopped
+// (its checkpoint then names records that are gone), every reply after
+// the removal equals Build of the session's records the stream holds.
+
+// purgeCompaction is a valid compaction record.
+var purgeCompaction = record.NewMap("type", "compaction", "at", "2026-01-01T00:00:00Z", "baseSeq", int64(1), "plannerVersion", int64(1),
+	"summaryModelRef", "m", "summary", "s", "qualityAudit", "passed",
+	"messages", []any{record.NewMap("role", "user", "content", "summary")},
+	"firstKeptIndex", int64(0), "tokensBefore", int64(10), "tokensAfter", int64(5))
+
+// holds returns the session's records the stream holds now, read
+// through JetStream, not through ctxd.
+func (c *client) holds(session string) []projection.Record {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	subj := "transcripts." + session
+	st, err := c.js.Stream(ctx, "TRANSCRIPTS")
+	require.NoError(c.t, err)
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(subj))
+	require.NoError(c.t, err)
+	n := info.State.Subjects[subj]
+	if n == 0 {
+		return nil
+	}
+	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj}})
+	require.NoError(c.t, err)
+	out := make([]projection.Record, 0, n)
+	for range n {
+		m, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
+		require.NoError(c.t, err)
+		meta, err := m.Metadata()
+		require.NoError(c.t, err)
+		v, err := record.DecodeJSON(m.Data())
+		require.NoError(c.t, err)
+		out = append(out, projection.Record{Seq: meta.Sequence.Stream, Value: v})
+	}
+	return out
+}
+
+// fetchChecked fetches a session's context with min_seq at least mark
+// and its last record in the stream, and fails the test unless the reply
+// equals Build of what the stream holds of it. A record stored after a
+// removal, as mark, is applied after it: the reply cannot be one built
+// before the removal.
+func (c *client) fetchChecked(session, label string, mark uint64) {
+	c.t.Helper()
+	recs := c.holds(session)
+	var minSeq uint64
+	if len(recs) > 0 {
+		minSeq = recs[len(recs)-1].Seq
+	}
+	msg := c.request("ctxd.context."+session, []byte(fmt.Sprintf(`{"min_seq":%d,"wait_ms":10000}`, max(minSeq, mark))), nil)
+	require.Empty(c.t, msg.Header.Get(micro.ErrorCodeHeader), "%s: %s: error reply %s", label, session, msg.Header.Get(micro.ErrorHeader))
+	if diff := checkReply(c.t, read{session: session, minSeq: minSeq, data: msg.Data}, recs); diff != "" {
+		c.t.Fatalf("%s: %s: %s (the stream holds %d records of it)", label, session, diff, len(recs))
+	}
+}
+
+// purgeAction is what an operator does to the stream; p1 is the
+// session it aims at, given as the records published to it.
+type purgeAction struct {
+	name string
+	do   func(ctx context.Context, st jetstream.Stream, p1 []uint64) error
+}
+
+var purgeActions = []purgeAction{
+	{"subject", func(ctx context.Context, st jetstream.Stream, _ []uint64) error {
+		return st.Purge(ctx, jetstream.WithPurgeSubject("transcripts.p1"))
+	}},
+	{"subject_seq", func(ctx context.Context, st jetstream.Stream, p1 []uint64) error {
+		// Every record of p1 before its fifth: the compaction goes.
+		return st.Purge(ctx, jetstream.WithPurgeSubject("transcripts.p1"), jetstream.WithPurgeSequence(p1[4]))
+	}},
+	{"subject_keep", func(ctx context.Context, st jetstream.Stream, _ []uint64) error {
+		return st.Purge(ctx, jetstream.WithPurgeSubject("transcripts.p1"), jetstream.WithPurgeKeep(2))
+	}},
+	{"stream", func(ctx context.Context, st jetstream.Stream, _ []uint64) error {
+		return st.Purge(ctx)
+	}},
+	{"stream_seq", func(ctx context.Context, st jetstream.Stream, p1 []uint64) error {
+		return st.Purge(ctx, jetstream.WithPurgeSequence(p1[3]))
+	}},
+	{"rmm_compaction", func(ctx context.Context, st jetstream.Stream, p1 []uint64) error {
+		return st.DeleteMsg(ctx, p1[2])
+	}},
+	{"rmm_last", func(ctx context.Context, st jetstream.Stream, p1 []uint64) error {
+		return st.DeleteMsg(ctx, p1[len(p1)-1])
+	}},
+	{"rmm_secure", func(ctx context.Context, st jetstream.Stream, p1 []uint64) error {
+		return st.SecureDeleteMsg(ctx, p1[4])
+	}},
+}
+
+// publishPurgeSessions publishes interleaved records of p1 and p2, each
+// with a compaction, and returns p1's sequences.
+func publishPurgeSessions(c *client, round string) (p1 []uint64, last uint64) {
+	for i := range 7 {
+		for _, id := range []string{"p1", "p2"} {
+			v := any(record.NewMap("role", []string{"user", "assistant"}[i%2], "content", fmt.Sprintf("%s %s %d", id, round, i)))
+			if i == 2 {
+				v = purgeCompaction
+			}
+			last = c.publishValue(id, v, false)
+			if id == "p1" {
+				p1 = append(p1, last)
+			}
+		}
+	}
+	return p1, last
+}
+
+// TestOperator_PurgeWhileRunning: the sessions are cached by a running
+// ctxd (alone: in its ingest store; beside another instance: in the
+// reader store of the one not pinned, which requests reach too) when
+// the operator removes records; then records come again.
+func TestOperator_PurgeWhileRunning(t *testing.T) {
+	for _, instances := range []int{1, 2} {
+		for _, act := range purgeActions {
+			t.Run(fmt.Sprintf("%s/instances=%d", act.name, instances), func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				url := natstest.Start(t)
+				var apps []*app.App
+				for i := range instances {
+					apps = append(apps, startApp(t, t.TempDir(), func(c *app.Config) {
+						c.NATSURL = url
+						c.Instance = fmt.Sprintf("i%d", i)
+					}))
+				}
+				c := newClient(t, url)
+				p1, last := publishPurgeSessions(c, "before")
+				// Every instance answers some of these, and caches both.
+				for range 8 * instances {
+					c.fetchChecked("p1", "before", last)
+					c.fetchChecked("p2", "before", last)
+				}
+				st, err := c.js.Stream(ctx, "TRANSCRIPTS")
+				require.NoError(t, err)
+				require.NoError(t, act.do(ctx, st, p1))
+				// A record of another session, after the removal.
+				mark := c.publishValue("marker", record.NewMap("role", "user", "content", "marker"), false)
+				for range 4 * instances {
+					c.fetchChecked("p1", "after the removal", mark)
+					c.fetchChecked("p2", "after the removal", mark)
+				}
+				for i := range 3 {
+					c.publishValue("p1", record.NewMap("role", "user", "content", fmt.Sprintf("p1 after %d", i)), false)
+					last = c.publishValue("p2", record.NewMap("role", "user", "content", fmt.Sprintf("p2 after %d", i)), false)
+					for range 2 * instances {
+						c.fetchChecked("p1", "new records", 0)
+						c.fetchChecked("p2", "new records", 0)
+					}
+				}
+				for _, a := range apps {
+					require.NoError(t, a.Close())
+				}
+				// Started again, from the checkpoints the instances wrote.
+				startApp(t, t.TempDir(), func(c *app.Config) { c.NATSURL = url })
+				c.fetchChecked("p1", "restarted", last)
+				c.fetchChecked("p2", "restarted", last)
+			})
+		}
+	}
+}
+
+// TestOperator_PurgeNotTold: ctxd's user may not subscribe to the API
+// audit advisories, so no removal is told to it (as when they are lost
+// while its connection is down). The stream's state tells it that
+// records left: every session loads from the stream again, and every
+// reply is right.
+func TestOperator_PurgeNotTold(t *testing.T) {
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "nats.conf")
+	require.NoError(t, os.WriteFile(conf, []byte(`accounts {
+  T {
+    jetstream: enabled
+    users = [
+      { user: ctxd, password: ctxd-pw, permissions: { subscribe: { allow: [">"], deny: ["$JS.EVENT.ADVISORY.>"] } } }
+      { user: op, password: op-pw }
+    ]
+  }
+}
+`), 0o600))
+	srv := natsd.New(filepath.Join(dir, "js"))
+	srv.Port = -1
+	srv.ConfigFile = conf
+	require.NoError(t, srv.Open())
+	t.Cleanup(func() { srv.Close() })
+	url := srv.ClientURL()
+	for _, act := range purgeActions {
+		t.Run(act.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			nc, err := nats.Connect(url, nats.UserInfo("op", "op-pw"))
+			require.NoError(t, err)
+			t.Cleanup(nc.Close)
+			js, err := jetstream.New(nc)
+			require.NoError(t, err)
+			c := &client{t: t, nc: nc, js: js}
+			var apps []*app.App
+			for i := range 2 {
+				apps = append(apps, startApp(t, t.TempDir(), func(c *app.Config) {
+					c.NATSURL = url
+					c.Instance = fmt.Sprintf("i%d", i)
+					c.NATSOptions = []nats.Option{nats.UserInfo("ctxd", "ctxd-pw")}
+				}))
+			}
+			p1, last := publishPurgeSessions(c, "before")
+			for range 16 {
+				c.fetchChecked("p1", "before", last)
+				c.fetchChecked("p2", "before", last)
+			}
+			st, err := c.js.Stream(ctx, "TRANSCRIPTS")
+			require.NoError(t, err)
+			require.NoError(t, act.do(ctx, st, p1))
+			mark := c.publishValue("marker", record.NewMap("role", "user", "content", "marker"), false)
+			for range 8 {
+				c.fetchChecked("p1", "after the removal", mark)
+				c.fetchChecked("p2", "after the removal", mark)
+			}
+			c.publishValue("p1", record.NewMap("role", "user", "content", "p1 after"), false)
+			for range 8 {
+				c.fetchChecked("p1", "new records", 0)
+				c.fetchChecked("p2", "new records", 0)
+			}
+			for _, a := range apps {
+				require.NoError(t, a.Close())
+			}
+			// The next subtest starts from an empty stream.
+			require.NoError(t, st.Purge(ctx))
+		})
+	}
+}
+
+// TestOperator_PurgeWhileStopped: ctxd wrote every session's checkpoint,
+// with its index, and stopped; the operator removes records; ctxd starts
+// again. The checkpoints name records that are gone: the loads find it
+// and read the sessions' subjects.
+func TestOperator_PurgeWhileStopped(t *testing.T) {
+	for _, act := range purgeActions {
+		for _, more := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/new_records=%v", act.name, more), func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				url := natstest.Start(t)
+				dir := t.TempDir()
+				a := startApp(t, dir, func(c *app.Config) { c.NATSURL = url })
+				c := newClient(t, url)
+				p1, last := publishPurgeSessions(c, "before")
+				require.NoError(t, a.Wait(ctx, last, 30*time.Second))
+				c.fetchChecked("p1", "before", 0)
+				c.fetchChecked("p2", "before", 0)
+				require.NoError(t, a.Close())
+
+				st, err := c.js.Stream(ctx, "TRANSCRIPTS")
+				require.NoError(t, err)
+				require.NoError(t, act.do(ctx, st, p1))
+				a = startApp(t, dir, func(c *app.Config) { c.NATSURL = url })
+				if more {
+					c.publishValue("p1", record.NewMap("role", "user", "content", "p1 after"), false)
+					c.publishValue("p2", record.NewMap("role", "user", "content", "p2 after"), false)
+				}
+				for range 2 {
+					c.fetchChecked("p1", "restarted", 0)
+					c.fetchChecked("p2", "restarted", 0)
+				}
+				_ = a
+			})
+		}
+	}
+}
+
+// TestOperator_PurgeRandom interleaves records, purges of every kind,
+// deletions, fetches and restarts over two instances, at random; every
+// reply must equal Build of what the stream holds of its session.
+// -purge.seed repeats a run, -purge.steps makes it longer.
+func TestOperator_PurgeRandom(t *testing.T) {
+	seed := *purgeSeed
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	steps := *purgeSteps
+	if testing.Short() {
+		steps = min(steps, 100)
+	}
+	t.Logf("-purge.seed=%d -purge.steps=%d", seed, steps)
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	url := natstest.Start(t)
+	start := func(i int) *app.App {
+		return startApp(t, t.TempDir(), func(c *app.Config) {
+			c.NATSURL = url
+			c.Instance = fmt.Sprintf("i%d-%d", i, rng.IntN(1000))
+			c.CacheSessions = 2 + rng.IntN(4) // evictions too
+		})
+	}
+	apps := []*app.App{start(0), start(1)}
+	c := newClient(t, url)
+	st, err := c.js.Stream(ctx, "TRANSCRIPTS")
+	require.NoError(t, err)
+	ids := []string{"q0", "q1", "q2", "q3", "q4", "q5"}
+	pick := func() string { return ids[rng.IntN(len(ids))] }
+	// published lists every sequence published, for deletions; mark is
+	// the latest, and follows every removal.
+	var published []uint64
+	var mark uint64
+	removed := func() {
+		mark = c.publishValue("marker", record.NewMap("role", "user", "content", "marker"), false)
+	}
+	for step := range steps {
+		label := fmt.Sprintf("step %d (seed %d)", step, seed)
+		switch n := rng.IntN(100); {
+		case n < 45:
+			id := pick()
+			v := any(record.NewMap("role", []string{"user", "assistant"}[rng.IntN(2)], "content", fmt.Sprintf("%s %d", id, step)))
+			if rng.IntN(8) == 0 {
+				v = purgeCompaction
+			}
+			mark = c.publishValue(id, v, false)
+			published = append(published, mark)
+		case n < 80:
+			c.fetchChecked(pick(), label, mark)
+		case n < 84:
+			require.NoError(t, st.Purge(ctx, jetstream.WithPurgeSubject("transcripts."+pick())), label)
+			removed()
+		case n < 87 && len(published) > 0:
+			seq := published[rng.IntN(len(published))] + 1
+			require.NoError(t, st.Purge(ctx, jetstream.WithPurgeSubject("transcripts."+pick()), jetstream.WithPurgeSequence(seq)), label)
+			removed()
+		case n < 90:
+			require.NoError(t, st.Purge(ctx, jetstream.WithPurgeSubject("transcripts."+pick()), jetstream.WithPurgeKeep(uint64(rng.IntN(4)))), label)
+			removed()
+		case n < 91:
+			require.NoError(t, st.Purge(ctx), label)
+			removed()
+		case n < 97 && len(published) > 0:
+			seq := published[rng.IntN(len(published))]
+			var err error
+			if rng.IntN(2) == 0 {
+				err = st.DeleteMsg(ctx, seq)
+			} else {
+				err = st.SecureDeleteMsg(ctx, seq)
+			}
+			if err != nil {
+				require.ErrorIs(t, err, jetstream.ErrMsgDeleteUnsuccessful, label) // deleted or purged before
+			}
+			removed()
+		default:
+			i := rng.IntN(len(apps))
+			require.NoError(t, apps[i].Close(), label)
+			apps[i] = start(i)
+		}
+	}
+	for _, id := range ids {
+		c.fetchChecked(id, "end", mark)
+	}
+}

@@ -1,0 +1,320 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ctxd/ctxd/pkg/bus"
+	"github.com/ctxd/ctxd/pkg/store"
+)
+
+// Operators remove records from the stream: nats stream purge (of one
+// subject or all, with --seq or --keep), nats stream rmm. A context holds
+// only what the stream holds, so the stores must forget what they hold of
+// the sessions concerned (store.Forget), and a record stored after a
+// removal must never be applied to, nor served with, what the removal
+// took.
+//
+// The server tells of each removal in the API audit advisory of its
+// request (bus.AuditAdvisory), which names the purge's filter, or the
+// message deleted, and how many messages went. But the advisory is plain
+// NATS, sent beside the reply to the operator, in no order with the
+// records the stream stores next, and lost while the connection is down
+// (or when ctxd's user may not subscribe to it). So it is not trusted
+// alone: the stream's own state says how many of its sequences hold no
+// message (bus.Removed), which moves when and only when messages leave
+// it. ctxd counts the messages the advisories it applied removed; when
+// the stream's count is that count plus what it was at the start, every
+// removal of a record stored before the stream's last sequence then has
+// been applied, and that sequence is verified.
+//
+// The ingest applies no record past the verified sequence before it has
+// checked the stream's state again (cover); nor does a reader catch a
+// session up to a sequence past it. A check that finds removals no
+// advisory told of waits a moment for their advisories, then forgets
+// every session in both stores: when in doubt, the sessions load from the
+// stream, which holds only what remains. So the ingest store never holds
+// a record stored after a removal together with one the removal took: a
+// reply racing with a removal is built from what the stream held before
+// it, or after it. A loaded session that a load finishes reading after a
+// removal reads again (store.Forget).
+//
+// A reader (an instance not pinned, or one whose ingest lags) catches a
+// cached session up by reading its records after those it holds. Each
+// request applies the advisories received first, and a check covers the
+// stream's last sequence the request read. What is left is a removal no
+// record was stored after (or one made while the request reads, after
+// its check) whose advisory has not come when the request reads: a
+// reply of a session cached behind its last record may then hold the
+// records it reads beside ones the removal took. The advisory, the next
+// record, or the next periodic check puts the session right.
+//
+// A stream with limits (AllowStreamLimits) drops messages of its own
+// accord: its count moves without advisories, so only the advisories are
+// applied there, and records aged out of the stream may stay in cached
+// contexts until the session is loaded again.
+
+// Bounds of the removal watcher.
+const (
+	// removalAdvisories is how many advisories wait to be applied;
+	// past it they are dropped, and the next check finds the removals.
+	removalAdvisories = 4096
+	// removalCheckTimeout bounds one read of the stream's state.
+	removalCheckTimeout = 2 * time.Second
+	// removalGrace is how long a check that finds removals not told
+	// waits for their advisories before it forgets every session.
+	removalGrace = 250 * time.Millisecond
+	// removalDrainEvery is how often advisories are applied when no
+	// record or request comes to apply them.
+	removalDrainEvery = 100 * time.Millisecond
+	// removalCheckEvery is how often the stream's state is checked when
+	// nothing else does: it bounds how long an advisory lost while the
+	// connection was down leaves a session as it was before the removal.
+	removalCheckEvery = 5 * time.Second
+)
+
+// removals applies the stream's removals to the stores.
+type removals struct {
+	st     jetstream.Stream
+	stream string
+	stores func() []*store.Store
+	logger *slog.Logger
+	// counted says the stream removes nothing of its own accord: its
+	// count of removed sequences is checked.
+	counted bool
+
+	sub *nats.Subscription
+	ch  chan *nats.Msg
+
+	// verified: every removal made before the record at this sequence
+	// was stored has been applied to the stores.
+	verified atomic.Uint64
+	// busy counts the goroutines applying advisories, which take them
+	// from ch under mu: one that finds ch empty and none busy has
+	// nothing to wait for.
+	busy atomic.Int32
+
+	mu      sync.Mutex
+	base    int64 // the stream's removed sequences not counted in applied
+	applied int64 // messages removed by the advisories applied
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+// openRemovals subscribes to the advisories, reads where the stream is,
+// and starts the watcher's goroutine.
+func openRemovals(ctx context.Context, nc *nats.Conn, st jetstream.Stream, stream string, counted bool, stores func() []*store.Store, logger *slog.Logger) (*removals, error) {
+	r := &removals{st: st, stream: stream, stores: stores, logger: logger, counted: counted,
+		ch: make(chan *nats.Msg, removalAdvisories), stop: make(chan struct{}), done: make(chan struct{})}
+	var err error
+	if r.sub, err = nc.ChanSubscribe(bus.AuditAdvisory, r.ch); err != nil {
+		return nil, fmt.Errorf("subscribe to %s: %w", bus.AuditAdvisory, err)
+	}
+	// The subscription holds before the stream's state is read: a removal
+	// after the read is told by an advisory.
+	fctx, cancel := context.WithTimeout(ctx, removalCheckTimeout)
+	defer cancel()
+	if err := nc.FlushWithContext(fctx); err != nil {
+		r.sub.Unsubscribe()
+		return nil, fmt.Errorf("subscribe to %s: %w", bus.AuditAdvisory, err)
+	}
+	removed, last, err := bus.Removed(ctx, st)
+	if err != nil {
+		r.sub.Unsubscribe()
+		return nil, err
+	}
+	r.base = int64(removed)
+	r.verified.Store(last)
+	go r.run()
+	return r, nil
+}
+
+// close stops the goroutine and the subscription.
+func (r *removals) close() {
+	if r == nil {
+		return
+	}
+	close(r.stop)
+	<-r.done
+	r.sub.Unsubscribe()
+}
+
+func (r *removals) run() {
+	defer close(r.done)
+	drain := time.NewTicker(removalDrainEvery)
+	defer drain.Stop()
+	lastCheck := time.Now()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-drain.C:
+		}
+		r.drain()
+		if r.counted && time.Since(lastCheck) >= removalCheckEvery {
+			lastCheck = time.Now()
+			r.mu.Lock()
+			r.check(0)
+			r.mu.Unlock()
+		}
+	}
+}
+
+// drain applies the advisories received so far. It costs nothing when
+// there are none.
+func (r *removals) drain() {
+	if r == nil || len(r.ch) == 0 && r.busy.Load() == 0 {
+		return
+	}
+	r.mu.Lock()
+	r.drainLocked()
+	r.mu.Unlock()
+}
+
+// drainLocked applies the advisories waiting; r.mu is held.
+func (r *removals) drainLocked() {
+	r.busy.Add(1)
+	defer r.busy.Add(-1)
+	for {
+		select {
+		case m := <-r.ch:
+			r.apply(m)
+		default:
+			return
+		}
+	}
+}
+
+// cover returns once every removal made before the record seq was stored
+// has been applied: at once when seq is verified, else after a check of
+// the stream's state.
+func (r *removals) cover(seq uint64) {
+	if r == nil {
+		return
+	}
+	if seq <= r.verified.Load() || !r.counted {
+		r.drain()
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.drainLocked()
+	if seq > r.verified.Load() {
+		r.check(seq)
+	}
+}
+
+// check reads the stream's state and verifies up to its last sequence,
+// or, failing that, forgets every session and verifies up to need (a
+// record already stored). r.mu is held.
+func (r *removals) check(need uint64) {
+	deadline := time.Now().Add(removalGrace)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), removalCheckTimeout)
+		removed, last, err := bus.Removed(ctx, r.st)
+		cancel()
+		if err != nil {
+			r.forgetAll("the stream's state could not be read", "err", err)
+			r.raise(need)
+			return
+		}
+		counted := r.base + r.applied
+		if int64(removed) == counted && last >= need {
+			r.raise(last)
+			return
+		}
+		if int64(removed) > counted && time.Now().Before(deadline) {
+			// Removals not told yet: their advisories may be on their way.
+			t := time.NewTimer(time.Until(deadline))
+			r.busy.Add(1)
+			select {
+			case m := <-r.ch:
+				r.apply(m)
+			case <-t.C:
+			case <-r.stop:
+			}
+			r.busy.Add(-1)
+			t.Stop()
+			r.drainLocked()
+			continue
+		}
+		if int64(removed) != counted {
+			r.forgetAll("records left the stream that no advisory told of", "removed", removed, "told", counted)
+		} else {
+			// The stream read is behind the record in hand (a replica
+			// behind): what the stores hold is dropped instead.
+			r.forgetAll("the stream's state is behind a record stored", "last_seq", last, "need", need)
+		}
+		// From here every removal counted in removed is applied.
+		r.base = int64(removed) - r.applied
+		r.raise(max(last, need))
+		return
+	}
+}
+
+// raise moves the verified sequence up to seq.
+func (r *removals) raise(seq uint64) {
+	for {
+		cur := r.verified.Load()
+		if seq <= cur || r.verified.CompareAndSwap(cur, seq) {
+			return
+		}
+	}
+}
+
+// apply applies one advisory; r.mu is held.
+func (r *removals) apply(m *nats.Msg) {
+	rm, ok, err := bus.ParseRemoval(m.Data, r.stream)
+	if err != nil {
+		// About the stream, but unreadable: what went is not known.
+		r.forgetAll("an advisory about the stream does not decode", "err", err)
+		return
+	}
+	if !ok {
+		return
+	}
+	r.applied += int64(rm.Count)
+	stores := r.stores()
+	switch {
+	case rm.All:
+		for _, st := range stores {
+			st.ForgetAll()
+		}
+	case rm.Session != "":
+		for _, st := range stores {
+			st.Forget(rm.Session)
+		}
+	default:
+		for _, st := range stores {
+			st.ForgetHolding(rm.Seq)
+		}
+	}
+	r.logger.Info("records removed from the stream: the sessions concerned load from it again",
+		"stream", r.stream, "session", rm.Session, "seq", rm.Seq, "all", rm.All, "messages", rm.Count)
+}
+
+// forgetAll forgets every session of both stores; r.mu is held.
+func (r *removals) forgetAll(why string, args ...any) {
+	for _, st := range r.stores() {
+		st.ForgetAll()
+	}
+	r.logger.Warn("every session loads from the stream again: "+why, args...)
+}
+
+// stores returns the stores a removal concerns: the reader's, and the
+// one the ingest feeds, if any.
+func (r *roles) stores() []*store.Store {
+	out := []*store.Store{r.reader}
+	if st := r.feeding(); st != nil {
+		out = append(out, st)
+	}
+	return out
+}

@@ -1,0 +1,131 @@
+package bus
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ctxd/ctxd/pkg/subject"
+)
+
+// AuditAdvisory is the subject on which the server announces every
+// JetStream API request it answered in the account (an API audit
+// advisory): its subject, its body and the response. A purge or a
+// message deletion of the transcripts stream is told there, after it is
+// done. The advisory is plain NATS: a connection that is down misses it.
+const AuditAdvisory = "$JS.EVENT.ADVISORY.API"
+
+// Removal is records removed from a stream by a purge or a deletion of
+// a message, as an API audit advisory tells it.
+type Removal struct {
+	// Session is the one session whose records were removed, when the
+	// purge named it by its filter ("" otherwise).
+	Session string
+	// Seq is the sequence of the message deleted, for a deletion whose
+	// request the advisory carries (0 otherwise).
+	Seq uint64
+	// All says the records of any session may be gone: a purge without
+	// a filter or with one naming more than a session, or a removal the
+	// advisory does not say more of (in a cluster the server leaves the
+	// request out of a purge's advisory).
+	All bool
+	// Count is how many messages were removed.
+	Count uint64
+}
+
+// ErrBadAdvisory is wrapped by ParseRemoval's error for an advisory
+// about the stream that does not decode.
+var ErrBadAdvisory = errors.New("bus: API audit advisory does not decode")
+
+type apiAudit struct {
+	Subject  string `json:"subject"`
+	Request  string `json:"request"`
+	Response string `json:"response"`
+}
+
+type removalResponse struct {
+	Success bool            `json:"success"`
+	Purged  uint64          `json:"purged"`
+	Error   json.RawMessage `json:"error"`
+}
+
+type removalRequest struct {
+	Filter string `json:"filter"`
+	Seq    uint64 `json:"seq"`
+}
+
+// ParseRemoval reads an API audit advisory. ok is true for a purge or a
+// message deletion of the stream that removed messages; any other
+// request, a failed one or one that removed nothing, is not a removal.
+func ParseRemoval(data []byte, stream string) (r Removal, ok bool, err error) {
+	purgeAPI, deleteAPI := "API.STREAM.PURGE."+stream, "API.STREAM.MSG.DELETE."+stream
+	// Most advisories are of other requests: found without decoding.
+	if !bytes.Contains(data, []byte(purgeAPI)) && !bytes.Contains(data, []byte(deleteAPI)) {
+		return r, false, nil
+	}
+	var adv apiAudit
+	if err := json.Unmarshal(data, &adv); err != nil {
+		return r, false, fmt.Errorf("%w: %w", ErrBadAdvisory, err)
+	}
+	purge := adv.Subject == "$JS."+purgeAPI || strings.HasSuffix(adv.Subject, "."+purgeAPI)
+	del := adv.Subject == "$JS."+deleteAPI || strings.HasSuffix(adv.Subject, "."+deleteAPI)
+	if !purge && !del {
+		return r, false, nil
+	}
+	var resp removalResponse
+	if err := json.Unmarshal([]byte(adv.Response), &resp); err != nil {
+		return r, false, fmt.Errorf("%w: response of %s: %w", ErrBadAdvisory, adv.Subject, err)
+	}
+	if !resp.Success || len(resp.Error) > 0 && string(resp.Error) != "null" {
+		return r, false, nil
+	}
+	var req removalRequest
+	known := adv.Request != ""
+	if known {
+		if err := json.Unmarshal([]byte(adv.Request), &req); err != nil {
+			// The server answered it: something was removed, what is not
+			// known.
+			known = false
+		}
+	}
+	switch {
+	case purge:
+		if resp.Purged == 0 {
+			return r, false, nil
+		}
+		r.Count = resp.Purged
+		if !known || req.Filter == "" {
+			r.All = true
+		} else if id, err := subject.SessionOfTranscript(req.Filter); err == nil {
+			r.Session = id
+		} else {
+			r.All = true // a wildcard, or a subject of no session
+		}
+	default:
+		r.Count = 1
+		if known && req.Seq > 0 {
+			r.Seq = req.Seq
+		} else {
+			r.All = true
+		}
+	}
+	return r, true, nil
+}
+
+// Removed returns how many of the stream's sequences up to its last hold
+// no message (purged, deleted, or gone past a limit), and its last
+// sequence. It only grows: it moves when, and only when, messages leave
+// the stream.
+func Removed(ctx context.Context, st jetstream.Stream) (removed, last uint64, err error) {
+	info, err := st.Info(ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("stream info: %w", err)
+	}
+	s := info.State
+	return s.LastSeq - min(s.Msgs, s.LastSeq), s.LastSeq, nil
+}
