@@ -67,6 +67,9 @@ type block struct {
 // blocks lists the blocks of message.content (none when it is not an
 // array); a content read sparsely is scanned, not decoded.
 func (e *ccEntry) blocks() []block {
+	if e.kept.hasBlocks {
+		return e.kept.blocks
+	}
 	if !e.sparse {
 		return e.decodedBlocks()
 	}
@@ -135,6 +138,8 @@ func claudeScan(line []byte) (*record.Map, kept) {
 		if r, ok := claudeMessage(&Report{}, e); ok {
 			k.rec = &r
 		}
+		// The branch selection reads the blocks of most messages.
+		k.blocks, k.hasBlocks = e.blocks(), true
 	}
 	return m, k
 }
@@ -292,9 +297,9 @@ func addCount(m map[string]int, k string, v int) map[string]int {
 // convertClaudeGroup selects a conversation's active branch and converts it.
 func convertClaudeGroup(b *builder, g *ccGroup, source string) {
 	rep := b.report()
-	byUUID := map[string]*ccEntry{}
-	children := map[string][]*ccEntry{}
-	var entries []*ccEntry // deduplicated, in file order
+	byUUID := make(map[string]*ccEntry, len(g.entries))
+	children := make(map[string][]*ccEntry, len(g.entries))
+	entries := make([]*ccEntry, 0, len(g.entries)) // deduplicated, in file order
 	for _, e := range g.entries {
 		if e.uuid != "" {
 			if _, dup := byUUID[e.uuid]; dup {
@@ -310,6 +315,13 @@ func convertClaudeGroup(b *builder, g *ccGroup, source string) {
 		entries = append(entries, e)
 	}
 	selected := selectClaudeBranch(rep, entries, byUUID, children)
+	n := 0
+	for _, e := range entries {
+		if selected[e] {
+			n++
+		}
+	}
+	b.grow(n)
 
 	// Compact summaries are emitted inside their boundary's compaction.
 	consumed := map[*ccEntry]bool{}
@@ -377,7 +389,7 @@ func convertClaudeGroup(b *builder, g *ccGroup, source string) {
 // from the last message back to the root, and the parallel-call artefacts
 // that hang off it.
 func selectClaudeBranch(rep *Report, entries []*ccEntry, byUUID map[string]*ccEntry, children map[string][]*ccEntry) map[*ccEntry]bool {
-	selected := map[*ccEntry]bool{}
+	selected := make(map[*ccEntry]bool, len(entries))
 	// The leaf is the last message, or a compaction boundary written after
 	// it (its summary line not written yet).
 	var leaf *ccEntry
