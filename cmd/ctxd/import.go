@@ -324,6 +324,10 @@ func (p *importPublisher) publish(ctx context.Context, t *importer.Transcript, s
 	if pr := newProgress(p.e.stderr, "import "+t.Name, uint64(len(todo))); pr.tty && len(todo) > 0 {
 		prog = pr
 	}
+	// The records' bytes are made ahead, on another processor, while the
+	// publisher sends the ones before.
+	enc := encodeAhead(ctx, todo, importAhead)
+	defer enc.stop()
 	// bus.Append stores the records right after the session's last one,
 	// in the file's order, and stops at the first that fails; records
 	// sent before the failure was known may be stored after it, leaving
@@ -333,16 +337,8 @@ func (p *importPublisher) publish(ctx context.Context, t *importer.Transcript, s
 		Subject: subj,
 		After:   log.Last,
 		N:       len(todo),
-		// Each record's bytes are made as it is sent, while the server
-		// stores the ones before.
-		Data: func(i int) ([]byte, error) {
-			b, err := todo[i].JSON()
-			if err != nil {
-				return nil, fmt.Errorf("encode record: %w", err)
-			}
-			return b, nil
-		},
-		MsgID: func(i int) string { return ids[done+i] },
+		Data:    enc.next,
+		MsgID:   func(i int) string { return ids[done+i] },
 		Progress: func(acked int) {
 			if prog != nil {
 				prog.update(uint64(acked))
@@ -373,6 +369,73 @@ func (p *importPublisher) publish(ctx context.Context, t *importer.Transcript, s
 	return res, nil
 }
 
+// importAhead is how many records an import's encoder makes ahead of
+// the one being sent.
+const importAhead = 64
+
+// encoder makes the JSON of records in order, on a goroutine of its own,
+// at most ahead records before the one asked for.
+type encoder struct {
+	ctx    context.Context
+	recs   []importer.Record
+	out    chan encoded
+	sent   int // the records next returned from out
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+type encoded struct {
+	b   []byte
+	err error
+}
+
+func encodeAhead(ctx context.Context, recs []importer.Record, ahead int) *encoder {
+	ctx, cancel := context.WithCancel(ctx)
+	e := &encoder{ctx: ctx, recs: recs, out: make(chan encoded, ahead), cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(e.done)
+		for i := range recs {
+			b, err := recs[i].JSON()
+			select {
+			case e.out <- encoded{b, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return // the last record asked for: its error stops the publisher
+			}
+		}
+	}()
+	return e
+}
+
+// next returns the JSON of record i. The records are asked for in order,
+// each once, as bus.Append does; another order makes the record's JSON
+// here.
+func (e *encoder) next(i int) ([]byte, error) {
+	var r encoded
+	if i != e.sent {
+		r.b, r.err = e.recs[i].JSON()
+	} else {
+		select {
+		case r = <-e.out:
+			e.sent++
+		case <-e.ctx.Done():
+			return nil, e.ctx.Err()
+		}
+	}
+	if r.err != nil {
+		return nil, fmt.Errorf("encode record: %w", r.err)
+	}
+	return r.b, nil
+}
+
+// stop stops the encoder and waits for it.
+func (e *encoder) stop() {
+	e.cancel()
+	<-e.done
+}
+
 // orderError is a session whose records are not the file's first ones in
 // the file's order: record want (an index in the file) is missing, and
 // record got is stored where it belongs.
@@ -386,6 +449,9 @@ type orderError struct{ want, got int }
 // prefix, which an import of the same format into the same session
 // stored: of a branch the file abandoned since, or of another file.
 func storedPrefix(stored, ids []string, prefix string) (n, abandoned int, bad *orderError) {
+	if len(stored) == 0 {
+		return 0, 0, nil // a new session: no need to index the file's ids
+	}
 	index := make(map[string]int, len(ids))
 	for i, id := range ids {
 		index[id] = i

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ctxd/ctxd/internal/natstest"
 	"github.com/ctxd/ctxd/pkg/bus"
+	"github.com/ctxd/ctxd/pkg/importer"
 	"github.com/ctxd/ctxd/pkg/natsd"
 	"github.com/ctxd/ctxd/pkg/record"
 	"github.com/ctxd/ctxd/streams"
@@ -473,4 +474,47 @@ func TestImport_RecordOverMaxMsgSizeWithHeaders(t *testing.T) {
 	require.Contains(t, errOut, "nothing of session big was published")
 	ids, _ := stored(t, js, "big")
 	require.Empty(t, ids)
+}
+
+// The encoder hands the publisher each record's JSON in order, made
+// ahead; a record asked for out of turn is made on the spot; stopping it
+// early leaves no goroutine behind.
+func TestEncodeAhead(t *testing.T) {
+	ts, err := importer.ParseBytes(importer.ClaudeCode, "f.jsonl", []byte(mustRead(t, samples+"claude-code/0d3a8e6f-290f-4105-a327-a2496e5e2a83.jsonl")))
+	require.NoError(t, err)
+	recs := ts[0].Records
+	require.Greater(t, len(recs), 10)
+	want := func(i int) string {
+		b, err := recs[i].JSON()
+		require.NoError(t, err)
+		return string(b)
+	}
+	for _, ahead := range []int{1, 4, 1000} {
+		enc := encodeAhead(context.Background(), recs, ahead)
+		for i := range recs {
+			b, err := enc.next(i)
+			require.NoError(t, err)
+			require.Equal(t, want(i), string(b), "record %d, %d ahead", i, ahead)
+		}
+		enc.stop()
+	}
+
+	enc := encodeAhead(context.Background(), recs, 2)
+	b, err := enc.next(5)
+	require.NoError(t, err)
+	require.Equal(t, want(5), string(b), "out of turn")
+	b, err = enc.next(0)
+	require.NoError(t, err)
+	require.Equal(t, want(0), string(b))
+	enc.stop() // while the encoder waits to hand over more
+
+	ctx, cancel := context.WithCancel(context.Background())
+	enc = encodeAhead(ctx, recs, 1)
+	cancel()
+	enc.stop()
+	for i := range 3 { // nothing made: the caller's context ends the wait
+		if _, err := enc.next(i); err != nil {
+			require.ErrorIs(t, err, context.Canceled)
+		}
+	}
 }
