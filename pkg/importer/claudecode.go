@@ -543,7 +543,11 @@ func claudeMessage(rep *Report, e *ccEntry) (Record, bool) {
 			raw["timestamp"] = span(e.line, "timestamp")
 		}
 	}
-	r := Record{class: e.typ, parts: newParts(out, raw)}
+	class := "user" // a constant: the line's own string would stay in memory with the record
+	if e.typ == "assistant" {
+		class = "assistant"
+	}
+	r := Record{class: class, parts: newParts(out, raw)}
 	if !e.sparse || r.parts == nil {
 		out.Set("content", e.contentValue())
 		r.value = out

@@ -42,6 +42,27 @@ func TestSplice(t *testing.T) {
 	require.Nil(t, splice(m, map[string][]byte{"content": nil}), "a value not found: encode the whole record")
 }
 
+// A record's parts join into what splice makes, whatever members are raw.
+func TestParts(t *testing.T) {
+	m := record.NewMap("role", "assistant", "content", "x", "responseId", "msg_1", "model", "m\u00e9", "timestamp", "t")
+	content, ts := []byte(`[ {"type" : "text", "text": "\u00e9"} ]`), []byte(`"2026-01-02T03:04:05.000Z"`)
+	for _, raw := range []map[string][]byte{
+		{},
+		{"content": content},
+		{"role": []byte(`"user"`)},
+		{"timestamp": ts},
+		{"content": content, "timestamp": ts},
+		{"role": []byte(`"user"`), "content": content, "timestamp": ts},
+	} {
+		p := newParts(m, raw)
+		require.NotNil(t, p)
+		want := splice(m, raw)
+		require.Equal(t, string(want), string(p.json()), "%v", raw)
+		require.Equal(t, len(want), p.size)
+	}
+	require.Nil(t, newParts(m, map[string][]byte{"content": nil}), "a value not found: encode the whole record")
+}
+
 func TestValidCapture(t *testing.T) {
 	good := []string{`0`, `-0`, `1.5e-3`, `1E400`, `18446744073709551617`, `"a\u00e9\n\"\\\/"`, `"\ud800"`, `"é ☃ 😀"`,
 		`[]`, `{}`, ` { "a" : [ 1 , true , false , null , { } ] } `, `{"a":1,"a":2}`}
