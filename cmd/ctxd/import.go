@@ -93,8 +93,20 @@ func runImport(ctx context.Context, e *env, args []string) error {
 	}
 	out := bufio.NewWriterSize(e.stdout, 1<<16)
 	failed := 0
+	// The next file is read and converted while one is published.
+	files, stop := convertAhead(ctx, e, format, pos)
+	defer stop()
 	for _, name := range pos {
-		if err := importFile(ctx, e, out, pub, format, *session, name); err != nil {
+		c, ok := <-files
+		if !ok {
+			return ctx.Err()
+		}
+		err := c.err
+		if err == nil {
+			err = importFile(ctx, e, out, pub, format, *session, name, c.ts)
+			c.release()
+		}
+		if err != nil {
 			if errors.Is(err, context.Canceled) {
 				return err
 			}
@@ -111,13 +123,47 @@ func runImport(ctx context.Context, e *env, args []string) error {
 	return nil
 }
 
-// importFile converts one file and prints or publishes its sessions.
-func importFile(ctx context.Context, e *env, out *bufio.Writer, pub *importPublisher, format importer.Format, session, name string) error {
-	ts, release, err := convertFile(e, format, name)
-	if err != nil {
-		return err
+// converted is a file read and converted, or why not; release once ts is
+// no longer used.
+type converted struct {
+	ts      []*importer.Transcript
+	release func()
+	err     error
+}
+
+// convertAhead reads and converts the files in order, on a goroutine that
+// keeps at most one file converted ahead of the one the caller takes from
+// the channel, which is closed after the last file or once ctx ends. stop
+// ends it, releases what was not taken and waits for it.
+func convertAhead(ctx context.Context, e *env, format importer.Format, names []string) (<-chan converted, func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	files := make(chan converted)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer close(files)
+		for _, name := range names {
+			var c converted
+			c.ts, c.release, c.err = convertFile(e, format, name)
+			select {
+			case files <- c:
+			case <-ctx.Done():
+				c.release()
+				return
+			}
+		}
+	}()
+	return files, func() {
+		cancel()
+		for c := range files {
+			c.release()
+		}
+		<-done
 	}
-	defer release()
+}
+
+// importFile prints or publishes the sessions converted from a file.
+func importFile(ctx context.Context, e *env, out *bufio.Writer, pub *importPublisher, format importer.Format, session, name string, ts []*importer.Transcript) error {
 	var errs []error
 	for i, t := range ts {
 		sess := t.Session

@@ -518,3 +518,47 @@ func TestEncodeAhead(t *testing.T) {
 		}
 	}
 }
+
+// Files are converted one ahead of the one published or printed: the
+// output and the reports still come file by file, in the order given, and
+// a file that fails leaves the others alone.
+func TestImport_FilesInOrder(t *testing.T) {
+	files := []string{
+		samples + "pi/session-01.jsonl",
+		"nope.jsonl",
+		samples + "claude-code/full-session-two.jsonl",
+		samples + "pi/before-compaction.jsonl",
+		samples + "codex/agent-sessions-codex-small.jsonl",
+		samples + "gemini/session-2025-10-27T19-55-981c87cb.json",
+		samples + "claude-code/dag_compact_after_rewind.jsonl",
+	}
+	var want strings.Builder
+	for _, f := range files {
+		if f == "nope.jsonl" {
+			continue
+		}
+		code, out, errOut := runCmd(t, "", "import", "--from", "auto", "--print", f)
+		require.Equal(t, 0, code, errOut)
+		want.WriteString(out)
+	}
+	code, out, errOut := runCmd(t, "", append([]string{"import", "--from", "auto", "--print"}, files...)...)
+	require.Equal(t, 1, code, errOut)
+	require.Equal(t, want.String(), out)
+	require.Contains(t, errOut, "1 of 7 files not imported")
+	at := -1
+	for _, f := range files {
+		i := strings.Index(errOut, f+":")
+		require.Greater(t, i, at, "the report of %s comes after the one before", f)
+		at = i
+	}
+
+	// Stopped while a converted file waits to be taken: stop releases it
+	// and returns once the converter has.
+	ctx, cancel := context.WithCancel(context.Background())
+	conv, stop := convertAhead(ctx, &env{}, importer.Pi, []string{files[0], files[0], files[0]})
+	c := <-conv
+	require.NoError(t, c.err)
+	c.release()
+	cancel()
+	stop()
+}
