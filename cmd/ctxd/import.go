@@ -42,9 +42,13 @@ approximated. Without --print, standard output gets one line per session:
 SESSION and the stream sequence of its last record.
 
 A record larger than the server accepts (its max_payload, or the stream's
-largest message) is never cut: the file's session is not published at all,
-the error names the file, line and size, and the other files go on. Raise
-the server's max_payload and import again.`
+largest message) is never cut: its session is not published at all, the
+error names the file, line and size, and the file's other sessions and the
+other files go on. Raise the server's max_payload and import again.
+
+A large file is read on all processors; its records are published once
+it is read whole, since the branch a Claude Code, pi or Gemini file keeps
+is known only at its end. The next file is read while one is published.`
 
 func runImport(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "import", "import --from FORMAT [flags] FILE...", importAbout)
@@ -338,7 +342,7 @@ func (p *importPublisher) publish(ctx context.Context, t *importer.Transcript, s
 		size := int64(n)
 		withHeaders := size + int64(bus.AppendHeaderBytes(ids[i]))
 		record := func(most int64) string {
-			s := fmt.Sprintf("%s: %s: a %s record of %d bytes", t.Name, r.Where, r.Class(), size)
+			s := fmt.Sprintf("%s: %s: %s record of %d bytes", t.Name, r.Where, withArticle(r.Class()), size)
 			if size <= most {
 				s += fmt.Sprintf(", %d with its headers", withHeaders)
 			}
@@ -480,6 +484,15 @@ func (e *encoder) next(i int) ([]byte, error) {
 func (e *encoder) stop() {
 	e.cancel()
 	<-e.done
+}
+
+// withArticle puts "a" or "an" before a record's class ("a user", "an
+// assistant").
+func withArticle(class string) string {
+	if class != "" && strings.ContainsRune("aeio", rune(class[0])) {
+		return "an " + class
+	}
+	return "a " + class
 }
 
 // orderError is a session whose records are not the file's first ones in

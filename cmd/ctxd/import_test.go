@@ -231,6 +231,30 @@ func TestImport_RecordTooLarge(t *testing.T) {
 	require.Greater(t, body.Len(), 1<<20)
 }
 
+// A record too large fails its session only: the file's other sessions
+// (a subagent's) are published.
+func TestImport_RecordTooLargeFailsItsSessionOnly(t *testing.T) {
+	url, js := importServer(t, func(s *natsd.Server) { s.MaxPayload = 100000 })
+	big := strings.Repeat("x", 200000)
+	lines := []string{
+		`{"type":"user","uuid":"u1","parentUuid":null,"sessionId":"main-s","message":{"role":"user","content":"hi"}}`,
+		`{"type":"user","uuid":"s1","parentUuid":null,"isSidechain":true,"agentId":"a1","sessionId":"main-s","message":{"role":"user","content":"task"}}`,
+		`{"type":"assistant","uuid":"s2","parentUuid":"s1","isSidechain":true,"agentId":"a1","sessionId":"main-s","message":{"id":"m1","role":"assistant","content":[{"type":"text","text":"done"}]}}`,
+		`{"type":"assistant","uuid":"a1","parentUuid":"u1","sessionId":"main-s","message":{"id":"m2","role":"assistant","content":[{"type":"text","text":"` + big + `"}]}}`,
+	}
+	file := filepath.Join(t.TempDir(), "main-s.jsonl")
+	require.NoError(t, os.WriteFile(file, []byte(strings.Join(lines, "\n")+"\n"), 0o644))
+	code, out, errOut := runCmd(t, "", "import", "--nats", url, "--from", "claude-code", file)
+	require.Equal(t, 1, code, errOut)
+	require.Regexp(t, `main-s\.jsonl: line 4: an assistant record of 2000\d\d bytes; the server accepts at most 100000 \(its max_payload\)`, errOut)
+	require.Contains(t, errOut, "nothing of session main-s was published")
+	ids, _ := stored(t, js, "main-s")
+	require.Empty(t, ids)
+	require.Contains(t, out, "main-s_agent-a1 ")
+	ids, _ = stored(t, js, "main-s_agent-a1")
+	require.Len(t, ids, 2, "the subagent's session is published")
+}
+
 // A stream that stores without acknowledging: the import fails after a
 // while, naming the record, instead of waiting forever.
 func TestImport_NoAcknowledgement(t *testing.T) {
