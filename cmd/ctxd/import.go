@@ -48,7 +48,7 @@ error names the file, line and size, and the file's other sessions and the
 other files go on. Raise the server's max_payload and import again.
 
 A large file is read on all processors; its records are published once
-it is read whole, since the branch a Claude Code, pi or Gemini file keeps
+it is read whole, since which entries are on a transcript's active branch
 is known only at its end. The next file is read while one is published.`
 
 func runImport(ctx context.Context, e *env, args []string) error {
@@ -83,10 +83,10 @@ func runImport(ctx context.Context, e *env, args []string) error {
 	if e.getenv("GOGC") == "" {
 		// A conversion's heap grows to hold every entry of the file before
 		// the first record is published: at the default, the collector
-		// traces it again at every doubling, a fifth of the import's
-		// processor time for a 100 MB file. Let it grow four times over
-		// between collections instead: more memory, for the time of the
-		// command.
+		// traces it again at every doubling, about a quarter of the
+		// import's processor time for a 100 MB file. Let it grow four
+		// times over between collections instead: more memory, for the
+		// time of the command.
 		defer debug.SetGCPercent(debug.SetGCPercent(importGCPercent))
 	}
 	var pub *importPublisher
