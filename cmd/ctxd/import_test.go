@@ -16,6 +16,7 @@ import (
 
 	"github.com/ctxd/ctxd/internal/natstest"
 	"github.com/ctxd/ctxd/pkg/bus"
+	"github.com/ctxd/ctxd/pkg/importer"
 	"github.com/ctxd/ctxd/pkg/natsd"
 	"github.com/ctxd/ctxd/pkg/record"
 	"github.com/ctxd/ctxd/streams"
@@ -228,6 +229,30 @@ func TestImport_RecordTooLarge(t *testing.T) {
 		body.Write(b)
 	}
 	require.Greater(t, body.Len(), 1<<20)
+}
+
+// A record too large fails its session only: the file's other sessions
+// (a subagent's) are published.
+func TestImport_RecordTooLargeFailsItsSessionOnly(t *testing.T) {
+	url, js := importServer(t, func(s *natsd.Server) { s.MaxPayload = 100000 })
+	big := strings.Repeat("x", 200000)
+	lines := []string{
+		`{"type":"user","uuid":"u1","parentUuid":null,"sessionId":"main-s","message":{"role":"user","content":"hi"}}`,
+		`{"type":"user","uuid":"s1","parentUuid":null,"isSidechain":true,"agentId":"a1","sessionId":"main-s","message":{"role":"user","content":"task"}}`,
+		`{"type":"assistant","uuid":"s2","parentUuid":"s1","isSidechain":true,"agentId":"a1","sessionId":"main-s","message":{"id":"m1","role":"assistant","content":[{"type":"text","text":"done"}]}}`,
+		`{"type":"assistant","uuid":"a1","parentUuid":"u1","sessionId":"main-s","message":{"id":"m2","role":"assistant","content":[{"type":"text","text":"` + big + `"}]}}`,
+	}
+	file := filepath.Join(t.TempDir(), "main-s.jsonl")
+	require.NoError(t, os.WriteFile(file, []byte(strings.Join(lines, "\n")+"\n"), 0o644))
+	code, out, errOut := runCmd(t, "", "import", "--nats", url, "--from", "claude-code", file)
+	require.Equal(t, 1, code, errOut)
+	require.Regexp(t, `main-s\.jsonl: line 4: an assistant record of 2000\d\d bytes; the server accepts at most 100000 \(its max_payload\)`, errOut)
+	require.Contains(t, errOut, "nothing of session main-s was published")
+	ids, _ := stored(t, js, "main-s")
+	require.Empty(t, ids)
+	require.Contains(t, out, "main-s_agent-a1 ")
+	ids, _ = stored(t, js, "main-s_agent-a1")
+	require.Len(t, ids, 2, "the subagent's session is published")
 }
 
 // A stream that stores without acknowledging: the import fails after a
@@ -473,4 +498,91 @@ func TestImport_RecordOverMaxMsgSizeWithHeaders(t *testing.T) {
 	require.Contains(t, errOut, "nothing of session big was published")
 	ids, _ := stored(t, js, "big")
 	require.Empty(t, ids)
+}
+
+// The encoder hands the publisher each record's JSON in order, made
+// ahead; a record asked for out of turn is made on the spot; stopping it
+// early leaves no goroutine behind.
+func TestEncodeAhead(t *testing.T) {
+	ts, err := importer.ParseBytes(importer.ClaudeCode, "f.jsonl", []byte(mustRead(t, samples+"claude-code/0d3a8e6f-290f-4105-a327-a2496e5e2a83.jsonl")))
+	require.NoError(t, err)
+	recs := ts[0].Records
+	require.Greater(t, len(recs), 10)
+	want := func(i int) string {
+		b, err := recs[i].JSON()
+		require.NoError(t, err)
+		return string(b)
+	}
+	for _, ahead := range []int{1, 4, 1000} {
+		enc := encodeAhead(context.Background(), recs, ahead)
+		for i := range recs {
+			b, err := enc.next(i)
+			require.NoError(t, err)
+			require.Equal(t, want(i), string(b), "record %d, %d ahead", i, ahead)
+		}
+		enc.stop()
+	}
+
+	enc := encodeAhead(context.Background(), recs, 2)
+	b, err := enc.next(5)
+	require.NoError(t, err)
+	require.Equal(t, want(5), string(b), "out of turn")
+	b, err = enc.next(0)
+	require.NoError(t, err)
+	require.Equal(t, want(0), string(b))
+	enc.stop() // while the encoder waits to hand over more
+
+	ctx, cancel := context.WithCancel(context.Background())
+	enc = encodeAhead(ctx, recs, 1)
+	cancel()
+	enc.stop()
+	for i := range 3 { // nothing made: the caller's context ends the wait
+		if _, err := enc.next(i); err != nil {
+			require.ErrorIs(t, err, context.Canceled)
+		}
+	}
+}
+
+// Files are converted one ahead of the one published or printed: the
+// output and the reports still come file by file, in the order given, and
+// a file that fails leaves the others alone.
+func TestImport_FilesInOrder(t *testing.T) {
+	files := []string{
+		samples + "pi/session-01.jsonl",
+		"nope.jsonl",
+		samples + "claude-code/full-session-two.jsonl",
+		samples + "pi/before-compaction.jsonl",
+		samples + "codex/agent-sessions-codex-small.jsonl",
+		samples + "gemini/session-2025-10-27T19-55-981c87cb.json",
+		samples + "claude-code/dag_compact_after_rewind.jsonl",
+	}
+	var want strings.Builder
+	for _, f := range files {
+		if f == "nope.jsonl" {
+			continue
+		}
+		code, out, errOut := runCmd(t, "", "import", "--from", "auto", "--print", f)
+		require.Equal(t, 0, code, errOut)
+		want.WriteString(out)
+	}
+	code, out, errOut := runCmd(t, "", append([]string{"import", "--from", "auto", "--print"}, files...)...)
+	require.Equal(t, 1, code, errOut)
+	require.Equal(t, want.String(), out)
+	require.Contains(t, errOut, "1 of 7 files not imported")
+	at := -1
+	for _, f := range files {
+		i := strings.Index(errOut, f+":")
+		require.Greater(t, i, at, "the report of %s comes after the one before", f)
+		at = i
+	}
+
+	// Stopped while a converted file waits to be taken: stop releases it
+	// and returns once the converter has.
+	ctx, cancel := context.WithCancel(context.Background())
+	conv, stop := convertAhead(ctx, &env{}, importer.Pi, []string{files[0], files[0], files[0]})
+	c := <-conv
+	require.NoError(t, c.err)
+	c.release()
+	cancel()
+	stop()
 }

@@ -39,6 +39,11 @@ type ccEntry struct {
 	side       bool
 	agent      string
 	msgID      string // message.id of an assistant line
+	// What the conversion of the line's group marks: on the active branch,
+	// a compact summary emitted with its boundary, and the last subtree
+	// walk that met it.
+	selected, consumed bool
+	walk               int
 }
 
 func (e *ccEntry) where() string { return lineWhere(e.n) }
@@ -67,6 +72,9 @@ type block struct {
 // blocks lists the blocks of message.content (none when it is not an
 // array); a content read sparsely is scanned, not decoded.
 func (e *ccEntry) blocks() []block {
+	if e.kept.hasBlocks {
+		return e.kept.blocks
+	}
 	if !e.sparse {
 		return e.decodedBlocks()
 	}
@@ -135,6 +143,8 @@ func claudeScan(line []byte) (*record.Map, kept) {
 		if r, ok := claudeMessage(&Report{}, e); ok {
 			k.rec = &r
 		}
+		// The branch selection reads the blocks of most messages.
+		k.blocks, k.hasBlocks = e.blocks(), true
 	}
 	return m, k
 }
@@ -292,9 +302,9 @@ func addCount(m map[string]int, k string, v int) map[string]int {
 // convertClaudeGroup selects a conversation's active branch and converts it.
 func convertClaudeGroup(b *builder, g *ccGroup, source string) {
 	rep := b.report()
-	byUUID := map[string]*ccEntry{}
-	children := map[string][]*ccEntry{}
-	var entries []*ccEntry // deduplicated, in file order
+	byUUID := make(map[string]*ccEntry, len(g.entries))
+	children := make(map[string][]*ccEntry, len(g.entries))
+	entries := make([]*ccEntry, 0, len(g.entries)) // deduplicated, in file order
 	for _, e := range g.entries {
 		if e.uuid != "" {
 			if _, dup := byUUID[e.uuid]; dup {
@@ -309,16 +319,22 @@ func convertClaudeGroup(b *builder, g *ccGroup, source string) {
 		}
 		entries = append(entries, e)
 	}
-	selected := selectClaudeBranch(rep, entries, byUUID, children)
+	selectClaudeBranch(rep, entries, byUUID, children)
+	n := 0
+	for _, e := range entries {
+		if e.selected {
+			n++
+		}
+	}
+	b.grow(n)
 
 	// Compact summaries are emitted inside their boundary's compaction.
-	consumed := map[*ccEntry]bool{}
 	for _, e := range entries {
-		if !selected[e] {
+		if !e.selected {
 			continue
 		}
 		switch {
-		case e.typ == "user" && consumed[e]:
+		case e.typ == "user" && e.consumed:
 		case e.typ == "user" && record.IsTrue(get(e.m, "isCompactSummary")):
 			rep.approx(e.where(), "a compact summary without its compact_boundary line: imported as a user message")
 			fallthrough
@@ -345,7 +361,7 @@ func convertClaudeGroup(b *builder, g *ccGroup, source string) {
 				rep.approx(e.where(), "a compact_boundary without its summary line (yet): not imported, the context keeps what came before")
 				continue
 			}
-			consumed[summary] = true
+			summary.consumed = true
 			b.addCheckpoint(claudeID(e, source), e.where(), claudeCompaction(rep, e, summary, byUUID))
 		case e.typ == "system":
 			if st := str(e.m, "subtype"); st != "" {
@@ -367,17 +383,16 @@ func convertClaudeGroup(b *builder, g *ccGroup, source string) {
 		}
 	}
 	for _, e := range entries {
-		if !selected[e] && e.isMessage() {
+		if !e.selected && e.isMessage() {
 			rep.Abandoned++
 		}
 	}
 }
 
-// selectClaudeBranch returns the entries of the active branch: the path
-// from the last message back to the root, and the parallel-call artefacts
-// that hang off it.
-func selectClaudeBranch(rep *Report, entries []*ccEntry, byUUID map[string]*ccEntry, children map[string][]*ccEntry) map[*ccEntry]bool {
-	selected := map[*ccEntry]bool{}
+// selectClaudeBranch marks the entries of the active branch selected: the
+// path from the last message back to the root, and the parallel-call
+// artefacts that hang off it.
+func selectClaudeBranch(rep *Report, entries []*ccEntry, byUUID map[string]*ccEntry, children map[string][]*ccEntry) {
 	// The leaf is the last message, or a compaction boundary written after
 	// it (its summary line not written yet).
 	var leaf *ccEntry
@@ -389,20 +404,20 @@ func selectClaudeBranch(rep *Report, entries []*ccEntry, byUUID map[string]*ccEn
 	}
 	if leaf == nil {
 		for _, e := range entries {
-			selected[e] = true
+			e.selected = true
 		}
-		return selected
+		return
 	}
 	if leaf.uuid == "" {
 		// No graph: lines without uuids are a plain sequence.
 		for _, e := range entries {
-			selected[e] = e.uuid == ""
+			e.selected = e.uuid == ""
 		}
-		return selected
+		return
 	}
 	var path []*ccEntry
-	for cur := leaf; cur != nil && !selected[cur]; {
-		selected[cur] = true
+	for cur := leaf; cur != nil && !cur.selected; {
+		cur.selected = true
 		path = append(path, cur)
 		p := cur.parent
 		if p == "" && cur.isBoundary() {
@@ -460,38 +475,39 @@ func selectClaudeBranch(rep *Report, entries []*ccEntry, byUUID map[string]*ccEn
 		}
 		return true
 	}
+	walk := 0
 	for _, p := range path {
 		for _, c := range children[p.uuid] {
-			if selected[c] {
+			if c.selected {
 				continue
 			}
-			sub := subtree(c, children, selected)
+			walk++
+			sub := subtree(c, children, walk)
 			ok := true
 			for _, e := range sub {
 				ok = ok && artefact(e)
 			}
 			if ok {
 				for _, e := range sub {
-					selected[e] = true
+					e.selected = true
 				}
 			}
 		}
 	}
-	return selected
 }
 
-// subtree lists c and its descendants that are not selected.
-func subtree(c *ccEntry, children map[string][]*ccEntry, selected map[*ccEntry]bool) []*ccEntry {
+// subtree lists c and its descendants that are not selected; walk is a
+// number no earlier walk over the entries used.
+func subtree(c *ccEntry, children map[string][]*ccEntry, walk int) []*ccEntry {
 	var out []*ccEntry
-	seen := map[*ccEntry]bool{}
 	stack := []*ccEntry{c}
 	for len(stack) > 0 {
 		e := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
-		if seen[e] || selected[e] {
+		if e.walk == walk || e.selected {
 			continue
 		}
-		seen[e] = true
+		e.walk = walk
 		out = append(out, e)
 		if e.uuid != "" {
 			stack = append(stack, children[e.uuid]...)
@@ -531,7 +547,11 @@ func claudeMessage(rep *Report, e *ccEntry) (Record, bool) {
 			raw["timestamp"] = span(e.line, "timestamp")
 		}
 	}
-	r := Record{class: e.typ, parts: newParts(out, raw)}
+	class := "user" // a constant: the line's own string would stay in memory with the record
+	if e.typ == "assistant" {
+		class = "assistant"
+	}
+	r := Record{class: class, parts: newParts(out, raw)}
 	if !e.sparse || r.parts == nil {
 		out.Set("content", e.contentValue())
 		r.value = out

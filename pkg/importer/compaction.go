@@ -2,6 +2,7 @@ package importer
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/ctxd/ctxd/pkg/record"
 )
@@ -106,6 +107,14 @@ func newBuilder(source, session string) *builder {
 }
 
 func (b *builder) report() *Report { return &b.t.Report }
+
+// grow makes room for n more records.
+func (b *builder) grow(n int) {
+	b.t.Records = slices.Grow(b.t.Records, n)
+	if len(b.ids) == 0 {
+		b.ids = make(map[string]int, n)
+	}
+}
 
 // add appends a record known by its value.
 func (b *builder) add(id, where string, v *record.Map) { b.addRaw(id, where, v, nil) }

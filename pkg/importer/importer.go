@@ -143,7 +143,7 @@ func (r *Record) JSON() ([]byte, error) {
 	case r.raw != nil:
 		return r.raw, nil
 	case r.parts != nil:
-		return splice(r.parts.m, r.parts.raw), nil
+		return r.parts.json(), nil
 	case r.enc != nil:
 		return r.enc, nil
 	}

@@ -461,22 +461,62 @@ func spliceSize(m *record.Map, raw map[string][]byte) (int, bool) {
 	return size, true
 }
 
-// parts is a record whose JSON is spliced when it is asked for: its
-// members in order, each a value to encode or the source's bytes. An
-// import builds each record's bytes as it publishes it, rather than all
-// of them first.
+// parts is a record whose JSON is spliced when it is asked for: the
+// encoding of its members around the source's bytes, made once, and those
+// bytes. An import builds each record's bytes as it publishes it, rather
+// than all of them first; until then a record holds a few objects, not
+// its decoded members, which the garbage collector would trace while the
+// import publishes.
 type parts struct {
-	m    *record.Map
-	raw  map[string][]byte
-	size int // the length of the JSON
+	segs [][]byte // in order: encoded members, a raw value, encoded members, ...
+	size int      // the length of the JSON
 }
 
-// newParts returns the parts of m with the members in raw as bytes, nil
-// when a raw value is missing.
+// newParts returns the parts of splice(m, raw), nil when a raw value is
+// missing.
 func newParts(m *record.Map, raw map[string][]byte) *parts {
 	size, ok := spliceSize(m, raw)
 	if !ok {
 		return nil
 	}
-	return &parts{m: m, raw: raw, size: size}
+	rawSize := 0
+	for _, mem := range m.Members {
+		if r, ok := raw[mem.Key]; ok {
+			rawSize += len(r)
+		}
+	}
+	enc := make([]byte, 0, size-rawSize)
+	var cuts []int // where a raw value goes in enc
+	var values [][]byte
+	enc = append(enc, '{')
+	for i, mem := range m.Members {
+		if i > 0 {
+			enc = append(enc, ',')
+		}
+		enc = record.AppendJSONString(enc, mem.Key)
+		enc = append(enc, ':')
+		if r, ok := raw[mem.Key]; ok {
+			cuts, values = append(cuts, len(enc)), append(values, r)
+			continue
+		}
+		enc, _ = record.AppendJSON(enc, mem.Value) // spliceSize encoded it
+	}
+	enc = append(enc, '}')
+	p := &parts{segs: make([][]byte, 0, 2*len(cuts)+1), size: size}
+	at := 0
+	for i, c := range cuts {
+		p.segs = append(p.segs, enc[at:c:c], values[i])
+		at = c
+	}
+	p.segs = append(p.segs, enc[at:])
+	return p
+}
+
+// json returns the record's JSON: its parts joined.
+func (p *parts) json() []byte {
+	out := make([]byte, 0, p.size)
+	for _, s := range p.segs {
+		out = append(out, s...)
+	}
+	return out
 }

@@ -42,6 +42,27 @@ func TestSplice(t *testing.T) {
 	require.Nil(t, splice(m, map[string][]byte{"content": nil}), "a value not found: encode the whole record")
 }
 
+// A record's parts join into what splice makes, whatever members are raw.
+func TestParts(t *testing.T) {
+	m := record.NewMap("role", "assistant", "content", "x", "responseId", "msg_1", "model", "m\u00e9", "timestamp", "t")
+	content, ts := []byte(`[ {"type" : "text", "text": "\u00e9"} ]`), []byte(`"2026-01-02T03:04:05.000Z"`)
+	for _, raw := range []map[string][]byte{
+		{},
+		{"content": content},
+		{"role": []byte(`"user"`)},
+		{"timestamp": ts},
+		{"content": content, "timestamp": ts},
+		{"role": []byte(`"user"`), "content": content, "timestamp": ts},
+	} {
+		p := newParts(m, raw)
+		require.NotNil(t, p)
+		want := splice(m, raw)
+		require.Equal(t, string(want), string(p.json()), "%v", raw)
+		require.Equal(t, len(want), p.size)
+	}
+	require.Nil(t, newParts(m, map[string][]byte{"content": nil}), "a value not found: encode the whole record")
+}
+
 func TestValidCapture(t *testing.T) {
 	good := []string{`0`, `-0`, `1.5e-3`, `1E400`, `18446744073709551617`, `"a\u00e9\n\"\\\/"`, `"\ud800"`, `"é ☃ 😀"`,
 		`[]`, `{}`, ` { "a" : [ 1 , true , false , null , { } ] } `, `{"a":1,"a":2}`}
@@ -87,4 +108,71 @@ func TestValidCapture_Keeps(t *testing.T) {
 
 	require.False(t, validCapture([]byte(`{"\u0074ype":"user"}`), 128, top), "a key spelled with escapes may be a captured one")
 	require.True(t, validCapture([]byte(`{"\u0074ype":"user"}`), 128, nil))
+}
+
+// A file read in chunks, by several workers, gives every line the number
+// and the decoding that reading it line by line gives, in order: chunk
+// boundaries anywhere, blank lines, CRLF, lines that are not objects, and
+// a last line without its newline.
+func TestDecodeChunks(t *testing.T) {
+	pad := strings.Repeat("y", 300) // past scanMin: the Claude Code lines are scanned
+	lines := []string{
+		`{"type":"user","uuid":"u1","message":{"role":"user","content":"` + pad + `"}}`,
+		``, `   `, "\t",
+		`{"a":1}` + "\r",
+		`not json`,
+		`[1,2]`,
+		`{"type":"assistant","uuid":"a1","parentUuid":"u1","message":{"id":"m","content":[{"type":"tool_use","id":"t1","name":"n","input":{}}],"x":"` + pad + `"}}`,
+		`"a string"`,
+		`{"type":"user","uuid":"r1","parentUuid":"a1","message":{"content":[{"type":"tool_result","tool_use_id":"t1","content":"` + pad + `"}]}}`,
+		``,
+		`{"b":"\u00e9"}`,
+	}
+	type seen struct {
+		n      int
+		line   string
+		json   string
+		blocks []block
+	}
+	read := func(data []byte, scan scanner, size, workers int) ([]seen, Report) {
+		var out []seen
+		var rep Report
+		decodeChunks(data, &rep, scan, size, workers, func(n int, line []byte, m *record.Map, k kept) {
+			b, err := record.MarshalJSON(m)
+			require.NoError(t, err)
+			out = append(out, seen{n: n, line: string(line), json: string(b) + string(k.content), blocks: k.blocks})
+		})
+		return out, rep
+	}
+	for _, end := range []string{"", "\n", "\n\n"} {
+		data := []byte(strings.Join(lines, "\n") + end)
+		// The reference: line by line, each decoded whole.
+		var want []seen
+		var wantRep Report
+		eachLine(data, func(n int, line []byte) {
+			wantRep.Entries++
+			v, err := record.DecodeJSON(line)
+			if m, ok := v.(*record.Map); err == nil && ok {
+				b, err := record.MarshalJSON(m)
+				require.NoError(t, err)
+				want = append(want, seen{n: n, line: string(line), json: string(b)})
+			}
+		})
+		for _, size := range []int{1, 2, 7, 40, 333, 1 << 20} {
+			for _, workers := range []int{1, 3} {
+				got, rep := read(data, nil, size, workers)
+				require.Equal(t, want, got, "size %d, %d workers, ending %q", size, workers, end)
+				require.Equal(t, wantRep.Entries, rep.Entries)
+				require.Len(t, rep.Unknown, 3)
+				require.Equal(t, []string{"line 6", "line 7", "line 9"}, []string{rep.Unknown[0].Where, rep.Unknown[1].Where, rep.Unknown[2].Where})
+
+				// Scanned, as Claude Code's lines are: the same as in one chunk.
+				one, oneRep := read(data, claudeScan, 1<<30, 1)
+				require.Len(t, one[2].blocks, 1, "the assistant line is scanned")
+				got, rep = read(data, claudeScan, size, workers)
+				require.Equal(t, one, got, "size %d, %d workers, ending %q", size, workers, end)
+				require.Equal(t, oneRep, rep)
+			}
+		}
+	}
 }

@@ -151,24 +151,30 @@ type kept struct {
 	// rec is the record a scanner built from the line, when it can: the
 	// work then happens on all processors.
 	rec *Record
+	// blocks are the content blocks the branch selection reads, when the
+	// scanner listed them (hasBlocks).
+	blocks    []block
+	hasBlocks bool
 }
 
 // eachDecoded decodes the lines of a JSON-lines file and calls fn, in
 // order, for each line that is a JSON object; every line counts as an entry
 // of rep, and a line that is not an object is reported as not understood.
 // With scan, a large line is read by scan rather than decoded, when scan
-// can. A large file is read on all processors at once: lines are
-// independent, and decoding is most of a conversion's work.
+// can. A large file is read on all processors at once, in chunks of whole
+// lines that each worker finds itself: lines are independent, and finding
+// and decoding them is most of a conversion's work.
 func eachDecoded(data []byte, rep *Report, scan scanner, fn func(n int, line []byte, m *record.Map, k kept)) {
-	type decoded struct {
-		n    int
-		line []byte
-		v    any
-		err  error
-		k    kept
+	workers := 1
+	if len(data) >= parallelBytes {
+		workers = runtime.GOMAXPROCS(0)
 	}
-	var lines []decoded
-	eachLine(data, func(n int, line []byte) { lines = append(lines, decoded{n: n, line: line}) })
+	decodeChunks(data, rep, scan, chunkBytes, workers, fn)
+}
+
+// decodeChunks is eachDecoded with chunks of about size bytes, read by
+// that many workers.
+func decodeChunks(data []byte, rep *Report, scan scanner, size, workers int, fn func(n int, line []byte, m *record.Map, k kept)) {
 	decode := func(d *decoded) {
 		if scan != nil && len(d.line) >= scanMin {
 			if m, k := scan(d.line); m != nil {
@@ -178,38 +184,92 @@ func eachDecoded(data []byte, rep *Report, scan scanner, fn func(n int, line []b
 		}
 		d.v, d.err = lineDecoder.DecodeJSON(d.line)
 	}
-	if workers := runtime.GOMAXPROCS(0); workers > 1 && len(data) >= parallelBytes {
+	chunks := splitLines(data, size)
+	if workers > 1 {
 		var next atomic.Int64
 		var wg sync.WaitGroup
-		for range workers {
+		for range min(workers, len(chunks)) {
 			wg.Go(func() {
-				for i := next.Add(1) - 1; i < int64(len(lines)); i = next.Add(1) - 1 {
-					decode(&lines[i])
+				for i := next.Add(1) - 1; i < int64(len(chunks)); i = next.Add(1) - 1 {
+					chunks[i].decode(decode)
 				}
 			})
 		}
 		wg.Wait()
 	} else {
-		for i := range lines {
-			decode(&lines[i])
+		for i := range chunks {
+			chunks[i].decode(decode)
 		}
 	}
-	for i := range lines {
-		d := &lines[i]
-		rep.Entries++
-		if d.err != nil {
-			rep.unknown(lineWhere(d.n), "not JSON: %v", d.err)
-			continue
+	n := 0 // lines before the chunk
+	for ci := range chunks {
+		c := &chunks[ci]
+		for i := range c.lines {
+			d := &c.lines[i]
+			rep.Entries++
+			if d.err != nil {
+				rep.unknown(lineWhere(n+d.n), "not JSON: %v", d.err)
+				continue
+			}
+			m, ok := d.v.(*record.Map)
+			if !ok {
+				rep.unknown(lineWhere(n+d.n), "a JSON %s, not an object", record.TypeName(d.v))
+				continue
+			}
+			fn(n+d.n, d.line, m, d.k)
 		}
-		m, ok := d.v.(*record.Map)
-		if !ok {
-			rep.unknown(lineWhere(d.n), "a JSON %s, not an object", record.TypeName(d.v))
-			continue
-		}
-		d.v = nil // the map is the caller's now
-		fn(d.n, d.line, m, d.k)
+		n += c.count
+		c.lines = nil // the maps are the caller's now
 	}
 }
+
+// decoded is a line of a chunk and what decoding it gave.
+type decoded struct {
+	n    int // the line's number in its chunk, from 1
+	line []byte
+	v    any
+	err  error
+	k    kept
+}
+
+// chunk is a run of whole lines of a file.
+type chunk struct {
+	data  []byte
+	count int // its newlines: the lines it holds, blank ones included, but for a last one without a newline
+	lines []decoded
+}
+
+// decode counts the chunk's lines and decodes the non-blank ones.
+func (c *chunk) decode(decode func(*decoded)) {
+	c.count = bytes.Count(c.data, []byte{'\n'})
+	c.lines = make([]decoded, 0, c.count+1)
+	eachLine(c.data, func(n int, line []byte) {
+		c.lines = append(c.lines, decoded{n: n, line: line})
+		decode(&c.lines[len(c.lines)-1])
+	})
+}
+
+// splitLines cuts data into chunks of about size bytes, each ending at the
+// end of a line.
+func splitLines(data []byte, size int) []chunk {
+	var out []chunk
+	for len(data) > 0 {
+		end := len(data)
+		if size < end {
+			if i := bytes.IndexByte(data[size:], '\n'); i >= 0 {
+				end = size + i + 1
+			}
+		}
+		out = append(out, chunk{data: data[:end]})
+		data = data[end:]
+	}
+	return out
+}
+
+// chunkBytes is the size of the chunks eachDecoded hands its workers:
+// large enough that a chunk is not mostly overhead, small enough that the
+// workers finish together.
+const chunkBytes = 1 << 20
 
 // scanMin is the size from which a line is scanned rather than decoded:
 // below it, scanning costs about what decoding does.
