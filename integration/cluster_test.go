@@ -28,6 +28,7 @@ import (
 	ctxdclient "github.com/ctxd/ctxd/pkg/client"
 	"github.com/ctxd/ctxd/pkg/projection"
 	"github.com/ctxd/ctxd/pkg/record"
+	"github.com/ctxd/ctxd/pkg/subject"
 )
 
 var (
@@ -50,6 +51,8 @@ type testCluster struct {
 	urls   string
 	nc     *nats.Conn
 	prefix string // of the sessions written
+	// partitions of the stream, given to every instance (0: none).
+	partitions int
 
 	mu    sync.Mutex
 	insts []*instance
@@ -80,7 +83,12 @@ func startTestCluster(t testing.TB, instances int) *testCluster {
 // onCluster runs instances on a cluster, which may hold what earlier
 // tests wrote; the load writes sessions named prefix<n>.
 func onCluster(t testing.TB, c *natstest.Cluster, prefix string, instances int) *testCluster {
-	tc := &testCluster{t: t, c: c, urls: c.URLs(), prefix: prefix,
+	return onClusterP(t, c, prefix, instances, 0)
+}
+
+// onClusterP is onCluster on a stream of the given partitions.
+func onClusterP(t testing.TB, c *natstest.Cluster, prefix string, instances, partitions int) *testCluster {
+	tc := &testCluster{t: t, c: c, urls: c.URLs(), prefix: prefix, partitions: partitions,
 		outcomes: make(chan outcome, 1<<18), reads: make(chan read, 1<<18), samples: make(chan sample, 1<<20)}
 	tc.nc = c.Connect(t)
 	for range instances {
@@ -94,7 +102,11 @@ func (tc *testCluster) startInstance() *instance { return tc.startInstanceOn(tc.
 // startInstanceOn starts an instance given urls, the cluster's or one
 // node's (it learns the others from it).
 func (tc *testCluster) startInstanceOn(urls string) *instance {
-	p := startProcess(tc.t, "--nats", urls, "--replicas", "3", "--cache-sessions", "8")
+	args := []string{"--nats", urls, "--replicas", "3", "--cache-sessions", "8"}
+	if tc.partitions > 1 {
+		args = append(args, "--partitions", strconv.Itoa(tc.partitions))
+	}
+	p := startProcess(tc.t, args...)
 	in := &instance{p: p, pid: p.cmd.Process.Pid}
 	tc.mu.Lock()
 	tc.insts = append(tc.insts, in)
@@ -140,6 +152,8 @@ type instanceStats struct {
 	Instance string `json:"instance"`
 	Role     string `json:"role"`
 	Applied  uint64 `json:"applied"`
+	// Partitions the instance applies, on a partitioned stream.
+	Partitions []int `json:"partitions"`
 }
 
 // stats asks every instance for its $SRV.STATS.
@@ -309,7 +323,7 @@ func (tc *testCluster) finish() []sample {
 	for session, outs := range bySession {
 		byRid := map[string][]storedRecord{}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err := bus.ReadSubject(ctx, tc.nc, "TRANSCRIPTS", "transcripts."+session, 1, ^uint64(0), func(seq uint64, data []byte) error {
+		err := bus.ReadSubject(ctx, tc.nc, "TRANSCRIPTS", subject.Stored(session, tc.partitions), 1, ^uint64(0), func(seq uint64, data []byte) error {
 			v, err := record.Decode(data)
 			require.NoError(t, err)
 			rid, _ := v.String("rid")

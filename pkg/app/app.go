@@ -43,6 +43,11 @@ type Config struct {
 
 	// Replicas of the TRANSCRIPTS stream when ctxd creates it.
 	Replicas int
+	// Partitions of the TRANSCRIPTS stream when ctxd creates it (0 or 1:
+	// none). An existing stream keeps its own; one with another number
+	// than a Partitions above 1 is refused (ctxd partition moves an
+	// unpartitioned one).
+	Partitions int
 	// AllowStreamLimits accepts an existing TRANSCRIPTS stream with limits
 	// (max_age, max_msgs, max_bytes, max_msgs_per_subject, discard new):
 	// the stream then deletes or refuses records, and the contexts hold
@@ -239,6 +244,9 @@ func (a *App) Open(ctx context.Context) (err error) {
 	if a.Replicas > 0 {
 		want.Replicas = a.Replicas
 	}
+	if a.Partitions > 1 {
+		want.SubjectTransform = streams.PartitionTransform(a.Partitions)
+	}
 	var check []bus.CheckOption
 	if a.AllowStreamLimits {
 		check = append(check, bus.AllowLimits(func(fe *bus.FieldError) {
@@ -266,10 +274,18 @@ func (a *App) Open(ctx context.Context) (err error) {
 		return err
 	}
 
+	layout, err := bus.LayoutOf(st.CachedInfo().Config)
+	if err != nil {
+		return err
+	}
+	if a.Partitions > 1 && layout.P != a.Partitions {
+		return fmt.Errorf("%w: stream %s has %d partition(s), not %d: the number is the stream's, fixed for its life (ctxd partition moves an unpartitioned stream)", bus.ErrIncompatible, want.Name, layout.P, a.Partitions)
+	}
+
 	cps.Stream = bus.StreamIdentity(st.CachedInfo())
 	a.js, a.st, a.stream = js, st, want.Name
-	a.loader = &streamLoader{nc: a.nc, stream: want.Name, cps: cps}
-	a.roles = &roles{a: a, reader: a.newStore()}
+	a.loader = &streamLoader{nc: a.nc, stream: want.Name, cps: cps, layout: layout}
+	a.roles = newRoles(a, a.newStore(), layout)
 	// Only the ingest writes checkpoints: one writer at a time, but for
 	// the moments two instances both think they hold the pin.
 	a.roles.reader.Loader = readOnly{a.loader}
@@ -286,7 +302,13 @@ func (a *App) Open(ctx context.Context) (err error) {
 	}
 	a.roles.reader.Advance(last)
 	a.roles.floor.Store(last)
-	a.logInfo("stream open", "stream", want.Name, "last_seq", last, "records", msgs, "instance", a.Instance)
+	a.logInfo("stream open", "stream", want.Name, "last_seq", last, "records", msgs, "instance", a.Instance, "partitions", layout.P)
+	if layout.Partitioned() {
+		if err := a.openPartitioned(ctx, last); err != nil {
+			return err
+		}
+		return a.openService()
+	}
 
 	// The ingest consumer; a new one starts after the records the stream
 	// holds now. Every instance pulls; JetStream delivers to the pinned
@@ -319,6 +341,11 @@ func (a *App) Open(ctx context.Context) (err error) {
 		return err
 	}
 	a.running.Store(a.ingest)
+	return a.openService()
+}
+
+// openService starts the request-reply service.
+func (a *App) openService() error {
 	a.svc = server.New(a.nc, a.roles)
 	a.svc.Logger = a.Logger
 	a.svc.BrowserTools = a.BrowserTools // the projections' own
@@ -335,6 +362,10 @@ func (a *App) Open(ctx context.Context) (err error) {
 	// instances on the stream, a request's wait ends well within this.
 	a.svc.CloseGrace = 2 * time.Second
 	a.svc.Role = a.roles.role
+	if P := len(a.roles.parts); P > 1 {
+		a.svc.Partitions = P
+		a.svc.Owned = a.roles.owned
+	}
 	// Open returns once the server holds the service's subscriptions: a
 	// request sent right after finds a responder.
 	if err := a.svc.Open(); err != nil {
@@ -449,6 +480,10 @@ func (a *App) Close() error {
 		errs = append(errs, a.svc.Close())
 		a.svc = nil
 	}
+	if a.roles != nil && a.roles.bal != nil {
+		a.roles.bal.close()
+		a.roles.bal = nil
+	}
 	if a.ingest != nil {
 		owner := a.roles.feeding()
 		a.running.Store(nil)
@@ -518,6 +553,7 @@ type streamLoader struct {
 	nc     *nats.Conn
 	stream string
 	cps    *bus.Checkpoints
+	layout bus.Layout // where a session's records are
 }
 
 func (l *streamLoader) Checkpoint(ctx context.Context, session string) (store.Checkpoint, bool, error) {
@@ -534,7 +570,7 @@ func (l *streamLoader) SaveCheckpoints(ctx context.Context, cps iter.Seq2[string
 }
 
 func (l *streamLoader) Records(ctx context.Context, session string, from, to uint64, fn func(seq uint64, data []byte) error) error {
-	return bus.ReadSubject(ctx, l.nc, l.stream, subject.TranscriptsPrefix+session, from, to, fn)
+	return l.layout.ReadSubject(ctx, l.nc, session, from, to, fn)
 }
 
 // readOnly is a streamLoader that writes no checkpoint: a checkpoint is
@@ -548,5 +584,5 @@ func (readOnly) SaveCheckpoints(context.Context, iter.Seq2[string, store.Checkpo
 }
 
 func (l *streamLoader) RecordsAt(ctx context.Context, session string, seqs []uint64, fn func(seq uint64, data []byte) error) error {
-	return bus.ReadSubjectSeqs(ctx, l.nc, l.stream, subject.TranscriptsPrefix+session, seqs, fn)
+	return l.layout.ReadSubjectSeqs(ctx, l.nc, session, seqs, fn)
 }

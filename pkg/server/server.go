@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -111,6 +112,13 @@ type Service struct {
 	// applies every record; "reader": it reads each session's tail per
 	// request), for $SRV.STATS.
 	Role func() string
+	// Partitions is the stream's number of partitions, for $SRV.INFO
+	// (clients compute a session's partition with it) and $SRV.PING
+	// (instances count the live ones with it); 0 or 1: none.
+	Partitions int
+	// Owned, when set, lists the partitions this instance applies now,
+	// for $SRV.STATS.
+	Owned func() []int
 
 	nc   *nats.Conn
 	proj Projections
@@ -261,10 +269,17 @@ func (s *Service) stopLanes() {
 const InstanceHeader = "Ctxd-Instance"
 
 func (s *Service) metadata() map[string]string {
-	if s.Instance == "" {
+	md := map[string]string{}
+	if s.Instance != "" {
+		md["instance"] = s.Instance
+	}
+	if s.Partitions > 1 {
+		md["partitions"] = strconv.Itoa(s.Partitions)
+	}
+	if len(md) == 0 {
 		return nil
 	}
-	return map[string]string{"instance": s.Instance}
+	return md
 }
 
 // ready reports whether a request is answered at once.
