@@ -154,6 +154,8 @@ type instanceStats struct {
 	Applied  uint64 `json:"applied"`
 	// Partitions the instance applies, on a partitioned stream.
 	Partitions []int `json:"partitions"`
+	// Records its stores took in.
+	Records uint64 `json:"records"`
 }
 
 // stats asks every instance for its $SRV.STATS.
@@ -273,7 +275,13 @@ func (tc *testCluster) writer(w, sessions int) {
 			// A request in flight to an instance that dies gets no answer:
 			// the client gives up after a second and asks again.
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			data, err := ctxdclient.Context(ctx, nc, r.session, ctxdclient.Request{MinSeq: r.minSeq, WaitMS: 900})
+			// On a partitioned stream two of three requests go to the
+			// partition's owner first (ctxd.p.<k>.<session>).
+			parts := 0
+			if turn%3 != 0 {
+				parts = tc.partitions
+			}
+			data, err := ctxdclient.Context(ctx, nc, r.session, ctxdclient.Request{MinSeq: r.minSeq, WaitMS: 900, Partitions: parts})
 			cancel()
 			s := sample{at: sent.Sub(tc.start), took: time.Since(sent), failed: err != nil}
 			if err == nil {

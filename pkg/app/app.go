@@ -346,7 +346,9 @@ func (a *App) Open(ctx context.Context) (err error) {
 
 // openService starts the request-reply service.
 func (a *App) openService() error {
-	a.svc = server.New(a.nc, a.roles)
+	if a.svc == nil {
+		a.svc = server.New(a.nc, a.roles)
+	}
 	a.svc.Logger = a.Logger
 	a.svc.BrowserTools = a.BrowserTools // the projections' own
 	a.svc.RenderCacheBytes = a.RenderCacheBytes
@@ -457,7 +459,8 @@ func (a *App) Wait(ctx context.Context, seq uint64, timeout time.Duration) error
 }
 
 // Close stops everything Open started: the HTTP listener first (its
-// handlers read what follows), then in reverse order the service
+// handlers read what follows), the partitions held (handed back at once,
+// on a partitioned stream), then in reverse order the service
 // (requests in hand are answered), the ingest (the record in hand is
 // applied and acknowledged), the checkpoints (every session's written,
 // within 10s), the pin (given up at once, so another instance ingests
@@ -476,13 +479,15 @@ func (a *App) Close() error {
 		errs = append(errs, a.ops.Close())
 		a.ops = nil
 	}
+	if a.roles != nil && a.roles.bal != nil {
+		// The partitions first, at once: other instances apply them while
+		// this one finishes the requests in hand, through the stream.
+		a.roles.bal.close()
+		a.roles.bal = nil
+	}
 	if a.svc != nil {
 		errs = append(errs, a.svc.Close())
 		a.svc = nil
-	}
-	if a.roles != nil && a.roles.bal != nil {
-		a.roles.bal.close()
-		a.roles.bal = nil
 	}
 	if a.ingest != nil {
 		owner := a.roles.feeding()

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ctxd/ctxd/pkg/bus"
+	"github.com/ctxd/ctxd/pkg/server"
 	"github.com/ctxd/ctxd/pkg/store"
 	"github.com/ctxd/ctxd/pkg/subject"
 	"github.com/ctxd/ctxd/streams"
@@ -366,6 +367,7 @@ func (r *part) drop() {
 			r.raise(st.Applied())
 		}
 	}
+	r.route(false)
 	old := r.feed.Swap(nil)
 	r.pin = ""
 	r.change()
@@ -442,6 +444,10 @@ func (a *App) openPartitioned(ctx context.Context, last uint64) error {
 		return err
 	}
 	a.roles.bal = b
+	// The service exists before any partition is gained: it serves the
+	// partition endpoints of those gained before it opens once it does.
+	a.svc = server.New(a.nc, a.roles)
+	a.roles.router = a.svc
 	b.start()
 	return nil
 }

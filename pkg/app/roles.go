@@ -65,6 +65,16 @@ type roles struct {
 	*part           // partition 0: the whole stream when unpartitioned
 	parts []*part   // by partition; parts[0] is part
 	bal   *balancer // runs the partitions' ingests; nil when unpartitioned
+	// router serves each partition's endpoint while its ingest store is
+	// trusted; nil when unpartitioned.
+	router *server.Service
+}
+
+// route serves partition k's endpoint, or stops.
+func (r *part) route(on bool) {
+	if rt := r.r.router; rt != nil {
+		rt.Route(r.k, on)
+	}
 }
 
 // part is the owner state of one partition (or of the whole stream).
@@ -133,6 +143,7 @@ func (r *part) gained(pin string, first uint64, resumed bool) {
 		r.owner.Store(st)
 		r.change()
 		r.mu.Unlock()
+		r.route(true)
 		r.log().Info("ingest pin held again: this instance applies every record", "pin", pin, "first_seq", first, "watermark", st.Applied())
 		return
 	}
@@ -148,6 +159,7 @@ func (r *part) gained(pin string, first uint64, resumed bool) {
 	r.last, r.pin = st, pin
 	r.change()
 	r.mu.Unlock()
+	r.route(true)
 	if old != nil {
 		old.Close()
 	}
@@ -162,6 +174,7 @@ func (r *part) lost(reason string, refused bool) {
 	if st := r.owner.Swap(nil); st != nil {
 		r.raise(st.Applied())
 	}
+	r.route(false)
 	var old *store.Store
 	if refused {
 		old = r.feed.Swap(nil)

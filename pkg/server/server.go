@@ -120,8 +120,9 @@ type Service struct {
 	// for $SRV.STATS.
 	Owned func() []int
 
-	nc   *nats.Conn
-	proj Projections
+	routes routes // the partition endpoints served (routes.go)
+	nc     *nats.Conn
+	proj   Projections
 
 	svc    micro.Service
 	ctx    context.Context // cancelled by Close: ends every wait
@@ -220,6 +221,9 @@ func (s *Service) Open() error {
 		return fmt.Errorf("server: %w", err)
 	}
 	s.svc = svc
+	if err := s.openRoutes(); err != nil {
+		s.log("partition endpoints", "err", err)
+	}
 	return nil
 }
 
@@ -230,6 +234,7 @@ func (s *Service) Close() error {
 	if s.svc == nil {
 		return nil
 	}
+	s.closeRoutes()
 	err := s.svc.Stop()
 	s.mu.Lock()
 	s.closing = true // from here on no wait is added to wg, no job queued
@@ -316,8 +321,11 @@ func (s *Service) answer(r micro.Request, session string, req contextRequest, wa
 }
 
 func (s *Service) handleContext(r micro.Request) {
-	r = s.observe(r, "context", time.Now())
-	session := strings.TrimPrefix(r.Subject(), subject.ContextPrefix)
+	s.handleSession(s.observe(r, "context", time.Now()), strings.TrimPrefix(r.Subject(), subject.ContextPrefix))
+}
+
+// handleSession answers a context request for session, however it came.
+func (s *Service) handleSession(r micro.Request, session string) {
 	if err := subject.CheckSession(session); err != nil {
 		s.fail(r, err)
 		return
