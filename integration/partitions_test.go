@@ -218,6 +218,7 @@ func (w *pinWatch) between(at, end time.Time) string {
 	defer w.mu.Unlock()
 	unpinned := map[string]time.Time{}
 	var toPin, handoff time.Duration
+	first := time.Duration(-1)
 	var handoffs []time.Duration
 	n := 0
 	for _, e := range w.events {
@@ -230,6 +231,9 @@ func (w *pinWatch) between(at, end time.Time) string {
 		}
 		n++
 		toPin = max(toPin, e.at.Sub(at))
+		if first < 0 {
+			first = e.at.Sub(at)
+		}
 		if u, ok := unpinned[e.consumer]; ok {
 			d := e.at.Sub(u)
 			handoffs = append(handoffs, d)
@@ -242,8 +246,8 @@ func (w *pinWatch) between(at, end time.Time) string {
 	if len(handoffs) > 0 {
 		med = handoffs[len(handoffs)/2]
 	}
-	return fmt.Sprintf("pins taken=%d, the last %v after the event; handbacks=%d unpin->pin median %v worst %v",
-		n, toPin.Round(time.Millisecond), len(handoffs), med.Round(time.Microsecond), handoff.Round(time.Microsecond))
+	return fmt.Sprintf("pins taken=%d, the first %v and the last %v after the event; unpin->pin=%d, median %v worst %v",
+		n, first.Round(time.Millisecond), toPin.Round(time.Millisecond), len(handoffs), med.Round(time.Microsecond), handoff.Round(time.Microsecond))
 }
 
 // cpuTime returns the CPU time a process used so far (user and system),
@@ -310,9 +314,26 @@ func partitionsCPU(b *testing.B, c *natstest.Cluster, n int) {
 		}
 		return out
 	}
-	// Every partition pinned and balanced before the measure.
-	publish(2000, 500)
+	// Every partition pinned and balanced before the measure: a pin is
+	// taken only when a record is delivered, so records keep coming until
+	// then.
+	warm := make(chan struct{})
+	warmed := make(chan struct{})
+	go func() {
+		defer close(warmed)
+		for {
+			select {
+			case <-warm:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			publish(100, 500)
+		}
+	}()
 	tc.settle()
+	close(warm)
+	<-warmed
+	time.Sleep(time.Second) // the warm records applied
 	before := records()
 	cpu0 := map[int]time.Duration{}
 	for _, in := range tc.instances() {
@@ -374,4 +395,56 @@ func windowFigures(samples []sample, at, end time.Duration) figures {
 	_, f.p99 = percentiles(took)
 	f.worst = slices.Max(append(took, 0))
 	return f
+}
+
+// BenchmarkPartitions_Handoff measures, on a 16-partition stream with 3
+// instances and a steady publisher (every partition gets a record every
+// few milliseconds, so a pin is taken as soon as it is free): the
+// handoff of a graceful stop (SIGTERM: unpin to the next pin, per
+// partition) and the failover after a SIGKILL (from the kill to the
+// partitions' new pins, after the 3 s pinned TTL). Run with -benchtime 1x.
+func BenchmarkPartitions_Handoff(b *testing.B) {
+	c := natstest.StartCluster(b, 3)
+	pins := watchPins(b, c)
+	tc := onClusterP(b, c, "h", 0, 16)
+	for range 3 {
+		tc.startInstance()
+	}
+	js, err := jetstream.New(tc.nc)
+	require.NoError(b, err)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		rec := []byte(`{"role":"user","content":"` + strings.Repeat("x", 400) + `"}`)
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		for i := 0; ; {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+			for range 40 { // 4 000 records/s over 1 000 sessions
+				js.PublishAsync(fmt.Sprintf("transcripts.hs%d", i%1000), rec)
+				i++
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	tc.settle()
+	for round := range b.N {
+		at := time.Now()
+		tc.term(tc.instances()[0])
+		tc.settle()
+		b.Logf("round %d, SIGTERM (3 -> 2): %s; settled %v after", round, pins.between(at, time.Now()), time.Since(at).Round(time.Millisecond))
+		tc.startInstance()
+		tc.settle()
+		at = time.Now()
+		tc.kill(tc.instances()[0])
+		tc.settle()
+		b.Logf("round %d, SIGKILL (3 -> 2): %s; settled %v after", round, pins.between(at, time.Now()), time.Since(at).Round(time.Millisecond))
+		tc.startInstance()
+		tc.settle()
+	}
 }

@@ -402,15 +402,23 @@ func (t *gapTrack) Consume(h jetstream.MessageHandler, opts ...jetstream.PullCon
 			if hdr := m.Headers(); hdr != nil {
 				pin = hdr.Get("Nats-Pin-Id")
 			}
-			t.contig = t.prevC != 0 && meta.Sequence.Consumer == t.prevC+1 && pin != "" && pin == t.prevPin
-			if !t.contig {
-				t.hole = true
-			}
-			t.before, t.cur = t.prevS, meta.Sequence.Stream
-			t.prevC, t.prevS, t.prevPin = meta.Sequence.Consumer, meta.Sequence.Stream, pin
+			t.see(meta.Sequence.Consumer, meta.Sequence.Stream, pin)
+		} else {
+			t.contig, t.hole = false, true
 		}
 		h(m)
 	}, opts...)
+}
+
+// see notes a delivered message: its delivery and stream sequences and
+// its pin.
+func (t *gapTrack) see(c, s uint64, pin string) {
+	t.contig = t.prevC != 0 && c == t.prevC+1 && pin != "" && pin == t.prevPin
+	if !t.contig {
+		t.hole = true
+	}
+	t.before, t.cur = t.prevS, s
+	t.prevC, t.prevS, t.prevPin = c, s, pin
 }
 
 // nothingBetween reports whether the gap filler's read of [from, to],
