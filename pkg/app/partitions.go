@@ -283,8 +283,7 @@ func (b *balancer) unpin(k int, pin string) {
 
 // close hands every partition held back at once, and stops pulling.
 func (b *balancer) close() {
-	close(b.stop)
-	<-b.done
+	// At once, without waiting for a round counting the instances.
 	b.mu.Lock()
 	b.closed = true
 	held := b.held()
@@ -297,6 +296,8 @@ func (b *balancer) close() {
 		}
 	}
 	b.mu.Unlock()
+	close(b.stop)
+	<-b.done
 	b.closing.Wait()
 }
 
