@@ -28,7 +28,6 @@ import (
 	ctxdclient "github.com/ctxd/ctxd/pkg/client"
 	"github.com/ctxd/ctxd/pkg/projection"
 	"github.com/ctxd/ctxd/pkg/record"
-	"github.com/ctxd/ctxd/pkg/subject"
 )
 
 var (
@@ -331,7 +330,11 @@ func (tc *testCluster) finish() []sample {
 	for session, outs := range bySession {
 		byRid := map[string][]storedRecord{}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err := bus.ReadSubject(ctx, tc.nc, "TRANSCRIPTS", subject.Stored(session, tc.partitions), 1, ^uint64(0), func(seq uint64, data []byte) error {
+		// Wherever the stream stores the session: on a stream partitioned
+		// under the load, on both its subjects.
+		stream, err := bus.OpenStream(ctx, tc.nc, "TRANSCRIPTS")
+		require.NoError(t, err)
+		err = stream.ReadSession(ctx, session, 1, ^uint64(0), func(seq uint64, data []byte) error {
 			v, err := record.Decode(data)
 			require.NoError(t, err)
 			rid, _ := v.String("rid")

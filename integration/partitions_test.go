@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"runtime"
 	"slices"
 	"strconv"
@@ -19,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ctxd/ctxd/internal/natstest"
+	"github.com/ctxd/ctxd/pkg/bus"
 	ctxdclient "github.com/ctxd/ctxd/pkg/client"
 	"github.com/ctxd/ctxd/pkg/subject"
 )
@@ -457,5 +459,58 @@ func BenchmarkPartitions_Handoff(b *testing.B) {
 		b.Logf("round %d, SIGKILL (3 -> 2): %s; settled %v after", round, pins.between(at, time.Now()), time.Since(at).Round(time.Millisecond))
 		tc.startInstance()
 		tc.settle()
+	}
+}
+
+// An unpartitioned stream in use is partitioned under load: two
+// instances serve it, publishers keep publishing; the instances stop,
+// ctxd partition --partitions 16 adds the transform, the instances start
+// again and find 16 partitions. Every record stays at its sequence (the
+// sessions' older records on transcripts.<session>, newer ones on
+// transcripts.<k>.<session>); every reply, before and after, equals
+// Build over the session's records up to its seq, at or past its
+// min_seq; rebuild --check finds nothing.
+func TestPartitions_MigrateUnderLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a cluster under load; -short leaves it to the plain run")
+	}
+	c := natstest.StartCluster(t, 3)
+	tc := onClusterP(t, c, "m", 2, 0)
+	tc.load(*clusterWriters, 32)
+	time.Sleep(*clusterLoadFor)
+	for _, in := range tc.instances() {
+		tc.term(in)
+	}
+	out, err := exec.Command(ctxdBinary(t), "partition", "--partitions", "16", "--nats", tc.urls).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	t.Logf("ctxd partition: %s", bytes.TrimSpace(out))
+	tc.partitions = 16
+	tc.startInstance()
+	tc.startInstance()
+	time.Sleep(2 * *clusterLoadFor)
+	tc.finish()
+	js, err := jetstream.New(tc.nc)
+	require.NoError(t, err)
+	st, err := js.Stream(t.Context(), "TRANSCRIPTS")
+	require.NoError(t, err)
+	l, err := bus.LayoutOf(st.CachedInfo().Config)
+	require.NoError(t, err)
+	require.Equal(t, 16, l.P)
+	require.NotZero(t, l.After)
+	subs, err := bus.Subjects(t.Context(), js, "TRANSCRIPTS", "transcripts.>")
+	require.NoError(t, err)
+	old, partitioned := 0, 0
+	for _, s := range subs {
+		if strings.Count(s.Subject, ".") == 1 {
+			old++
+		} else {
+			partitioned++
+		}
+	}
+	t.Logf("subjects: %d unpartitioned (records up to %d), %d partitioned", old, l.After, partitioned)
+	require.NotZero(t, old)
+	require.NotZero(t, partitioned)
+	for _, in := range tc.instances() {
+		tc.term(in)
 	}
 }
