@@ -460,3 +460,24 @@ func (a *App) openPartitioned(ctx context.Context, last uint64) error {
 	b.start()
 	return nil
 }
+
+// partitionLag says why the partitions this instance applies are not
+// ready: more records not yet applied, over all of them, than
+// ReadyMaxLag. A partition's watermark does not move with the other
+// partitions' records, so the lag is its consumer's: the records not
+// delivered yet and those delivered but not acknowledged.
+func (a *App) partitionLag(ctx context.Context) error {
+	var behind uint64
+	for _, k := range a.roles.owned() {
+		cons, err := a.st.Consumer(ctx, streams.PartitionName(k))
+		if err != nil {
+			return fmt.Errorf("partition %d: %w", k, err)
+		}
+		info := cons.CachedInfo()
+		behind += info.NumPending + uint64(info.NumAckPending)
+	}
+	if behind > a.ReadyMaxLag {
+		return fmt.Errorf("catching up: %d records of the partitions held not applied yet (more than %d)", behind, a.ReadyMaxLag)
+	}
+	return nil
+}
