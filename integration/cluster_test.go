@@ -52,6 +52,8 @@ type testCluster struct {
 	prefix string // of the sessions written
 	// clientOpts are added to the writers' connection options.
 	clientOpts []nats.Option
+	// partitions of the stream, given to every instance (0: none).
+	partitions int
 
 	mu    sync.Mutex
 	insts []*instance
@@ -82,7 +84,12 @@ func startTestCluster(t testing.TB, instances int) *testCluster {
 // onCluster runs instances on a cluster, which may hold what earlier
 // tests wrote; the load writes sessions named prefix<n>.
 func onCluster(t testing.TB, c *natstest.Cluster, prefix string, instances int) *testCluster {
-	tc := &testCluster{t: t, c: c, urls: c.URLs(), prefix: prefix,
+	return onClusterP(t, c, prefix, instances, 0)
+}
+
+// onClusterP is onCluster on a stream of the given partitions.
+func onClusterP(t testing.TB, c *natstest.Cluster, prefix string, instances, partitions int) *testCluster {
+	tc := &testCluster{t: t, c: c, urls: c.URLs(), prefix: prefix, partitions: partitions,
 		outcomes: make(chan outcome, 1<<18), reads: make(chan read, 1<<18), samples: make(chan sample, 1<<20)}
 	tc.nc = c.Connect(t)
 	for range instances {
@@ -96,7 +103,11 @@ func (tc *testCluster) startInstance() *instance { return tc.startInstanceOn(tc.
 // startInstanceOn starts an instance given urls, the cluster's or one
 // node's (it learns the others from it).
 func (tc *testCluster) startInstanceOn(urls string) *instance {
-	p := startProcess(tc.t, "--nats", urls, "--replicas", "3", "--cache-sessions", "8")
+	args := []string{"--nats", urls, "--replicas", "3", "--cache-sessions", "8"}
+	if tc.partitions > 1 {
+		args = append(args, "--partitions", strconv.Itoa(tc.partitions))
+	}
+	p := startProcess(tc.t, args...)
 	in := &instance{p: p, pid: p.cmd.Process.Pid}
 	tc.mu.Lock()
 	tc.insts = append(tc.insts, in)
@@ -142,6 +153,10 @@ type instanceStats struct {
 	Instance string `json:"instance"`
 	Role     string `json:"role"`
 	Applied  uint64 `json:"applied"`
+	// Partitions the instance applies, on a partitioned stream.
+	Partitions []int `json:"partitions"`
+	// Records its stores took in.
+	Records uint64 `json:"records"`
 }
 
 // stats asks every instance for its $SRV.STATS.
@@ -261,7 +276,13 @@ func (tc *testCluster) writer(w, sessions int) {
 			// A request in flight to an instance that dies gets no answer:
 			// the client gives up after a second and asks again.
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			data, err := ctxdclient.Context(ctx, nc, r.session, ctxdclient.Request{MinSeq: r.minSeq, WaitMS: 900})
+			// On a partitioned stream two of three requests go to the
+			// partition's owner first (ctxd.p.<k>.<session>).
+			parts := 0
+			if turn%3 != 0 {
+				parts = tc.partitions
+			}
+			data, err := ctxdclient.Context(ctx, nc, r.session, ctxdclient.Request{MinSeq: r.minSeq, WaitMS: 900, Partitions: parts})
 			cancel()
 			s := sample{at: sent.Sub(tc.start), took: time.Since(sent), failed: err != nil}
 			if err == nil {
@@ -311,7 +332,11 @@ func (tc *testCluster) finish() []sample {
 	for session, outs := range bySession {
 		byRid := map[string][]storedRecord{}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err := bus.ReadSubject(ctx, tc.nc, "TRANSCRIPTS", "transcripts."+session, 1, ^uint64(0), func(seq uint64, data []byte) error {
+		// Wherever the stream stores the session: on a stream partitioned
+		// under the load, on both its subjects.
+		stream, err := bus.OpenStream(ctx, tc.nc, "TRANSCRIPTS")
+		require.NoError(t, err)
+		err = stream.ReadSession(ctx, session, 1, ^uint64(0), func(seq uint64, data []byte) error {
 			v, err := record.Decode(data)
 			require.NoError(t, err)
 			rid, _ := v.String("rid")

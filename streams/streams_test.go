@@ -26,3 +26,30 @@ func TestDefinitions(t *testing.T) {
 	require.Equal(t, jetstream.DeliverAllPolicy, c.DeliverPolicy)
 	require.Equal(t, "transcripts.>", c.FilterSubject)
 }
+
+func TestPartitionsOf(t *testing.T) {
+	cfg, err := Transcripts()
+	require.NoError(t, err)
+	p, after, err := PartitionsOf(cfg)
+	require.NoError(t, err)
+	require.Equal(t, 1, p)
+	require.Zero(t, after)
+	cfg.SubjectTransform = PartitionTransform(16)
+	cfg.Metadata = map[string]string{PartitionedAfter: "42"}
+	p, after, err = PartitionsOf(cfg)
+	require.NoError(t, err)
+	require.Equal(t, 16, p)
+	require.Equal(t, uint64(42), after)
+	cfg.SubjectTransform.Destination = "transcripts.{{wildcard(1)}}.x"
+	_, _, err = PartitionsOf(cfg)
+	require.Error(t, err)
+	cfg.SubjectTransform = PartitionTransform(16)
+	cfg.Metadata[PartitionedAfter] = "x"
+	_, _, err = PartitionsOf(cfg)
+	require.Error(t, err)
+	c, err := PartitionIngest(3)
+	require.NoError(t, err)
+	require.Equal(t, "ctxd-p3", c.Durable)
+	require.Equal(t, "transcripts.3.*", c.FilterSubject)
+	require.Equal(t, []string{IngestGroup}, c.PriorityGroups)
+}

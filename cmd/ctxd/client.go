@@ -100,7 +100,9 @@ func runPublish(ctx context.Context, e *env, args []string) error {
 	return nil
 }
 
-const contextAbout = `Requests ctxd.context.SESSION and prints the reply as JSON:
+const contextAbout = `Requests ctxd.context.SESSION and prints the reply as JSON (with
+--partitions P, ctxd.p.K.SESSION first: the instance that applies the
+session's partition K; ctxd.context.SESSION when none does):
   {"session": ..., "seq": ..., "messages": [...], "dropped": {...}}
 With --min-seq N the reply waits until the projection has applied every
 record up to stream sequence N (pass the sequence ctxd publish printed).
@@ -116,6 +118,7 @@ func runContext(ctx context.Context, e *env, args []string) error {
 	waitMS := fs.Int("wait-ms", 2000, "how long the service may wait for --min-seq, in ms (at most 30000)")
 	format := fs.String("format", "", "neutral (the default), anthropic, openai-chat, openai-responses or gemini")
 	budget := fs.Uint64("budget-tokens", 0, "say whether the context is over this many input tokens (0: don't)")
+	partitions := fs.Int("partitions", 0, "the stream's partitions: ask the instance that applies the session's partition first (ctxd.p.K.SESSION)")
 	pos, err := parse(e, fs, args)
 	if err != nil {
 		return err
@@ -135,7 +138,7 @@ func runContext(ctx context.Context, e *env, args []string) error {
 	timeout := time.Duration(min(max(*waitMS, 0), 30000))*time.Millisecond + 5*time.Second
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	data, err := client.Context(ctx, nc, pos[0], client.Request{MinSeq: *minSeq, WaitMS: max(*waitMS, 0), Format: *format, BudgetTokens: *budget})
+	data, err := client.Context(ctx, nc, pos[0], client.Request{MinSeq: *minSeq, WaitMS: max(*waitMS, 0), Format: *format, BudgetTokens: *budget, Partitions: *partitions})
 	if err != nil {
 		return err
 	}

@@ -330,7 +330,7 @@ func (p *importPublisher) publish(ctx context.Context, t *importer.Transcript, s
 	if p.err != nil {
 		return res, fmt.Errorf("%s: %w", t.Name, p.err)
 	}
-	log, err := bus.ReadSubjectLog(ctx, p.js, p.stream, subj)
+	log, lastSeq, err := p.sessionLog(ctx, session)
 	if err != nil {
 		return res, fmt.Errorf("%s: %w", t.Name, err)
 	}
@@ -378,7 +378,7 @@ func (p *importPublisher) publish(ctx context.Context, t *importer.Transcript, s
 	if bad != nil {
 		return res, bad.describe(t, session)
 	}
-	res.present, res.abandoned, res.last = done, abandoned, log.Last
+	res.present, res.abandoned, res.last = done, abandoned, lastSeq
 	todo := t.Records[done:]
 	var prog *progress
 	if pr := newProgress(p.e.stderr, "import "+t.Name, uint64(len(todo))); pr.tty && len(todo) > 0 {
@@ -554,4 +554,30 @@ func (e *orderError) describe(t *importer.Transcript, session string) error {
 			t.Name, session, got.Where, e.got+1, len(t.Records), t.Records[e.want-1].Where)
 	}
 	return fmt.Errorf("%s; what follows can no longer be stored in the file's order, so nothing was published: import the file into a new --session", what)
+}
+
+// sessionLog reads the ids of a session's records where the stream
+// stores them: on a partitioned stream, transcripts.<k>.<session>, after
+// those still on transcripts.<session> when it was partitioned with
+// records. Its Last is the stored subject's last sequence, the one the
+// server checks a publish's expected last subject sequence against;
+// last is the session's last sequence on either.
+func (p *importPublisher) sessionLog(ctx context.Context, session string) (log *bus.SubjectLog, last uint64, err error) {
+	l, err := bus.LayoutOf(p.stream.CachedInfo().Config)
+	if err != nil {
+		return nil, 0, err
+	}
+	log, err = bus.ReadSubjectLog(ctx, p.js, p.stream, l.Subject(session))
+	if err != nil || !l.Partitioned() || l.After == 0 {
+		if log != nil {
+			last = log.Last
+		}
+		return log, last, err
+	}
+	old, err := bus.ReadSubjectLog(ctx, p.js, p.stream, subject.TranscriptsPrefix+session)
+	if err != nil {
+		return nil, 0, err
+	}
+	log.IDs = append(old.IDs, log.IDs...)
+	return log, max(log.Last, old.Last), nil
 }

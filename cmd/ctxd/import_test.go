@@ -19,6 +19,7 @@ import (
 	"github.com/ctxd/ctxd/pkg/importer"
 	"github.com/ctxd/ctxd/pkg/natsd"
 	"github.com/ctxd/ctxd/pkg/record"
+	"github.com/ctxd/ctxd/pkg/subject"
 	"github.com/ctxd/ctxd/streams"
 )
 
@@ -585,4 +586,34 @@ func TestImport_FilesInOrder(t *testing.T) {
 	c.release()
 	cancel()
 	stop()
+}
+
+// On a stream partitioned between two imports, the second finds the
+// records of the first (on transcripts.<session>) and publishes only the
+// rest (stored on transcripts.<k>.<session>); a third publishes nothing.
+func TestImport_Partitioned(t *testing.T) {
+	url, js := importServer(t)
+	const session = "cfa1e878-62b5-4e40-b281-bbf9b250d766"
+	full := mustRead(t, samples+"claude-code/full-session-three.jsonl")
+	lines := strings.SplitAfter(full, "\n")
+	file := filepath.Join(t.TempDir(), "full-session-three.jsonl")
+	require.NoError(t, os.WriteFile(file, []byte(strings.Join(lines[:len(lines)/2], "")), 0o644))
+	code, _, errOut := runCmd(t, "", "import", "--nats", url, "--from", "claude-code", file)
+	require.Equal(t, 0, code, errOut)
+	half, _ := stored(t, js, session)
+	require.NotEmpty(t, half)
+
+	code, out, errOut := runCmd(t, "", "partition", "--nats", url, "--partitions", "16")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "16 partitions")
+
+	require.NoError(t, os.WriteFile(file, []byte(full), 0o644))
+	code, _, errOut = runCmd(t, "", "import", "--nats", url, "--from", "claude-code", file)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, errOut, "49 records, "+itoa(49-len(half))+" published, "+itoa(len(half))+" already in the stream")
+	code, _, errOut = runCmd(t, "", "import", "--nats", url, "--from", "claude-code", file)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, errOut, "49 records, 0 published, 49 already in the stream")
+	moved, _ := stored(t, js, fmt.Sprintf("%d.%s", subject.Partition(session, 16), session))
+	require.Len(t, moved, 49-len(half))
 }

@@ -45,6 +45,7 @@ func init() {
 		{"context", "print a session's context reply as JSON", runContext},
 		{"rejected", "list the records the projections skipped", runRejected},
 		{"inspect", "show a session's records beside its context, and what the rules did to each", runInspect},
+		{"partition", "spread an existing TRANSCRIPTS stream's sessions over partitions, keeping every record and sequence", runPartition},
 		{"rebuild", "rebuild projections from the stream; --check compares them with the service", runRebuild},
 		{"replay", "the same as rebuild", runRebuild},
 		{"build", "print the model context of records read from a file or standard input (no NATS)", runBuild},

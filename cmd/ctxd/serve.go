@@ -63,6 +63,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	maxPayload := fs.Int("max-payload", int(cfg.MaxPayload), "embedded server: largest message in `BYTES`, 1 to 67108864 (64 MiB)")
 	sync := fs.String("sync", cfg.SyncInterval.String(), "embedded server: fsync `POLICY`, always or an interval such as 2m or 1s")
 	fs.IntVar(&cfg.Replicas, "replicas", cfg.Replicas, "replicas of the TRANSCRIPTS stream when ctxd creates it (3 on a 3-node cluster)")
+	fs.IntVar(&cfg.Partitions, "partitions", 1, "partitions of the TRANSCRIPTS stream when ctxd creates it (1: none; 16 spreads the ingest over up to 16 instances); an existing stream keeps its own, and ctxd partition partitions an existing one")
 	fs.BoolVar(&cfg.AllowStreamLimits, "allow-stream-limits", false, "run on an existing TRANSCRIPTS stream with limits (max_age, max_msgs, max_bytes, max_msgs_per_subject, discard new): records past a limit leave the stream, and the contexts")
 	browser := fs.String("browser-tools", strings.Join(cfg.BrowserTools, ","), "comma-separated tool names whose screenshots are trimmed to the latest")
 	fs.IntVar(&cfg.MaxRecordBytes, "max-record-bytes", cfg.MaxRecordBytes, "largest record decoded; larger ones are skipped and reported")

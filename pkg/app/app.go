@@ -43,6 +43,11 @@ type Config struct {
 
 	// Replicas of the TRANSCRIPTS stream when ctxd creates it.
 	Replicas int
+	// Partitions of the TRANSCRIPTS stream when ctxd creates it (0 or 1:
+	// none). An existing stream keeps its own; one with another number
+	// than a Partitions above 1 is refused (ctxd partition moves an
+	// unpartitioned one).
+	Partitions int
 	// AllowStreamLimits accepts an existing TRANSCRIPTS stream with limits
 	// (max_age, max_msgs, max_bytes, max_msgs_per_subject, discard new):
 	// the stream then deletes or refuses records, and the contexts hold
@@ -247,6 +252,9 @@ func (a *App) Open(ctx context.Context) (err error) {
 	if a.Replicas > 0 {
 		want.Replicas = a.Replicas
 	}
+	if a.Partitions > 1 {
+		want.SubjectTransform = streams.PartitionTransform(a.Partitions)
+	}
 	var check []bus.CheckOption
 	limited := false // the stream removes records of its own accord
 	if a.AllowStreamLimits {
@@ -276,10 +284,18 @@ func (a *App) Open(ctx context.Context) (err error) {
 		return err
 	}
 
+	layout, err := bus.LayoutOf(st.CachedInfo().Config)
+	if err != nil {
+		return err
+	}
+	if a.Partitions > 1 && layout.P != a.Partitions {
+		return fmt.Errorf("%w: stream %s has %d partition(s), not %d: the number is the stream's, fixed for its life (ctxd partition moves an unpartitioned stream)", bus.ErrIncompatible, want.Name, layout.P, a.Partitions)
+	}
+
 	cps.Stream = bus.StreamIdentity(st.CachedInfo())
 	a.js, a.st, a.stream = js, st, want.Name
-	a.loader = &streamLoader{nc: a.nc, stream: want.Name, cps: cps}
-	a.roles = &roles{a: a, reader: a.newStore()}
+	a.loader = &streamLoader{nc: a.nc, stream: want.Name, cps: cps, layout: layout}
+	a.roles = newRoles(a, a.newStore(), layout)
 	// Only the ingest writes checkpoints: one writer at a time, but for
 	// the moments two instances both think they hold the pin.
 	a.roles.reader.Loader = readOnly{a.loader}
@@ -302,7 +318,13 @@ func (a *App) Open(ctx context.Context) (err error) {
 	}
 	a.roles.reader.Advance(last)
 	a.roles.floor.Store(last)
-	a.logInfo("stream open", "stream", want.Name, "last_seq", last, "records", msgs, "instance", a.Instance)
+	a.logInfo("stream open", "stream", want.Name, "last_seq", last, "records", msgs, "instance", a.Instance, "partitions", layout.P)
+	if layout.Partitioned() {
+		if err := a.openPartitioned(ctx, last); err != nil {
+			return err
+		}
+		return a.openService()
+	}
 
 	// The ingest consumer; a new one starts after the records the stream
 	// holds now. Every instance pulls; JetStream delivers to the pinned
@@ -335,7 +357,14 @@ func (a *App) Open(ctx context.Context) (err error) {
 		return err
 	}
 	a.running.Store(a.ingest)
-	a.svc = server.New(a.nc, a.roles)
+	return a.openService()
+}
+
+// openService starts the request-reply service.
+func (a *App) openService() error {
+	if a.svc == nil {
+		a.svc = server.New(a.nc, a.roles)
+	}
 	a.svc.Logger = a.Logger
 	a.svc.BrowserTools = a.BrowserTools // the projections' own
 	a.svc.RenderCacheBytes = a.RenderCacheBytes
@@ -351,6 +380,10 @@ func (a *App) Open(ctx context.Context) (err error) {
 	// instances on the stream, a request's wait ends well within this.
 	a.svc.CloseGrace = 2 * time.Second
 	a.svc.Role = a.roles.role
+	if P := len(a.roles.parts); P > 1 {
+		a.svc.Partitions = P
+		a.svc.Owned = a.roles.owned
+	}
 	// Open returns once the server holds the service's subscriptions: a
 	// request sent right after finds a responder.
 	if err := a.svc.Open(); err != nil {
@@ -448,7 +481,8 @@ func (a *App) Wait(ctx context.Context, seq uint64, timeout time.Duration) error
 }
 
 // Close stops everything Open started: the HTTP listener first (its
-// handlers read what follows), then in reverse order the service
+// handlers read what follows), the partitions held (handed back at once,
+// on a partitioned stream), then in reverse order the service
 // (requests in hand are answered), the ingest (the record in hand is
 // applied and acknowledged), the checkpoints (every session's written,
 // within 10s), the pin (given up at once, so another instance ingests
@@ -466,6 +500,12 @@ func (a *App) Close() error {
 		}
 		errs = append(errs, a.ops.Close())
 		a.ops = nil
+	}
+	if a.roles != nil && a.roles.bal != nil {
+		// The partitions first, at once: other instances apply them while
+		// this one finishes the requests in hand, through the stream.
+		a.roles.bal.close()
+		a.roles.bal = nil
 	}
 	if a.svc != nil {
 		errs = append(errs, a.svc.Close())
@@ -544,6 +584,7 @@ type streamLoader struct {
 	nc     *nats.Conn
 	stream string
 	cps    *bus.Checkpoints
+	layout bus.Layout // where a session's records are
 }
 
 // checkpointTry bounds each but the last of checkpointTries reads of a
@@ -579,7 +620,7 @@ func (l *streamLoader) SaveCheckpoints(ctx context.Context, cps iter.Seq2[string
 }
 
 func (l *streamLoader) Records(ctx context.Context, session string, from, to uint64, fn func(seq uint64, data []byte) error) error {
-	return bus.ReadSubject(ctx, l.nc, l.stream, subject.TranscriptsPrefix+session, from, to, fn)
+	return l.layout.ReadSubject(ctx, l.nc, session, from, to, fn)
 }
 
 // readOnly is a streamLoader that writes no checkpoint: a checkpoint is
@@ -593,5 +634,5 @@ func (readOnly) SaveCheckpoints(context.Context, iter.Seq2[string, store.Checkpo
 }
 
 func (l *streamLoader) RecordsAt(ctx context.Context, session string, seqs []uint64, fn func(seq uint64, data []byte) error) error {
-	return bus.ReadSubjectSeqs(ctx, l.nc, l.stream, subject.TranscriptsPrefix+session, seqs, fn)
+	return l.layout.ReadSubjectSeqs(ctx, l.nc, session, seqs, fn)
 }

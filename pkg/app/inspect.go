@@ -50,11 +50,14 @@ type StreamReader struct {
 
 // Records implements inspect.Reader.
 func (s StreamReader) Records(ctx context.Context, session string, to uint64, fn func(seq uint64, data []byte) error) error {
-	subj, err := subject.Transcript(session)
+	if err := subject.CheckSession(session); err != nil {
+		return err
+	}
+	st, err := bus.OpenStream(ctx, s.NC, s.Stream)
 	if err != nil {
 		return err
 	}
-	return bus.ReadSubject(ctx, s.NC, s.Stream, subj, 1, to, fn)
+	return st.ReadSession(ctx, session, 1, to, fn) // wherever the stream stores it
 }
 
 type inspectSource struct {
@@ -72,11 +75,18 @@ func (s *inspectSource) Sessions(ctx context.Context) ([]inspect.SessionRef, err
 		return nil, err
 	}
 	out := make([]inspect.SessionRef, 0, len(subs))
+	at := map[string]int{} // a session on two subjects (a stream partitioned with records) is listed once
 	for _, st := range subs {
-		id, err := subject.SessionOf(st.Subject, subject.TranscriptsPrefix)
+		id, _, err := subject.SessionOfStored(st.Subject)
 		if err != nil {
 			continue // its records are in the rejected list
 		}
+		if i, ok := at[id]; ok {
+			out[i].Records += st.Messages
+			out[i].LastSeq = max(out[i].LastSeq, st.Last)
+			continue
+		}
+		at[id] = len(out)
 		out = append(out, inspect.SessionRef{ID: id, Records: st.Messages, LastSeq: st.Last})
 	}
 	return out, nil

@@ -89,6 +89,9 @@ func (a *App) Ready(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("stream: %w", err)
 	}
+	if a.roles.bal != nil {
+		return a.partitionLag(ctx)
+	}
 	st := a.roles.ingestStore()
 	if st == nil {
 		// Not ingesting: every request reads the session's tail from the

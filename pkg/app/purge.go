@@ -309,12 +309,14 @@ func (r *removals) forgetAll(why string, args ...any) {
 	r.logger.Warn("every session loads from the stream again: "+why, args...)
 }
 
-// stores returns the stores a removal concerns: the reader's, and the
-// one the ingest feeds, if any.
+// stores returns the stores a removal concerns: the reader's, and those
+// the ingests feed (one a partition held).
 func (r *roles) stores() []*store.Store {
 	out := []*store.Store{r.reader}
-	if st := r.feeding(); st != nil {
-		out = append(out, st)
+	for _, p := range r.parts {
+		if st := p.feeding(); st != nil {
+			out = append(out, st)
+		}
 	}
 	return out
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,9 +50,35 @@ import (
 const floorBudget = 2 * time.Second
 
 // roles chooses, per request, the store that answers.
+//
+// With partitions (P > 1, partitions.go) each partition has the owner
+// state a single stream has: its own consumer, pin, ingest store and
+// floor (a part); a request is answered by its session's partition's.
+// With one, the part is roles' own (the embedded one), as before.
 type roles struct {
 	a      *App
 	reader *store.Store
+	layout bus.Layout
+
+	*part           // partition 0: the whole stream when unpartitioned
+	parts []*part   // by partition; parts[0] is part
+	bal   *balancer // runs the partitions' ingests; nil when unpartitioned
+	// router serves each partition's endpoint while its ingest store is
+	// trusted; nil when unpartitioned.
+	router *server.Service
+}
+
+// route serves partition k's endpoint, or stops.
+func (r *part) route(on bool) {
+	if rt := r.r.router; rt != nil {
+		rt.Route(r.k, on)
+	}
+}
+
+// part is the owner state of one partition (or of the whole stream).
+type part struct {
+	r *roles
+	k int
 
 	feed  atomic.Pointer[store.Store] // the ingest store, fed by the ingest; nil when none
 	owner atomic.Pointer[store.Store] // feed while the pin is held, else nil: what requests trust
@@ -63,9 +90,17 @@ type roles struct {
 	changed chan struct{} // closed when the pin is gained or lost
 }
 
+// partOf returns the part of a session.
+func (r *roles) partOf(session string) *part {
+	if len(r.parts) <= 1 {
+		return r.part
+	}
+	return r.parts[subject.Partition(session, len(r.parts))]
+}
+
 // state returns the ingest store (nil when none) and a channel closed
 // when that changes.
-func (r *roles) state() (*store.Store, <-chan struct{}) {
+func (r *part) state() (*store.Store, <-chan struct{}) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.changed == nil {
@@ -75,7 +110,7 @@ func (r *roles) state() (*store.Store, <-chan struct{}) {
 }
 
 // change wakes the requests waiting for the ingest store; r.mu is held.
-func (r *roles) change() {
+func (r *part) change() {
 	if r.changed != nil {
 		close(r.changed)
 		r.changed = nil
@@ -84,32 +119,33 @@ func (r *roles) change() {
 
 // ingestStore returns the ingest store while the pin is held, nil
 // otherwise.
-func (r *roles) ingestStore() *store.Store { return r.owner.Load() }
+func (r *part) ingestStore() *store.Store { return r.owner.Load() }
 
 // heldPin returns the pin of the ingest store, "" when none.
-func (r *roles) heldPin() string {
+func (r *part) heldPin() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.pin
 }
 
 // feeding returns the store the ingest applies to, nil when none.
-func (r *roles) feeding() *store.Store { return r.feed.Load() }
+func (r *part) feeding() *store.Store { return r.feed.Load() }
 
 // gained trusts the ingest store again for a pin resumed, or makes a new
 // one for a pin whose first record is first. A new one's watermark starts
 // past every record a reply of this instance was built on, so no reply
 // goes back.
-func (r *roles) gained(pin string, first uint64, resumed bool) {
+func (r *part) gained(pin string, first uint64, resumed bool) {
 	r.mu.Lock()
 	if st := r.feed.Load(); resumed && st != nil && r.pin == pin {
 		r.owner.Store(st)
 		r.change()
 		r.mu.Unlock()
-		r.a.Logger.Info("ingest pin held again: this instance applies every record", "pin", pin, "first_seq", first, "watermark", st.Applied())
+		r.route(true)
+		r.log().Info("ingest pin held again: this instance applies every record", "pin", pin, "first_seq", first, "watermark", st.Applied())
 		return
 	}
-	st := r.a.newStore()
+	st := r.r.a.newStore()
 	from := max(first-1, r.floor.Load())
 	// A store that starts at the stream's first record meets every
 	// record of every session: it knows where each starts, and writes
@@ -124,20 +160,22 @@ func (r *roles) gained(pin string, first uint64, resumed bool) {
 	r.pin = pin
 	r.change()
 	r.mu.Unlock()
+	r.route(true)
 	if old != nil {
 		old.Close()
 	}
-	r.a.Logger.Info("ingest pin gained: this instance applies every record", "pin", pin, "first_seq", first, "watermark", from)
+	r.log().Info("ingest pin gained: this instance applies every record", "pin", pin, "first_seq", first, "watermark", from)
 }
 
 // lost stops trusting the ingest store: requests read the stream from now
 // on. A store whose pin was refused is let go.
-func (r *roles) lost(reason string, refused bool) {
+func (r *part) lost(reason string, refused bool) {
 	r.mu.Lock()
 	pin := r.pin
 	if st := r.owner.Swap(nil); st != nil {
 		r.raise(st.Applied())
 	}
+	r.route(false)
 	var old *store.Store
 	if refused {
 		if old = r.feed.Swap(nil); old != nil {
@@ -150,11 +188,20 @@ func (r *roles) lost(reason string, refused bool) {
 	if old != nil {
 		old.Close()
 	}
-	r.a.Logger.Warn("ingest pin lost: this instance answers by reading each session's tail", "pin", pin, "reason", reason, "floor", r.floor.Load())
+	r.log().Warn("ingest pin lost: this instance answers by reading each session's tail", "pin", pin, "reason", reason, "floor", r.floor.Load())
+}
+
+// log is the logger of the part's messages: they name the partition
+// when there are several.
+func (r *part) log() *slog.Logger {
+	if len(r.r.parts) > 1 {
+		return r.r.a.Logger.With("partition", r.k)
+	}
+	return r.r.a.Logger
 }
 
 // raise moves the floor up to seq.
-func (r *roles) raise(seq uint64) {
+func (r *part) raise(seq uint64) {
 	for {
 		cur := r.floor.Load()
 		if seq <= cur || r.floor.CompareAndSwap(cur, seq) {
@@ -163,29 +210,60 @@ func (r *roles) raise(seq uint64) {
 	}
 }
 
-// role says what the instance does now, for $SRV.STATS.
+// role says what the instance does now, for $SRV.STATS: "ingest" while
+// it applies the records (of at least one partition), else "reader".
 func (r *roles) role() string {
-	if r.ingestStore() != nil {
-		return "ingest"
+	for _, p := range r.parts {
+		if p.ingestStore() != nil {
+			return "ingest"
+		}
 	}
 	return "reader"
+}
+
+// owned lists the partitions whose ingest store requests trust now.
+func (r *roles) owned() []int {
+	var out []int
+	for _, p := range r.parts {
+		if p.ingestStore() != nil {
+			out = append(out, p.k)
+		}
+	}
+	return out
 }
 
 // Ready implements server.Reacher: the pinned instance answers at once
 // what its watermark covers, once it covers every earlier reply's.
 func (r *roles) Ready(session string, seq uint64) bool {
-	st := r.ingestStore()
-	return st != nil && st.Applied() >= max(seq, r.floor.Load())
+	p := r.partOf(session)
+	st := p.ingestStore()
+	return st != nil && st.Applied() >= max(seq, p.floor.Load())
 }
 
 // Reach implements server.Reacher.
 func (r *roles) Reach(ctx context.Context, session string, seq uint64, timeout time.Duration) (server.Viewer, error) {
+	p := r.partOf(session)
 	deadline := time.Now().Add(timeout)
 	r.a.removals.drain() // purge.go
-	if st := r.ingestStore(); st != nil && st.Wait(ctx, max(seq, r.floor.Load()), 0) == nil {
+	if st := p.ingestStore(); st != nil && st.Wait(ctx, max(seq, p.floor.Load()), 0) == nil {
 		return st, nil // the common case: there already, nothing to watch, no lock
 	}
-	if st, changed := r.state(); st != nil {
+	if st, changed := p.state(); st != nil {
+		need, wait := max(seq, p.floor.Load()), timeout
+		if need > seq {
+			wait = max(timeout, floorBudget)
+		}
+		if len(r.parts) > 1 {
+			// A partition's watermark moves with its own records only:
+			// an idle partition's never reaches a later record of
+			// another. The stream says where the session ends up to
+			// need; the ingest store answers once it has that.
+			last, _, err := r.probe(ctx, session, seq, need, deadline)
+			if err != nil {
+				return nil, err
+			}
+			need = last
+		}
 		// The ingest gets there, unless the pin is lost meanwhile: then
 		// the stream answers. The floor, which only a lost pin or an
 		// earlier reader's reply raises, is within the stream: the
@@ -198,10 +276,6 @@ func (r *roles) Reach(ctx context.Context, session string, seq uint64, timeout t
 			case <-wctx.Done():
 			}
 		}()
-		need, wait := max(seq, r.floor.Load()), timeout
-		if need > seq {
-			wait = max(timeout, floorBudget)
-		}
 		err := st.Wait(wctx, need, wait)
 		cancel()
 		if err == nil {
@@ -210,44 +284,53 @@ func (r *roles) Reach(ctx context.Context, session string, seq uint64, timeout t
 		if ctx.Err() != nil || errors.Is(err, store.ErrWaitExpired) {
 			return nil, err
 		}
-		r.raise(st.Applied())
+		p.raise(st.Applied())
 	}
-	return r.read(ctx, session, seq, deadline)
+	return r.read(ctx, p, session, seq, deadline)
 }
 
 // read brings the reader store's session up to a probe of the stream
 // that covers seq and the floor, and returns a Viewer that shows it.
-func (r *roles) read(ctx context.Context, session string, seq uint64, deadline time.Time) (server.Viewer, error) {
-	floor := r.floor.Load()
-	subj := subject.TranscriptsPrefix + session
+func (r *roles) read(ctx context.Context, p *part, session string, seq uint64, deadline time.Time) (server.Viewer, error) {
+	last, upTo, err := r.probe(ctx, session, seq, max(seq, p.floor.Load()), deadline)
+	if err != nil {
+		return nil, err
+	}
+	p.raise(upTo)
+	return caught{st: r.reader, last: last}, nil
+}
+
+// probe asks the stream for the session's last record (0 for none) as a
+// replica that holds every record up to need sees it, need being seq or
+// past it (an earlier reply's floor); upTo is that replica's last
+// sequence.
+func (r *roles) probe(ctx context.Context, session string, seq, need uint64, deadline time.Time) (last, upTo uint64, err error) {
 	floorDeadline := time.Now().Add(floorBudget)
 	delay := time.Millisecond
 	for {
-		last, upTo, err := bus.LastOf(ctx, r.a.nc, r.a.stream, subj)
+		m, upTo, err := r.layout.LastOf(ctx, r.a.nc, session)
 		if err != nil {
-			return nil, fmt.Errorf("last record of %s: %w", session, err)
+			return 0, 0, fmt.Errorf("last record of %s: %w", session, err)
 		}
-		if upTo >= seq && upTo >= floor {
-			r.a.removals.cover(upTo) // purge.go: no removal before upTo is left in the reader store
-			r.raise(upTo)
-			var lastSeq uint64
-			if last != nil {
-				lastSeq = last.Seq
+		if upTo >= need {
+			r.a.removals.cover(upTo) // purge.go: no removal before upTo is left in the stores
+			if m != nil {
+				last = m.Seq
 			}
-			return caught{st: r.reader, last: lastSeq}, nil
+			return last, upTo, nil
 		}
 		now := time.Now()
 		switch {
 		case upTo < seq && now.After(deadline):
-			return nil, fmt.Errorf("%w: the stream holds up to %d, min_seq %d", store.ErrWaitExpired, upTo, seq)
+			return 0, 0, fmt.Errorf("%w: the stream holds up to %d, min_seq %d", store.ErrWaitExpired, upTo, seq)
 		case upTo >= seq && now.After(floorDeadline):
-			return nil, fmt.Errorf("%w: no replica reached %d, an earlier reply's", store.ErrWaitExpired, floor)
+			return 0, 0, fmt.Errorf("%w: no replica reached %d, an earlier reply's", store.ErrWaitExpired, need)
 		}
 		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, ctx.Err()
+			return 0, 0, ctx.Err()
 		case <-t.C:
 		}
 		delay = min(2*delay, 50*time.Millisecond)
@@ -269,7 +352,13 @@ func (c caught) View(ctx context.Context, session string, fn func(p *projection.
 // returns once this instance's ingest has applied every record up to
 // seq, waiting for the instance to gain the pin if it must; or
 // store.ErrWaitExpired after timeout.
+//
+// With partitions no store applies every record: it returns
+// store.ErrWaitExpired at once.
 func (r *roles) Wait(ctx context.Context, seq uint64, timeout time.Duration) error {
+	if len(r.parts) > 1 {
+		return fmt.Errorf("%w: the stream is partitioned: no instance applies every record", store.ErrWaitExpired)
+	}
 	if timeout <= 0 {
 		if st := r.ingestStore(); st != nil {
 			return st.Wait(ctx, seq, 0)
@@ -318,11 +407,18 @@ func (r *roles) Wait(ctx context.Context, seq uint64, timeout time.Duration) err
 // View implements server.Projections; the service uses the Viewer Reach
 // returns.
 func (r *roles) View(ctx context.Context, session string, fn func(p *projection.Session)) error {
-	return r.current().View(ctx, session, fn)
+	if st := r.partOf(session).ingestStore(); st != nil {
+		return st.View(ctx, session, fn)
+	}
+	return r.reader.View(ctx, session, fn)
 }
 
-// current is the store the instance answers from now.
+// current is the store the instance answers from now: with partitions,
+// the reader's.
 func (r *roles) current() *store.Store {
+	if len(r.parts) > 1 {
+		return r.reader
+	}
 	if st := r.ingestStore(); st != nil {
 		return st
 	}
@@ -330,15 +426,16 @@ func (r *roles) current() *store.Store {
 }
 
 // Rejected lists the records this instance skipped, oldest first, as
-// its ingest met them or its reads did (a record stored before the
+// its ingests met them or its reads did (a record stored before an
 // ingest store began is met only by a load): its stores share one list.
 func (r *roles) Rejected() []store.Rejection { return r.reader.Rejected() }
 
 // Loaded reports whether a request for the session is answered from
-// memory now: while this instance ingests, a session its store holds;
-// otherwise none, since each request reads the session's tail first.
+// memory now: while this instance ingests its partition, a session its
+// store holds; otherwise none, since each request reads the session's
+// tail first.
 func (r *roles) Loaded(session string) bool {
-	if st := r.ingestStore(); st != nil {
+	if st := r.partOf(session).ingestStore(); st != nil {
 		return st.Loaded(session)
 	}
 	return false
@@ -346,16 +443,14 @@ func (r *roles) Loaded(session string) bool {
 
 // Stats counts the instance's work, so that a counter never goes back
 // when the store that answers changes: records and duplicates are the
-// ingest's, over every ingest store the instance had; loads and
+// ingests', over every ingest store the instance had; loads and
 // evictions those of all its stores; rejections its one list's. The
 // gauges (sessions, loaded, bytes) add up what its stores hold now;
-// applied is the watermark of the store that answers.
+// applied is the watermark of the store that answers (the highest of
+// the ingest stores' with partitions).
 func (r *roles) Stats() store.Stats {
-	r.mu.Lock()
-	out := r.retired
-	r.mu.Unlock()
 	rd := r.reader.Stats()
-	out.Rejected, out.RejectedBy = rd.Rejected, rd.RejectedBy
+	out := store.Stats{Rejected: rd.Rejected, RejectedBy: rd.RejectedBy}
 	add := func(st store.Stats, ingest bool) {
 		if ingest {
 			out.Records += st.Records
@@ -368,16 +463,25 @@ func (r *roles) Stats() store.Stats {
 		out.Bytes += st.Bytes
 	}
 	add(rd, false)
-	if st := r.feed.Load(); st != nil {
-		add(st.Stats(), true)
-	}
 	out.Applied = r.current().Applied()
+	for _, p := range r.parts {
+		p.mu.Lock()
+		add(p.retired, true)
+		p.mu.Unlock()
+		if st := p.feed.Load(); st != nil {
+			s := st.Stats()
+			add(s, true)
+			if len(r.parts) > 1 {
+				out.Applied = max(out.Applied, s.Applied)
+			}
+		}
+	}
 	return out
 }
 
 // retire adds the counters of an ingest store no longer fed to those
 // Stats reports; r.mu is held.
-func (r *roles) retire(st *store.Store) {
+func (r *part) retire(st *store.Store) {
 	s := st.Stats()
 	r.retired.Records += s.Records
 	r.retired.Duplicates += s.Duplicates

@@ -55,6 +55,20 @@ func (s *Stream) ReadSubject(ctx context.Context, subject string, from, to uint6
 	return ReadSubject(ctx, s.nc, s.name, subject, from, to, fn)
 }
 
+// ReadSession reads a session's records wherever the stream stores them
+// (see Layout.ReadSubject).
+func (s *Stream) ReadSession(ctx context.Context, session string, from, to uint64, fn func(seq uint64, data []byte) error) error {
+	st, err := s.js.Stream(ctx, s.name)
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", s.name, err)
+	}
+	l, err := LayoutOf(st.CachedInfo().Config)
+	if err != nil {
+		return err
+	}
+	return l.ReadSubject(ctx, s.nc, session, from, to, fn)
+}
+
 // OpenCheckpoints opens the checkpoint bucket on the stream's server (see
 // the function OpenCheckpoints), creating it when it is missing.
 func (s *Stream) OpenCheckpoints(ctx context.Context) (*Checkpoints, error) {

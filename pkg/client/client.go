@@ -6,9 +6,11 @@ package client
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -54,6 +56,35 @@ type Request struct {
 	// BudgetTokens, when not 0, asks the reply to say whether the context
 	// is over this many input tokens, and where a compaction may cut.
 	BudgetTokens uint64
+	// Partitions, the stream's number of partitions (Partitions), sends
+	// the request to the instance that applies the session's partition,
+	// on ctxd.p.<k>.<session>, and to ctxd.context.<session> when no
+	// instance holds it; 0 or 1 sends it to ctxd.context.<session>.
+	Partitions int
+}
+
+// Partitions asks the service for the stream's number of partitions
+// ($SRV.INFO metadata), 1 when it has none: the first instance to answer
+// says.
+func Partitions(ctx context.Context, nc *nats.Conn) (int, error) {
+	reply, err := nc.RequestWithContext(ctx, "$SRV.INFO.ctxd", nil)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return 0, ErrNoService
+	}
+	if err != nil {
+		return 0, fmt.Errorf("$SRV.INFO.ctxd: %w", err)
+	}
+	var info struct {
+		Metadata map[string]string `json:"metadata"`
+	}
+	if err := json.Unmarshal(reply.Data, &info); err != nil {
+		return 0, fmt.Errorf("$SRV.INFO.ctxd: %w", err)
+	}
+	p, err := strconv.Atoi(info.Metadata["partitions"])
+	if err != nil || p < 1 {
+		return 1, nil
+	}
+	return p, nil
 }
 
 // Context fetches a session's context reply and returns its body, JSON or
@@ -85,6 +116,30 @@ func Context(ctx context.Context, nc *nats.Conn, session string, req Request) ([
 			// the empty body.
 			msg.Data = msgpackRequest(req)
 		}
+	}
+	if req.Partitions > 1 {
+		routed, err := subject.PartitionContext(session, req.Partitions)
+		if err != nil {
+			return nil, err
+		}
+		v1 := msg.Subject
+		msg.Subject = routed
+		// The owner gets half the time left: one that stalled (its
+		// subscription outlives it until the server drops its
+		// connection) costs the request no more than that.
+		actx, cancel := ctx, context.CancelFunc(func() {})
+		if deadline, ok := ctx.Deadline(); ok {
+			actx, cancel = context.WithTimeout(ctx, time.Until(deadline)/2)
+		}
+		out, err := Do(actx, nc, msg)
+		stalled := err != nil && ctx.Err() == nil && errors.Is(actx.Err(), context.DeadlineExceeded)
+		cancel()
+		if !errors.Is(err, ErrNoService) && !stalled {
+			return out, err
+		}
+		// No instance holds the partition now, or its owner did not
+		// answer in time: any instance answers.
+		msg.Subject = v1
 	}
 	return Do(ctx, nc, msg)
 }

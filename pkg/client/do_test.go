@@ -90,3 +90,48 @@ func TestDo_Errors(t *testing.T) {
 	require.ErrorAs(t, err, &e)
 	require.Equal(t, "503", e.Code)
 }
+
+// With Partitions the request goes to ctxd.p.<k>.<session> first, and to
+// ctxd.context.<session> when nobody serves the partition.
+func TestContext_Partitions(t *testing.T) {
+	nc := startNATS(t)
+	// fnv32a("s1") % 8 = 1
+	_, err := nc.Subscribe("ctxd.context.s1", func(m *nats.Msg) { m.Respond([]byte("v1")) })
+	require.NoError(t, err)
+	got, err := Context(timeout(t), nc, "s1", Request{Partitions: 8})
+	require.NoError(t, err)
+	require.Equal(t, "v1", string(got), "nobody on the partition: the v1 subject")
+	sub, err := nc.Subscribe("ctxd.p.1.s1", func(m *nats.Msg) { m.Respond([]byte("owner")) })
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+	got, err = Context(timeout(t), nc, "s1", Request{Partitions: 8})
+	require.NoError(t, err)
+	require.Equal(t, "owner", string(got))
+	got, err = Context(timeout(t), nc, "s1", Request{})
+	require.NoError(t, err)
+	require.Equal(t, "v1", string(got), "without partitions: the v1 subject")
+	sub.Unsubscribe()
+
+	_, err = Partitions(timeout(t), nc)
+	require.ErrorIs(t, err, ErrNoService)
+	_, err = nc.Subscribe("$SRV.INFO.ctxd", func(m *nats.Msg) { m.Respond([]byte(`{"metadata":{"partitions":"16"}}`)) })
+	require.NoError(t, err)
+	p, err := Partitions(timeout(t), nc)
+	require.NoError(t, err)
+	require.Equal(t, 16, p)
+}
+
+// A partition owner that does not answer within half the time left is
+// passed over: the v1 subject answers.
+func TestContext_PartitionOwnerStalled(t *testing.T) {
+	nc := startNATS(t)
+	_, err := nc.Subscribe("ctxd.context.s1", func(m *nats.Msg) { m.Respond([]byte("v1")) })
+	require.NoError(t, err)
+	_, err = nc.Subscribe("ctxd.p.1.s1", func(m *nats.Msg) {}) // never answers
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	got, err := Context(ctx, nc, "s1", Request{Partitions: 8})
+	require.NoError(t, err)
+	require.Equal(t, "v1", string(got))
+}

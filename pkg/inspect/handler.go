@@ -444,7 +444,7 @@ func (h *Handler) recordOf(w http.ResponseWriter, r *http.Request, id string) ([
 		h.fail(w, r, http.StatusNotFound, err)
 		return nil, false
 	}
-	if subj != subject.TranscriptsPrefix+id {
+	if sid, _, err := subject.SessionOfStored(subj); err != nil || sid != id {
 		h.fail(w, r, http.StatusNotFound, fmt.Errorf("session %s has no record at seq %d", id, seq))
 		return nil, false
 	}

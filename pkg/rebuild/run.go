@@ -190,7 +190,7 @@ func (r *Rebuilder) scan(ctx context.Context, from uint64) (uint64, error) {
 		}
 		n++
 		p.Update(n)
-		if id, err := subject.SessionOf(m.Subject, subject.TranscriptsPrefix); err == nil {
+		if id, _, err := subject.SessionOfStored(m.Subject); err == nil {
 			add(id, m.Seq, m.Data)
 		}
 	})
@@ -205,7 +205,7 @@ func (r *Rebuilder) scan(ctx context.Context, from uint64) (uint64, error) {
 func (r *Rebuilder) since(ctx context.Context, from uint64) (uint64, error) {
 	touched := map[string]bool{}
 	_, _, err := r.stream.Replay(ctx, from, func(m bus.Msg) {
-		if id, err := subject.SessionOf(m.Subject, subject.TranscriptsPrefix); err == nil && m.Seq <= r.end {
+		if id, _, err := subject.SessionOfStored(m.Subject); err == nil && m.Seq <= r.end {
 			touched[id] = true
 		}
 	})
@@ -231,7 +231,7 @@ func (r *Rebuilder) since(ctx context.Context, from uint64) (uint64, error) {
 // readSession reads one session's records in [from, to] with direct gets.
 func (r *Rebuilder) readSession(ctx context.Context, id string, from, to uint64) (uint64, error) {
 	var n uint64
-	err := r.stream.ReadSubject(ctx, subject.TranscriptsPrefix+id, from, to, func(seq uint64, data []byte) error {
+	err := r.stream.ReadSession(ctx, id, from, to, func(seq uint64, data []byte) error {
 		r.add(id, seq, data)
 		n++
 		return nil

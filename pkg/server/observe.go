@@ -122,6 +122,9 @@ type contextData struct {
 	// counts what it saw (Service.Instance, Service.Role).
 	Instance string `json:"instance,omitempty"`
 	Role     string `json:"role,omitempty"`
+	// Partitions lists the partitions the instance applies now, on a
+	// partitioned stream (Service.Owned).
+	Partitions []int `json:"partitions,omitempty"`
 }
 
 // rejectedData is the rejected endpoint's data in $SRV.STATS.
@@ -145,6 +148,12 @@ func (s *Service) endpointData(e *micro.Endpoint) any {
 		d := contextData{EndpointStats: own, Stats: s.proj.Stats(), Instance: s.Instance}
 		if s.Role != nil {
 			d.Role = s.Role()
+		}
+		if s.Owned != nil {
+			d.Partitions = s.Owned()
+			if d.Partitions == nil {
+				d.Partitions = []int{}
+			}
 		}
 		return d
 	case "rejected":

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -111,9 +112,17 @@ type Service struct {
 	// applies every record; "reader": it reads each session's tail per
 	// request), for $SRV.STATS.
 	Role func() string
+	// Partitions is the stream's number of partitions, for $SRV.INFO
+	// (clients compute a session's partition with it) and $SRV.PING
+	// (instances count the live ones with it); 0 or 1: none.
+	Partitions int
+	// Owned, when set, lists the partitions this instance applies now,
+	// for $SRV.STATS.
+	Owned func() []int
 
-	nc   *nats.Conn
-	proj Projections
+	routes routes // the partition endpoints served (routes.go)
+	nc     *nats.Conn
+	proj   Projections
 
 	svc    micro.Service
 	ctx    context.Context // cancelled by Close: ends every wait
@@ -212,6 +221,9 @@ func (s *Service) Open() error {
 		return fmt.Errorf("server: %w", err)
 	}
 	s.svc = svc
+	if err := s.openRoutes(); err != nil {
+		s.log("partition endpoints", "err", err)
+	}
 	return nil
 }
 
@@ -222,6 +234,7 @@ func (s *Service) Close() error {
 	if s.svc == nil {
 		return nil
 	}
+	s.closeRoutes()
 	err := s.svc.Stop()
 	s.mu.Lock()
 	s.closing = true // from here on no wait is added to wg, no job queued
@@ -261,10 +274,17 @@ func (s *Service) stopLanes() {
 const InstanceHeader = "Ctxd-Instance"
 
 func (s *Service) metadata() map[string]string {
-	if s.Instance == "" {
+	md := map[string]string{}
+	if s.Instance != "" {
+		md["instance"] = s.Instance
+	}
+	if s.Partitions > 1 {
+		md["partitions"] = strconv.Itoa(s.Partitions)
+	}
+	if len(md) == 0 {
 		return nil
 	}
-	return map[string]string{"instance": s.Instance}
+	return md
 }
 
 // ready reports whether a request is answered at once.
@@ -301,8 +321,11 @@ func (s *Service) answer(r micro.Request, session string, req contextRequest, wa
 }
 
 func (s *Service) handleContext(r micro.Request) {
-	r = s.observe(r, "context", time.Now())
-	session := strings.TrimPrefix(r.Subject(), subject.ContextPrefix)
+	s.handleSession(s.observe(r, "context", time.Now()), strings.TrimPrefix(r.Subject(), subject.ContextPrefix))
+}
+
+// handleSession answers a context request for session, however it came.
+func (s *Service) handleSession(r micro.Request, session string) {
 	if err := subject.CheckSession(session); err != nil {
 		s.fail(r, err)
 		return

@@ -6,6 +6,7 @@ package subject
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -75,9 +76,82 @@ func SessionOf(subj, prefix string) (string, error) {
 }
 
 // SessionOfTranscript returns the session id of a stored record's
-// subject (transcripts.<session>), checked. Whatever maps a stored subject,
-// or a subject filter naming one session's records, to its session goes
+// subject (transcripts.<session>, or transcripts.<k>.<session> in a
+// partitioned stream), checked. Whatever maps a stored subject, or a
+// subject filter naming one session's records, to its session goes
 // through here.
 func SessionOfTranscript(subj string) (string, error) {
-	return SessionOf(subj, TranscriptsPrefix)
+	s, _, err := SessionOfStored(subj)
+	return s, err
+}
+
+// PartitionPrefix is the prefix of the per-partition context endpoints:
+// ctxd.p.<partition>.<session>, served by the instance that applies the
+// partition's records while it does.
+const PartitionPrefix = "ctxd.p."
+
+// Partition returns the partition of a session among p, as the stream's
+// subject transform {{partition(p,1)}} computes it: FNV-32a of the
+// session id, modulo p. With p <= 1 every session is in partition 0.
+func Partition(session string, p int) int {
+	if p <= 1 {
+		return 0
+	}
+	h := uint32(2166136261) // FNV-32a offset basis
+	for i := 0; i < len(session); i++ {
+		h ^= uint32(session[i])
+		h *= 16777619 // FNV-32a prime
+	}
+	return int(h % uint32(p))
+}
+
+// Stored returns the subject a session's records are stored on, in a
+// stream of p partitions: transcripts.<session> for p <= 1, else
+// transcripts.<partition>.<session>. Records are always published to
+// transcripts.<session>; the stream's transform stores them here.
+func Stored(session string, p int) string {
+	if p <= 1 {
+		return TranscriptsPrefix + session
+	}
+	return PartitionFilter(Partition(session, p)) + session
+}
+
+// PartitionFilter returns the prefix of a partition's stored subjects,
+// transcripts.<k>.; with "*" after it, the filter of its consumer.
+func PartitionFilter(k int) string {
+	return TranscriptsPrefix + strconv.Itoa(k) + "."
+}
+
+// PartitionContext returns the subject a session's context is requested
+// on at its partition's owner.
+func PartitionContext(session string, p int) (string, error) {
+	if err := CheckSession(session); err != nil {
+		return "", err
+	}
+	return PartitionPrefix + strconv.Itoa(Partition(session, p)) + "." + session, nil
+}
+
+// SessionOfStored returns the session of a stored subject, of either
+// shape: transcripts.<session>, or transcripts.<k>.<session>, with its
+// partition k (-1 for the first shape).
+func SessionOfStored(subj string) (session string, k int, err error) {
+	rest, ok := strings.CutPrefix(subj, TranscriptsPrefix)
+	if !ok {
+		return "", -1, fmt.Errorf("%w: subject %q is not under %q", ErrBadSession, truncate(subj), TranscriptsPrefix)
+	}
+	part, id, two := strings.Cut(rest, ".")
+	if !two {
+		if err := CheckSession(rest); err != nil {
+			return "", -1, err
+		}
+		return rest, -1, nil
+	}
+	n, err := strconv.Atoi(part)
+	if err != nil || n < 0 || strconv.Itoa(n) != part {
+		return "", -1, fmt.Errorf("%w: subject %q has %q where a partition number goes", ErrBadSession, truncate(subj), truncate(part))
+	}
+	if err := CheckSession(id); err != nil {
+		return "", -1, err
+	}
+	return id, n, nil
 }

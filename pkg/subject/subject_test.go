@@ -51,3 +51,34 @@ func TestSessionOfTranscript(t *testing.T) {
 		require.ErrorIs(t, err, ErrBadSession, subj)
 	}
 }
+
+func TestPartition(t *testing.T) {
+	require.Equal(t, 0, Partition("s1", 1))
+	require.Equal(t, 0, Partition("s1", 0))
+	// fnv32a("s1") % 8 = 1, as the stream's transform stores it
+	// (pkg/bus checks the function against the server for many ids).
+	require.Equal(t, 1, Partition("s1", 8))
+	require.Equal(t, "transcripts.s1", Stored("s1", 1))
+	require.Equal(t, "transcripts.1.s1", Stored("s1", 8))
+	subj, err := PartitionContext("s1", 8)
+	require.NoError(t, err)
+	require.Equal(t, "ctxd.p.1.s1", subj)
+	_, err = PartitionContext("a.b", 8)
+	require.ErrorIs(t, err, ErrBadSession)
+}
+
+func TestSessionOfStored(t *testing.T) {
+	for subj, want := range map[string]struct {
+		s string
+		k int
+	}{"transcripts.s1": {"s1", -1}, "transcripts.3.s1": {"s1", 3}, "transcripts.0.a-b": {"a-b", 0}} {
+		s, k, err := SessionOfStored(subj)
+		require.NoError(t, err, subj)
+		require.Equal(t, want.s, s, subj)
+		require.Equal(t, want.k, k, subj)
+	}
+	for _, subj := range []string{"transcripts.", "transcripts.x.s1", "transcripts.03.s1", "transcripts.-1.s1", "transcripts.1.a.b", "other.s1", "transcripts.1.", "transcripts.99999999999999999999.s"} {
+		_, _, err := SessionOfStored(subj)
+		require.ErrorIs(t, err, ErrBadSession, subj)
+	}
+}

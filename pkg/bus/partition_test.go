@@ -1,0 +1,177 @@
+package bus_test
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ctxd/ctxd/internal/natstest"
+	"github.com/ctxd/ctxd/pkg/bus"
+	"github.com/ctxd/ctxd/pkg/subject"
+	"github.com/ctxd/ctxd/streams"
+)
+
+// randomSession returns a session id of 1 to 40 characters of the
+// allowed alphabet.
+func randomSession(rng *rand.Rand) string {
+	const alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-"
+	b := make([]byte, 1+rng.IntN(40))
+	for i := range b {
+		b[i] = alphabet[rng.IntN(len(alphabet))]
+	}
+	return string(b)
+}
+
+// The server stores a record published to transcripts.<session> on
+// transcripts.<k>.<session> with k = subject.Partition(session, P), for
+// many session ids and several P.
+func TestPartition_SameAsServer(t *testing.T) {
+	nc := natstest.Connect(t, natstest.Start(t))
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx := testContext(t)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, p := range []int{2, 7, 16, 64} {
+		cfg := transcripts(t)
+		cfg.Name = fmt.Sprintf("T%d", p)
+		cfg.Subjects = []string{fmt.Sprintf("t%d.>", p)}
+		cfg.SubjectTransform = &jetstream.SubjectTransformConfig{Source: fmt.Sprintf("t%d.*", p), Destination: fmt.Sprintf("t%d.{{partition(%d,1)}}.{{wildcard(1)}}", p, p)}
+		st, err := js.CreateStream(ctx, cfg)
+		require.NoError(t, err)
+		for range 500 {
+			s := randomSession(rng)
+			ack, err := js.Publish(ctx, fmt.Sprintf("t%d.%s", p, s), []byte("{}"))
+			require.NoError(t, err)
+			m, err := st.GetMsg(ctx, ack.Sequence)
+			require.NoError(t, err)
+			require.Equal(t, fmt.Sprintf("t%d.%d.%s", p, subject.Partition(s, p), s), m.Subject, "P=%d session %q", p, s)
+		}
+	}
+}
+
+// On a partitioned stream a publisher's expected last sequence of its
+// session works as before: the server checks it on the stored subject.
+func TestPartition_ExpectedLastSubjectSequence(t *testing.T) {
+	nc := natstest.Connect(t, natstest.Start(t))
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx := testContext(t)
+	cfg := transcripts(t)
+	cfg.SubjectTransform = streams.PartitionTransform(16)
+	_, err = js.CreateStream(ctx, cfg)
+	require.NoError(t, err)
+	a1, err := js.Publish(ctx, "transcripts.s1", []byte("1"), jetstream.WithExpectLastSequencePerSubject(0))
+	require.NoError(t, err)
+	_, err = js.Publish(ctx, "transcripts.s2", []byte("x"))
+	require.NoError(t, err)
+	a2, err := js.Publish(ctx, "transcripts.s1", []byte("2"), jetstream.WithExpectLastSequencePerSubject(a1.Sequence))
+	require.NoError(t, err)
+	_, err = js.Publish(ctx, "transcripts.s1", []byte("3"), jetstream.WithExpectLastSequencePerSubject(a1.Sequence))
+	var apiErr *jetstream.APIError
+	require.True(t, errors.As(err, &apiErr), "%v", err)
+	require.Equal(t, jetstream.ErrorCode(10071), apiErr.ErrorCode)
+	_, err = js.Publish(ctx, "transcripts.s1", []byte("3"), jetstream.WithExpectLastSequencePerSubject(a2.Sequence))
+	require.NoError(t, err)
+	// bus.Append's session log, read on the stored subject, agrees.
+	l := bus.Layout{Stream: cfg.Name, P: 16}
+	var seqs []uint64
+	require.NoError(t, l.ReadSubject(ctx, nc, "s1", 1, ^uint64(0), func(seq uint64, _ []byte) error {
+		seqs = append(seqs, seq)
+		return nil
+	}))
+	require.Equal(t, []uint64{a1.Sequence, a2.Sequence, a2.Sequence + 1}, seqs)
+}
+
+// A stream partitioned after it had records keeps them where they are,
+// with their sequences; a session's reads cover both its subjects, in
+// order, and its last record is the later subject's.
+func TestPartition_Migrate(t *testing.T) {
+	nc := natstest.Connect(t, natstest.Start(t))
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx := testContext(t)
+	ensureTranscripts(t, js)
+	want := map[string][]uint64{}
+	publish := func(n int) {
+		for i := range n {
+			s := fmt.Sprintf("s%d", i%5)
+			ack, err := js.Publish(ctx, "transcripts."+s, []byte(fmt.Sprint(i)))
+			require.NoError(t, err)
+			want[s] = append(want[s], ack.Sequence)
+		}
+	}
+	publish(23)
+	l, err := bus.Partition(ctx, js, "TRANSCRIPTS", 16)
+	require.NoError(t, err)
+	require.Equal(t, uint64(23), l.After)
+	publish(17)
+	st, err := js.Stream(ctx, "TRANSCRIPTS")
+	require.NoError(t, err)
+	have, err := bus.LayoutOf(st.CachedInfo().Config)
+	require.NoError(t, err)
+	require.Equal(t, l, have)
+	for s, seqs := range want {
+		var got []uint64
+		require.NoError(t, l.ReadSubject(ctx, nc, s, 1, ^uint64(0), func(seq uint64, _ []byte) error {
+			got = append(got, seq)
+			return nil
+		}))
+		require.Equal(t, seqs, got, s)
+		got = nil
+		require.NoError(t, l.ReadSubject(ctx, nc, s, seqs[2], seqs[len(seqs)-2], func(seq uint64, _ []byte) error {
+			got = append(got, seq)
+			return nil
+		}))
+		require.Equal(t, seqs[2:len(seqs)-1], got, s)
+		last, upTo, err := l.LastOf(ctx, nc, s)
+		require.NoError(t, err)
+		require.Equal(t, seqs[len(seqs)-1], last.Seq)
+		require.GreaterOrEqual(t, upTo, uint64(40))
+		err = l.ReadSubjectSeqs(ctx, nc, s, seqs, func(uint64, []byte) error { return nil })
+		require.Error(t, err, "an index across the boundary is stale: the store reads the subjects")
+	}
+	// Again: nothing changes; another count is refused.
+	again, err := bus.Partition(ctx, js, "TRANSCRIPTS", 16)
+	require.NoError(t, err)
+	require.Equal(t, l, again)
+	_, err = bus.Partition(ctx, js, "TRANSCRIPTS", 8)
+	require.ErrorIs(t, err, bus.ErrIncompatible)
+}
+
+// ReadPartition reads one partition's records of a range, and only
+// them.
+func TestReadPartition(t *testing.T) {
+	nc := natstest.Connect(t, natstest.Start(t))
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx := testContext(t)
+	cfg := transcripts(t)
+	cfg.SubjectTransform = streams.PartitionTransform(4)
+	_, err = js.CreateStream(ctx, cfg)
+	require.NoError(t, err)
+	byPart := map[int][]uint64{}
+	for i := range 60 {
+		s := fmt.Sprintf("s%d", i%9)
+		ack, err := js.Publish(ctx, "transcripts."+s, []byte("{}"))
+		require.NoError(t, err)
+		k := subject.Partition(s, 4)
+		byPart[k] = append(byPart[k], ack.Sequence)
+	}
+	for k, seqs := range byPart {
+		require.Greater(t, len(seqs), 3)
+		var got []uint64
+		through := seqs[len(seqs)-1]
+		require.NoError(t, bus.ReadPartition(ctx, nc, "TRANSCRIPTS", k, seqs[1], through-1, through, func(m bus.Msg) error {
+			_, pk, err := subject.SessionOfStored(m.Subject)
+			require.NoError(t, err)
+			require.Equal(t, k, pk)
+			got = append(got, m.Seq)
+			return nil
+		}))
+		require.Equal(t, seqs[1:len(seqs)-1], got, "partition %d", k)
+	}
+}
