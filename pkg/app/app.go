@@ -315,7 +315,7 @@ func (a *App) Open(ctx context.Context) (err error) {
 			a.fail(fmt.Errorf("ingest consumer %s on stream %s was deleted: no record is applied any more; start ctxd again to create it", streams.IngestName, want.Name))
 		}
 	}})
-	if a.ingest, err = bus.StartIngest(cons, last, readRange, a.handle, a.Logger, pin); err != nil {
+	if a.ingest, err = bus.StartIngest(cons, last, readRange, a.handle, a.Logger, pin, bus.WithPullBytes(bus.PullBytes(a.nc))); err != nil {
 		return err
 	}
 	a.running.Store(a.ingest)

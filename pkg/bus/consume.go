@@ -57,6 +57,8 @@ type Ingest struct {
 	gaps     gapFiller
 	hooks    Pin
 
+	pullBytes int // the max_bytes of a pull
+
 	mu      sync.Mutex
 	pending jetstream.Msg // the last handled message, not yet acknowledged
 	count   int           // messages handled since the last ack
@@ -92,6 +94,12 @@ type IngestOption func(*Ingest)
 // consumer's pin.
 func WithPin(p Pin) IngestOption { return func(in *Ingest) { in.hooks = p } }
 
+// WithPullBytes sets the most bytes one pull asks for (see PullBytes:
+// more than the server's max_pending gets ctxd cut off as a slow
+// consumer). Without it a pull asks for at most 1 MiB and room for the
+// headers, which fits a server with default limits.
+func WithPullBytes(n int) IngestOption { return func(in *Ingest) { in.pullBytes = n } }
+
 // PullExpiry is how long each pull of the ingest waits on the server. A
 // pinned ingest's pulls keep its pin: the consumer's pinned TTL must be
 // well above it (ctxd.consumer.json: 3 s).
@@ -109,12 +117,12 @@ func StartIngest(cons jetstream.Consumer, after uint64, readRange func(from, to 
 		logger = slog.New(slog.DiscardHandler)
 	}
 	info := cons.CachedInfo()
-	in := &Ingest{Logger: logger, consumer: info.Name, stop: make(chan struct{}), done: make(chan struct{})}
+	in := &Ingest{Logger: logger, consumer: info.Name, pullBytes: defaultPullBytes, stop: make(chan struct{}), done: make(chan struct{})}
 	for _, o := range opts {
 		o(in)
 	}
 	in.gaps = gapFiller{last: after, read: readRange, handle: h}
-	pull := []jetstream.PullConsumeOpt{jetstream.PullMaxMessagesWithBytesLimit(1000, 16<<20), jetstream.ConsumeErrHandler(in.consumeError)}
+	pull := []jetstream.PullConsumeOpt{jetstream.PullMaxMessagesWithBytesLimit(1000, in.pullBytes), jetstream.ConsumeErrHandler(in.consumeError)}
 	if groups := info.Config.PriorityGroups; len(groups) > 0 {
 		in.group = groups[0]
 		pull = append(pull, jetstream.PullPriorityGroup(in.group), jetstream.PullExpiry(PullExpiry))
