@@ -26,8 +26,9 @@ func TestBench_Smoke(t *testing.T) {
 		"--memory-sessions", "4", "--memory-settle", "0")
 	require.Equal(t, 0, code, "stderr: %s", errOut)
 	for _, row := range []string{
-		"ingest, 3 sessions (records/s)",
-		"ingest vs bare consumer (records/s)",
+		"ingest, 3 sessions, vs ordered consumer (records/s)",
+		"ingest vs raw publish (records/s)",
+		"ingest vs bare durable consumer (records/s)",
 		"fetch 20 msgs p50", "fetch 20 msgs p99", "fetch 20 msgs p999",
 		"fetch 40 msgs p50", "fetch 40 msgs p99", "fetch 40 msgs p999",
 		"fetch 40 msgs, 2 clients (req/s)",
