@@ -23,10 +23,11 @@ type Msg struct {
 // returned for it.
 type Handler func(Msg)
 
-// Acknowledgements are batched: the consumer's ack policy is "all", so
-// acknowledging a message acknowledges every message delivered before it.
-// One ack covers at most ackBatch messages, and none waits longer than
-// ackDelay.
+// On a consumer with ack policy "none" (ctxd's) nothing is acknowledged:
+// the server counts a message delivered once sent. Otherwise
+// acknowledgements are batched: with ack policy "all", acknowledging a
+// message acknowledges every message delivered before it. One ack covers
+// at most ackBatch messages, and none waits longer than ackDelay.
 const (
 	ackBatch = 256
 	ackDelay = 10 * time.Millisecond
@@ -57,7 +58,8 @@ type Ingest struct {
 	gaps     gapFiller
 	hooks    Pin
 
-	pullBytes int // the max_bytes of a pull
+	pullBytes int  // the max_bytes of a pull
+	acks      bool // the consumer's messages are acknowledged
 
 	mu      sync.Mutex
 	pending jetstream.Msg // the last handled message, not yet acknowledged
@@ -122,6 +124,7 @@ func StartIngest(cons jetstream.Consumer, after uint64, readRange func(from, to 
 		o(in)
 	}
 	in.gaps = gapFiller{last: after, read: readRange, handle: h}
+	in.acks = info.Config.AckPolicy != jetstream.AckNonePolicy
 	pull := []jetstream.PullConsumeOpt{jetstream.PullMaxMessagesWithBytesLimit(1000, in.pullBytes), jetstream.ConsumeErrHandler(in.consumeError)}
 	if groups := info.Config.PriorityGroups; len(groups) > 0 {
 		in.group = groups[0]
@@ -165,9 +168,13 @@ func (in *Ingest) receive(m jetstream.Msg) {
 		}
 	}
 	if err := in.gaps.deliver(Msg{Subject: m.Subject(), Seq: meta.Sequence.Stream, Data: m.Data()}); err != nil {
-		// Not acknowledged: JetStream delivers it again, and the gap is
-		// read again then.
+		// Not acknowledged: with acks JetStream delivers it again, and
+		// the gap is read again then; without, the next message's gap
+		// holds it.
 		in.Logger.Warn("skipped records could not be read; waiting for redelivery", "seq", meta.Sequence.Stream, "err", err)
+		return
+	}
+	if !in.acks {
 		return
 	}
 	in.mu.Lock()
