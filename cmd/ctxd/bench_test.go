@@ -50,7 +50,7 @@ func TestBench_Smoke(t *testing.T) {
 			require.Contains(t, []string{"yes", "NO", "-"}, strings.TrimSpace(cells[5]), "row %q", line)
 		}
 	}
-	require.Equal(t, 16, rows, "rows:\n%s", out)
+	require.Equal(t, 17, rows, "rows:\n%s", out)
 	require.Empty(t, benchWarnings(out), "the bench warned:\n%s", out)
 	require.Contains(t, errOut, "bench done")
 }
