@@ -428,7 +428,7 @@ func (a *App) Wait(ctx context.Context, seq uint64, timeout time.Duration) error
 // Close stops everything Open started: the HTTP listener first (its
 // handlers read what follows), then in reverse order the service
 // (requests in hand are answered), the ingest (the record in hand is
-// applied and acknowledged), the checkpoints (every session's written,
+// applied), the checkpoints (every session's written,
 // within 10s), the pin (given up at once, so another instance ingests
 // without waiting for the pinned TTL), the connection, the server.
 func (a *App) Close() error {
