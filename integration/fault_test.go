@@ -394,22 +394,18 @@ func TestFault_DuplicateMsgIDAppliesOnce(t *testing.T) {
 	require.Len(t, r.Messages, 1)
 }
 
-// A ctxd stopped (SIGSTOP) past its ack wait gets the records it held
-// redelivered; each is applied once.
-//
-// The ingest pulls for a second at a time: JetStream redelivers into a
-// pull that is open, so whether a stall ends with records redelivered
-// depends on when the last pull before it expired. The stall is tried
-// again, with more records, until the service says it saw records again.
-func TestFault_StalledConsumerRedeliveryAppliesOnce(t *testing.T) {
+// A ctxd stopped (SIGSTOP) for longer than a pull's expiry, within the
+// consumer's pinned TTL, keeps its pin and goes on where it was: the
+// consumer acknowledges nothing, so nothing is redelivered, and every
+// record is applied once, in order, whatever the stall held.
+func TestFault_StalledConsumerAppliesOnce(t *testing.T) {
 	url := natstest.Start(t)
-	p := startProcess(t, "--nats", url, "--ack-wait", "1s")
+	p := startProcess(t, "--nats", url)
 	c := newClient(t, url)
 	cons, err := c.js.Consumer(context.Background(), "TRANSCRIPTS", "ctxd")
 	require.NoError(t, err)
 	var recs []projection.Record
-	var dups int64
-	for stall := 1; stall <= 8 && dups == 0; stall++ {
+	for stall := 1; stall <= 3; stall++ {
 		for i := 0; i < 100; i++ {
 			v := record.NewMap("role", "user", "content", fmt.Sprintf("m%d-%d", stall, i))
 			seq := c.publishValue("stall", v, false)
@@ -418,9 +414,8 @@ func TestFault_StalledConsumerRedeliveryAppliesOnce(t *testing.T) {
 				require.NoError(t, p.cmd.Process.Signal(syscall.SIGSTOP))
 			}
 		}
-		// Past the ack wait (1 s), within the consumer's pinned TTL (3 s)
-		// less a pull's expiry (1 s): ctxd keeps its pin, and the records
-		// it held come again to the same projections.
+		// Past a pull's expiry (1 s), within the consumer's pinned TTL
+		// (3 s) less that expiry: ctxd keeps its pin.
 		time.Sleep(1600 * time.Millisecond)
 		require.NoError(t, p.cmd.Process.Signal(syscall.SIGCONT))
 		r := c.fetchSeq("stall", recs[len(recs)-1].Seq, false)
@@ -428,17 +423,14 @@ func TestFault_StalledConsumerRedeliveryAppliesOnce(t *testing.T) {
 
 		require.Eventually(t, func() bool {
 			info, err := cons.Info(context.Background())
-			return err == nil && info.NumAckPending == 0 && info.NumPending == 0
-		}, 20*time.Second, 10*time.Millisecond, "waiting for every record acknowledged")
-		// The service saw records again and ignored them.
+			return err == nil && info.NumPending == 0
+		}, 20*time.Second, 10*time.Millisecond, "waiting for every record delivered")
 		stats := mustDecode(t, string(c.request("$SRV.STATS.ctxd", nil, nil).Data)).(*record.Map)
 		eps, _ := stats.Get("endpoints")
 		data, _ := eps.([]any)[0].(*record.Map).Get("data")
 		d, _ := data.(*record.Map).Get("duplicates")
-		dups = d.(int64)
-		t.Logf("stall %d: duplicates ignored: %d", stall, dups)
+		t.Logf("stall %d: duplicates ignored: %d", stall, d)
 	}
-	require.Greater(t, dups, int64(0), "nothing was redelivered: no stall held any record\n%s", stderrOf(p))
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, p.wait(t))
 }

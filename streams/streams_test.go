@@ -22,7 +22,7 @@ func TestDefinitions(t *testing.T) {
 	c, err := Ingest()
 	require.NoError(t, err)
 	require.Equal(t, "ctxd", c.Durable)
-	require.Equal(t, jetstream.AckAllPolicy, c.AckPolicy)
+	require.Equal(t, jetstream.AckNonePolicy, c.AckPolicy)
 	require.Equal(t, jetstream.DeliverAllPolicy, c.DeliverPolicy)
 	require.Equal(t, "transcripts.>", c.FilterSubject)
 }

@@ -26,8 +26,9 @@ func TestBench_Smoke(t *testing.T) {
 		"--memory-sessions", "4", "--memory-settle", "0")
 	require.Equal(t, 0, code, "stderr: %s", errOut)
 	for _, row := range []string{
-		"ingest, 3 sessions (records/s)",
-		"ingest vs bare consumer (records/s)",
+		"ingest, 3 sessions, vs ordered consumer (records/s)",
+		"ingest vs raw publish (records/s)",
+		"ingest vs bare durable consumer (records/s)",
 		"fetch 20 msgs p50", "fetch 20 msgs p99", "fetch 20 msgs p999",
 		"fetch 40 msgs p50", "fetch 40 msgs p99", "fetch 40 msgs p999",
 		"fetch 40 msgs, 2 clients (req/s)",
@@ -49,7 +50,7 @@ func TestBench_Smoke(t *testing.T) {
 			require.Contains(t, []string{"yes", "NO", "-"}, strings.TrimSpace(cells[5]), "row %q", line)
 		}
 	}
-	require.Equal(t, 16, rows, "rows:\n%s", out)
+	require.Equal(t, 17, rows, "rows:\n%s", out)
 	require.Empty(t, benchWarnings(out), "the bench warned:\n%s", out)
 	require.Contains(t, errOut, "bench done")
 }

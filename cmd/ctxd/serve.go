@@ -73,7 +73,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&cfg.MaxLoads, "max-loads", cfg.MaxLoads, "requests loading a session not in memory at once (default from GOMAXPROCS); up to 1024 more queue, past that they are refused with 503")
 	fs.IntVar(&cfg.MaxWaiters, "max-waiters", cfg.MaxWaiters, "requests waiting for min_seq at once; past it they are refused with 503 (0: no bound)")
 	fs.Int64Var(&cfg.MaxSessionBytes, "max-session-bytes", cfg.MaxSessionBytes, "bytes of records one session may hold since its latest compaction; a record past it is quarantined")
-	fs.DurationVar(&cfg.AckWait, "ack-wait", 0, "how long the ingest may hold a record before JetStream redelivers it (0: the consumer definition's, 30s)")
+	fs.DurationVar(&cfg.AckWait, "ack-wait", 0, "how long the ingest may hold a record before JetStream redelivers it, on an ingest consumer with acks (0: the definition's; ctxd's definition acknowledges nothing, so it has no effect there)")
 	fs.IntVar(&cfg.RejectLog, "rejected-log", cfg.RejectLog, "rejected records ctxd.rejected lists, the latest (all are counted)")
 	fs.StringVar(&cfg.HTTPAddr, "http", "", "serve /metrics, /healthz and /readyz over HTTP on `ADDR` (host:port, e.g. 127.0.0.1:8222; off when empty)")
 	fs.StringVar(&cfg.HTTPToken, "http-token", "", "bearer token --http requires on /metrics (not on /healthz and /readyz); needed to listen beyond loopback (prefer CTXD_HTTP_TOKEN)")

@@ -353,7 +353,7 @@ func (a *App) Open(ctx context.Context) (err error) {
 			a.fail(fmt.Errorf("ingest consumer %s on stream %s was deleted: no record is applied any more; start ctxd again to create it", streams.IngestName, want.Name))
 		}
 	}})
-	if a.ingest, err = bus.StartIngest(cons, last, readRange, a.handle, a.Logger, pin); err != nil {
+	if a.ingest, err = bus.StartIngest(cons, last, readRange, a.handle, a.Logger, pin, bus.WithPullBytes(bus.PullBytes(a.nc))); err != nil {
 		return err
 	}
 	a.running.Store(a.ingest)
@@ -484,7 +484,7 @@ func (a *App) Wait(ctx context.Context, seq uint64, timeout time.Duration) error
 // handlers read what follows), the partitions held (handed back at once,
 // on a partitioned stream), then in reverse order the service
 // (requests in hand are answered), the ingest (the record in hand is
-// applied and acknowledged), the checkpoints (every session's written,
+// applied), the checkpoints (every session's written,
 // within 10s), the pin (given up at once, so another instance ingests
 // without waiting for the pinned TTL), the connection, the server.
 func (a *App) Close() error {

@@ -224,7 +224,7 @@ func TestEnsureConsumer(t *testing.T) {
 	require.NoError(t, err)
 	info := c.CachedInfo()
 	require.Equal(t, "ctxd", info.Config.Durable)
-	require.Equal(t, jetstream.AckAllPolicy, info.Config.AckPolicy)
+	require.Equal(t, jetstream.AckNonePolicy, info.Config.AckPolicy)
 	require.Equal(t, "transcripts.>", info.Config.FilterSubject)
 
 	// Again, and with a changed description: the consumer is updated.
@@ -236,7 +236,7 @@ func TestEnsureConsumer(t *testing.T) {
 	require.Equal(t, "updated", c.CachedInfo().Config.Description)
 
 	// A change the server refuses names the consumer and the stream.
-	cfg.AckPolicy = jetstream.AckNonePolicy
+	cfg.AckPolicy = jetstream.AckAllPolicy
 	_, err = bus.EnsureConsumer(ctx, st, cfg)
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "consumer ctxd on stream TRANSCRIPTS")

@@ -23,10 +23,11 @@ type Msg struct {
 // returned for it.
 type Handler func(Msg)
 
-// Acknowledgements are batched: the consumer's ack policy is "all", so
-// acknowledging a message acknowledges every message delivered before it.
-// One ack covers at most ackBatch messages, and none waits longer than
-// ackDelay.
+// On a consumer with ack policy "none" (ctxd's) nothing is acknowledged:
+// the server counts a message delivered once sent. Otherwise
+// acknowledgements are batched: with ack policy "all", acknowledging a
+// message acknowledges every message delivered before it. One ack covers
+// at most ackBatch messages, and none waits longer than ackDelay.
 const (
 	ackBatch = 256
 	ackDelay = 10 * time.Millisecond
@@ -56,6 +57,9 @@ type Ingest struct {
 	cc       jetstream.ConsumeContext
 	gaps     gapFiller
 	hooks    Pin
+
+	pullBytes int  // the max_bytes of a pull
+	acks      bool // the consumer's messages are acknowledged
 
 	mu      sync.Mutex
 	pending jetstream.Msg // the last handled message, not yet acknowledged
@@ -92,6 +96,12 @@ type IngestOption func(*Ingest)
 // consumer's pin.
 func WithPin(p Pin) IngestOption { return func(in *Ingest) { in.hooks = p } }
 
+// WithPullBytes sets the most bytes one pull asks for (see PullBytes:
+// more than the server's max_pending gets ctxd cut off as a slow
+// consumer). Without it a pull asks for at most 1 MiB and room for the
+// headers, which fits a server with default limits.
+func WithPullBytes(n int) IngestOption { return func(in *Ingest) { in.pullBytes = n } }
+
 // PullExpiry is how long each pull of the ingest waits on the server. A
 // pinned ingest's pulls keep its pin: the consumer's pinned TTL must be
 // well above it (ctxd.consumer.json: 3 s).
@@ -109,12 +119,13 @@ func StartIngest(cons jetstream.Consumer, after uint64, readRange func(from, to 
 		logger = slog.New(slog.DiscardHandler)
 	}
 	info := cons.CachedInfo()
-	in := &Ingest{Logger: logger, consumer: info.Name, stop: make(chan struct{}), done: make(chan struct{})}
+	in := &Ingest{Logger: logger, consumer: info.Name, pullBytes: defaultPullBytes, stop: make(chan struct{}), done: make(chan struct{})}
 	for _, o := range opts {
 		o(in)
 	}
 	in.gaps = gapFiller{last: after, read: readRange, handle: h}
-	pull := []jetstream.PullConsumeOpt{jetstream.PullMaxMessagesWithBytesLimit(1000, 16<<20), jetstream.ConsumeErrHandler(in.consumeError)}
+	in.acks = info.Config.AckPolicy != jetstream.AckNonePolicy
+	pull := []jetstream.PullConsumeOpt{jetstream.PullMaxMessagesWithBytesLimit(1000, in.pullBytes), jetstream.ConsumeErrHandler(in.consumeError)}
 	if groups := info.Config.PriorityGroups; len(groups) > 0 {
 		in.group = groups[0]
 		pull = append(pull, jetstream.PullPriorityGroup(in.group), jetstream.PullExpiry(PullExpiry))
@@ -157,9 +168,13 @@ func (in *Ingest) receive(m jetstream.Msg) {
 		}
 	}
 	if err := in.gaps.deliver(Msg{Subject: m.Subject(), Seq: meta.Sequence.Stream, Data: m.Data()}); err != nil {
-		// Not acknowledged: JetStream delivers it again, and the gap is
-		// read again then.
+		// Not acknowledged: with acks JetStream delivers it again, and
+		// the gap is read again then; without, the next message's gap
+		// holds it.
 		in.Logger.Warn("skipped records could not be read; waiting for redelivery", "seq", meta.Sequence.Stream, "err", err)
+		return
+	}
+	if !in.acks {
 		return
 	}
 	in.mu.Lock()

@@ -13,8 +13,8 @@ import (
 )
 
 // A new ingest consumer starts after the records already handled; an
-// existing one keeps its place and takes the definition's ack wait; one
-// that would not deliver every record in batches of acks is refused.
+// existing one keeps its place and takes the definition's pinned TTL;
+// one that would not deliver every record is refused.
 func TestOpenConsumer(t *testing.T) {
 	js := natstest.JetStream(t)
 	ctx := testContext(t)
@@ -33,12 +33,11 @@ func TestOpenConsumer(t *testing.T) {
 	meta, err := m.Metadata()
 	require.NoError(t, err)
 	require.Equal(t, all[3].seq, meta.Sequence.Stream)
-	require.NoError(t, m.DoubleAck(ctx))
 
-	cfg.AckWait = time.Minute
+	cfg.PinnedTTL = 5 * time.Second
 	c, err = bus.OpenConsumer(ctx, st, cfg, 0)
 	require.NoError(t, err)
-	require.Equal(t, time.Minute, c.CachedInfo().Config.AckWait, "the ack wait is updated")
+	require.Equal(t, 5*time.Second, c.CachedInfo().Config.PinnedTTL, "the pinned TTL is updated")
 	info, err = c.Info(ctx)
 	require.NoError(t, err)
 	require.Equal(t, uint64(1), info.NumPending, "the consumer keeps its place")
@@ -78,6 +77,7 @@ func TestOpenConsumer_ReplacesOneWithoutPriorityGroup(t *testing.T) {
 	require.NoError(t, err)
 	old := cfg
 	old.PriorityGroups, old.PriorityPolicy, old.PinnedTTL = nil, jetstream.PriorityPolicyNone, 0
+	old.AckPolicy, old.MaxAckPending = jetstream.AckAllPolicy, 10000
 	oc, err := bus.EnsureConsumer(ctx, st, old)
 	require.NoError(t, err)
 	// The earlier ctxd applied and acknowledged the first three.
@@ -110,6 +110,51 @@ func TestOpenConsumer_ReplacesOneWithoutPriorityGroup(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, info.PriorityGroups, 1)
 	require.Equal(t, pin, info.PriorityGroups[0].PinnedClientID, "the consumer's info names the pin the message carries")
+
+	// Opened again, as the next instance does: kept as it is.
+	c2, err := bus.OpenConsumer(ctx, st, cfg, uint64(len(all)))
+	require.NoError(t, err)
+	require.Equal(t, c.CachedInfo().Created, c2.CachedInfo().Created)
+}
+
+// The pinned consumer of an earlier ctxd, which acknowledged the records
+// it applied (ack policy all), is replaced by one without acks that
+// starts after its acknowledged floor: nothing is passed over, and what
+// the old one delivered unacknowledged is delivered again.
+func TestOpenConsumer_ReplacesOneThatAcks(t *testing.T) {
+	js := natstest.JetStream(t)
+	ctx := testContext(t)
+	st := ensureTranscripts(t, js)
+	all := publishN(t, js, 6)
+	cfg, err := streams.Ingest()
+	require.NoError(t, err)
+	require.Equal(t, jetstream.AckNonePolicy, cfg.AckPolicy)
+	old := cfg
+	old.AckPolicy, old.AckWait, old.MaxAckPending = jetstream.AckAllPolicy, 30*time.Second, 10000
+	oc, err := bus.EnsureConsumer(ctx, st, old)
+	require.NoError(t, err)
+	// The earlier ctxd was delivered four and acknowledged three.
+	batch, err := oc.Fetch(4, jetstream.FetchMaxWait(10*time.Second), jetstream.FetchPriorityGroup(streams.IngestGroup))
+	require.NoError(t, err)
+	var got []jetstream.Msg
+	for m := range batch.Messages() {
+		got = append(got, m)
+	}
+	require.Len(t, got, 4)
+	require.NoError(t, got[2].DoubleAck(ctx))
+
+	c, err := bus.OpenConsumer(ctx, st, cfg, uint64(len(all)))
+	require.NoError(t, err)
+	require.Equal(t, jetstream.AckNonePolicy, c.CachedInfo().Config.AckPolicy)
+	require.Equal(t, jetstream.PriorityPolicyPinned, c.CachedInfo().Config.PriorityPolicy)
+	info, err := c.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(3), info.NumPending, "records 4 to 6, after the old consumer's floor")
+	m, err := c.Next(jetstream.FetchMaxWait(10*time.Second), jetstream.FetchPriorityGroup(streams.IngestGroup))
+	require.NoError(t, err)
+	meta, err := m.Metadata()
+	require.NoError(t, err)
+	require.Equal(t, all[3].seq, meta.Sequence.Stream)
 
 	// Opened again, as the next instance does: kept as it is.
 	c2, err := bus.OpenConsumer(ctx, st, cfg, uint64(len(all)))

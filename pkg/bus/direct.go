@@ -34,7 +34,8 @@ import (
 const (
 	// directBatch is how many messages one batched direct get asks for.
 	directBatch = 256
-	// directMaxBytes is the max_bytes of a batched direct get: about this
+	// directMaxBytes bounds the max_bytes of a batched direct get, which
+	// is PullBytes, so that it fits the server's max_pending: about this
 	// much, plus one message, is in flight per batch, well within what a
 	// subscription buffers (64 MiB), so no reply is dropped as a slow
 	// consumer's.
@@ -365,7 +366,7 @@ func (d *directGet) readRange(ctx context.Context, from, to uint64, fn func(dire
 func (d *directGet) readBatches(ctx context.Context, subject string, next, to uint64, fn func(directReply) error) (uint64, uint64, error) {
 	var reached uint64
 	for next <= to {
-		req := getRequest{Seq: next, NextFor: subject, Batch: directBatch, MaxBytes: directMaxBytes}
+		req := getRequest{Seq: next, NextFor: subject, Batch: directBatch, MaxBytes: min(PullBytes(d.nc), directMaxBytes)}
 		if subject == "" {
 			req.Batch = int(min(to-next+1, directBatch)) // no more than the range holds
 		}

@@ -8,10 +8,12 @@
 //     field (CheckStream, FieldError); limits that delete records are
 //     refused unless AllowLimits. OpenConsumer opens the ingest's durable
 //     consumer the same way (CheckConsumer), replacing one without the
-//     definition's priority group at its acknowledged floor.
+//     definition's priority group or ack policy at its acknowledged floor.
 //   - Ingest: StartIngest feeds a durable consumer's records to a Handler
 //     in stream order, every sequence once, reading the sequences a
-//     delivery skipped before going on, and acknowledges in batches. On
+//     delivery skipped before going on; on a consumer with acks (not
+//     ctxd's) it acknowledges in batches. Pulls ask for what fits the
+//     server (PullBytes). On
 //     the pinned consumer every instance pulls and JetStream delivers to
 //     one; the Pin hooks hear when this one gains or loses the pin.
 //   - Reads: Replay reads a range with an ordered consumer; ReadSubject,

@@ -194,19 +194,21 @@ func EnsureConsumer(ctx context.Context, st jetstream.Stream, cfg jetstream.Cons
 // an Ingest. A missing one is created to start after sequence after (from
 // the start when after is 0): the records up to after are already
 // handled. An existing one keeps its place in the stream; it is refused
-// when its ack policy or filter subject is not the definition's (the
-// ingest acknowledges in batches, and reads every record of its
-// subjects), and its ack wait and pinned TTL are updated to the
-// definition's.
+// when its filter subject is not the definition's (the ingest reads every
+// record of its subjects) or its ack policy is another than all or none,
+// and its ack wait and pinned TTL are updated to the definition's.
 //
 // An existing consumer without the definition's priority group and
 // policy (one made by an earlier ctxd, which let every instance pull and
-// split the records between them) cannot be changed in place: JetStream
-// refuses to add priority groups by an update. It is replaced by one that
-// starts after its acknowledged floor, which every record up to it has
-// been applied by then. Nothing is lost: a record past the floor is
-// delivered again, and applying is idempotent by sequence. An instance of
-// the earlier ctxd still consuming from the old one sees it deleted.
+// split the records between them), or with ack policy all where the
+// definition has none (an earlier ctxd acknowledged the records it
+// applied), cannot be changed in place: JetStream refuses to add
+// priority groups or change the ack policy by an update. It is replaced
+// by one that starts after its acknowledged floor, which every record up
+// to it has been applied by then. Nothing is lost: a record past the
+// floor is delivered again, and applying is idempotent by sequence. An
+// instance of the earlier ctxd still consuming from the old one sees it
+// deleted.
 func OpenConsumer(ctx context.Context, st jetstream.Stream, cfg jetstream.ConsumerConfig, after uint64) (jetstream.Consumer, error) {
 	stream := st.CachedInfo().Config.Name
 	c, err := st.Consumer(ctx, cfg.Durable)
@@ -221,17 +223,33 @@ func OpenConsumer(ctx context.Context, st jetstream.Stream, cfg jetstream.Consum
 		return nil, fmt.Errorf("consumer %s on stream %s: %w", cfg.Durable, stream, err)
 	}
 	have := c.CachedInfo().Config
-	if err := CheckConsumer(have, cfg); err != nil {
+	checked := have
+	if replaceableAck(have.AckPolicy, cfg.AckPolicy) {
+		checked.AckPolicy = cfg.AckPolicy
+	}
+	if err := CheckConsumer(checked, cfg); err != nil {
 		return nil, err
 	}
-	if !samePriority(have, cfg) {
+	if !samePriority(have, cfg) || have.AckPolicy != cfg.AckPolicy {
 		return replaceConsumer(ctx, st, c.CachedInfo(), cfg)
+	}
+	if cfg.AckPolicy == jetstream.AckNonePolicy {
+		cfg.AckWait = have.AckWait // nothing waits for an ack
 	}
 	if have.AckWait != cfg.AckWait || have.PinnedTTL != cfg.PinnedTTL {
 		have.AckWait, have.PinnedTTL = cfg.AckWait, cfg.PinnedTTL
 		return EnsureConsumer(ctx, st, have)
 	}
 	return c, nil
+}
+
+// replaceableAck reports whether a consumer with the ack policy have,
+// one of those ctxd has defined (all, acknowledged in batches after the
+// records are applied, or none), can be replaced by one with want, the
+// other: JetStream refuses to change an ack policy by an update.
+func replaceableAck(have, want jetstream.AckPolicy) bool {
+	ours := func(p jetstream.AckPolicy) bool { return p == jetstream.AckAllPolicy || p == jetstream.AckNonePolicy }
+	return have != want && ours(have) && ours(want)
 }
 
 // samePriority reports whether two consumer configurations have the same
