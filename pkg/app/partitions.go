@@ -249,7 +249,7 @@ func (b *balancer) startRun(k int) error {
 			b.a.fail(fmt.Errorf("ingest consumer %s on stream %s was deleted: its partition's records are applied no more; start ctxd again to create it", streams.PartitionName(k), stream))
 		}
 	}})
-	in, err := bus.StartIngest(tr, b.after, readRange, b.a.handlePart(p), b.a.Logger.With("partition", k), pin)
+	in, err := bus.StartIngest(tr, b.after, readRange, b.a.handlePart(p), b.a.Logger.With("partition", k), pin, bus.WithPullBytes(bus.PullBytes(b.a.nc)))
 	if err != nil {
 		return err
 	}
