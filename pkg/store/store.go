@@ -181,6 +181,9 @@ type slot struct {
 	// saved is the From of the session's checkpoint known to be
 	// written: past it, the slot may be forgotten.
 	saved uint64
+	// savedSeq is the Seq of the checkpoint known to be written: a
+	// shutdown writes no checkpoint where from and seq are both written.
+	savedSeq uint64
 
 	// seqs lists every record of the session from its latest compaction
 	// on, when indexed is true: a load reads exactly these. An index
@@ -343,7 +346,9 @@ func (s *Store) checkpointsWritten(batch map[string]Checkpoint, idle bool) {
 	for id, cp := range batch {
 		if sl := s.dir.get(id); sl != nil {
 			sl.mu.Lock()
-			sl.saved = max(sl.saved, cp.From)
+			if cp.Seq >= sl.savedSeq {
+				sl.saved, sl.savedSeq = max(sl.saved, cp.From), cp.Seq
+			}
 			sl.mu.Unlock()
 		}
 	}
