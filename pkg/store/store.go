@@ -287,6 +287,15 @@ func (s *Store) slot(session string, create bool) *slot {
 	})
 }
 
+// complete reports whether every session with a record up to the
+// watermark has a slot, so that a session without one has no records: the
+// store met every record of the stream from the first (Fresh), adding a
+// slot for each before the watermark passed it, and has forgotten no slot
+// that held records since. (A slot removed by a load that found no
+// records held none.) Unknown sessions are then answered without reading
+// the stream, however many are asked for.
+func (s *Store) complete() bool { return s.Fresh && !s.dir.forgot.Load() }
+
 // metByReader returns the session's slot, adding one that knows nothing
 // of the session when there is none.
 func (s *Store) metByReader(session string) *slot {
@@ -561,7 +570,7 @@ func (s *Store) View(ctx context.Context, session string, fn func(p *projection.
 	for {
 		sl := s.slot(session, false)
 		if sl == nil {
-			if s.Loader == nil || (s.MissTTL > 0 && s.dir.missedAt(session, time.Now())) {
+			if s.Loader == nil || s.complete() || (s.MissTTL > 0 && s.dir.missedAt(session, time.Now())) {
 				fn(nil)
 				return nil
 			}
