@@ -24,6 +24,9 @@ import (
 //     LoadQueue requests. When the queue is full the request is refused
 //     at once with 503: queueing more would only answer it later than its
 //     client waits, and delay every request queued behind it.
+//   - An answer of no records from the load lane (a session never
+//     written to) is paced (pace): a flood of random ids is answered at
+//     the pace, not as fast as it asks.
 //   - A request waiting for min_seq parks in its own goroutine, at most
 //     MaxWaiters of them (waiters.go); past that it is refused at once
 //     with 503.
