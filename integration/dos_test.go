@@ -50,8 +50,8 @@ func TestService_ColdSessionLoadsOnce(t *testing.T) {
 	require.Equal(t, before+1, a.Store().Stats().Loads, "loads of the session")
 }
 
-// A session with no records asked for again and again is read once; a
-// record published to it is in the next reply that asks for it.
+// A session with no records asked for again and again is read at most
+// once; a record published to it is in the next reply that asks for it.
 func TestService_UnknownSessionRemembered(t *testing.T) {
 	a := startApp(t, t.TempDir())
 	c := newClient(t, a.URL())
@@ -65,7 +65,9 @@ func TestService_UnknownSessionRemembered(t *testing.T) {
 		require.Zero(t, r.Seq)
 		require.Empty(t, r.Messages)
 	}
-	require.Equal(t, before+1, a.Store().Stats().Loads, "loads of a session without records")
+	// Once, or never where the ingest has met every record from the
+	// stream's first and knows the session has none.
+	require.LessOrEqual(t, a.Store().Stats().Loads, before+1, "loads of a session without records")
 
 	seq := c.publish("ghost", mustJSON(t, map[string]any{"role": "user", "content": "boo"}))
 	r := c.fetchSeq("ghost", seq, false)

@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"os"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -77,6 +79,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&cfg.RejectLog, "rejected-log", cfg.RejectLog, "rejected records ctxd.rejected lists, the latest (all are counted)")
 	fs.StringVar(&cfg.HTTPAddr, "http", "", "serve /metrics, /healthz and /readyz over HTTP on `ADDR` (host:port, e.g. 127.0.0.1:8222; off when empty)")
 	fs.StringVar(&cfg.HTTPToken, "http-token", "", "bearer token --http requires on /metrics (not on /healthz and /readyz); needed to listen beyond loopback (prefer CTXD_HTTP_TOKEN)")
+	fs.DurationVar(&cfg.ShutdownCheckpoints, "shutdown-checkpoints", cfg.ShutdownCheckpoints, "how long a shutdown writes checkpoints at most; those not written are counted in one log line (those sessions load from earlier checkpoints)")
 	fs.Uint64Var(&cfg.ReadyMaxLag, "ready-max-lag", cfg.ReadyMaxLag, "records the ingest may be behind the stream and /readyz still say ready")
 	level := fs.String("log-level", "info", "log `LEVEL`: debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "log `FORMAT`: text or json")
@@ -125,6 +128,9 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		return usageError(e, "serve", fmt.Errorf("--log-format: want text or json, got %q", *logFormat))
 	}
 
+	if limit, set := memoryLimit(cfg); set {
+		cfg.Logger.Info("memory limit", "bytes", limit, "from", "--cache-bytes + --render-cache-bytes + 64 MiB")
+	}
 	a := app.New(cfg)
 	if err := a.Open(ctx); err != nil {
 		if errors.Is(err, bus.ErrLimit) {
@@ -149,6 +155,33 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	cfg.Logger.Info("shutting down")
 	_ = sdNotify(e, "STOPPING=1")
 	return a.Close()
+}
+
+// memoryBase is what ctxd holds beside its caches in the memory limit:
+// the runtime and its idle heap (about 20 MiB), the connections' buffers,
+// and records and replies in flight.
+const memoryBase = 64 << 20
+
+// memoryLimit sets the Go runtime's soft memory limit to --cache-bytes +
+// --render-cache-bytes + memoryBase, unless GOMEMLIMIT sets one: the
+// garbage collector then runs before the heap grows past it, instead of
+// letting garbage double the live heap (GOGC=100) first, which took a
+// process with a full 128 MiB cache to 292 MiB in one run
+// (docs/PERFORMANCE.md).
+//
+// Not with the embedded server: its JetStream store holds the blocks
+// recently written and read in the same heap, beside the caches, and a
+// limit that does not count them kept the collector running without end
+// in the same benchmark, starving the server (the ingest's heartbeats and
+// the loads' reads timed out). It reports the limit and whether it set
+// it.
+func memoryLimit(cfg app.Config) (int64, bool) {
+	if os.Getenv("GOMEMLIMIT") != "" || cfg.CacheBytes <= 0 || cfg.NATSURL == "" {
+		return 0, false
+	}
+	limit := cfg.CacheBytes + int64(max(cfg.RenderCacheBytes, 0)) + memoryBase
+	debug.SetMemoryLimit(limit)
+	return limit, true
 }
 
 // envName is the environment variable of a flag: CTXD_MAX_PAYLOAD for

@@ -110,7 +110,15 @@ type Config struct {
 	// ReadyMaxLag is how many records the ingest may be behind the stream
 	// and still be ready; past it /readyz says not ready.
 	ReadyMaxLag uint64
+	// ShutdownCheckpoints is how long Close writes checkpoints at most;
+	// those not written by then are counted in one log line and left
+	// (a session without its latest checkpoint loads from an earlier
+	// one, reading more of the stream). 0 means DefaultShutdownCheckpoints.
+	ShutdownCheckpoints time.Duration
 }
+
+// DefaultShutdownCheckpoints is how long Close writes checkpoints at most.
+const DefaultShutdownCheckpoints = 5 * time.Second
 
 // DefaultConfig returns the defaults of ctxd serve.
 func DefaultConfig() Config {
@@ -131,6 +139,8 @@ func DefaultConfig() Config {
 		MaxSessionBytes:  store.DefaultMaxSessionBytes,
 		RejectLog:        store.DefaultRejectLog,
 		ReadyMaxLag:      DefaultReadyMaxLag,
+
+		ShutdownCheckpoints: DefaultShutdownCheckpoints,
 	}
 }
 
@@ -484,9 +494,11 @@ func (a *App) Wait(ctx context.Context, seq uint64, timeout time.Duration) error
 // handlers read what follows), the partitions held (handed back at once,
 // on a partitioned stream), then in reverse order the service
 // (requests in hand are answered), the ingest (the record in hand is
-// applied), the checkpoints (every session's written,
-// within 10s), the pin (given up at once, so another instance ingests
-// without waiting for the pinned TTL), the connection, the server.
+// applied), the checkpoints (every changed session's written in bulk,
+// within ShutdownCheckpoints; one line says how many were written and
+// how many were not), the pin (given up at once, so another instance
+// ingests without waiting for the pinned TTL), the connection, the
+// server.
 func (a *App) Close() error {
 	a.serving.Store(false)
 	var errs []error
@@ -517,8 +529,8 @@ func (a *App) Close() error {
 		errs = append(errs, a.ingest.Close())
 		a.ingest = nil
 		if owner != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			errs = append(errs, owner.SaveCheckpoints(ctx))
+			a.closeCheckpoints(owner)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			a.unpin(ctx)
 			cancel()
 			// Stops the checkpoint writer before the connection it writes on.
@@ -549,6 +561,29 @@ func (a *App) Close() error {
 		a.ns = nil
 	}
 	return errors.Join(errs...)
+}
+
+// closeCheckpoints writes the ingest store's checkpoints within
+// ShutdownCheckpoints and stops its writer. Checkpoints not written are
+// no error: a checkpoint is a hint, and a session without its latest one
+// loads from an earlier one or from its first record, reading more of
+// the stream, to the same context.
+func (a *App) closeCheckpoints(st *store.Store) {
+	within := a.ShutdownCheckpoints
+	if within <= 0 {
+		within = DefaultShutdownCheckpoints
+	}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	written, left, err := st.CloseCheckpoints(ctx)
+	cancel()
+	took := time.Since(start).Round(time.Millisecond)
+	if left == 0 {
+		a.Logger.Info("checkpoints at shutdown: all written", "written", written, "took", took)
+		return
+	}
+	a.Logger.Warn("checkpoints at shutdown: some not written; those sessions load from earlier checkpoints, reading more of the stream",
+		"written", written, "not_written", left, "took", took, "err", err)
 }
 
 // unpin gives up the consumer's pin, when the server says this instance

@@ -301,16 +301,14 @@ func (c *Checkpoints) putNewer(ctx context.Context, session string, cp store.Che
 // the bucket's subject for the key, $KV.<bucket>.<key>, as Put does (the
 // bucket is ctxd's own, not a mirror, so that is where its keys are
 // stored), expecting the key's revision. A key it knows nothing of is
-// read first; one another writer changed meanwhile is read again and
-// written alone if still newer. It returns once all are stored, or with
-// the first error; some of the others may be stored by then.
+// written as if it held none, without reading it first (most such keys
+// are new sessions'): when it does hold one, the write is refused, like
+// one to a key another writer changed meanwhile, and those keys are then
+// read again and written alone if still newer, several at a time. It
+// returns once all are stored, or with the first error; some of the
+// others may be stored by then.
 func (c *Checkpoints) PutAll(ctx context.Context, cps iter.Seq2[string, store.Checkpoint]) error {
 	prefix := "$KV." + c.bucket().Bucket() + "."
-	type flight struct {
-		session string
-		cp      store.Checkpoint
-		ack     jetstream.PubAckFuture
-	}
 	var inFlight []flight
 	var again []flight
 	var firstErr error
@@ -351,13 +349,7 @@ func (c *Checkpoints) PutAll(ctx context.Context, cps iter.Seq2[string, store.Ch
 		if !validKey(session) {
 			return fmt.Errorf("checkpoint %s: %w", session, jetstream.ErrInvalidKey)
 		}
-		k, ok := c.lookup(session)
-		if !ok {
-			if _, _, err := c.Get(ctx, session); err != nil && !errors.Is(err, store.ErrBadCheckpoint) {
-				return err
-			}
-			k, _ = c.lookup(session)
-		}
+		k, _ := c.lookup(session) // unknown: revision 0, refused if the key holds one
 		if k.rev > 0 && !cp.Newer(k.cp) {
 			continue
 		}
@@ -377,12 +369,51 @@ func (c *Checkpoints) PutAll(ctx context.Context, cps iter.Seq2[string, store.Ch
 	if firstErr != nil {
 		return firstErr
 	}
+	return c.putEach(ctx, again)
+}
+
+// putEach writes the checkpoints of refused writes again, each alone
+// (putNewer), several at a time: each reads its key first, a round trip
+// that would otherwise add up over many keys.
+func (c *Checkpoints) putEach(ctx context.Context, again []flight) error {
+	if len(again) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	work := make(chan flight)
+	var wg sync.WaitGroup
+	for range min(len(again), checkpointReaders) {
+		wg.Go(func() {
+			for f := range work {
+				if err := c.putNewer(ctx, f.session, f.cp); err != nil {
+					cancel(err)
+				}
+			}
+		})
+	}
+send:
 	for _, f := range again {
-		if err := c.putNewer(ctx, f.session, f.cp); err != nil {
-			return err
+		select {
+		case work <- f:
+		case <-ctx.Done():
+			break send
 		}
 	}
-	return nil
+	close(work)
+	wg.Wait()
+	return context.Cause(ctx)
+}
+
+// checkpointReaders is how many refused checkpoint writes putEach reads
+// and writes again at a time.
+const checkpointReaders = 32
+
+// flight is a checkpoint write PutAll sent and has no answer to yet.
+type flight struct {
+	session string
+	cp      store.Checkpoint
+	ack     jetstream.PubAckFuture
 }
 
 // checkpointWindow is how many checkpoint writes PutAll has in flight.

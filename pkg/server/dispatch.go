@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"runtime"
+	"time"
 
 	"github.com/nats-io/nats.go/micro"
 )
@@ -23,6 +24,9 @@ import (
 //     LoadQueue requests. When the queue is full the request is refused
 //     at once with 503: queueing more would only answer it later than its
 //     client waits, and delay every request queued behind it.
+//   - An answer of no records from the load lane (a session never
+//     written to) is paced (pace): a flood of random ids is answered at
+//     the pace, not as fast as it asks.
 //   - A request waiting for min_seq parks in its own goroutine, at most
 //     MaxWaiters of them (waiters.go); past that it is refused at once
 //     with 503.
@@ -45,6 +49,64 @@ var (
 	// the next is refused.
 	DefaultLoadQueue = 1024
 )
+
+// Defaults of the pacing of answers of no records on the load lane.
+const (
+	DefaultMissRate  = 200
+	DefaultMissBurst = 50
+)
+
+// pace sends an answer of no records from the load lane (a session never
+// written to, a random id) when the pace allows: at once within
+// MissBurst, else from a goroutine of its own once the pace has room, at
+// most LoadQueue of them waiting; past that the request is refused with
+// 503. Close sends those waiting at once.
+//
+// A flood of requests for random sessions is answered cheaply (each
+// costs no read where the store knows every session, and one checkpoint
+// lookup and one read where it does not), but its clients ask again as
+// soon as they are answered: unpaced, the flood takes whatever CPU its
+// answers free, and every other request on the machine waits behind it
+// (docs/PERFORMANCE.md). Pacing the answers paces the clients. Nothing
+// else waits for it: the load lane's workers go on with the next
+// request, a session with records is answered as soon as it is loaded,
+// and a client that fetches a new session before its first record waits
+// only while such answers come faster than the pace.
+func (s *Service) pace(r micro.Request, send func(micro.Request)) {
+	if s.misses == nil {
+		send(r)
+		return
+	}
+	res := s.misses.Reserve()
+	d := res.Delay()
+	if d == 0 {
+		send(r)
+		return
+	}
+	if s.delayed.Add(1) > int64(max(1, s.LoadQueue)) {
+		s.delayed.Add(-1)
+		res.Cancel()
+		s.fail(r, errBusy)
+		return
+	}
+	if !s.track() { // closing: no wait now
+		s.delayed.Add(-1)
+		res.Cancel()
+		send(r)
+		return
+	}
+	go func() {
+		defer s.wg.Done()
+		defer s.delayed.Add(-1)
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-s.ctx.Done():
+		}
+		t.Stop()
+		send(r)
+	}()
+}
 
 // errBusy: the load lane's queue is full.
 var errBusy = errors.New("too many requests for sessions not in the cache")
@@ -107,7 +169,7 @@ func (s *Service) loaded(session string) bool {
 // endpoint's goroutine.
 func (s *Service) dispatch(r micro.Request, session string, req contextRequest) {
 	if s.loaded(session) {
-		s.answer(r, session, req, 0)
+		s.answer(r, session, req, 0, false)
 		return
 	}
 	s.toLane(r, session, req)
@@ -120,7 +182,7 @@ func (s *Service) toLane(r micro.Request, session string, req contextRequest) {
 	if s.closing {
 		// Draining after Close: answered here, as before the lanes.
 		s.mu.Unlock()
-		s.answer(r, session, req, 0)
+		s.answer(r, session, req, 0, false)
 		return
 	}
 	ok := s.loads.offer(job{r: detach(r, s.nc), session: session, req: req})

@@ -188,3 +188,61 @@ func TestService_BoundsWaiters(t *testing.T) {
 	st.Advance(11)
 	require.Empty(t, errorCode(<-more))
 }
+
+// Answers of no records on the load lane are paced: a flood of requests
+// for random sessions gets MissBurst answers, then one per 1/MissRate,
+// up to LoadQueue waiting and refused past that; a session held in
+// memory, or one with records loaded on the lane, is answered meanwhile.
+func TestService_PacesAnswersOfNoRecords(t *testing.T) {
+	url := startNATS(t, 0)
+	cold := sessionOf(t, []string{`{"role":"user","content":"stored"}`}, 3)
+	release := make(chan struct{})
+	var entered atomic.Int32
+	proj := blockedLoads(t, &entered, release)
+	close(release) // unknown sessions: answered at once with no records
+	view := proj.view
+	proj.view = func(ctx context.Context, session string, fn func(*projection.Session)) error {
+		if session == "cold" {
+			fn(cold)
+			return nil
+		}
+		return view(ctx, session, fn)
+	}
+	nc0 := connect(t, url)
+	svc := New(nc0, proj)
+	svc.MaxLoads, svc.LoadQueue = 1, 3
+	svc.MissRate, svc.MissBurst = 0.01, 1 // one answer, then one per 100 s
+	require.NoError(t, svc.Open())
+	t.Cleanup(func() { svc.Close() })
+	nc := connect(t, url)
+
+	first := request(t, nc, "ctxd.context.u0", nil, nil)
+	require.Empty(t, errorCode(first))
+	require.Contains(t, string(first.Data), `"seq":0,"messages":[]`)
+	var delayed []<-chan *nats.Msg
+	for i := range 3 {
+		delayed = append(delayed, sendAsync(t, nc, "ctxd.context.q"+strings.Repeat("x", i), nil))
+	}
+	refused := request(t, nc, "ctxd.context.u2", nil, nil)
+	require.Equal(t, CodeBusy, errorCode(refused), "past LoadQueue waiting for the pace")
+	for _, ch := range delayed {
+		requireSilent(t, ch, "a paced answer")
+	}
+	hot := request(t, nc, "ctxd.context.hot", nil, nil)
+	require.Empty(t, errorCode(hot), "a session in memory is answered at once")
+	loaded := request(t, nc, "ctxd.context.cold", nil, nil)
+	require.Empty(t, errorCode(loaded), "a session with records is loaded on the lane at once")
+	require.Contains(t, string(loaded.Data), "stored")
+
+	// Close sends the answers waiting for the pace at once.
+	require.NoError(t, svc.Close())
+	for _, ch := range delayed {
+		select {
+		case msg := <-ch:
+			require.Empty(t, errorCode(msg))
+			require.Contains(t, string(msg.Data), `"messages":[]`)
+		case <-time.After(30 * time.Second):
+			t.Fatal("an answer waiting for the pace was not sent at Close")
+		}
+	}
+}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+	"golang.org/x/time/rate"
 
 	"github.com/ctxd/ctxd/pkg/projection"
 	"github.com/ctxd/ctxd/pkg/store"
@@ -96,6 +97,12 @@ type Service struct {
 	// queued, and past that a 503.
 	MaxLoads  int
 	LoadQueue int
+	// MissRate paces the load lane's answers for sessions found without
+	// records (dispatch.go): at most MissRate a second, MissBurst at
+	// once; up to LoadQueue more wait for the pace, and past that they
+	// are refused with 503. 0: not paced.
+	MissRate  float64
+	MissBurst int
 	// MaxWaiters bounds the requests waiting for min_seq at once; past it
 	// a request that would wait is refused with 503. 0: no bound.
 	MaxWaiters int
@@ -131,8 +138,10 @@ type Service struct {
 
 	largeNC *nats.Conn // large replies go out on it
 	large   sender
-	loads   lane         // requests that load their session
-	waiting atomic.Int64 // requests waiting for min_seq
+	loads   lane          // requests that load their session
+	misses  *rate.Limiter // paces the lane's answers of no records
+	delayed atomic.Int64  // answers of no records waiting for the pace
+	waiting atomic.Int64  // requests waiting for min_seq
 
 	chunks      chunked // replies larger than the max payload
 	chunkPrefix string  // ctxd.chunk.<instance id>
@@ -154,6 +163,8 @@ func New(nc *nats.Conn, proj Projections) *Service {
 		Version:          Version,
 		MaxLoads:         DefaultMaxLoads,
 		LoadQueue:        DefaultLoadQueue,
+		MissRate:         DefaultMissRate,
+		MissBurst:        DefaultMissBurst,
 		MaxWaiters:       DefaultMaxWaiters,
 		ChunkHoldBytes:   DefaultChunkHoldBytes,
 		LargeReplyBytes:  DefaultLargeReplyBytes,
@@ -172,7 +183,11 @@ func (s *Service) Open() error {
 	}
 	workers := max(1, s.MaxLoads)
 	s.wg.Add(workers)
-	s.loads.start(workers, max(0, s.LoadQueue), func(j job) { s.answer(j.r, j.session, j.req, 0) }, s.wg.Done)
+	s.misses = nil
+	if s.MissRate > 0 {
+		s.misses = rate.NewLimiter(rate.Limit(s.MissRate), max(1, s.MissBurst))
+	}
+	s.loads.start(workers, max(0, s.LoadQueue), func(j job) { s.answer(j.r, j.session, j.req, 0, true) }, s.wg.Done)
 	svc, err := micro.AddService(s.nc, micro.Config{
 		Name:         s.Name,
 		Version:      s.Version,
@@ -308,7 +323,8 @@ func (s *Service) reach(session string, seq uint64, timeout time.Duration) (View
 
 // answer replies once the session holds every record up to the
 // request's min_seq, waiting at most wait.
-func (s *Service) answer(r micro.Request, session string, req contextRequest, wait time.Duration) {
+// An answer of no records is paced when paced is set (see pace).
+func (s *Service) answer(r micro.Request, session string, req contextRequest, wait time.Duration, paced bool) {
 	v, err := s.reach(session, req.minSeq, wait)
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
@@ -317,7 +333,7 @@ func (s *Service) answer(r micro.Request, session string, req contextRequest, wa
 		s.fail(r, err)
 		return
 	}
-	s.reply(r, v, session, req)
+	s.reply(r, v, session, req, paced)
 }
 
 func (s *Service) handleContext(r micro.Request) {
@@ -360,11 +376,15 @@ func (s *Service) track() bool {
 	return true
 }
 
-func (s *Service) reply(r micro.Request, v Viewer, session string, req contextRequest) {
+// reply answers a request from the session's projection; an answer of no
+// records is paced when paced is set (see pace).
+func (s *Service) reply(r micro.Request, v Viewer, session string, req contextRequest, paced bool) {
+	var empty bool
 	var out []byte
 	var buf *[]byte // the msgpack reply's buffer, from replyBuffers
 	var err error
 	verr := v.View(s.ctx, session, func(p *projection.Session) {
+		empty = p == nil
 		switch {
 		case req.rendered():
 			// Rendered on request, kept until the session changes.
@@ -411,6 +431,10 @@ func (s *Service) reply(r micro.Request, v Viewer, session string, req contextRe
 			*buf = out
 			replyBuffers.Put(buf)
 		}
+	}
+	if empty && paced {
+		s.pace(r, send)
+		return
 	}
 	if !s.sendLarge(r, len(out), send) {
 		send(r)

@@ -50,6 +50,6 @@ func (s *Service) await(r micro.Request, session string, req contextRequest) {
 			s.fail(d, err)
 			return
 		}
-		s.reply(d, v, session, req)
+		s.reply(d, v, session, req, false)
 	}()
 }

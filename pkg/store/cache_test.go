@@ -1,9 +1,12 @@
 package store
 
 import (
+	"context"
 	"fmt"
+	"strings"
 	"testing"
 
+	"github.com/ctxd/ctxd/pkg/projection"
 	"github.com/stretchr/testify/require"
 )
 
@@ -52,4 +55,59 @@ func TestStore_EvictsTheLeastRecentlyUsed(t *testing.T) {
 	require.Equal(t, []string{"s0", "s1", "s2", "s3", "s4", "s5", "s7", "s10", "s11"}, loadedIDs(s, ids))
 	requireCacheConsistent(t, s)
 	require.Equal(t, uint64(4), s.Stats().Evictions)
+}
+
+// A load counts what it has read in the cache's bytes while it reads, so
+// what loads hold counts against MaxBytes and evicts others; once done
+// the session counts once, and a failed load counts nothing.
+func TestCache_LoadsInFlightCount(t *testing.T) {
+	l := newFakeLoader()
+	first := New()
+	first.Loader = l
+	big := userRecord(strings.Repeat("x", 2000))
+	ingest(first, l, "small", userRecord(strings.Repeat("y", 1000)))
+	ingest(first, l, "big", big)
+	first.Close()
+
+	release := make(chan struct{})
+	read := make(chan struct{})
+	s := New()
+	s.MaxBytes = 5000
+	s.Loader = &funcLoader{fakeLoader: l, records: func(ctx context.Context, session string, from, to uint64, fn func(uint64, []byte) error) error {
+		if err := l.Records(ctx, session, from, to, fn); err != nil || session != "big" {
+			return err
+		}
+		close(read)
+		return blockUntil(ctx, release)
+	}}
+	s.Advance(l.lastSeq())
+	t.Cleanup(func() { s.Close() })
+
+	require.NoError(t, s.View(context.Background(), "small", func(*projection.Session) {}))
+	require.Equal(t, int64(1), s.Stats().Loaded)
+	done := make(chan error, 1)
+	go func() { done <- s.View(context.Background(), "big", func(*projection.Session) {}) }()
+	<-read
+	st := s.Stats()
+	require.GreaterOrEqual(t, st.Bytes, int64(2*len(big)), "the load in flight is counted")
+	require.Zero(t, st.Loaded, "and evicted the session loaded before it")
+	close(release)
+	require.NoError(t, <-done)
+	st = s.Stats()
+	require.Equal(t, int64(1), st.Loaded)
+	require.Equal(t, int64(2*len(big)), st.Bytes, "counted once, as the session's size")
+
+	// A load that fails leaves nothing counted.
+	s.Evict("big")
+	require.Zero(t, s.Stats().Bytes)
+	ctx, cancel := context.WithCancel(context.Background())
+	s.Loader = &funcLoader{fakeLoader: l, records: func(ctx context.Context, session string, from, to uint64, fn func(uint64, []byte) error) error {
+		if err := l.Records(ctx, session, from, to, fn); err != nil {
+			return err
+		}
+		cancel()
+		return ctx.Err()
+	}}
+	require.Error(t, s.View(ctx, "big", func(*projection.Session) {}))
+	require.Zero(t, s.Stats().Bytes)
 }

@@ -72,6 +72,7 @@ type checkpointWriter struct {
 	idle    chan struct{} // closed when the goroutine running stops
 	closed  bool
 	lastErr error // of the latest write, nil once one succeeds
+	wrote   int   // checkpoints written, in all
 }
 
 func (w *checkpointWriter) init() {
@@ -177,24 +178,15 @@ func (w *checkpointWriter) run() {
 			continue
 		}
 
-		err := w.write(w.ctx, batch)
-		w.mu.Lock()
-		w.lastErr = err
-		idle := len(w.pending) == 0 && len(w.dirty) == 0
-		if err != nil {
-			for id, cp := range batch {
-				if old, ok := w.pending[id]; !ok || cp.Newer(old) {
-					w.pending[id] = cp
-				}
-			}
-		}
-		w.mu.Unlock()
+		err := w.writeChunks(batch)
 		if err == nil {
 			wait = 0
-			w.written(batch, idle)
 			continue
 		}
 		wait = min(max(2*wait, firstRetry), maxRetry)
+		if w.ctx.Err() != nil {
+			continue // closed: close counts what is left
+		}
 		w.logger().Warn("checkpoints not written; trying again", "checkpoints", len(batch), "retry_in", wait, "err", err)
 		t := time.NewTimer(wait)
 		select {
@@ -204,6 +196,52 @@ func (w *checkpointWriter) run() {
 		}
 	}
 }
+
+// writeChunks writes a batch in parts of at most writeChunk checkpoints,
+// so that a write cut short (by an error, or by close) leaves only the
+// parts not written to count and to write again. What it wrote it
+// deletes from batch; on an error it puts what is left back in pending.
+func (w *checkpointWriter) writeChunks(batch map[string]Checkpoint) error {
+	for len(batch) > 0 {
+		chunk := batch
+		if len(batch) > writeChunk {
+			chunk = make(map[string]Checkpoint, writeChunk)
+			for id, cp := range batch {
+				chunk[id] = cp
+				if len(chunk) == writeChunk {
+					break
+				}
+			}
+		}
+		err := w.write(w.ctx, chunk)
+		w.mu.Lock()
+		w.lastErr = err
+		if err != nil {
+			for id, cp := range batch {
+				if old, ok := w.pending[id]; !ok || cp.Newer(old) {
+					w.pending[id] = cp
+				}
+			}
+			w.mu.Unlock()
+			return err
+		}
+		w.wrote += len(chunk)
+		if len(chunk) < len(batch) {
+			for id := range chunk {
+				delete(batch, id)
+			}
+		} else {
+			batch = nil
+		}
+		idle := len(batch) == 0 && len(w.pending) == 0 && len(w.dirty) == 0
+		w.mu.Unlock()
+		w.written(chunk, idle)
+	}
+	return nil
+}
+
+// writeChunk is the most checkpoints the writer writes in one call.
+const writeChunk = 4096
 
 // flush returns once nothing is left to write, or with the context's
 // error and the latest write's.
@@ -282,17 +320,50 @@ func (s *Store) SaveCheckpoints(ctx context.Context) error {
 	if s.Loader == nil {
 		return nil
 	}
+	s.queueAll()
+	return s.checkpoints.flush(ctx)
+}
+
+// queueAll queues the checkpoint of every session whose latest compaction
+// is known and whose checkpoint changed since it was last written.
+func (s *Store) queueAll() {
 	cps := map[string]Checkpoint{}
 	for _, sl := range s.dir.all() {
 		sl.mu.Lock()
-		if sl.fromKnown && !sl.dead {
+		if sl.fromKnown && !sl.dead && (sl.saved != sl.from || sl.savedSeq != sl.seq || sl.marked) {
 			cps[sl.id] = s.checkpointOf(sl)
 			sl.marked = false
 		}
 		sl.mu.Unlock()
 	}
 	s.checkpoints.putAll(maps.All(cps))
-	return s.checkpoints.flush(ctx)
+}
+
+// CloseCheckpoints writes the checkpoints SaveCheckpoints writes until
+// ctx ends, then stops the checkpoint writer, as Close does: it is what
+// a store does at shutdown. It returns how many checkpoints the writer
+// wrote meanwhile and how many it did not: those sessions load from an
+// earlier checkpoint, or from their first record, reading more of the
+// stream (a checkpoint is a hint). err is the latest write's error, when
+// some were not written.
+func (s *Store) CloseCheckpoints(ctx context.Context) (written, left int, err error) {
+	s.checkpoints.mu.Lock()
+	before := s.checkpoints.wrote
+	s.checkpoints.mu.Unlock()
+	if s.Loader != nil {
+		s.queueAll()
+		err = s.checkpoints.flush(ctx)
+	}
+	left = s.checkpoints.close()
+	s.checkpoints.mu.Lock()
+	written = s.checkpoints.wrote - before
+	if left > 0 && s.checkpoints.lastErr != nil {
+		err = s.checkpoints.lastErr
+	} else if left == 0 {
+		err = nil
+	}
+	s.checkpoints.mu.Unlock()
+	return written, left, err
 }
 
 // Close stops the checkpoint writer; checkpoints not written by then are

@@ -1,10 +1,12 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"iter"
+	"log/slog"
 	"maps"
 	"sync"
 	"sync/atomic"
@@ -286,4 +288,95 @@ func TestStore_LoadWritesTheCompactionItFinds(t *testing.T) {
 			require.True(t, s.forgettable(sl), "its checkpoint is written")
 		})
 	}
+}
+
+// CloseCheckpoints is a shutdown's write: the sessions whose checkpoint
+// changed since it was written, in bulk, within the context, counted.
+func TestStore_CloseCheckpoints(t *testing.T) {
+	const n = 3 * writeChunk // several chunks
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("s%d", i)
+	}
+
+	t.Run("only what changed is written, and counted", func(t *testing.T) {
+		l := newFakeLoader()
+		var mu sync.Mutex
+		var writes int
+		bl := &batchLoader{funcLoader: &funcLoader{fakeLoader: l}, saveAll: func(ctx context.Context, cps iter.Seq2[string, Checkpoint]) error {
+			for id, cp := range cps {
+				if err := l.SaveCheckpoint(ctx, id, cp); err != nil {
+					return err
+				}
+				mu.Lock()
+				writes++
+				mu.Unlock()
+			}
+			return nil
+		}}
+		s := New()
+		s.Loader = bl
+		t.Cleanup(func() { s.Close() })
+		for _, id := range ids {
+			ingest(s, l, id, compactionRecord(id))
+		}
+		require.NoError(t, s.SaveCheckpoints(context.Background()))
+		for _, id := range ids[:3] {
+			ingest(s, l, id, userRecord("after"))
+		}
+		mu.Lock()
+		before := writes
+		mu.Unlock()
+
+		written, left, err := s.CloseCheckpoints(context.Background())
+		require.NoError(t, err)
+		require.Zero(t, left)
+		mu.Lock()
+		require.Equal(t, 3, writes-before, "the sessions unchanged since their checkpoint was written are not written again")
+		mu.Unlock()
+		require.Equal(t, 3, written)
+		for _, id := range ids[:3] {
+			require.Equal(t, l.lastSeq(), max(l.lastSeq(), checkpointsOf(l)[id].Seq))
+			require.Equal(t, s.slot(id, false).seq, checkpointsOf(l)[id].Seq)
+		}
+		_, _, err = s.CloseCheckpoints(context.Background())
+		require.NoError(t, err, "a second close writes nothing")
+	})
+
+	t.Run("past the deadline, what is left is counted and dropped in silence", func(t *testing.T) {
+		l := newFakeLoader()
+		var logs bytes.Buffer
+		var chunks atomic.Int64
+		ctx, shutdown := context.WithCancel(context.Background())
+		defer shutdown()
+		bl := &batchLoader{funcLoader: &funcLoader{fakeLoader: l}, saveAll: func(ctx context.Context, cps iter.Seq2[string, Checkpoint]) error {
+			if chunks.Add(1) > 1 {
+				// The bucket stops answering after one chunk, until the
+				// shutdown's time is up.
+				shutdown()
+				<-ctx.Done()
+				return fmt.Errorf("checkpoint x: %w", ctx.Err())
+			}
+			for id, cp := range cps {
+				if err := l.SaveCheckpoint(ctx, id, cp); err != nil {
+					return err
+				}
+			}
+			return nil
+		}}
+		s := New()
+		s.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		for _, id := range ids { // no Loader yet: nothing is written behind the ingest
+			ingest(s, l, id, compactionRecord(id))
+		}
+		s.Loader = bl
+
+		written, left, err := s.CloseCheckpoints(ctx)
+		require.Error(t, err)
+		require.Equal(t, writeChunk, written, "one chunk written")
+		require.Equal(t, n-writeChunk, left, "the others counted as not written")
+		require.Len(t, checkpointsOf(l), writeChunk)
+		require.NoError(t, s.Close())
+		require.Empty(t, logs.String(), "the store logs nothing: the caller says it in one line")
+	})
 }

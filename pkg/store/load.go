@@ -131,6 +131,7 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 		if b == nil {
 			return fmt.Errorf("store: load %s: %w", sl.id, err)
 		}
+		b.uncharge() // counted again as the slot's size, if it is kept
 		if err == nil && (b.lied || (b.expect != 0 && !b.met)) {
 			// The checkpoint names no compaction of the session where it
 			// says (tampered, or of another stream): a hint that does not
@@ -261,10 +262,34 @@ type build struct {
 	expect uint64
 	met    bool
 	lied   bool
+	// charged is the part of size counted in the cache's bytes while the
+	// load reads, so that what loads hold counts against MaxBytes and
+	// evicts others; charging stops at uncharge.
+	charged  int64
+	charging bool
 }
 
 func (s *Store) newBuild(session string, from uint64, known []uint64) *build {
-	return &build{s: s, session: session, proj: projection.New(s.Options), from: from, known: known}
+	return &build{s: s, session: session, proj: projection.New(s.Options), from: from, known: known, charging: s.Loader != nil}
+}
+
+// charge counts the build's size in the cache's bytes, evicting loaded
+// sessions past MaxBytes: a load holds what it read before the cache
+// does.
+func (b *build) charge() {
+	if !b.charging || b.size == b.charged {
+		return
+	}
+	b.s.cache.grow(b.size - b.charged)
+	b.charged = b.size
+	b.s.evict()
+}
+
+// uncharge takes the build's size out of the cache's bytes and stops
+// charging it.
+func (b *build) uncharge() {
+	b.s.cache.grow(-b.charged)
+	b.charged, b.charging = 0, false
 }
 
 // isQuarantined reports whether the record seq failed before the load.
@@ -325,6 +350,7 @@ func (b *build) add(seq uint64, skip bool, v any, n int, resets bool) error {
 		b.size = 0
 	}
 	b.size += 2 * int64(n) // the decoded record and its cached encoding
+	b.charge()
 	return nil
 }
 

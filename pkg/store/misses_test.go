@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -135,4 +136,45 @@ func TestStore_Loaded(t *testing.T) {
 	require.True(t, s.Loaded("nobody"), "remembered without records")
 	ingest(s, l, "nobody", userRecord("hi"))
 	require.False(t, s.Loaded("nobody"), "a record ends the miss")
+}
+
+// A store that met every record of the stream from the first (Fresh)
+// answers a session it holds no slot of as having no records, without
+// reading the stream, however many are asked for; the session's first
+// record is seen by the next view once applied. Once the store has
+// forgotten a session, an unknown one is read again.
+func TestStore_FreshAnswersUnknownWithoutReading(t *testing.T) {
+	l := newFakeLoader()
+	s := New()
+	s.Loader = l
+	s.Fresh = true
+	s.MissTTL = 0 // as the readers' store: no miss remembered
+	t.Cleanup(func() { s.Close() })
+	ingest(s, l, "known", userRecord("one"))
+
+	seqOf := func(session string) uint64 {
+		var seq uint64
+		require.NoError(t, s.View(context.Background(), session, func(p *projection.Session) {
+			if p != nil {
+				seq = p.Seq()
+			}
+		}))
+		return seq
+	}
+	for i := range 100 {
+		require.Zero(t, seqOf(fmt.Sprintf("unknown-%d", i)))
+	}
+	l.mu.Lock()
+	require.Zero(t, l.checkpointCalls, "no checkpoint looked up")
+	require.Empty(t, l.reads, "no subject read")
+	l.mu.Unlock()
+
+	seq := ingest(s, l, "unknown-7", userRecord("first"))
+	require.Equal(t, seq, seqOf("unknown-7"), "the first record, once applied")
+
+	s.dir.forgot.Store(true) // as after a sweep past MaxKnown
+	require.Zero(t, seqOf("unknown-8"))
+	l.mu.Lock()
+	require.Equal(t, 1, l.checkpointCalls, "a store that forgot a session reads an unknown one")
+	l.mu.Unlock()
 }

@@ -181,6 +181,9 @@ type slot struct {
 	// saved is the From of the session's checkpoint known to be
 	// written: past it, the slot may be forgotten.
 	saved uint64
+	// savedSeq is the Seq of the checkpoint known to be written: a
+	// shutdown writes no checkpoint where from and seq are both written.
+	savedSeq uint64
 
 	// seqs lists every record of the session from its latest compaction
 	// on, when indexed is true: a load reads exactly these. An index
@@ -285,6 +288,15 @@ func (s *Store) slot(session string, create bool) *slot {
 	})
 }
 
+// complete reports whether every session with a record up to the
+// watermark has a slot, so that a session without one has no records: the
+// store met every record of the stream from the first (Fresh), adding a
+// slot for each before the watermark passed it, and has forgotten no slot
+// that held records since. (A slot removed by a load that found no
+// records held none.) Unknown sessions are then answered without reading
+// the stream, however many are asked for.
+func (s *Store) complete() bool { return s.Fresh && !s.dir.forgot.Load() }
+
 // metByReader returns the session's slot, adding one that knows nothing
 // of the session when there is none.
 func (s *Store) metByReader(session string) *slot {
@@ -344,7 +356,9 @@ func (s *Store) checkpointsWritten(batch map[string]Checkpoint, idle bool) {
 	for id, cp := range batch {
 		if sl := s.dir.get(id); sl != nil {
 			sl.mu.Lock()
-			sl.saved = max(sl.saved, cp.From)
+			if cp.Seq >= sl.savedSeq {
+				sl.saved, sl.savedSeq = max(sl.saved, cp.From), cp.Seq
+			}
 			sl.mu.Unlock()
 		}
 	}
@@ -563,7 +577,7 @@ func (s *Store) View(ctx context.Context, session string, fn func(p *projection.
 	for {
 		sl := s.slot(session, false)
 		if sl == nil {
-			if s.Loader == nil || (s.MissTTL > 0 && s.dir.missedAt(session, time.Now())) {
+			if s.Loader == nil || s.complete() || (s.MissTTL > 0 && s.dir.missedAt(session, time.Now())) {
 				fn(nil)
 				return nil
 			}

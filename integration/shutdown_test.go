@@ -1,0 +1,108 @@
+package integration
+
+import (
+	"flag"
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+)
+
+// shutdownSessions is how many sessions TestProcess_ShutdownManySessions
+// holds when it stops ctxd; -shutdown.sessions=200000 is the size of a
+// large instance (about a minute to fill on a small machine).
+var shutdownSessions = flag.Int("shutdown.sessions", 20000, "sessions ctxd holds when TestProcess_ShutdownManySessions stops it")
+
+// fillSessions publishes one compaction per session, so every session's
+// latest compaction is known and has a checkpoint to write at shutdown,
+// and returns the last record's sequence.
+func fillSessions(t testing.TB, js jetstream.JetStream, sessions int) uint64 {
+	t.Helper()
+	var last jetstream.PubAckFuture
+	for s := 0; s < sessions; s++ {
+		if js.PublishAsyncPending() >= 4000 {
+			<-js.PublishAsyncComplete()
+		}
+		data := fmt.Sprintf(`{"type":"compaction","at":"2026-01-01T00:00:00Z","baseSeq":1,"plannerVersion":1,`+
+			`"summaryModelRef":"m","summary":"s","qualityAudit":"passed","messages":[{"role":"user","content":"c%d"}],`+
+			`"firstKeptIndex":0,"tokensBefore":10,"tokensAfter":5}`, s)
+		f, err := js.PublishAsync(fmt.Sprintf("transcripts.many%d", s), []byte(data))
+		require.NoError(t, err)
+		last = f
+	}
+	<-js.PublishAsyncComplete()
+	select {
+	case ack := <-last.Ok():
+		return ack.Sequence
+	case err := <-last.Err():
+		t.Fatal(err)
+	}
+	return 0
+}
+
+// SIGTERM with many sessions in memory ends within the shutdown deadline
+// and exits 0: the checkpoints are written in bulk, and those not written
+// in time are counted in one line, not reported one by one (a checkpoint
+// is a hint; a session without one loads from the stream).
+func TestProcess_ShutdownManySessions(t *testing.T) {
+	dir := t.TempDir()
+	p := startProcess(t, "--port", "-1", "--data", dir)
+	c := newClient(t, p.url)
+	n := *shutdownSessions
+	last := fillSessions(t, c.js, n)
+	waitIngest(t, c, fmt.Sprintf("many%d", n-1), last)
+
+	start := time.Now()
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	err := p.wait(t)
+	took := time.Since(start)
+	stderr := p.stderr.String()
+	t.Logf("%d sessions: shutdown took %v, exit %d", n, took, p.cmd.ProcessState.ExitCode())
+	lines := strings.Split(strings.TrimSpace(stderr), "\n")
+	var deadline int
+	for _, l := range lines {
+		if strings.Contains(l, "deadline exceeded") {
+			deadline++
+		}
+		if strings.Contains(l, "checkpoints") {
+			t.Log(l)
+		}
+	}
+	t.Logf("%d stderr lines, %d with 'deadline exceeded'; last: %s", len(lines), deadline, lines[len(lines)-1])
+	require.NoError(t, err, "tail of stderr: %s", tail(stderr, 2000))
+	require.LessOrEqual(t, deadline, 1, "one line says what was not written")
+	require.Contains(t, stderr, "checkpoints at shutdown")
+
+	// Every session is served after a restart, with or without its
+	// checkpoint.
+	p2 := startProcess(t, "--port", "-1", "--data", dir)
+	c2 := newClient(t, p2.url)
+	for _, s := range []int{0, n / 2, n - 1} {
+		r := c2.fetchSeq(fmt.Sprintf("many%d", s), 0, false)
+		require.Len(t, r.Messages, 1)
+	}
+	require.NoError(t, p2.cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, p2.wait(t))
+}
+
+// waitIngest waits until session is served at seq: the ingest has
+// applied every record up to it.
+func waitIngest(t testing.TB, c *client, session string, seq uint64) {
+	t.Helper()
+	body := []byte(fmt.Sprintf(`{"min_seq":%d,"wait_ms":10000}`, seq))
+	require.Eventually(t, func() bool {
+		r, serr := c.fetch(session, body, nil)
+		return serr == nil && r.Seq >= seq
+	}, 3*time.Minute, 10*time.Millisecond)
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
