@@ -72,6 +72,10 @@ type Config struct {
 	// MaxWaiters bounds the requests waiting for min_seq at once; past it
 	// they are refused with 503.
 	MaxWaiters int
+	// EmptyRate paces the answers of no records to requests that took the
+	// load lane (sessions never written to): at most this many a second
+	// (server.Service.MissRate); 0 does not pace them.
+	EmptyRate float64
 	// MaxSessionBytes bounds one session's records since its latest
 	// compaction; a record past it is quarantined.
 	MaxSessionBytes int64
@@ -136,6 +140,7 @@ func DefaultConfig() Config {
 		RenderCacheBytes: server.DefaultRenderCacheBytes,
 		MaxLoads:         server.DefaultMaxLoads,
 		MaxWaiters:       server.DefaultMaxWaiters,
+		EmptyRate:        server.DefaultMissRate,
 		MaxSessionBytes:  store.DefaultMaxSessionBytes,
 		RejectLog:        store.DefaultRejectLog,
 		ReadyMaxLag:      DefaultReadyMaxLag,
@@ -385,6 +390,7 @@ func (a *App) openService() error {
 		a.svc.Observe = a.metrics.Observe
 	}
 	a.svc.MaxLoads, a.svc.MaxWaiters = a.MaxLoads, a.MaxWaiters
+	a.svc.MissRate = a.EmptyRate
 	a.svc.Instance = a.Instance
 	// A stopping instance finishes the reads in hand: with other
 	// instances on the stream, a request's wait ends well within this.
