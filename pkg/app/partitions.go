@@ -57,13 +57,17 @@ type balancer struct {
 	closed bool
 
 	moved   atomic.Int64 // partitions handed back
+	target  atomic.Int64 // partitions an instance holds at most, as last counted
 	closing sync.WaitGroup
 	stop    chan struct{}
 	done    chan struct{}
 }
 
 func newBalancer(a *App, r *roles, after uint64) *balancer {
-	return &balancer{a: a, r: r, after: after, runs: make([]*bus.Ingest, len(r.parts)), stop: make(chan struct{}), done: make(chan struct{})}
+	b := &balancer{a: a, r: r, after: after, runs: make([]*bus.Ingest, len(r.parts)), stop: make(chan struct{}), done: make(chan struct{})}
+	// Until the instances are counted, as if this one held them all.
+	b.target.Store(int64(len(r.parts)))
+	return b
 }
 
 // openConsumers creates the partitions' consumers that are missing, each
@@ -117,6 +121,7 @@ func (b *balancer) round() {
 	n := b.live()
 	P := len(b.r.parts)
 	target := (P + n - 1) / n
+	b.target.Store(int64(target))
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {

@@ -146,6 +146,14 @@ func (r *part) gained(pin string, first uint64, resumed bool) {
 		return
 	}
 	st := r.r.a.newStore()
+	if bal := r.r.bal; bal != nil {
+		// The partitions an instance holds share its cache: each
+		// partition's ingest store has its part of --cache-bytes and
+		// --cache-sessions, as the live instances were last counted.
+		share := max(1, bal.target.Load())
+		st.MaxBytes = max(1, r.r.a.CacheBytes/share)
+		st.MaxSessions = max(1, r.r.a.CacheSessions/int(share))
+	}
 	from := max(first-1, r.floor.Load())
 	// A store that starts at the stream's first record meets every
 	// record of every session: it knows where each starts, and writes
