@@ -302,14 +302,17 @@ func TestStore_CloseCheckpoints(t *testing.T) {
 	t.Run("only what changed is written, and counted", func(t *testing.T) {
 		l := newFakeLoader()
 		var mu sync.Mutex
-		var writes int
+		var counting bool
+		rewritten := map[string]bool{} // the sessions written once counting
 		bl := &batchLoader{funcLoader: &funcLoader{fakeLoader: l}, saveAll: func(ctx context.Context, cps iter.Seq2[string, Checkpoint]) error {
 			for id, cp := range cps {
 				if err := l.SaveCheckpoint(ctx, id, cp); err != nil {
 					return err
 				}
 				mu.Lock()
-				writes++
+				if counting {
+					rewritten[id] = true
+				}
 				mu.Unlock()
 			}
 			return nil
@@ -321,20 +324,23 @@ func TestStore_CloseCheckpoints(t *testing.T) {
 			ingest(s, l, id, compactionRecord(id))
 		}
 		require.NoError(t, s.SaveCheckpoints(context.Background()))
+		mu.Lock()
+		counting = true
+		mu.Unlock()
 		for _, id := range ids[:3] {
 			ingest(s, l, id, userRecord("after"))
 		}
-		mu.Lock()
-		before := writes
-		mu.Unlock()
 
+		// The writer behind the ingest may write some of the three
+		// first: the close writes what it has not.
 		written, left, err := s.CloseCheckpoints(context.Background())
 		require.NoError(t, err)
 		require.Zero(t, left)
 		mu.Lock()
-		require.Equal(t, 3, writes-before, "the sessions unchanged since their checkpoint was written are not written again")
+		require.Equal(t, map[string]bool{ids[0]: true, ids[1]: true, ids[2]: true}, rewritten,
+			"the sessions unchanged since their checkpoint was written are not written again")
 		mu.Unlock()
-		require.Equal(t, 3, written)
+		require.LessOrEqual(t, written, 3)
 		for _, id := range ids[:3] {
 			require.Equal(t, l.lastSeq(), max(l.lastSeq(), checkpointsOf(l)[id].Seq))
 			require.Equal(t, s.slot(id, false).seq, checkpointsOf(l)[id].Seq)
