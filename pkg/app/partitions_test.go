@@ -82,3 +82,40 @@ func TestInspectSource_Partitioned(t *testing.T) {
 	}))
 	require.Equal(t, seqs, got)
 }
+
+// The partitions an instance holds share its cache bound: each
+// partition's ingest store gets 1/ceil(P/N) of --cache-bytes and
+// --cache-sessions, N as last counted (as if alone, P, before a count).
+func TestPartitions_ShareTheCache(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.CacheBytes, cfg.CacheSessions = 1600, 160
+	a := New(cfg)
+	r := &roles{a: a}
+	a.roles = r
+	r.reader = a.newStore()
+	for k := range 16 {
+		r.parts = append(r.parts, &part{r: r, k: k})
+	}
+	r.part = r.parts[0]
+	r.bal = newBalancer(a, r, 0)
+	t.Cleanup(func() {
+		for _, p := range r.parts {
+			if st := p.feeding(); st != nil {
+				st.Close()
+			}
+		}
+		r.reader.Close()
+	})
+
+	r.parts[3].gained("pin-3", 1, false)
+	st := r.parts[3].feeding()
+	require.Equal(t, int64(100), st.MaxBytes, "before a count: as if this instance held all 16")
+	require.Equal(t, 10, st.MaxSessions)
+
+	r.bal.target.Store(4) // 4 instances: at most 4 partitions each
+	r.parts[5].gained("pin-5", 1, false)
+	st = r.parts[5].feeding()
+	require.Equal(t, int64(400), st.MaxBytes)
+	require.Equal(t, 40, st.MaxSessions)
+	require.Equal(t, int64(1600), r.reader.MaxBytes, "the reader's store keeps the whole bound")
+}
