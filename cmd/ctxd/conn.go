@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/ctxd/ctxd/pkg/app"
+	"github.com/ctxd/ctxd/streams"
 )
 
 // connFlags are how a command connects to NATS, named as natscli names
@@ -163,6 +164,20 @@ func (c *connFlags) resolve(e *env, fs *flag.FlagSet) (string, []nats.Option, er
 		opts = append(opts, nats.CustomInboxPrefix(inbox))
 	}
 	return url, opts, nil
+}
+
+// connectStream connects with the command's connection flags and names
+// the transcripts stream the commands that read it work on.
+func (c *connFlags) connectStream(e *env, fs *flag.FlagSet) (nc *nats.Conn, stream string, err error) {
+	def, err := streams.Transcripts()
+	if err != nil {
+		return nil, "", err
+	}
+	nc, err = c.connect(e, fs)
+	if err != nil {
+		return nil, "", err
+	}
+	return nc, def.Name, nil
 }
 
 // connect connects with the command's connection flags.

@@ -10,7 +10,6 @@ import (
 	"github.com/ctxd/ctxd/pkg/inspect"
 	"github.com/ctxd/ctxd/pkg/projection"
 	"github.com/ctxd/ctxd/pkg/store"
-	"github.com/ctxd/ctxd/streams"
 )
 
 const inspectAbout = `Shows what the model saw of SESSION: each stored record (stream
@@ -46,22 +45,18 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintln(e.stderr, "ctxd inspect: want exactly one SESSION")
 		return errUsage
 	}
-	def, err := streams.Transcripts()
-	if err != nil {
-		return err
-	}
-	nc, err := conn.connect(e, fs)
+	nc, stream, err := conn.connectStream(e, fs)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	if _, err := bus.OpenStream(ctx, nc, def.Name); err != nil {
+	if _, err := bus.OpenStream(ctx, nc, stream); err != nil {
 		return err
 	}
 	cfg := inspect.Config{Options: projection.Options{BrowserTools: splitList(*browser)}, Limits: lim}
-	v, err := inspect.Load(ctx, app.StreamReader{NC: nc, Stream: def.Name}, pos[0], *at, cfg)
+	v, err := inspect.Load(ctx, app.StreamReader{NC: nc, Stream: stream}, pos[0], *at, cfg)
 	if err != nil {
 		return err
 	}

@@ -41,11 +41,7 @@ func runPartition(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.stderr, "ctxd partition: --partitions %d; 2 to %d\n", *p, streams.MaxPartitions)
 		return errUsage
 	}
-	def, err := streams.Transcripts()
-	if err != nil {
-		return err
-	}
-	nc, err := conn.connect(e, fs)
+	nc, stream, err := conn.connectStream(e, fs)
 	if err != nil {
 		return err
 	}
@@ -54,7 +50,7 @@ func runPartition(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	l, err := bus.Partition(ctx, js, def.Name, *p)
+	l, err := bus.Partition(ctx, js, stream, *p)
 	if err != nil {
 		return err
 	}

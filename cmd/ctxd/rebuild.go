@@ -12,7 +12,6 @@ import (
 	"github.com/ctxd/ctxd/pkg/rebuild"
 	"github.com/ctxd/ctxd/pkg/store"
 	"github.com/ctxd/ctxd/pkg/subject"
-	"github.com/ctxd/ctxd/streams"
 )
 
 const rebuildAbout = `Rebuilds session projections from the TRANSCRIPTS stream: every session,
@@ -79,11 +78,7 @@ func rebuildRun(ctx context.Context, e *env, args []string, checking *bool) erro
 			return err
 		}
 	}
-	def, err := streams.Transcripts()
-	if err != nil {
-		return err
-	}
-	nc, err := conn.connect(e, fs)
+	nc, stream, err := conn.connectStream(e, fs)
 	if err != nil {
 		return err
 	}
@@ -91,7 +86,7 @@ func rebuildRun(ctx context.Context, e *env, args []string, checking *bool) erro
 
 	rb, err := rebuild.Open(ctx, rebuild.Config{
 		Conn:     nc,
-		Stream:   def.Name,
+		Stream:   stream,
 		Options:  projection.Options{BrowserTools: splitList(*browser)},
 		Limits:   lim,
 		Session:  *session,
