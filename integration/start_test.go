@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ctxd/ctxd/internal/natstest"
@@ -111,4 +113,84 @@ func TestStart_ClusterElecting(t *testing.T) {
 	if early == nil {
 		require.NoError(t, <-opened)
 	}
+}
+
+// TestStart_ConsumerWhileNoMetaLeader: every step of a start that asks
+// JetStream is retried while the cluster has no meta leader, not only the
+// stream's: here the stream and the checkpoint bucket answer from their
+// node, and only the ingest consumer, created anew, needs the leader that
+// is missing (JetStream answers 503 or not at all).
+func TestStart_ConsumerWhileNoMetaLeader(t *testing.T) {
+	c := natstest.StartCluster(t, 3)
+	nc, err := nats.Connect(c.URLs())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	def, err := streams.Transcripts()
+	require.NoError(t, err)
+	buckets, err := streams.Checkpoints()
+	require.NoError(t, err)
+
+	// A first start makes the stream and the bucket, one replica each;
+	// they are made again until one node leads both.
+	var home string
+	for try := 0; home == ""; try++ {
+		require.Less(t, try, 40, "the stream and the bucket never landed on one node")
+		a := startApp(t, t.TempDir(), func(cfg *app.Config) { cfg.NATSURL = c.URLs(); cfg.Replicas = 1 })
+		require.NoError(t, a.Close())
+		leaders := map[string]bool{}
+		for _, name := range []string{def.Name, buckets.Name} {
+			st, err := js.Stream(ctx, name)
+			require.NoError(t, err)
+			leaders[st.CachedInfo().Cluster.Leader] = true
+			if len(leaders) == 1 {
+				home = st.CachedInfo().Cluster.Leader
+			}
+		}
+		if len(leaders) > 1 {
+			home = ""
+			for _, name := range []string{def.Name, buckets.Name} {
+				require.NoError(t, js.DeleteStream(ctx, name))
+			}
+		}
+	}
+	require.NoError(t, js.DeleteConsumer(ctx, def.Name, streams.IngestName))
+	var others []*natstest.Node
+	for _, n := range c.Nodes {
+		if n.Name != home {
+			others = append(others, n)
+			n.Stop()
+		}
+	}
+
+	var logs syncBuffer
+	cfg := app.DefaultConfig()
+	cfg.NATSURL = c.Node(home).URL
+	cfg.Replicas = 1
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	a := app.New(cfg)
+	opened := make(chan error, 1)
+	go func() { opened <- a.Open(ctx) }()
+	t.Cleanup(func() { a.Close() })
+
+	ended, early := false, error(nil)
+	require.Eventually(t, func() bool {
+		select {
+		case early = <-opened:
+			ended = true
+			return true
+		default:
+		}
+		return strings.Contains(logs.String(), `what="consumer `+streams.IngestName+`"`)
+	}, 60*time.Second, 50*time.Millisecond, "the consumer's creation is retried: %s", logs.String())
+	require.False(t, ended, "the start ended while the cluster had no meta leader (err %v): %s", early, logs.String())
+	for _, n := range others {
+		n.Start(t)
+	}
+	require.NoError(t, <-opened)
+	_, err = js.Consumer(ctx, def.Name, streams.IngestName)
+	require.NoError(t, err)
 }

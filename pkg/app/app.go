@@ -321,13 +321,21 @@ func (a *App) Open(ctx context.Context) (err error) {
 	// Before the ingest and the service: no record is applied, and no
 	// session read, that a removal before it could have touched.
 	counted := !limited && !st.CachedInfo().Config.AllowMsgTTL
-	if a.removals, err = openRemovals(ctx, a.nc, st, want.Name, counted, a.roles.stores, a.Logger); err != nil {
+	err = a.retryStart(ctx, url, "removal watcher", func(ctx context.Context) error {
+		a.removals, err = openRemovals(ctx, a.nc, st, want.Name, counted, a.roles.stores, a.Logger)
+		return err
+	})
+	if err != nil {
 		return err
 	}
 
 	// Every record stored so far can be read from the stream: a session
 	// loads from there when it is asked for, so nothing is replayed here.
-	last, msgs, err := bus.LastSeq(ctx, st)
+	var last, msgs uint64
+	err = a.retryStart(ctx, url, "stream "+want.Name, func(ctx context.Context) error {
+		last, msgs, err = bus.LastSeq(ctx, st)
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -351,7 +359,11 @@ func (a *App) Open(ctx context.Context) (err error) {
 	if a.AckWait > 0 {
 		ccfg.AckWait = a.AckWait
 	}
-	cons, err := bus.OpenConsumer(ctx, st, ccfg, last)
+	var cons jetstream.Consumer
+	err = a.retryStart(ctx, url, "consumer "+ccfg.Durable, func(ctx context.Context) error {
+		cons, err = bus.OpenConsumer(ctx, st, ccfg, last)
+		return err
+	})
 	if err != nil {
 		return err
 	}

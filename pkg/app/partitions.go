@@ -82,7 +82,11 @@ func (b *balancer) openConsumers(ctx context.Context, ackWait time.Duration) err
 		if ackWait > 0 {
 			cfg.AckWait = ackWait
 		}
-		if _, err := bus.OpenConsumer(ctx, b.a.st, cfg, b.after); err != nil {
+		err = b.a.retryStart(ctx, b.a.nc.ConnectedUrl(), "consumer "+cfg.Durable, func(ctx context.Context) error {
+			_, err := bus.OpenConsumer(ctx, b.a.st, cfg, b.after)
+			return err
+		})
+		if err != nil {
 			return err
 		}
 	}
