@@ -300,3 +300,34 @@ func TestRender_SchemasBlind(t *testing.T) {
 		require.NotEmpty(t, validate(tc.f, v.(*record.Map)), "%s: the validator refuses it", tc.name)
 	}
 }
+
+// TestRender_SchemasImageURL renders images by URLs that are not URLs a
+// provider can fetch (OpenAI's schema wants a URI; none has a host to
+// fetch from): each is removed and reported, in every format, and the
+// valid one beside them is kept.
+func TestRender_SchemasImageURL(t *testing.T) {
+	bad := []string{"https://exa mple.com/a.png", "http://[::1/a.png", "http://x/%zz", "https://", "https:///a.png"}
+	content := []any{record.NewMap("type", "text", "text", "look")}
+	for _, u := range bad {
+		content = append(content, record.NewMap("type", "image_url", "image_url", record.NewMap("url", u)))
+	}
+	content = append(content, record.NewMap("type", "image", "source", record.NewMap("type", "url", "url", "https://example.com/a.png")))
+	msgs := []any{record.NewMap("role", "user", "content", content)}
+	for _, f := range schemaFormats {
+		body, rep := render.Render(f, msgs, render.Options{})
+		raw, err := body.AppendJSON(nil)
+		require.NoError(t, err)
+		require.NoError(t, checkSchema(t, f, raw, rep.CacheBreakpoint), "%s: %s", f, raw)
+		var removed []int
+		for _, c := range rep.Changes {
+			if c.Kind == render.BlockRemoved {
+				removed = append(removed, c.Block)
+			}
+		}
+		require.Equal(t, []int{1, 2, 3, 4, 5}, removed, "%s: every bad URL reported", f)
+		require.Contains(t, string(raw), "https://example.com/a.png", f)
+		for _, u := range bad {
+			require.NotContains(t, string(raw), `"`+u+`"`, f)
+		}
+	}
+}
