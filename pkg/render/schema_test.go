@@ -171,9 +171,9 @@ func checkBreakpoint(item *jsonschema.Schema, list []any, bp render.Breakpoint) 
 // against go-genai's types (sdk_test.go).
 var schemaFormats = []render.Format{render.Anthropic, render.OpenAIChat, render.OpenAIResponses}
 
-// TestRender_Schemas checks every body of the spec fixtures and of
-// generated sessions against the published request schema of its
-// format.
+// TestRender_Schemas checks every body of the spec fixtures, of the
+// real transcripts in the importer's testdata and of generated sessions
+// against the published request schema of its format.
 func TestRender_Schemas(t *testing.T) {
 	check := func(what string, f render.Format, msgs []any, opt render.Options) {
 		body, rep := render.Render(f, msgs, opt)
@@ -187,6 +187,11 @@ func TestRender_Schemas(t *testing.T) {
 		for _, f := range schemaFormats {
 			check(c.File+"/"+c.Name, f, c.Expect, render.Options{})
 			check(c.File+"/"+c.Name+" (base64 images)", f, base64Images(c.Expect).([]any), render.Options{})
+		}
+	}
+	for name, msgs := range sampleContexts(t) {
+		for _, f := range schemaFormats {
+			check(name, f, msgs, render.Options{})
 		}
 	}
 	n := *genN / 5
