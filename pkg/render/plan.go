@@ -1,6 +1,7 @@
 package render
 
 import (
+	"net/url"
 	"slices"
 	"strings"
 	"unicode"
@@ -468,6 +469,11 @@ func imageURL(u string) (image, string) {
 		return inline(mime, data)
 	}
 	if strings.HasPrefix(u, "https://") || strings.HasPrefix(u, "http://") {
+		// A provider fetches it: OpenAI's schema wants a URI, and none
+		// can fetch from a URL that does not parse or names no host.
+		if pu, err := url.Parse(u); err != nil || pu.Host == "" {
+			return image{}, "image URL not valid"
+		}
 		return image{url: u}, ""
 	}
 	return image{}, "image without data"
