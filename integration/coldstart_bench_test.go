@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/metrics"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,6 +25,7 @@ import (
 var (
 	coldSessions = flag.Int("coldstart.sessions", 1000, "BenchmarkColdStart: sessions in the stream (-short: 100)")
 	coldPer      = flag.Int("coldstart.records", 200, "BenchmarkColdStart: records of each session, interleaved")
+	coldProcess  = flag.Bool("coldstart.process", false, "BenchmarkColdStart: restart ctxd as a process of the built binary, not in the test process")
 )
 
 // BenchmarkColdStart measures the first request for each session after
@@ -36,7 +39,12 @@ var (
 // are fetched once each, indexed and not alternately, then once more
 // (warm). It prints p50, p99 and worst of each.
 //
+// The restart is ctxd in the test process (app.Open on the same
+// directory), or with -coldstart.process a new ctxd process, as a real
+// restart is: a process whose heap starts empty.
+//
 //	go test ./integration -run '^$' -bench ColdStart -benchtime 1x
+//	go test ./integration -run '^$' -bench ColdStart -benchtime 1x -coldstart.process
 func BenchmarkColdStart(b *testing.B) {
 	sessions, per := *coldSessions, *coldPer
 	if testing.Short() {
@@ -102,13 +110,32 @@ func BenchmarkColdStart(b *testing.B) {
 
 	var cold, scan, warm []time.Duration
 	replyBytes := 0
+	// The embedded server holds the message blocks it loaded for reads
+	// through weak pointers: a GC cycle of this process (ctxd's, in
+	// production) frees them, and the next load loads them again. The
+	// first requests are told apart by whether a cycle ran since the
+	// fetch before them.
+	var afterGC, noGC []time.Duration
+	gcCycles := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
+	cycles := func() uint64 { metrics.Read(gcCycles); return gcCycles[0].Value.Uint64() }
+	var firstGC, gcSeen uint64
 	b.ResetTimer()
 	for range b.N {
 		b.StopTimer()
-		a := startAppWith(b, dir, func(*app.Config) {})
-		nc, err := nats.Connect(a.URL())
+		var a *app.App
+		var p *proc
+		url := ""
+		if *coldProcess {
+			p = startProcess(b, "--port", "-1", "--data", dir)
+			url = p.url
+		} else {
+			a = startAppWith(b, dir, func(*app.Config) {})
+			url = a.URL()
+		}
+		nc, err := nats.Connect(url)
 		require.NoError(b, err)
 		b.StartTimer()
+		firstGC, gcSeen = cycles(), cycles()
 		// Pairs of sessions, one indexed and one not, in an order that
 		// spreads both over the stream; which goes first alternates.
 		for i := range sessions / 2 {
@@ -127,6 +154,11 @@ func BenchmarkColdStart(b *testing.B) {
 				replyBytes += len(data)
 				if s%2 == 0 {
 					cold = append(cold, d)
+					if n := cycles(); n != gcSeen {
+						afterGC = append(afterGC, d)
+					} else {
+						noGC = append(noGC, d)
+					}
 				} else {
 					scan = append(scan, d)
 				}
@@ -135,14 +167,25 @@ func BenchmarkColdStart(b *testing.B) {
 				warm = append(warm, time.Since(t0))
 				require.NoError(b, err)
 				require.Equal(b, data, again)
+				gcSeen = cycles()
 			}
 		}
 		b.StopTimer()
 		nc.Close()
-		require.NoError(b, a.Close())
+		if p != nil {
+			require.NoError(b, p.cmd.Process.Signal(syscall.SIGTERM))
+			require.NoError(b, p.wait(b))
+		} else {
+			require.NoError(b, a.Close())
+		}
 		b.StartTimer()
 	}
 	b.StopTimer()
+	if *coldProcess {
+		afterGC, noGC = nil, nil // ctxd's GC cycles are its process's
+	} else {
+		b.Logf("GC cycles while fetching (last run): %d", cycles()-firstGC)
+	}
 	row := func(name string, d []time.Duration) {
 		s := slices.Clone(d)
 		slices.Sort(s)
@@ -158,6 +201,10 @@ func BenchmarkColdStart(b *testing.B) {
 	b.Logf("first request after a restart, %d-record sessions in a %d-record stream of %d sessions:", per, last, sessions)
 	b.Logf("replies: %d bytes on average", replyBytes/(len(cold)+len(scan)))
 	row("cold", cold)
+	if len(afterGC) > 0 && len(noGC) > 0 {
+		row("cold-after-gc", afterGC)
+		row("cold-no-gc", noGC)
+	}
 	row("cold-scan", scan)
 	row("warm", warm)
 }
