@@ -53,10 +53,11 @@ cluster-long:
 cluster-race:
 	$(GO) test ./integration -run '^TestCluster_' -count 1 -v -timeout 30m -ctxd.race
 
-## cluster-bench: the cluster figures (docs/PERFORMANCE.md): each fault once, and fetch latency with 1 and 3 instances
+## cluster-bench: the cluster figures (docs/PERFORMANCE.md): each fault once, and fetch latency with 1 and 3 instances, unpartitioned and routed to partition owners
 cluster-bench:
 	$(GO) test ./integration -run '^$$' -bench '^BenchmarkCluster_Faults$$' -benchtime 1x -timeout 30m -cluster.load 10s
 	$(GO) test ./integration -run '^$$' -bench '^BenchmarkCluster_Fetch$$' -benchtime 2000x -timeout 30m
+	$(GO) test ./integration -run '^$$' -bench '^BenchmarkCluster_FetchRouted$$' -benchtime 2000x -timeout 30m
 
 ## node-long: the SIGKILL and SIGSTOP of a nats-server node with the node down 20 s, 10 s of load around, more writers
 node-long:
