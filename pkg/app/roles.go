@@ -305,7 +305,15 @@ func (r *roles) read(ctx context.Context, p *part, session string, seq uint64, d
 		return nil, err
 	}
 	p.raise(upTo)
-	return caught{st: r.reader, last: last}, nil
+	again := func(ctx context.Context) (uint64, error) {
+		last, upTo, err := r.probe(ctx, session, seq, max(seq, p.floor.Load()), deadline)
+		if err != nil {
+			return 0, err
+		}
+		p.raise(upTo)
+		return last, nil
+	}
+	return caught{st: r.reader, last: last, check: r.a.removals.settle, again: again}, nil
 }
 
 // probe asks the stream for the session's last record (0 for none) as a
@@ -346,14 +354,30 @@ func (r *roles) probe(ctx context.Context, session string, seq, need uint64, dea
 }
 
 // caught shows a session of the reader store at or past its record last
-// (store.ViewAt).
+// (store.ViewAtChecked). What it reads of the stream is shown once check
+// proved that no removal before the read is left unapplied (purge.go).
 type caught struct {
-	st   *store.Store
-	last uint64
+	st    *store.Store
+	last  uint64
+	check func(context.Context) error
+	// again probes the stream again: for a record last that a removal
+	// took after the probe.
+	again func(context.Context) (uint64, error)
 }
 
 func (c caught) View(ctx context.Context, session string, fn func(p *projection.Session)) error {
-	return c.st.ViewAt(ctx, session, c.last, fn)
+	last := c.last
+	for try := 0; ; try++ {
+		err := c.st.ViewAtChecked(ctx, session, last, c.check, fn)
+		if !errors.Is(err, store.ErrBehind) || c.again == nil || try == 2 {
+			return err
+		}
+		// The session's last record left the stream after the probe
+		// found it: the stream says again where the session ends.
+		if last, err = c.again(ctx); err != nil {
+			return err
+		}
+	}
 }
 
 // Wait implements server.Projections (the service uses Reach): it
