@@ -36,8 +36,8 @@ import (
 // been applied, and that sequence is verified.
 //
 // The ingest applies no record past the verified sequence before it has
-// checked the stream's state again (cover); nor does a reader catch a
-// session up to a sequence past it. A check that finds removals no
+// checked the stream's state again (cover); nor does a reader show a
+// session caught up to a sequence past it (settle). A check that finds removals no
 // advisory told of waits a moment for their advisories, then forgets
 // every session in both stores: when in doubt, the sessions load from the
 // stream, which holds only what remains. So the ingest store never holds
@@ -49,7 +49,7 @@ import (
 // A reader (an instance not pinned, or one whose ingest lags) catches a
 // cached session up by reading its records after those it holds. Each
 // request applies the advisories received first, and a check covers the
-// stream's last sequence the request read. That leaves a removal no
+// stream's last sequence the request's probe saw. That leaves a removal no
 // record was stored after: the stream's last sequence is where an
 // earlier check verified it, and until its advisory comes (if ever)
 // nothing tells of it. So whenever a request's reply is to rest on what
@@ -58,8 +58,11 @@ import (
 // one from a compaction it remembers, or finds the session's last
 // record below one it has seen), it proves, after the read and before
 // the reply is built, that every removal made before then has been
-// applied (settle): it reads the stream's count again, unless a check
-// that began after the read has ended meanwhile, and a count that moved
+// applied (settle): it reads the stream's count after the read (the
+// check that covers the probe's last sequence, which the request pays
+// anyway when a record came, is made then rather than before the
+// read), unless a check that began after the read has ended meanwhile;
+// and a count that moved
 // is handled as check handles it (the advisories awaited, or every
 // session forgotten). A session forgotten then loads from the stream; if
 // the removal took the session's last record the probe found, the
@@ -236,33 +239,35 @@ func (r *removals) cover(seq uint64) {
 	}
 }
 
-// settle returns once every removal made before it was called has been
-// applied to the stores: a reader calls it after it read records of a
-// session and before it shows them (store.ViewAtChecked), since a
-// removal before the read, with no record stored after it, leaves the
+// settle is cover for a reader, called after it caught a session up and
+// before it shows it (store.ViewAtChecked), upTo being the stream's last
+// sequence its probe saw. When the reader read the stream (read), a
+// removal before the read with no record stored after it leaves the
 // stream's last sequence where an earlier check verified it, and cover
-// does not look. It checks the stream's state, unless a check that
-// began reading it after settle was called has ended meanwhile (one
+// would not look: settle then returns once every removal made before
+// it was called has been applied to the stores, and upTo is verified.
+// It checks the stream's state, unless a check that began reading it
+// after settle was called has ended meanwhile and verified upTo (one
 // check answers the readers that waited for it together).
-func (r *removals) settle(ctx context.Context) error {
+func (r *removals) settle(ctx context.Context, read bool, upTo uint64) error {
 	if r == nil {
 		return nil
 	}
-	if !r.counted {
-		r.drain()
+	if !read || !r.counted {
+		r.cover(upTo)
 		return nil
 	}
 	after := r.reads.Load()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.drainLocked()
-	if r.checked.Load() > after {
+	if r.checked.Load() > after && r.verified.Load() >= upTo {
 		return nil
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	r.check(0)
+	r.check(upTo)
 	return nil
 }
 

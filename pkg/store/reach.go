@@ -122,27 +122,27 @@ func (s *Store) ViewAt(ctx context.Context, session string, last uint64, fn func
 }
 
 // ViewAtChecked is ViewAt for a store whose stream may lose records (an
-// operator's purge or deletion) before the store is told (Forget).
-// check must return once every removal made before it was called has
-// been applied to the store; ViewAtChecked calls it, without the
-// session's lock, whenever the view is to rest on reads of the stream
-// made now: after Catch read records of the session, which the view
-// would otherwise show beside records that a removal before the read
-// took; before a load that starts from a compaction the store
-// remembers, which a removal may have taken; and when the session has
-// seen a record past last, which a removal explains (or a later
-// caller's catch-up). A session viewed again with nothing new to read
-// costs no check. An error of check fails the view.
-func (s *Store) ViewAtChecked(ctx context.Context, session string, last uint64, check func(context.Context) error, fn func(p *projection.Session)) error {
+// operator's purge or deletion) before the store is told (Forget). After
+// each catch-up it calls check, without the session's lock and before
+// the view, with read set when the view is to rest on reads of the
+// stream made now: when Catch read records of the session, which the
+// view would otherwise show beside records that a removal before the
+// read took; when the session is not loaded and loads from a compaction
+// the store remembers, which a removal may have taken; and when the
+// session has seen a record past last, which a removal explains (or a
+// later caller's catch-up). With read set, check must return once every
+// removal made before it was called has been applied to the store; a
+// session forgotten then loads again, from the stream as it is. A
+// session viewed again with nothing new to read has read unset: check
+// may return at once. An error of check fails the view.
+func (s *Store) ViewAtChecked(ctx context.Context, session string, last uint64, check func(ctx context.Context, read bool) error, fn func(p *projection.Session)) error {
 	for try := 0; ; try++ {
 		read, err := s.catch(ctx, session, last)
 		if err != nil {
 			return err
 		}
-		if read && check != nil {
-			// A session forgotten now loads again, from the stream as
-			// it is after every removal the check found.
-			if err := check(ctx); err != nil {
+		if check != nil {
+			if err := check(ctx, read); err != nil {
 				return err
 			}
 		}
