@@ -37,45 +37,45 @@ import (
 //
 // The ingest applies no record past the verified sequence before it has
 // checked the stream's state again (cover); nor does a reader show a
-// session caught up to a sequence past it (settle). A check that finds removals no
-// advisory told of waits a moment for their advisories, then forgets
-// every session in both stores: when in doubt, the sessions load from the
-// stream, which holds only what remains. So the ingest store never holds
-// a record stored after a removal together with one the removal took: a
-// reply racing with a removal is built from what the stream held before
-// it, or after it. A loaded session that a load finishes reading after a
-// removal reads again (store.Forget).
+// session caught up to a sequence past it (settle). A check that finds
+// removals no advisory told of waits a moment for their advisories, then
+// forgets every session in both stores: when in doubt, the sessions load
+// from the stream, which holds only what remains. So the ingest store
+// never holds a record stored after a removal together with one the
+// removal took: a reply racing with a removal is built from what the
+// stream held before it, or after it. A loaded session that a load
+// finishes reading after a removal reads again (store.Forget).
 //
 // A reader (an instance not pinned, or one whose ingest lags) catches a
 // cached session up by reading its records after those it holds. Each
 // request applies the advisories received first, and a check covers the
-// stream's last sequence the request's probe saw. That leaves a removal no
-// record was stored after: the stream's last sequence is where an
+// stream's last sequence its probe saw. That alone would leave a removal
+// no record was stored after: the stream's last sequence stays where an
 // earlier check verified it, and until its advisory comes (if ever)
-// nothing tells of it. So whenever a request's reply is to rest on what
-// it reads of the stream now, beside what the store read before
+// nothing tells of it. So whenever a reply is to rest on what the
+// request reads of the stream now, beside what the store read before
 // (store.ViewAtChecked: it read records of a cached session, or loads
-// one from a compaction it remembers, or finds the session's last
-// record below one it has seen), it proves, after the read and before
+// one from a compaction it remembers, or finds the session's last record
+// below one it has seen), the request proves, after the read and before
 // the reply is built, that every removal made before then has been
-// applied (settle): it reads the stream's count after the read (the
-// check that covers the probe's last sequence, which the request pays
-// anyway when a record came, is made then rather than before the
-// read), unless a check that began after the read has ended meanwhile;
-// and a count that moved
-// is handled as check handles it (the advisories awaited, or every
-// session forgotten). A session forgotten then loads from the stream; if
-// the removal took the session's last record the probe found, the
-// stream is asked again where the session ends (caught). A session
-// asked for again with nothing new to read costs no read of the
-// stream's state: it is answered from memory, as before a removal not
-// told yet, until the advisory or the next check (removalCheckEvery)
-// finds the removal. So a reply of the reader holds what the stream held
-// of the session before a removal made before the request, or after it,
-// never some of each. What is left is a removal made while the request
-// reads, after its check (during the load the check made necessary, say):
-// a read half done when the removal comes is read again once its
-// advisory is applied (store.Forget), and not otherwise.
+// applied (settle): it reads the stream's count after the read, unless
+// a check that began after the read has ended meanwhile, and a count
+// that moved is handled as check handles it (the advisories awaited, or
+// every session forgotten). That one read also covers the probe's last
+// sequence: a request that reads a new record pays one read of the
+// stream's state, as a check before the read would cost. A session
+// forgotten then loads from the stream; if the removal took the
+// session's last record the probe found, the stream is asked again where
+// the session ends (caught). A session asked for again with nothing new
+// to read costs no read of the stream's state: it is answered from
+// memory, as before a removal not told yet, until the advisory or the
+// next check (removalCheckEvery) finds the removal. So a reply of the
+// reader holds what the stream held of the session before a removal
+// made before the request, or after it, never some of each. What is
+// left is a removal made while the request reads, after its check
+// (during the load the check made necessary, say): a read half done
+// when the removal comes is read again once its advisory is applied
+// (store.Forget), and not otherwise.
 //
 // A stream with limits (AllowStreamLimits) drops messages of its own
 // accord: its count moves without advisories, so only the advisories are
