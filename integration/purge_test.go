@@ -116,17 +116,15 @@ func (c *client) fetchCheckedAmong(session, label string, mark uint64, earlier [
 	require.Empty(c.t, msg.Header.Get(micro.ErrorCodeHeader), "%s: %s: error reply %s", label, session, msg.Header.Get(micro.ErrorHeader))
 	r := read{session: session, minSeq: minSeq, data: msg.Data}
 	diff := checkReply(c.t, r, recs)
+	if diff == "" {
+		return
+	}
 	for _, held := range earlier {
-		if diff == "" {
-			return
-		}
 		if checkReply(c.t, r, held[session]) == "" {
 			return
 		}
 	}
-	if diff != "" {
-		c.t.Fatalf("%s: %s: %s (the stream holds %d records of it; no state before the %d removals since the latest record matches either)", label, session, diff, len(recs), len(earlier))
-	}
+	c.t.Fatalf("%s: %s: %s (the stream holds %d records of it; nor is it what it held before any of the %d removals since the latest record)", label, session, diff, len(recs), len(earlier))
 }
 
 // purgeAction is what an operator does to the stream; p1 is the
