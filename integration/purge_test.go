@@ -2,11 +2,13 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -68,6 +70,11 @@ func (c *client) holds(session string) []projection.Record {
 		require.NoError(c.t, err)
 		out = append(out, projection.Record{Seq: meta.Sequence.Stream, Value: v})
 	}
+	// Not left to expire: a long run reads the stream many times a
+	// second, past the server's bound on consumers.
+	if info := cons.CachedInfo(); info != nil {
+		require.NoError(c.t, st.DeleteConsumer(ctx, info.Name))
+	}
 	return out
 }
 
@@ -88,6 +95,36 @@ func (c *client) fetchChecked(session, label string, mark uint64) {
 	if diff := checkReply(c.t, read{session: session, minSeq: minSeq, data: msg.Data}, recs); diff != "" {
 		c.t.Fatalf("%s: %s: %s (the stream holds %d records of it)", label, session, diff, len(recs))
 	}
+}
+
+// fetchCheckedAmong is fetchChecked where the reply may also be built
+// from what the stream held of the session at one of earlier: before a
+// removal no record followed, which an instance that cached the session
+// has not found yet.
+func (c *client) fetchCheckedAmong(session, label string, mark uint64, earlier []map[string][]projection.Record) {
+	c.t.Helper()
+	if len(earlier) == 0 {
+		c.fetchChecked(session, label, mark)
+		return
+	}
+	recs := c.holds(session)
+	var minSeq uint64
+	if len(recs) > 0 {
+		minSeq = recs[len(recs)-1].Seq
+	}
+	msg := c.request("ctxd.context."+session, []byte(fmt.Sprintf(`{"min_seq":%d,"wait_ms":10000}`, max(minSeq, mark))), nil)
+	require.Empty(c.t, msg.Header.Get(micro.ErrorCodeHeader), "%s: %s: error reply %s", label, session, msg.Header.Get(micro.ErrorHeader))
+	r := read{session: session, minSeq: minSeq, data: msg.Data}
+	diff := checkReply(c.t, r, recs)
+	if diff == "" {
+		return
+	}
+	for _, held := range earlier {
+		if checkReply(c.t, r, held[session]) == "" {
+			return
+		}
+	}
+	c.t.Fatalf("%s: %s: %s (the stream holds %d records of it; nor is it what it held before any of the %d removals since the latest record)", label, session, diff, len(recs), len(earlier))
 }
 
 // purgeAction is what an operator does to the stream; p1 is the
@@ -306,8 +343,17 @@ func TestOperator_PurgeWhileStopped(t *testing.T) {
 
 // TestOperator_PurgeRandom interleaves records, purges of every kind,
 // deletions, fetches and restarts over two instances, at random; every
-// reply must equal Build of what the stream holds of its session.
-// -purge.seed repeats a run, -purge.steps makes it longer.
+// reply must equal Build of what the stream holds of its session. One
+// instance is told of removals by their advisories, the other may not
+// subscribe to them and finds them by the stream's count alone; each
+// answers as the pinned one or through the stream (the reader path),
+// as the pin moves with the restarts. A removal is followed by a record
+// of another session or not: without one, a session the instances
+// cached and have nothing new to read of may be answered as it was
+// before the removal (from memory) until the removal is found, so such
+// a reply may also equal Build of what the stream held before a removal
+// since the latest record; never anything else. -purge.seed repeats a
+// run, -purge.steps makes it longer.
 func TestOperator_PurgeRandom(t *testing.T) {
 	seed := *purgeSeed
 	if seed == 0 {
@@ -321,26 +367,49 @@ func TestOperator_PurgeRandom(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	url := natstest.Start(t)
+	url := untoldServer(t)
 	start := func(i int) *app.App {
+		user := nats.UserInfo("op", "op-pw") // told
+		if i == 1 {
+			user = nats.UserInfo("ctxd", "ctxd-pw") // not told
+		}
 		return startApp(t, t.TempDir(), func(c *app.Config) {
 			c.NATSURL = url
 			c.Instance = fmt.Sprintf("i%d-%d", i, rng.IntN(1000))
-			c.CacheSessions = 2 + rng.IntN(4) // evictions too
+			// Evictions too, or none: a session caught up is one
+			// still cached.
+			c.CacheSessions = []int{2, 3, 5, 100}[rng.IntN(4)]
+			c.NATSOptions = []nats.Option{user}
 		})
 	}
 	apps := []*app.App{start(0), start(1)}
-	c := newClient(t, url)
+	c := opClient(t, url)
 	st, err := c.js.Stream(ctx, "TRANSCRIPTS")
 	require.NoError(t, err)
 	ids := []string{"q0", "q1", "q2", "q3", "q4", "q5"}
 	pick := func() string { return ids[rng.IntN(len(ids))] }
 	// published lists every sequence published, for deletions; mark is
-	// the latest, and follows every removal.
+	// the latest, and follows every removal but those in earlier: what
+	// the stream held of each session before each of them.
 	var published []uint64
 	var mark uint64
-	removed := func() {
-		mark = c.publishValue("marker", record.NewMap("role", "user", "content", "marker"), false)
+	var earlier []map[string][]projection.Record
+	remove := func(label string, do func() error) {
+		var before map[string][]projection.Record
+		marked := rng.IntN(2) == 0
+		if !marked {
+			before = map[string][]projection.Record{}
+			for _, id := range ids {
+				before[id] = c.holds(id)
+			}
+		}
+		require.NoError(t, do(), label)
+		if marked {
+			mark = c.publishValue("marker", record.NewMap("role", "user", "content", "marker"), false)
+			earlier = nil
+		} else {
+			earlier = append(earlier, before)
+		}
 	}
 	for step := range steps {
 		label := fmt.Sprintf("step %d (seed %d)", step, seed)
@@ -353,39 +422,77 @@ func TestOperator_PurgeRandom(t *testing.T) {
 			}
 			mark = c.publishValue(id, v, false)
 			published = append(published, mark)
+			earlier = nil
+		case n < 75:
+			c.fetchCheckedAmong(pick(), label, mark, earlier)
 		case n < 80:
-			c.fetchChecked(pick(), label, mark)
+			// Every session, from both instances (at random): each
+			// caches them, and checks the stream up to mark.
+			for range 2 {
+				for _, id := range ids {
+					c.fetchCheckedAmong(id, label, mark, earlier)
+				}
+			}
 		case n < 84:
-			require.NoError(t, st.Purge(ctx, jetstream.WithPurgeSubject("transcripts."+pick())), label)
-			removed()
+			remove(label, func() error { return st.Purge(ctx, jetstream.WithPurgeSubject("transcripts."+pick())) })
 		case n < 87 && len(published) > 0:
 			seq := published[rng.IntN(len(published))] + 1
-			require.NoError(t, st.Purge(ctx, jetstream.WithPurgeSubject("transcripts."+pick()), jetstream.WithPurgeSequence(seq)), label)
-			removed()
+			remove(label, func() error {
+				return st.Purge(ctx, jetstream.WithPurgeSubject("transcripts."+pick()), jetstream.WithPurgeSequence(seq))
+			})
 		case n < 90:
-			require.NoError(t, st.Purge(ctx, jetstream.WithPurgeSubject("transcripts."+pick()), jetstream.WithPurgeKeep(uint64(rng.IntN(4)))), label)
-			removed()
+			remove(label, func() error {
+				return st.Purge(ctx, jetstream.WithPurgeSubject("transcripts."+pick()), jetstream.WithPurgeKeep(uint64(rng.IntN(4))))
+			})
 		case n < 91:
-			require.NoError(t, st.Purge(ctx), label)
-			removed()
+			remove(label, func() error { return st.Purge(ctx) })
+		case n < 93:
+			// The session cached by the instances (each request goes to
+			// one at random), records of it they have not read, a fetch
+			// of another session that checks the stream past them, a
+			// removal that keeps the last of them and no record after,
+			// and the session asked for again.
+			id := pick()
+			other := ids[(slices.Index(ids, id)+1)%len(ids)]
+			for range 3 {
+				c.fetchCheckedAmong(id, label, mark, earlier)
+			}
+			for i := range 2 {
+				mark = c.publishValue(id, record.NewMap("role", "user", "content", fmt.Sprintf("%s %d.%d", id, step, i)), false)
+				published = append(published, mark)
+			}
+			earlier = nil
+			for range 2 {
+				c.fetchChecked(other, label, mark)
+			}
+			remove(label, func() error {
+				return st.Purge(ctx, jetstream.WithPurgeSubject("transcripts."+id), jetstream.WithPurgeSequence(mark))
+			})
+			for range 2 {
+				c.fetchCheckedAmong(id, label, mark, earlier)
+			}
 		case n < 97 && len(published) > 0:
 			seq := published[rng.IntN(len(published))]
-			var err error
-			if rng.IntN(2) == 0 {
-				err = st.DeleteMsg(ctx, seq)
-			} else {
-				err = st.SecureDeleteMsg(ctx, seq)
-			}
-			if err != nil {
-				require.ErrorIs(t, err, jetstream.ErrMsgDeleteUnsuccessful, label) // deleted or purged before
-			}
-			removed()
+			secure := rng.IntN(2) == 0
+			remove(label, func() error {
+				var err error
+				if secure {
+					err = st.SecureDeleteMsg(ctx, seq)
+				} else {
+					err = st.DeleteMsg(ctx, seq)
+				}
+				if errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) {
+					return nil // deleted or purged before
+				}
+				return err
+			})
 		default:
 			i := rng.IntN(len(apps))
 			require.NoError(t, apps[i].Close(), label)
 			apps[i] = start(i)
 		}
 	}
+	mark = c.publishValue("marker", record.NewMap("role", "user", "content", "marker"), false)
 	for _, id := range ids {
 		c.fetchChecked(id, "end", mark)
 	}

@@ -36,25 +36,46 @@ import (
 // been applied, and that sequence is verified.
 //
 // The ingest applies no record past the verified sequence before it has
-// checked the stream's state again (cover); nor does a reader catch a
-// session up to a sequence past it. A check that finds removals no
-// advisory told of waits a moment for their advisories, then forgets
-// every session in both stores: when in doubt, the sessions load from the
-// stream, which holds only what remains. So the ingest store never holds
-// a record stored after a removal together with one the removal took: a
-// reply racing with a removal is built from what the stream held before
-// it, or after it. A loaded session that a load finishes reading after a
-// removal reads again (store.Forget).
+// checked the stream's state again (cover); nor does a reader show a
+// session caught up to a sequence past it (settle). A check that finds
+// removals no advisory told of waits a moment for their advisories, then
+// forgets every session in both stores: when in doubt, the sessions load
+// from the stream, which holds only what remains. So the ingest store
+// never holds a record stored after a removal together with one the
+// removal took: a reply racing with a removal is built from what the
+// stream held before it, or after it. A loaded session that a load
+// finishes reading after a removal reads again (store.Forget).
 //
 // A reader (an instance not pinned, or one whose ingest lags) catches a
 // cached session up by reading its records after those it holds. Each
 // request applies the advisories received first, and a check covers the
-// stream's last sequence the request read. What is left is a removal no
-// record was stored after (or one made while the request reads, after
-// its check) whose advisory has not come when the request reads: a
-// reply of a session cached behind its last record may then hold the
-// records it reads beside ones the removal took. The advisory, the next
-// record, or the next periodic check puts the session right.
+// stream's last sequence its probe saw. That alone would leave a removal
+// no record was stored after: the stream's last sequence stays where an
+// earlier check verified it, and until its advisory comes (if ever)
+// nothing tells of it. So whenever a reply is to rest on what the
+// request reads of the stream now, beside what the store read before
+// (store.ViewAtChecked: it read records of a cached session, or loads
+// one from a compaction it remembers, or finds the session's last record
+// below one it has seen), the request proves, after the read and before
+// the reply is built, that every removal made before then has been
+// applied (settle): it reads the stream's count after the read, unless
+// a check that began after the read has ended meanwhile, and a count
+// that moved is handled as check handles it (the advisories awaited, or
+// every session forgotten). That one read also covers the probe's last
+// sequence: a request that reads a new record pays one read of the
+// stream's state, as a check before the read would cost. A session
+// forgotten then loads from the stream; if the removal took the
+// session's last record the probe found, the stream is asked again where
+// the session ends (caught). A session asked for again with nothing new
+// to read costs no read of the stream's state: it is answered from
+// memory, as before a removal not told yet, until the advisory or the
+// next check (removalCheckEvery) finds the removal. So a reply of the
+// reader holds what the stream held of the session before a removal
+// made before the request, or after it, never some of each. What is
+// left is a removal made while the request reads, after its check
+// (during the load the check made necessary, say): a read half done
+// when the removal comes is read again once its advisory is applied
+// (store.Forget), and not otherwise.
 //
 // A stream with limits (AllowStreamLimits) drops messages of its own
 // accord: its count moves without advisories, so only the advisories are
@@ -100,6 +121,12 @@ type removals struct {
 	// from ch under mu: one that finds ch empty and none busy has
 	// nothing to wait for.
 	busy atomic.Int32
+	// reads counts the reads of the stream's state a check began;
+	// checked is the count at the start of the last read of the last
+	// check that ended (under mu): every removal made before that read
+	// began has been applied.
+	reads   atomic.Uint64
+	checked atomic.Uint64
 
 	mu      sync.Mutex
 	base    int64 // the stream's removed sequences not counted in applied
@@ -212,13 +239,51 @@ func (r *removals) cover(seq uint64) {
 	}
 }
 
+// settle is cover for a reader, called after it caught a session up and
+// before it shows it (store.ViewAtChecked), upTo being the stream's last
+// sequence its probe saw. When the reader read the stream (read), a
+// removal before the read with no record stored after it leaves the
+// stream's last sequence where an earlier check verified it, and cover
+// would not look: settle then returns once every removal made before
+// it was called has been applied to the stores, and upTo is verified.
+// It checks the stream's state, unless a check that began reading it
+// after settle was called has ended meanwhile and verified upTo (one
+// check answers the readers that waited for it together).
+func (r *removals) settle(ctx context.Context, read bool, upTo uint64) error {
+	if r == nil {
+		return nil
+	}
+	if !read || !r.counted {
+		r.cover(upTo)
+		return nil
+	}
+	after := r.reads.Load()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.drainLocked()
+	if r.checked.Load() > after && r.verified.Load() >= upTo {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	r.check(upTo)
+	return nil
+}
+
 // check reads the stream's state and verifies up to its last sequence,
 // or, failing that, forgets every session and verifies up to need (a
 // record already stored). r.mu is held.
 func (r *removals) check(need uint64) {
 	deadline := time.Now().Add(removalGrace)
+	// Whatever its last read of the stream's state finds, every removal
+	// made before that read began is applied when check returns:
+	// verified, or every session forgotten.
+	var read uint64
+	defer func() { r.checked.Store(read) }()
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), removalCheckTimeout)
+		read = r.reads.Add(1)
 		removed, last, err := bus.Removed(ctx, r.st)
 		cancel()
 		if err != nil {

@@ -266,10 +266,11 @@ func (r *roles) Reach(ctx context.Context, session string, seq uint64, timeout t
 			// an idle partition's never reaches a later record of
 			// another. The stream says where the session ends up to
 			// need; the ingest store answers once it has that.
-			last, _, err := r.probe(ctx, session, seq, need, deadline)
+			last, upTo, err := r.probe(ctx, session, seq, need, deadline)
 			if err != nil {
 				return nil, err
 			}
+			r.a.removals.cover(upTo) // purge.go: no removal before upTo is left in the stores
 			need = last
 		}
 		// The ingest gets there, unless the pin is lost meanwhile: then
@@ -300,18 +301,25 @@ func (r *roles) Reach(ctx context.Context, session string, seq uint64, timeout t
 // read brings the reader store's session up to a probe of the stream
 // that covers seq and the floor, and returns a Viewer that shows it.
 func (r *roles) read(ctx context.Context, p *part, session string, seq uint64, deadline time.Time) (server.Viewer, error) {
-	last, upTo, err := r.probe(ctx, session, seq, max(seq, p.floor.Load()), deadline)
+	probe := func(ctx context.Context) (last, upTo uint64, err error) {
+		last, upTo, err = r.probe(ctx, session, seq, max(seq, p.floor.Load()), deadline)
+		if err == nil {
+			p.raise(upTo)
+		}
+		return last, upTo, err
+	}
+	last, upTo, err := probe(ctx)
 	if err != nil {
 		return nil, err
 	}
-	p.raise(upTo)
-	return caught{st: r.reader, last: last}, nil
+	return caught{st: r.reader, last: last, upTo: upTo, removals: r.a.removals, again: probe}, nil
 }
 
 // probe asks the stream for the session's last record (0 for none) as a
 // replica that holds every record up to need sees it, need being seq or
 // past it (an earlier reply's floor); upTo is that replica's last
-// sequence.
+// sequence. The caller covers upTo (purge.go) before it shows what it
+// has of the session.
 func (r *roles) probe(ctx context.Context, session string, seq, need uint64, deadline time.Time) (last, upTo uint64, err error) {
 	floorDeadline := time.Now().Add(floorBudget)
 	delay := time.Millisecond
@@ -321,7 +329,6 @@ func (r *roles) probe(ctx context.Context, session string, seq, need uint64, dea
 			return 0, 0, fmt.Errorf("last record of %s: %w", session, err)
 		}
 		if upTo >= need {
-			r.a.removals.cover(upTo) // purge.go: no removal before upTo is left in the stores
 			if m != nil {
 				last = m.Seq
 			}
@@ -346,14 +353,32 @@ func (r *roles) probe(ctx context.Context, session string, seq, need uint64, dea
 }
 
 // caught shows a session of the reader store at or past its record last
-// (store.ViewAt).
+// (store.ViewAtChecked), as a probe that saw the stream up to upTo found
+// it. What it shows rests on no removal the stores have not applied,
+// made before the stream's state was checked after the read (purge.go).
 type caught struct {
-	st   *store.Store
-	last uint64
+	st         *store.Store
+	last, upTo uint64
+	removals   *removals
+	// again probes the stream again: for a record last that a removal
+	// took after the probe.
+	again func(context.Context) (last, upTo uint64, err error)
 }
 
 func (c caught) View(ctx context.Context, session string, fn func(p *projection.Session)) error {
-	return c.st.ViewAt(ctx, session, c.last, fn)
+	for try := 0; ; try++ {
+		err := c.st.ViewAtChecked(ctx, session, c.last, func(ctx context.Context, read bool) error {
+			return c.removals.settle(ctx, read, c.upTo)
+		}, fn)
+		if !errors.Is(err, store.ErrBehind) || c.again == nil || try == 2 {
+			return err
+		}
+		// The session's last record left the stream after the probe
+		// found it: the stream says again where the session ends.
+		if c.last, c.upTo, err = c.again(ctx); err != nil {
+			return err
+		}
+	}
 }
 
 // Wait implements server.Projections (the service uses Reach): it

@@ -25,8 +25,19 @@ import (
 // not. Catch never moves the watermark, which says what an ingest has
 // applied of the whole stream: a store that Catch feeds has none.
 func (s *Store) Catch(ctx context.Context, session string, last uint64) error {
+	_, err := s.catch(ctx, session, last)
+	return err
+}
+
+// catch is Catch. read reports that the view after it is to rest on
+// what the stream holds now, not on what the store read of it before:
+// Catch read records of the session (or tried to); or the session is not
+// loaded, and its load starts from a compaction the store remembers; or
+// the session has seen a record past last, which the stream may no
+// longer hold.
+func (s *Store) catch(ctx context.Context, session string, last uint64) (read bool, err error) {
 	if s.Loader == nil {
-		return nil // nothing to read from: the store holds every record it was given
+		return false, nil // nothing to read from: the store holds every record it was given
 	}
 	for {
 		sl := s.metByReader(session)
@@ -41,12 +52,17 @@ func (s *Store) Catch(ctx context.Context, session string, last uint64) error {
 			case <-ld.done:
 				continue
 			case <-ctx.Done():
-				return fmt.Errorf("store: load %s: %w", session, ctx.Err())
+				return false, fmt.Errorf("store: load %s: %w", session, ctx.Err())
 			}
 		}
 		defer sl.mu.Unlock()
+		// A session that has seen a record past last, the session's
+		// last record in the stream when the caller looked, holds
+		// records the stream has lost since, unless another reader
+		// looked later and read them.
+		read = sl.seq > last || sl.proj == nil && sl.fromKnown && sl.from > 0
 		if sl.seq >= last {
-			return nil
+			return read, nil
 		}
 		sl.recent = true
 		// The records between what the slot has seen and last were not
@@ -54,7 +70,7 @@ func (s *Store) Catch(ctx context.Context, session string, last uint64) error {
 		s.dropIndex(sl)
 		if sl.proj == nil {
 			sl.seq = last
-			return nil
+			return read, nil
 		}
 		ctx, cancel := context.WithTimeout(ctx, s.LoadTimeout)
 		defer cancel()
@@ -63,12 +79,12 @@ func (s *Store) Catch(ctx context.Context, session string, last uint64) error {
 			return nil
 		})
 		if err != nil {
-			return fmt.Errorf("store: catch %s up to %d: %w", session, last, err)
+			return true, fmt.Errorf("store: catch %s up to %d: %w", session, last, err)
 		}
 		// The read proved it reached the session's last record up to
 		// last: there is no other.
 		sl.seq = max(sl.seq, last)
-		return nil
+		return true, nil
 	}
 }
 
@@ -102,12 +118,36 @@ func (s *Store) caught(sl *slot, seq uint64, data []byte) {
 // the session's lock: a session the store forgot between Catch and View
 // loads again, without last, and is caught up again.
 func (s *Store) ViewAt(ctx context.Context, session string, last uint64, fn func(p *projection.Session)) error {
+	return s.ViewAtChecked(ctx, session, last, nil, fn)
+}
+
+// ViewAtChecked is ViewAt for a store whose stream may lose records (an
+// operator's purge or deletion) before the store is told (Forget). After
+// each catch-up it calls check, without the session's lock and before
+// the view, with read set when the view is to rest on reads of the
+// stream made now: when Catch read records of the session, which the
+// view would otherwise show beside records that a removal before the
+// read took; when the session is not loaded and loads from a compaction
+// the store remembers, which a removal may have taken; and when the
+// session has seen a record past last, which a removal explains (or a
+// later caller's catch-up). With read set, check must return once every
+// removal made before it was called has been applied to the store; a
+// session forgotten then loads again, from the stream as it is. A
+// session viewed again with nothing new to read has read unset: check
+// may return at once. An error of check fails the view.
+func (s *Store) ViewAtChecked(ctx context.Context, session string, last uint64, check func(ctx context.Context, read bool) error, fn func(p *projection.Session)) error {
 	for try := 0; ; try++ {
-		if err := s.Catch(ctx, session, last); err != nil {
+		read, err := s.catch(ctx, session, last)
+		if err != nil {
 			return err
 		}
+		if check != nil {
+			if err := check(ctx, read); err != nil {
+				return err
+			}
+		}
 		behind := false
-		err := s.View(ctx, session, func(p *projection.Session) {
+		err = s.View(ctx, session, func(p *projection.Session) {
 			var seq uint64
 			if p != nil {
 				seq = p.Seq()
