@@ -223,3 +223,28 @@ func TestOperator_PurgeEachBeforeReaderReads(t *testing.T) {
 		})
 	}
 }
+
+// TestOperator_CompactionGoneBeforeIngestLoads: the instance that holds
+// the ingest evicts a session, which remembers its latest compaction;
+// that compaction is deleted, nothing is stored after it, and nobody
+// tells the instance. The session's next load must not start at the
+// compaction that is gone.
+func TestOperator_CompactionGoneBeforeIngestLoads(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	url := untoldServer(t)
+	c := opClient(t, url)
+	startReader(t, url, func(c *app.Config) { c.CacheSessions = 1; c.Instance = "ingest" })
+	c.publishValue("s1", record.NewMap("role", "user", "content", "before"), false)
+	compaction := c.publishValue("s1", purgeCompaction, false)
+	last := c.publishValue("s1", record.NewMap("role", "user", "content", "after"), false)
+	c.fetchChecked("s1", "cached", last) // loaded from its compaction
+	mark := c.publishValue("s2", record.NewMap("role", "user", "content", "s2"), false)
+	c.fetchChecked("s2", "another session", mark) // s1 is evicted, and remembers its compaction
+	st, err := c.js.Stream(ctx, "TRANSCRIPTS")
+	require.NoError(t, err)
+	require.NoError(t, st.DeleteMsg(ctx, compaction))
+	c.fetchChecked("s1", "after the removal", last)
+	c.fetchChecked("s1", "again", last)
+	require.Equal(t, map[string]int{"ingest": 1}, c.roles(), "every reply came from the instance that holds the ingest")
+}

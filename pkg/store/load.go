@@ -110,6 +110,11 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 			b = s.newBuild(sl.id, start, known)
 			if saved != 0 && start == saved {
 				b.expect = saved
+			} else if fromKnown && start > 0 {
+				// The compaction remembered must still be there: one
+				// removed from the stream, and not told yet, would leave
+				// the records after it without those before.
+				b.expect = start
 			}
 			if byIndex {
 				return sr.RecordsAt(ctx, sl.id, seqs, b.addData)
@@ -132,6 +137,15 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 			return fmt.Errorf("store: load %s: %w", sl.id, err)
 		}
 		b.uncharge() // counted again as the slot's size, if it is kept
+		if err == nil && fromKnown && b.expect != 0 && (b.lied || !b.met) {
+			// The compaction the session remembered has left the stream:
+			// the session's latest compaction is not known any more.
+			s.Logger.Warn("the session's latest compaction left the stream; the session loads from its subject's start", "session", sl.id, "from", b.expect)
+			s.dropIndex(sl)
+			sl.from, sl.fromKnown, sl.saved = 0, false, 0
+			distrust, scan = true, true
+			continue
+		}
 		if err == nil && (b.lied || (b.expect != 0 && !b.met)) {
 			// The checkpoint names no compaction of the session where it
 			// says (tampered, or of another stream): a hint that does not

@@ -124,3 +124,27 @@ func TestStore_ForgetWhileLoading(t *testing.T) {
 	require.Equal(t, want, got, "the view the load ended with")
 	requireView(t, s, l, "a")
 }
+
+// A session evicted from an ingest's store remembers its latest
+// compaction and loads from it again. When that compaction has left the
+// stream and nobody told the store (its advisory late or denied, no
+// record stored after it), the load does not find it where it starts:
+// it reads the session's subject from its start instead, and shows what
+// the stream holds, not the records after a compaction that is gone.
+func TestStore_LoadFromRemovedCompaction(t *testing.T) {
+	for _, bySeq := range []bool{false, true} {
+		t.Run(fmt.Sprintf("bySeq=%v", bySeq), func(t *testing.T) {
+			l := newFakeLoader()
+			s := newFreshStore(l, lazyConfig{maxSessions: 1, maxBytes: DefaultMaxBytes, maxSessionBytes: DefaultMaxSessionBytes, bySeq: bySeq}, true)
+			t.Cleanup(func() { s.Close() })
+			ingest(s, l, "a", userRecord("before"))
+			compaction := ingest(s, l, "a", compactionRecord("kept"))
+			ingest(s, l, "a", userRecord("after"))
+			requireView(t, s, l, "a")
+			ingest(s, l, "b", userRecord("b"))
+			requireView(t, s, l, "b") // a is evicted, and remembers its compaction
+			l.remove("a", func(seq uint64) bool { return seq == compaction })
+			requireView(t, s, l, "a")
+		})
+	}
+}
