@@ -23,6 +23,7 @@ import (
 	"github.com/ctxd/ctxd/pkg/bus"
 	ctxdclient "github.com/ctxd/ctxd/pkg/client"
 	"github.com/ctxd/ctxd/pkg/subject"
+	"github.com/ctxd/ctxd/streams"
 )
 
 // owners maps each partition to the instances (by pid) that say they
@@ -445,12 +446,31 @@ func BenchmarkPartitions_Handoff(b *testing.B) {
 		}
 	}()
 	defer func() { close(stop); <-done }()
-	tc.settle()
+	owners, _ := tc.settle()
 	for round := range b.N {
+		leaver := tc.instances()[0]
+		var gone []string
+		for k, o := range owners {
+			if o == leaver.pid {
+				gone = append(gone, streams.PartitionName(k))
+			}
+		}
 		at := time.Now()
-		tc.term(tc.instances()[0])
+		tc.term(leaver)
 		tc.settle()
+		lastUnpin, lastPin, missing := pins.handoff(at, gone)
+		b.Logf("round %d, SIGTERM (3 -> 2): the %d partitions handed back: the last unpinned %v and the last pinned again %v after the signal; not pinned again %d",
+			round, len(gone), lastUnpin.Round(100*time.Microsecond), lastPin.Round(100*time.Microsecond), missing)
+		b.ReportMetric(float64(lastPin)/float64(time.Millisecond), "sigterm-last-pin-ms")
 		b.Logf("round %d, SIGTERM (3 -> 2): %s; settled %v after", round, pins.between(at, time.Now()), time.Since(at).Round(time.Millisecond))
+		if *handoffEvents {
+			b.Logf("signal at %s; pin events:%s", at.Format("15:04:05.000"), pins.dump(at, time.Now()))
+			for _, line := range strings.Split(stderrOf(leaver.p), "\n") {
+				if strings.Contains(line, "shutting down") || strings.Contains(line, "handed back") || strings.Contains(line, "checkpoints") || strings.Contains(line, "unpin") {
+					b.Logf("stopping instance: %s", line)
+				}
+			}
+		}
 		tc.startInstance()
 		tc.settle()
 		at = time.Now()
@@ -458,9 +478,11 @@ func BenchmarkPartitions_Handoff(b *testing.B) {
 		tc.settle()
 		b.Logf("round %d, SIGKILL (3 -> 2): %s; settled %v after", round, pins.between(at, time.Now()), time.Since(at).Round(time.Millisecond))
 		tc.startInstance()
-		tc.settle()
+		owners, _ = tc.settle()
 	}
 }
+
+var handoffEvents = flag.Bool("handoff.events", false, "BenchmarkPartitions_Handoff lists the pin events after the SIGTERM")
 
 // An unpartitioned stream in use is partitioned under load: two
 // instances serve it, publishers keep publishing; the instances stop,
