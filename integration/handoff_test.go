@@ -184,7 +184,16 @@ func TestPartitions_GracefulHandoff(t *testing.T) {
 
 	at := time.Now()
 	tc.term(leaver)
-	require.Equal(t, gone, pins.unpinnedSince(at), "the stopping instance unpins every partition it held")
+	// (The survivors may hand a surplus back meanwhile: more unpins.)
+	require.Eventually(t, func() bool {
+		unpinned := pins.unpinnedSince(at)
+		for _, c := range gone {
+			if !slices.Contains(unpinned, c) {
+				return false
+			}
+		}
+		return true
+	}, 20*time.Second, 10*time.Millisecond, "the stopping instance unpins every partition it held: %v, unpinned %v", gone, pins.unpinnedSince(at))
 	pinned := func() []string {
 		var out []string
 		for _, c := range pins.pinnedSince(at) {
