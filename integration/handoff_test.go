@@ -58,11 +58,13 @@ func pingReplies(t testing.TB, nc *nats.Conn) map[int][]byte {
 	defer sub.Unsubscribe()
 	require.NoError(t, nc.PublishRequest("$SRV.PING.ctxd", inbox, nil))
 	out := map[int][]byte{}
+	wait := 5 * time.Second // for the first
 	for {
-		m, err := sub.NextMsg(300 * time.Millisecond)
+		m, err := sub.NextMsg(wait)
 		if err != nil {
 			return out
 		}
+		wait = 500 * time.Millisecond // for more
 		var ping struct {
 			Metadata map[string]string `json:"metadata"`
 		}
@@ -134,8 +136,11 @@ func TestPartitions_GracefulHandoff(t *testing.T) {
 	t.Logf("3 instances: partitions per instance %v", perInstance(owners))
 
 	// Hostile notices.
-	replies := pingReplies(t, tc.nc)
-	require.Len(t, replies, 3)
+	var replies map[int][]byte
+	require.Eventually(t, func() bool {
+		replies = pingReplies(t, tc.nc)
+		return len(replies) == 3
+	}, 30*time.Second, 10*time.Millisecond, "the 3 instances answer $SRV.PING")
 	notice := func(h app.Handback) []byte {
 		data, err := json.Marshal(h)
 		require.NoError(t, err)

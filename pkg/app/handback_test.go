@@ -1,11 +1,15 @@
 package app
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ctxd/ctxd/pkg/bus"
 )
 
 // A handback notice is taken only when it is of this stream and its
@@ -43,8 +47,8 @@ func TestDecodeHandback(t *testing.T) {
 }
 
 // The count leaves out the instances that said they stop while they
-// still answer, counts them again once they no longer do (or after
-// leavingFor), and always counts this instance.
+// still answer, and counts them again once they no longer do (or after
+// leavingFor).
 func TestBalancer_Count(t *testing.T) {
 	b := &balancer{a: &App{Config: Config{Instance: "me:1"}}, leaving: map[string]time.Time{}}
 	b.counted(map[string]string{"A": "me:1", "B": "h:2", "C": "h:3"})
@@ -66,13 +70,28 @@ func TestBalancer_Count(t *testing.T) {
 	b.counted(map[string]string{"A": "me:1", "B": "h:2"})
 	require.Equal(t, 2, b.count())
 
-	// This instance before its service answers, or named as stopping by
-	// another: counted all the same.
-	b.counted(map[string]string{"B": "h:2"})
-	require.Equal(t, 2, b.count())
-	b.counted(map[string]string{"A": "me:1", "B": "h:2"})
-	b.leaving["A"] = time.Now()
-	require.Equal(t, 2, b.count())
+	// Nobody answering (this instance's service not open yet): 1.
 	b.counted(nil)
 	require.Equal(t, 1, b.count())
+}
+
+// A notice that names this instance, by its name or its service id,
+// leaves nobody out of its count.
+func TestBalancer_NoticeOfItself(t *testing.T) {
+	r := &roles{}
+	for k := range 4 {
+		r.parts = append(r.parts, &part{r: r, k: k})
+	}
+	b := &balancer{a: &App{Config: Config{Instance: "me:1"}, stream: "TRANSCRIPTS"}, r: r, runs: make([]*bus.Ingest, 4), leaving: map[string]time.Time{}}
+	b.counted(map[string]string{"A": "me:1", "B": "h:2"})
+	for _, h := range []Handback{
+		{Stream: "TRANSCRIPTS", Partitions: 4, Instance: "me:1", ID: "A"},
+		{Stream: "TRANSCRIPTS", Partitions: 4, Instance: "other:9", ID: "A"},
+	} {
+		data, err := json.Marshal(h)
+		require.NoError(t, err)
+		b.noticed(&nats.Msg{Data: data})
+		require.Empty(t, b.leaving)
+		require.Equal(t, 2, b.count())
+	}
 }

@@ -244,21 +244,15 @@ func (b *balancer) counted(seen map[string]string) {
 }
 
 // count returns the live instances as last counted, without those that
-// said they stop, and with this one (whose service does not answer
-// before the first partitions are pulled); at least 1. b.mu is held.
+// said they stop; at least 1. b.mu is held.
 func (b *balancer) count() int {
-	n, me := 0, false
-	for id, inst := range b.seen {
-		if _, gone := b.leaving[id]; gone {
-			continue
+	n := 0
+	for id := range b.seen {
+		if _, gone := b.leaving[id]; !gone {
+			n++
 		}
-		n++
-		me = me || inst == b.a.Instance
 	}
-	if !me {
-		n++
-	}
-	return n
+	return max(1, n)
 }
 
 // noticed takes another instance's handback: that instance is left out
@@ -280,11 +274,11 @@ func (b *balancer) noticed(m *nats.Msg) {
 		return
 	}
 	now := time.Now()
-	if h.ID != "" {
+	if h.ID != "" && h.ID != b.self {
 		b.leaving[h.ID] = now
 	}
 	for id, inst := range b.seen {
-		if inst == h.Instance {
+		if inst == h.Instance && id != b.self {
 			b.leaving[id] = now
 		}
 	}
