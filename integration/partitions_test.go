@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -23,6 +24,7 @@ import (
 	"github.com/ctxd/ctxd/pkg/bus"
 	ctxdclient "github.com/ctxd/ctxd/pkg/client"
 	"github.com/ctxd/ctxd/pkg/subject"
+	"github.com/ctxd/ctxd/streams"
 )
 
 // owners maps each partition to the instances (by pid) that say they
@@ -445,12 +447,31 @@ func BenchmarkPartitions_Handoff(b *testing.B) {
 		}
 	}()
 	defer func() { close(stop); <-done }()
-	tc.settle()
+	owners, _ := tc.settle()
 	for round := range b.N {
+		leaver := tc.instances()[0]
+		var gone []string
+		for k, o := range owners {
+			if o == leaver.pid {
+				gone = append(gone, streams.PartitionName(k))
+			}
+		}
 		at := time.Now()
-		tc.term(tc.instances()[0])
+		tc.term(leaver)
 		tc.settle()
+		lastUnpin, lastPin, missing := pins.handoff(at, gone)
+		b.Logf("round %d, SIGTERM (3 -> 2): the %d partitions handed back: the last unpinned %v and the last pinned again %v after the signal; not pinned again %d",
+			round, len(gone), lastUnpin.Round(100*time.Microsecond), lastPin.Round(100*time.Microsecond), missing)
+		b.ReportMetric(float64(lastPin)/float64(time.Millisecond), "sigterm-last-pin-ms")
 		b.Logf("round %d, SIGTERM (3 -> 2): %s; settled %v after", round, pins.between(at, time.Now()), time.Since(at).Round(time.Millisecond))
+		if *handoffEvents {
+			b.Logf("signal at %s; pin events:%s", at.Format("15:04:05.000"), pins.dump(at, time.Now()))
+			for _, line := range strings.Split(stderrOf(leaver.p), "\n") {
+				if strings.Contains(line, "shutting down") || strings.Contains(line, "handed back") || strings.Contains(line, "checkpoints") || strings.Contains(line, "unpin") {
+					b.Logf("stopping instance: %s", line)
+				}
+			}
+		}
 		tc.startInstance()
 		tc.settle()
 		at = time.Now()
@@ -458,9 +479,11 @@ func BenchmarkPartitions_Handoff(b *testing.B) {
 		tc.settle()
 		b.Logf("round %d, SIGKILL (3 -> 2): %s; settled %v after", round, pins.between(at, time.Now()), time.Since(at).Round(time.Millisecond))
 		tc.startInstance()
-		tc.settle()
+		owners, _ = tc.settle()
 	}
 }
+
+var handoffEvents = flag.Bool("handoff.events", false, "BenchmarkPartitions_Handoff lists the pin events after the SIGTERM")
 
 // An unpartitioned stream in use is partitioned under load: two
 // instances serve it, publishers keep publishing; the instances stop,
@@ -510,6 +533,89 @@ func TestPartitions_MigrateUnderLoad(t *testing.T) {
 	t.Logf("subjects: %d unpartitioned (records up to %d), %d partitioned", old, l.After, partitioned)
 	require.NotZero(t, old)
 	require.NotZero(t, partitioned)
+	for _, in := range tc.instances() {
+		tc.term(in)
+	}
+}
+
+// The nats-server node that leads partitions' consumers (and, when it
+// can be chosen so, not the stream) is SIGKILLed under publishes and
+// read-your-writes reads through 3 ctxd instances on a 16-partition
+// stream (3 nats-server processes, R3), and started again once the
+// instances have settled without it (-node.down at least). JetStream moves those consumers' leaders and clears their
+// pins; the instances' pulls take them again, and the balancer evens
+// the counts out. While the node is down and after it is back, every
+// partition is applied by exactly one instance after settling; every
+// reply equals Build over its session's records up to its seq, at or
+// past its min_seq; no record is lost, duplicated or reordered; rebuild
+// --check finds nothing. The partitions moved are printed.
+func TestPartitions_KillConsumerLeaderNode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a cluster of nats-server processes under load; -short leaves it to the plain run")
+	}
+	c := natstest.StartProcessClusterWith(t, 3, natstest.ProcessOptions{RoutePingInterval: *nodeRoutePing})
+	tc := onClusterP(t, c, "kl", 0, 16)
+	nc, err := nats.Connect(c.URLs(), append([]nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond)}, nodeClientOpts...)...)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	tc.nc = nc
+	tc.clientOpts = nodeClientOpts
+	for range 3 {
+		tc.startInstance()
+	}
+	tc.load(*clusterWriters, 64)
+	tc.readers(2, 64)
+	owners, took := tc.settle()
+	t.Logf("3 instances: settled in %v; partitions per instance %v", took.Round(time.Millisecond), perInstance(owners))
+	time.Sleep(*clusterLoadFor)
+
+	// The consumers' leaders, by node.
+	js, err := jetstream.New(tc.nc)
+	require.NoError(t, err)
+	leaders := func() map[string][]int {
+		leads := map[string][]int{}
+		for k := range tc.partitions {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			cons, err := js.Consumer(ctx, "TRANSCRIPTS", streams.PartitionName(k))
+			cancel()
+			if err != nil || cons.CachedInfo().Cluster == nil {
+				leads[""] = append(leads[""], k)
+				continue
+			}
+			l := cons.CachedInfo().Cluster.Leader
+			leads[l] = append(leads[l], k)
+		}
+		return leads
+	}
+	leads := leaders()
+	require.Empty(t, leads[""], "every consumer has a leader")
+	streamLeader := tc.c.WaitStreamLeader(t, "TRANSCRIPTS").Name
+	var node *natstest.Node
+	for _, n := range tc.c.Nodes {
+		if len(leads[n.Name]) > 0 && (node == nil || node.Name == streamLeader) {
+			node = n
+		}
+	}
+	require.NotNil(t, node)
+	t.Logf("%s: SIGKILL %s, the leader of partitions %v's consumers (the stream's leader: %s)", time.Now().Format("15:04:05.000"), node.Name, leads[node.Name], streamLeader)
+	at := time.Since(tc.start)
+	killed := time.Now()
+	node.Kill()
+	require.Eventually(t, func() bool {
+		l := leaders()
+		return len(l[node.Name]) == 0 && len(l[""]) == 0
+	}, time.Minute, 100*time.Millisecond, "the consumers the node led have other leaders")
+	t.Logf("%s: the consumers have new leaders", time.Now().Format("15:04:05.000"))
+	down, took := tc.settle()
+	t.Logf("node down: %d partitions moved, settled %v after; per instance %v", moved(owners, down), took.Round(time.Millisecond), perInstance(down))
+	time.Sleep(*nodeDown - time.Since(killed)) // down -node.down at least
+	node.Start(t)
+	waitStreamHealthy(tc)
+	back, took := tc.settle()
+	t.Logf("node back: %d partitions moved, settled %v after; per instance %v", moved(down, back), took.Round(time.Millisecond), perInstance(back))
+	time.Sleep(*clusterLoadFor)
+	samples := tc.finish()
+	t.Logf("after the kill: %s", faultFigures(samples, at))
 	for _, in := range tc.instances() {
 		tc.term(in)
 	}

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -509,14 +510,15 @@ func (a *App) Wait(ctx context.Context, seq uint64, timeout time.Duration) error
 }
 
 // Close stops everything Open started: the HTTP listener first (its
-// handlers read what follows), the partitions held (handed back at once,
-// on a partitioned stream), then in reverse order the service
-// (requests in hand are answered), the ingest (the record in hand is
-// applied), the checkpoints (every changed session's written in bulk,
-// within ShutdownCheckpoints; one line says how many were written and
-// how many were not), the pin (given up at once, so another instance
-// ingests without waiting for the pinned TTL), the connection, the
-// server.
+// handlers read what follows), the partitions held (on a partitioned
+// stream: the other instances told, the pins handed back at once, the
+// pulls stopped), then in reverse order the service (requests in hand
+// are answered), the ingest (the record in hand is applied), the
+// checkpoints (every changed session's written in bulk, the partitions'
+// together, within ShutdownCheckpoints; one line says how many were
+// written and how many were not), the pin (given up at once, so another
+// instance ingests without waiting for the pinned TTL), the connection,
+// the server.
 func (a *App) Close() error {
 	a.serving.Store(false)
 	var errs []error
@@ -531,15 +533,19 @@ func (a *App) Close() error {
 		errs = append(errs, a.ops.Close())
 		a.ops = nil
 	}
+	var partitions []*store.Store
 	if a.roles != nil && a.roles.bal != nil {
 		// The partitions first, at once: other instances apply them while
 		// this one finishes the requests in hand, through the stream.
-		a.roles.bal.close()
+		partitions = a.roles.bal.close()
 		a.roles.bal = nil
 	}
 	if a.svc != nil {
 		errs = append(errs, a.svc.Close())
 		a.svc = nil
+	}
+	if len(partitions) > 0 {
+		a.closeCheckpoints(partitions...)
 	}
 	if a.ingest != nil {
 		owner := a.roles.feeding()
@@ -581,27 +587,51 @@ func (a *App) Close() error {
 	return errors.Join(errs...)
 }
 
-// closeCheckpoints writes the ingest store's checkpoints within
-// ShutdownCheckpoints and stops its writer. Checkpoints not written are
-// no error: a checkpoint is a hint, and a session without its latest one
-// loads from an earlier one or from its first record, reading more of
-// the stream, to the same context.
-func (a *App) closeCheckpoints(st *store.Store) {
+// closeCheckpoints writes the ingest stores' checkpoints (the stream's,
+// or the partitions' this instance applied) within ShutdownCheckpoints
+// and stops their writers. Checkpoints not written are no error: a
+// checkpoint is a hint, and a session without its latest one loads from
+// an earlier one or from its first record, reading more of the stream,
+// to the same context.
+func (a *App) closeCheckpoints(sts ...*store.Store) {
 	within := a.ShutdownCheckpoints
 	if within <= 0 {
 		within = DefaultShutdownCheckpoints
 	}
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), within)
-	written, left, err := st.CloseCheckpoints(ctx)
+	var (
+		mu            sync.Mutex
+		written, left int
+		err           error
+		wg            sync.WaitGroup
+	)
+	for _, st := range sts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w, l, e := st.CloseCheckpoints(ctx)
+			mu.Lock()
+			written, left = written+w, left+l
+			if e != nil && err == nil {
+				err = e
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
 	cancel()
 	took := time.Since(start).Round(time.Millisecond)
+	var stores []any
+	if len(sts) > 1 {
+		stores = []any{"partitions", len(sts)}
+	}
 	if left == 0 {
-		a.Logger.Info("checkpoints at shutdown: all written", "written", written, "took", took)
+		a.Logger.Info("checkpoints at shutdown: all written", append([]any{"written", written, "took", took}, stores...)...)
 		return
 	}
 	a.Logger.Warn("checkpoints at shutdown: some not written; those sessions load from earlier checkpoints, reading more of the stream",
-		"written", written, "not_written", left, "took", took, "err", err)
+		append([]any{"written", written, "not_written", left, "took", took, "err", err}, stores...)...)
 }
 
 // unpin gives up the consumer's pin, when the server says this instance

@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ctxd/ctxd/pkg/bus"
@@ -40,10 +42,45 @@ import (
 // for a partition this instance does not hold is answered through the
 // stream (roles.read), and an ingest store is trusted only while its pin
 // is held (bus.Pin hooks).
+//
+// An instance that stops hands every partition it holds back at once,
+// and first says so on HandbackSubject: the others count the instances
+// again without it (it still answers $SRV.PING while it finishes the
+// requests in hand) and, below the new target, pull from the partitions
+// it names at once, so that JetStream pins them to one of them as soon
+// as they are unpinned, without waiting for a round. The notice decides
+// nothing: it makes the others pull sooner, and the pins still say who
+// applies a partition. Two instances that
+// both pull a partition get one pin, and the surplus goes back at a later
+// round; a notice lost, or an instance that sends none (killed, or of an
+// older version), leaves the partitions to the next rounds, as before.
 
 // balanceEvery is how often the balancer counts the live instances and
 // moves partitions.
 const balanceEvery = 500 * time.Millisecond
+
+// HandbackSubject is where an instance that stops says which partitions
+// it hands back (a Handback, JSON), just before it unpins them.
+const HandbackSubject = "ctxd.handback"
+
+// Handback is the notice of an instance that stops.
+type Handback struct {
+	// Stream is the stream whose partitions are handed back.
+	Stream string `json:"stream"`
+	// Partitions is the stream's number of partitions.
+	Partitions int `json:"partitions"`
+	// Instance names the instance that stops, as its service's
+	// metadata does; ID is its service's id in $SRV.PING, when known.
+	Instance string `json:"instance"`
+	ID       string `json:"id,omitempty"`
+	// HandedBack lists the partitions it unpins.
+	HandedBack []int `json:"handed_back"`
+}
+
+// leavingFor is how long an instance that said it stops is left out of
+// the count while it still answers $SRV.PING: its close takes a few
+// seconds at most.
+const leavingFor = 30 * time.Second
 
 // balancer runs the partitions' ingests of one instance.
 type balancer struct {
@@ -51,10 +88,21 @@ type balancer struct {
 	r     *roles
 	after uint64 // the stream's last sequence at start
 
+	cons []jetstream.Consumer // by partition, as openConsumers found or made them
+
 	mu     sync.Mutex
 	runs   []*bus.Ingest // by partition; nil when not pulling
 	over   int           // rounds in a row with more than target
 	closed bool
+	// seen are the instances of the last count, by service id, each
+	// with its instance name; self is this instance's service id once a
+	// count has seen it.
+	seen map[string]string
+	self string
+	// leaving are the service ids of instances that said they stop, left
+	// out of the count until it no longer sees them or leavingFor.
+	leaving map[string]time.Time
+	sub     *nats.Subscription
 
 	moved   atomic.Int64 // partitions handed back
 	target  atomic.Int64 // partitions an instance holds at most, as last counted
@@ -64,7 +112,8 @@ type balancer struct {
 }
 
 func newBalancer(a *App, r *roles, after uint64) *balancer {
-	b := &balancer{a: a, r: r, after: after, runs: make([]*bus.Ingest, len(r.parts)), stop: make(chan struct{}), done: make(chan struct{})}
+	b := &balancer{a: a, r: r, after: after, cons: make([]jetstream.Consumer, len(r.parts)), runs: make([]*bus.Ingest, len(r.parts)), stop: make(chan struct{}), done: make(chan struct{}),
+		leaving: map[string]time.Time{}}
 	// Until the instances are counted, as if this one held them all.
 	b.target.Store(int64(len(r.parts)))
 	return b
@@ -83,7 +132,7 @@ func (b *balancer) openConsumers(ctx context.Context, ackWait time.Duration) err
 			cfg.AckWait = ackWait
 		}
 		err = b.a.retryStart(ctx, b.a.nc.ConnectedUrl(), "consumer "+cfg.Durable, func(ctx context.Context) error {
-			_, err := bus.OpenConsumer(ctx, b.a.st, cfg, b.after)
+			b.cons[k], err = bus.OpenConsumer(ctx, b.a.st, cfg, b.after)
 			return err
 		})
 		if err != nil {
@@ -93,18 +142,28 @@ func (b *balancer) openConsumers(ctx context.Context, ackWait time.Duration) err
 	return nil
 }
 
-func (b *balancer) start() { go b.loop() }
+// start listens to the other instances' handbacks and runs the rounds.
+func (b *balancer) start() {
+	sub, err := b.a.nc.Subscribe(HandbackSubject, b.noticed)
+	if err != nil {
+		// The rounds move every partition without notices, later.
+		b.a.Logger.Warn("partition handbacks: not listening; partitions handed back wait for a round", "err", err)
+	}
+	b.sub = sub
+	go b.loop()
+}
 
 func (b *balancer) loop() {
 	defer close(b.done)
 	t := time.NewTicker(balanceEvery)
 	defer t.Stop()
+	b.round()
 	for {
-		b.round()
 		select {
 		case <-b.stop:
 			return
 		case <-t.C:
+			b.round()
 		}
 	}
 }
@@ -122,15 +181,17 @@ func (b *balancer) held() []int {
 
 // round counts the live instances and moves partitions.
 func (b *balancer) round() {
-	n := b.live()
-	P := len(b.r.parts)
-	target := (P + n - 1) / n
-	b.target.Store(int64(target))
+	seen := b.live()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
 		return
 	}
+	b.counted(seen)
+	n := b.count()
+	P := len(b.r.parts)
+	target := (P + n - 1) / n
+	b.target.Store(int64(target))
 	held := b.held()
 	if len(held) > target {
 		if b.over++; b.over >= 2 {
@@ -147,16 +208,145 @@ func (b *balancer) round() {
 	for _, k := range held {
 		isHeld[k] = true
 	}
+	var pull []int
 	for k := range P {
 		switch {
 		case isHeld[k]:
 		case len(held) < target && b.runs[k] == nil:
-			if err := b.startRun(k); err != nil {
-				b.a.Logger.Warn("partition ingest", "partition", k, "err", err)
-			}
+			pull = append(pull, k)
 		case len(held) >= target && b.runs[k] != nil:
 			b.stopRun(k)
 		}
+	}
+	b.startRuns(pull)
+}
+
+// counted notes the instances a count saw; b.mu is held. An instance
+// that said it stops is counted again once it has stopped answering, or
+// after leavingFor.
+func (b *balancer) counted(seen map[string]string) {
+	b.seen = seen
+	now := time.Now()
+	for id, at := range b.leaving {
+		if _, ok := seen[id]; !ok || now.Sub(at) > leavingFor {
+			delete(b.leaving, id)
+		}
+	}
+	self, mine := "", 0
+	for id, inst := range seen {
+		if inst == b.a.Instance {
+			self, mine = id, mine+1
+		}
+	}
+	if mine == 1 {
+		b.self = self
+	}
+}
+
+// count returns the live instances as last counted, without those that
+// said they stop; at least 1. b.mu is held.
+func (b *balancer) count() int {
+	n := 0
+	for id := range b.seen {
+		if _, gone := b.leaving[id]; !gone {
+			n++
+		}
+	}
+	return max(1, n)
+}
+
+// noticed takes another instance's handback: that instance is left out
+// of the count, and its partitions are pulled from at once (takeOver),
+// here rather than in the rounds' goroutine, which may be waiting for
+// $SRV.PING replies.
+func (b *balancer) noticed(m *nats.Msg) {
+	h, err := decodeHandback(m.Data, b.a.stream, len(b.r.parts))
+	if err != nil {
+		b.a.Logger.Debug("partition handback ignored", "err", err)
+		return
+	}
+	if h.Instance == b.a.Instance {
+		return // its own
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return
+	}
+	now := time.Now()
+	if h.ID != "" && h.ID != b.self {
+		b.leaving[h.ID] = now
+	}
+	for id, inst := range b.seen {
+		if inst == h.Instance && id != b.self {
+			b.leaving[id] = now
+		}
+	}
+	b.mu.Unlock()
+	b.takeOver(h.HandedBack)
+}
+
+// decodeHandback decodes a notice of stream's partitions; one of another
+// stream or number of partitions, or naming a partition the stream does
+// not have, is an error.
+func decodeHandback(data []byte, stream string, P int) (Handback, error) {
+	var h Handback
+	if err := json.Unmarshal(data, &h); err != nil {
+		return Handback{}, fmt.Errorf("handback: %w", err)
+	}
+	switch {
+	case h.Stream != stream || h.Partitions != P:
+		return Handback{}, fmt.Errorf("handback: of stream %q with %d partitions, not %q with %d", h.Stream, h.Partitions, stream, P)
+	case h.Instance == "":
+		return Handback{}, errors.New("handback: no instance")
+	case len(h.HandedBack) > P:
+		return Handback{}, fmt.Errorf("handback: %d partitions of %d", len(h.HandedBack), P)
+	}
+	for _, k := range h.HandedBack {
+		if k < 0 || k >= P {
+			return Handback{}, fmt.Errorf("handback: no partition %d of %d", k, P)
+		}
+	}
+	return h, nil
+}
+
+// takeOver pulls, at once, from the partitions other instances handed
+// back, when this one holds fewer than the target counted without them.
+// It neither hands back nor stops pulling: the rounds do.
+func (b *balancer) takeOver(ks []int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return
+	}
+	n := b.count()
+	P := len(b.r.parts)
+	target := (P + n - 1) / n
+	b.target.Store(int64(target))
+	var pull []int
+	for _, k := range ks {
+		if b.runs[k] == nil && !slices.Contains(pull, k) {
+			pull = append(pull, k)
+		}
+	}
+	held := len(b.held())
+	if held >= target || len(pull) == 0 {
+		return
+	}
+	b.a.Logger.Info("partitions handed back by an instance that stops: pulling from them", "partitions", pull, "held", held, "target", target, "instances", n)
+	b.startRuns(pull)
+}
+
+// announce tells the other instances which partitions this one hands
+// back as it stops.
+func (b *balancer) announce(ks []int) {
+	data, err := json.Marshal(Handback{Stream: b.a.stream, Partitions: len(b.r.parts), Instance: b.a.Instance, ID: b.self, HandedBack: ks})
+	if err == nil {
+		err = b.a.nc.Publish(HandbackSubject, data)
+	}
+	if err != nil {
+		// The others' rounds take the partitions, later.
+		b.a.Logger.Warn("partition handback notice", "err", err)
 	}
 }
 
@@ -168,15 +358,16 @@ func (b *balancer) handBack(ks []int, reason string) {
 		in *bus.Ingest
 	}
 	var gs []given
+	pins := map[int]string{}
 	for _, k := range ks {
 		p := b.r.parts[k]
-		pin := p.heldPin()
-		st := p.feeding()
-		p.lost(reason, false) // requests stop trusting it now
-		b.unpin(k, pin)
-		gs = append(gs, given{k, st, b.runs[k]})
-		b.runs[k] = nil
+		pins[k] = p.heldPin()
+		gs = append(gs, given{k, p.release(reason), b.runs[k]})
 		b.moved.Add(1)
+	}
+	b.unpinAll(pins)
+	for _, k := range ks {
+		b.runs[k] = nil
 	}
 	for _, g := range gs {
 		b.closing.Add(1)
@@ -191,6 +382,7 @@ func (b *balancer) handBack(ks []int, reason string) {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				_ = g.st.SaveCheckpoints(ctx) // a hint: the next owner loads from the stream without
 				cancel()
+				g.st.Close()
 			}
 			b.mu.Lock()
 			defer b.mu.Unlock()
@@ -226,17 +418,54 @@ func (b *balancer) stopRun(k int) {
 	}()
 }
 
-// startRun pulls from a partition's consumer; b.mu is held.
-func (b *balancer) startRun(k int) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	cons, err := b.a.st.Consumer(ctx, streams.PartitionName(k))
-	if err != nil {
-		if errors.Is(err, jetstream.ErrConsumerNotFound) {
-			b.a.fail(fmt.Errorf("ingest consumer %s on stream %s was deleted: its partition's records are applied no more; start ctxd again to create it", streams.PartitionName(k), b.a.stream))
-		}
-		return err
+// parallel bounds the JetStream API requests a balancer makes at once.
+const parallel = 8
+
+// each runs fn for every partition of ks, at most parallel at once, and
+// returns when all have returned.
+func each(ks []int, fn func(i, k int)) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, parallel)
+	for i, k := range ks {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			fn(i, k)
+		}()
 	}
+	wg.Wait()
+}
+
+// startRuns pulls from partitions' consumers at once; b.mu is held. The
+// consumers are the ones found at start: a partition handed back waits
+// for no lookup. Each is looked up meanwhile all the same, so that one
+// deleted stops the instance loudly (the pulls of one not pinned would
+// say nothing).
+func (b *balancer) startRuns(ks []int) {
+	for _, k := range ks {
+		if err := b.startRun(k, b.cons[k]); err != nil {
+			b.a.Logger.Warn("partition ingest", "partition", k, "err", err)
+		}
+	}
+	if len(ks) == 0 {
+		return
+	}
+	b.closing.Add(1)
+	go func() {
+		defer b.closing.Done()
+		each(ks, func(_, k int) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if _, err := b.a.st.Consumer(ctx, streams.PartitionName(k)); errors.Is(err, jetstream.ErrConsumerNotFound) {
+				b.a.fail(fmt.Errorf("ingest consumer %s on stream %s was deleted: its partition's records are applied no more; start ctxd again to create it", streams.PartitionName(k), b.a.stream))
+			}
+		})
+	}()
+}
+
+// startRun pulls from partition k's consumer; b.mu is held.
+func (b *balancer) startRun(k int, cons jetstream.Consumer) error {
 	p := b.r.parts[k]
 	tr := &gapTrack{Consumer: cons}
 	nc, stream := b.a.nc, b.a.stream
@@ -282,49 +511,122 @@ func (b *balancer) unpin(k int, pin string) {
 	}
 	for _, g := range cons.CachedInfo().PriorityGroups {
 		if g.Group == streams.IngestGroup && g.PinnedClientID == pin {
-			if err := b.a.st.UnpinConsumer(ctx, name, streams.IngestGroup); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-				b.a.Logger.Warn("unpin", "partition", k, "err", err)
-			}
+			b.unpinNow(ctx, k)
 			return
 		}
 	}
 }
 
-// close hands every partition held back at once, and stops pulling.
-func (b *balancer) close() {
+// unpinNow gives partition k's pin back, whoever holds it.
+func (b *balancer) unpinNow(ctx context.Context, k int) {
+	if err := b.a.st.UnpinConsumer(ctx, streams.PartitionName(k), streams.IngestGroup); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		b.a.Logger.Warn("unpin", "partition", k, "err", err)
+	}
+}
+
+// unpinAll gives pins back (by partition), all at once. The pin of a
+// partition whose ingest still holds it (records came under it, no pull
+// was refused since) is given back without asking the server first
+// whose it is: one request less before another instance applies it.
+// b.mu is held.
+func (b *balancer) unpinAll(pins map[int]string) {
+	var ks []int
+	for k, pin := range pins {
+		if pin != "" {
+			ks = append(ks, k)
+		}
+	}
+	sure := make([]bool, len(ks))
+	for i, k := range ks {
+		sure[i] = b.runs[k] != nil && b.runs[k].Pinned() == pins[k]
+	}
+	each(ks, func(i, k int) {
+		if !sure[i] {
+			b.unpin(k, pins[k])
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		b.unpinNow(ctx, k)
+	})
+}
+
+// close hands every partition held back at once and stops pulling. It
+// returns the partitions' ingest stores: their checkpoints are the
+// caller's to write, in one bulk with the others (App.closeCheckpoints).
+func (b *balancer) close() []*store.Store {
 	// At once, without waiting for a round counting the instances.
 	b.mu.Lock()
 	b.closed = true
 	held := b.held()
 	if len(held) > 0 {
-		b.handBack(held, "shutting down")
+		// The notice first: the others pull from these partitions while
+		// they are unpinned, and JetStream pins one of their pulls.
+		b.a.Logger.Info("partitions handed back: shutting down", "partitions", held)
+		b.announce(held)
 	}
+	pins := map[int]string{}
+	var stores []*store.Store
+	for _, k := range held {
+		p := b.r.parts[k]
+		pins[k] = p.heldPin()
+		if st := p.release("shutting down"); st != nil {
+			stores = append(stores, st)
+		}
+		b.moved.Add(1)
+	}
+	b.unpinAll(pins)
+	var ins []*bus.Ingest
+	var ks []int
 	for k, in := range b.runs {
 		if in != nil {
-			b.stopRun(k)
+			ins, ks = append(ins, in), append(ks, k)
+			b.runs[k] = nil
 		}
 	}
 	b.mu.Unlock()
+	if b.sub != nil {
+		b.sub.Unsubscribe()
+	}
 	close(b.stop)
 	<-b.done
-	b.closing.Wait()
+	each(ks, func(i, k int) {
+		if err := ins[i].Close(); err != nil {
+			b.a.Logger.Warn("partition ingest", "partition", k, "err", err)
+		}
+	})
+	b.closing.Wait() // the rounds' handbacks
+	// A pin gained while the pulls stopped is given back too.
+	pins = map[int]string{}
+	for _, p := range b.r.parts {
+		if p.feeding() == nil {
+			continue
+		}
+		pins[p.k] = p.heldPin()
+		if st := p.release("shutting down"); st != nil {
+			stores = append(stores, st)
+		}
+	}
+	b.unpinAll(pins)
+	return stores
 }
 
-// live counts the ctxd instances on the stream: the services named ctxd
-// that answer $SRV.PING with this instance's partitions; at least 1.
-func (b *balancer) live() int {
+// live returns the ctxd instances on the stream, by service id with
+// their instance names: the services named ctxd that answer $SRV.PING
+// with this instance's partitions.
+func (b *balancer) live() map[string]string {
+	ids := map[string]string{}
 	nc := b.a.nc
 	inbox := nc.NewInbox()
 	sub, err := nc.SubscribeSync(inbox)
 	if err != nil {
-		return 1
+		return ids
 	}
 	defer sub.Unsubscribe()
 	if err := nc.PublishRequest("$SRV.PING.ctxd", inbox, nil); err != nil {
-		return 1
+		return ids
 	}
 	want := strconv.Itoa(len(b.r.parts))
-	ids := map[string]bool{}
 	deadline := time.Now().Add(time.Second)
 	wait := 250 * time.Millisecond // for the first reply
 	for time.Now().Before(deadline) {
@@ -338,10 +640,10 @@ func (b *balancer) live() int {
 			Metadata map[string]string `json:"metadata"`
 		}
 		if json.Unmarshal(m.Data, &ping) == nil && ping.ID != "" && ping.Metadata["partitions"] == want {
-			ids[ping.ID] = true
+			ids[ping.ID] = ping.Metadata["instance"]
 		}
 	}
-	return max(1, len(ids))
+	return ids
 }
 
 // handlePart returns the handler of partition p's records: each is
@@ -366,6 +668,21 @@ func (a *App) handlePart(p *part) bus.Handler {
 		}
 		st.Apply(session, m.Seq, m.Data)
 	}
+}
+
+// release stops trusting the ingest store and takes it from the part:
+// the caller writes its checkpoints and closes it. Records of the pin
+// still delivered are not applied to it, and a refusal of the pin (its
+// pulls, after the unpin) does not close it under the caller.
+func (r *part) release(reason string) *store.Store {
+	r.lost(reason, false)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := r.feed.Swap(nil)
+	if st != nil {
+		r.retire(st)
+	}
+	return st
 }
 
 // drop lets the ingest store go: the partition is not held, and its
