@@ -153,6 +153,11 @@ func TestTenants_Isolation(t *testing.T) {
 			_, err = tn.app.Request(other+".nosuch.1", nil, 2*time.Second)
 			require.ErrorIs(t, err, nats.ErrNoResponders, "app-%s reaches %s's chunks", n, o)
 
+			// Routed requests of a partitioned stream: the apps may send
+			// them (here no instance answers them: the stream has none).
+			_, err = tn.app.Request("ctxd.p.0.shared", nil, 2*time.Second)
+			require.ErrorIs(t, err, nats.ErrNoResponders, "app-%s may ask a partition's endpoint", n)
+
 			// Rejected list: not for apps; the tenant's operators see
 			// their own rejected records only.
 			_, err = tn.app.Request("ctxd.rejected", nil, 2*time.Second)
