@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/ctxd/ctxd/pkg/bus"
+	"github.com/ctxd/ctxd/pkg/client"
 	"github.com/ctxd/ctxd/streams"
 )
 
@@ -20,15 +23,23 @@ metadata (ctxd_partitioned_after), and ctxd reads a session's records on
 both subjects up to it.
 
 P is fixed for the stream's life; a stream already partitioned is left as
-it is when P is its own, and refused otherwise. Running ctxd instances go on
-with what they started with: restart them after this command (they read P
-from the stream). Instances of a ctxd without partitions reject the
-partitioned records: upgrade them first.`
+it is when P is its own, and refused otherwise.
+
+Stop every ctxd instance of the stream first, and start them again after
+this command (they read P from the stream): an instance reads a session on
+the subjects of the layout it started with, and would miss the records
+stored after the change. The command refuses while instances of the stream
+answer $SRV.PING (it waits --ping-wait for them), and names them; one that
+meets the change anyway stops answering and exits with an error, for its
+supervisor to start it again. Publishers may go on meanwhile: ctxd applies
+what they stored when it starts. Instances of a ctxd without partitions
+reject the partitioned records: upgrade them first.`
 
 func runPartition(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "partition", "partition --partitions P [flags]", partitionAbout)
 	conn := addConnFlags(fs, e, false)
 	p := fs.Int("partitions", streams.RecommendedPartitions, "number of partitions, 2 to 1024; at least the instances foreseen")
+	pingWait := fs.Duration("ping-wait", time.Second, "how long to wait for running instances of the stream to answer $SRV.PING")
 	pos, err := parse(e, fs, args)
 	if err != nil {
 		return err
@@ -49,6 +60,20 @@ func runPartition(ctx context.Context, e *env, args []string) error {
 	js, err := bus.JetStream(nc)
 	if err != nil {
 		return err
+	}
+	running, err := client.Instances(ctx, nc, *pingWait)
+	if err != nil {
+		return err
+	}
+	var names []string
+	for _, in := range running {
+		if in.Stream == "" || in.Stream == stream {
+			names = append(names, in.Name)
+		}
+	}
+	if len(names) > 0 {
+		return fmt.Errorf("ctxd partition: %d ctxd instance(s) serve stream %s (%s): stop them first, and start them again after the change; records published meanwhile are kept and applied when they start",
+			len(names), stream, strings.Join(names, ", "))
 	}
 	l, err := bus.Partition(ctx, js, stream, *p)
 	if err != nil {

@@ -184,6 +184,10 @@ type App struct {
 	// removals applies the stream's purges and deletions to the stores
 	// (purge.go).
 	removals *removals
+	// layout stops the instance when the stream's partitions change
+	// (layout.go); layoutErr, once set, answers every request.
+	layout    *layoutWatch
+	layoutErr atomic.Pointer[error]
 }
 
 // New returns an app with the configuration; Open starts it.
@@ -311,6 +315,10 @@ func (a *App) Open(ctx context.Context) (err error) {
 	cps.Stream = bus.StreamIdentity(st.CachedInfo())
 	a.js, a.st, a.stream = js, st, want.Name
 	a.loader = &streamLoader{nc: a.nc, stream: want.Name, cps: cps, layout: layout}
+	a.layout = watchLayout(a.nc, st, layout, a.Logger, func(err error) {
+		a.layoutErr.Store(&err)
+		a.fail(err)
+	})
 	a.roles = newRoles(a, a.newStore(), layout)
 	// Only the ingest writes checkpoints: one writer at a time, but for
 	// the moments two instances both think they hold the pin.
@@ -404,7 +412,7 @@ func (a *App) openService() error {
 	}
 	a.svc.MaxLoads, a.svc.MaxWaiters = a.MaxLoads, a.MaxWaiters
 	a.svc.MissRate = a.EmptyRate
-	a.svc.Instance = a.Instance
+	a.svc.Instance, a.svc.Stream = a.Instance, a.stream
 	// A stopping instance finishes the reads in hand: with other
 	// instances on the stream, a request's wait ends well within this.
 	a.svc.CloseGrace = 2 * time.Second
@@ -565,6 +573,8 @@ func (a *App) Close() error {
 		a.removals.close()
 		a.removals = nil
 	}
+	a.layout.close()
+	a.layout = nil
 	if a.roles != nil {
 		errs = append(errs, a.roles.reader.Close())
 	}

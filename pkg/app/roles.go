@@ -250,6 +250,9 @@ func (r *roles) Ready(session string, seq uint64) bool {
 
 // Reach implements server.Reacher.
 func (r *roles) Reach(ctx context.Context, session string, seq uint64, timeout time.Duration) (server.Viewer, error) {
+	if err := r.a.layoutErr.Load(); err != nil {
+		return nil, *err // layout.go: what this instance would read misses records
+	}
 	p := r.partOf(session)
 	deadline := time.Now().Add(timeout)
 	r.a.removals.drain() // purge.go

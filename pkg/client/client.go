@@ -87,6 +87,47 @@ func Partitions(ctx context.Context, nc *nats.Conn) (int, error) {
 	return p, nil
 }
 
+// Instance is a ctxd instance that answered $SRV.PING.
+type Instance struct {
+	// ID is the service's id; Name its instance name (host:pid unless
+	// set); Stream the stream it serves ("" for a ctxd that does not say).
+	ID, Name, Stream string
+}
+
+// Instances lists the ctxd instances that answer $SRV.PING.ctxd within
+// wait: every one the connection's account reaches.
+func Instances(ctx context.Context, nc *nats.Conn, wait time.Duration) ([]Instance, error) {
+	inbox := nc.NewRespInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, fmt.Errorf("$SRV.PING.ctxd: %w", err)
+	}
+	defer sub.Unsubscribe()
+	if err := nc.PublishRequest("$SRV.PING.ctxd", inbox, nil); err != nil {
+		return nil, fmt.Errorf("$SRV.PING.ctxd: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	var out []Instance
+	for {
+		m, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, nats.ErrNoResponders) {
+				return out, nil
+			}
+			return out, fmt.Errorf("$SRV.PING.ctxd: %w", err)
+		}
+		var ping struct {
+			ID       string            `json:"id"`
+			Metadata map[string]string `json:"metadata"`
+		}
+		if json.Unmarshal(m.Data, &ping) != nil || ping.ID == "" {
+			continue
+		}
+		out = append(out, Instance{ID: ping.ID, Name: ping.Metadata["instance"], Stream: ping.Metadata["stream"]})
+	}
+}
+
 // Context fetches a session's context reply and returns its body, JSON or
 // msgpack as asked, whole.
 func Context(ctx context.Context, nc *nats.Conn, session string, req Request) ([]byte, error) {

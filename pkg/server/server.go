@@ -119,6 +119,9 @@ type Service struct {
 	// applies every record; "reader": it reads each session's tail per
 	// request), for $SRV.STATS.
 	Role func() string
+	// Stream names the stream the instance serves, for $SRV.INFO and
+	// $SRV.PING (ctxd partition finds the instances of a stream with it).
+	Stream string
 	// Partitions is the stream's number of partitions, for $SRV.INFO
 	// (clients compute a session's partition with it) and $SRV.PING
 	// (instances count the live ones with it); 0 or 1: none.
@@ -292,6 +295,9 @@ func (s *Service) metadata() map[string]string {
 	md := map[string]string{}
 	if s.Instance != "" {
 		md["instance"] = s.Instance
+	}
+	if s.Stream != "" {
+		md["stream"] = s.Stream
 	}
 	if s.Partitions > 1 {
 		md["partitions"] = strconv.Itoa(s.Partitions)
