@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/ctxd/ctxd/pkg/bus"
 	"github.com/ctxd/ctxd/pkg/client"
+	"github.com/ctxd/ctxd/pkg/natsd"
 	"github.com/ctxd/ctxd/streams"
 )
 
@@ -32,7 +34,10 @@ stored after the change. The command refuses while instances of the stream
 answer $SRV.PING (it waits --ping-wait for them), and names them; one that
 meets the change anyway stops answering and exits with an error, for its
 supervisor to start it again. Publishers may go on meanwhile: ctxd applies
-what they stored when it starts. Instances of a ctxd without partitions
+what they stored when it starts.
+
+With the embedded server (ctxd serve without --nats), stop ctxd serve and
+give its store directory: ctxd partition --data ./data --partitions 16. Instances of a ctxd without partitions
 reject the partitioned records: upgrade them first.`
 
 func runPartition(ctx context.Context, e *env, args []string) error {
@@ -40,6 +45,7 @@ func runPartition(ctx context.Context, e *env, args []string) error {
 	conn := addConnFlags(fs, e, false)
 	p := fs.Int("partitions", streams.RecommendedPartitions, "number of partitions, 2 to 1024; at least the instances foreseen")
 	pingWait := fs.Duration("ping-wait", time.Second, "how long to wait for running instances of the stream to answer $SRV.PING")
+	data := fs.String("data", "", "the embedded server's store `DIR` (that of ctxd serve without --nats, stopped): partition the stream there, instead of on a server at --nats")
 	pos, err := parse(e, fs, args)
 	if err != nil {
 		return err
@@ -51,6 +57,23 @@ func runPartition(ctx context.Context, e *env, args []string) error {
 	if *p < 2 || *p > streams.MaxPartitions {
 		fmt.Fprintf(e.stderr, "ctxd partition: --partitions %d; 2 to %d\n", *p, streams.MaxPartitions)
 		return errUsage
+	}
+	if *data != "" {
+		explicit := false
+		fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "nats" })
+		if explicit {
+			fmt.Fprintln(e.stderr, "ctxd partition: --data and --nats name two servers; give one")
+			return errUsage
+		}
+		// The store of the embedded server, opened here alone: a ctxd
+		// serve that runs on it holds it, and the open fails.
+		srv := natsd.New(*data)
+		srv.Port = -1
+		if err := srv.OpenContext(ctx); err != nil {
+			return fmt.Errorf("open the store in %s (stop the ctxd serve that runs on it first): %w", *data, err)
+		}
+		defer srv.Close()
+		conn.url = srv.ClientURL()
 	}
 	nc, stream, err := conn.connectStream(e, fs)
 	if err != nil {
@@ -72,7 +95,7 @@ func runPartition(ctx context.Context, e *env, args []string) error {
 		}
 	}
 	if len(names) > 0 {
-		return fmt.Errorf("ctxd partition: %d ctxd instance(s) serve stream %s (%s): stop them first, and start them again after the change; records published meanwhile are kept and applied when they start",
+		return fmt.Errorf("%d ctxd instance(s) serve stream %s (%s): stop them first, and start them again after the change; records published meanwhile are kept and applied when they start",
 			len(names), stream, strings.Join(names, ", "))
 	}
 	l, err := bus.Partition(ctx, js, stream, *p)

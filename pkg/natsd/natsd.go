@@ -60,7 +60,8 @@ type Server struct {
 	// other servers'.
 	Cluster Cluster
 
-	ns *server.Server
+	ns   *server.Server
+	lock *os.File // the store directory's lock, held while ns runs
 }
 
 // Cluster says where a server meets the other servers of its cluster.
@@ -87,6 +88,13 @@ func New(storeDir string) *Server {
 		SyncInterval: DefaultSyncInterval,
 	}
 }
+
+// ErrStoreInUse is returned by Open when another server holds the store
+// directory.
+var ErrStoreInUse = errors.New("natsd: the store directory is in use by another server")
+
+// lockFile is the store directory's lock, held while a server runs on it.
+const lockFile = "ctxd.lock"
 
 // ErrExposed is returned by Open for a server that would listen beyond
 // loopback without authentication.
@@ -148,8 +156,21 @@ func (s *Server) OpenContext(ctx context.Context) error {
 			opts.Routes = append(opts.Routes, u)
 		}
 	}
+	if err := os.MkdirAll(opts.StoreDir, 0o755); err != nil {
+		return fmt.Errorf("natsd: store directory: %w", err)
+	}
+	lock, err := lockStore(opts.StoreDir)
+	if err != nil {
+		return err
+	}
+	unlock := func() {
+		if lock != nil {
+			lock.Close()
+		}
+	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
+		unlock()
 		return fmt.Errorf("natsd: %w", err)
 	}
 	logger := s.Logger
@@ -162,6 +183,7 @@ func (s *Server) OpenContext(ctx context.Context) error {
 	stop := func(err error) error {
 		ns.Shutdown()
 		ns.WaitForShutdown()
+		unlock()
 		return err
 	}
 	deadline := time.Now().Add(30 * time.Second)
@@ -177,7 +199,7 @@ func (s *Server) OpenContext(ctx context.Context) error {
 			return stop(fmt.Errorf("natsd: server on %s:%d not ready after 30s", opts.Host, opts.Port))
 		}
 	}
-	s.ns = ns
+	s.ns, s.lock = ns, lock
 	return nil
 }
 
@@ -213,6 +235,10 @@ func (s *Server) Close() error {
 	s.ns.Shutdown()
 	s.ns.WaitForShutdown()
 	s.ns = nil
+	if s.lock != nil {
+		s.lock.Close()
+		s.lock = nil
+	}
 	return nil
 }
 

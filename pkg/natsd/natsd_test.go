@@ -172,6 +172,25 @@ func TestServer_OpenErrors(t *testing.T) {
 	})
 }
 
+// One server at a time on a store directory: a second is refused while
+// the first runs (two would corrupt the store, and neither would see
+// what the other writes), and opens once it has stopped.
+func TestServer_StoreInUse(t *testing.T) {
+	dir := t.TempDir()
+	first := New(dir)
+	first.Port = -1
+	require.NoError(t, first.Open())
+	second := New(dir)
+	second.Port = -1
+	err := second.Open()
+	require.ErrorIs(t, err, ErrStoreInUse)
+	require.ErrorContains(t, err, dir)
+	require.Empty(t, second.ClientURL())
+	require.NoError(t, first.Close())
+	require.NoError(t, second.Open())
+	require.NoError(t, second.Close())
+}
+
 // syncBuffer is a log destination safe for the server's goroutines.
 type syncBuffer struct {
 	mu  sync.Mutex
