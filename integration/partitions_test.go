@@ -306,7 +306,9 @@ func procCounts(t testing.TB, pid int) (reads, switches uint64) {
 // stream (3-node cluster, R3): the instances split the partitions, so
 // each should apply 1/N of the records at the same cost per record, and
 // the total cost per record should not rise with N. Run with
-// -benchtime 1x; -partitions.records sets the records published.
+// -benchtime 1x; -partitions.records sets the records published, and
+// -partitions.rate paces them (so that every instance keeps up, whatever
+// N: the cost per record of a process depends on how busy it is).
 func BenchmarkPartitions_CPU(b *testing.B) {
 	if runtime.GOOS != "linux" {
 		b.Skip("reads /proc")
@@ -323,6 +325,7 @@ func BenchmarkPartitions_CPU(b *testing.B) {
 
 var (
 	partitionRecords  = flag.Int("partitions.records", 40000, "records BenchmarkPartitions_CPU publishes per run")
+	partitionRate     = flag.Int("partitions.rate", 0, "records a second BenchmarkPartitions_CPU publishes at (0: as fast as the cluster takes them)")
 	partitionProfiles = flag.String("partitions.cpuprofile", "", "`DIR` where BenchmarkPartitions_CPU's instances write CPU profiles (cpu-n<N>-<i>.pprof, from start to shutdown)")
 )
 
@@ -339,8 +342,17 @@ func partitionsCPU(b *testing.B, c *natstest.Cluster, n int) {
 	require.NoError(b, err)
 	data := bytes.Repeat([]byte("x"), 400)
 	rec := []byte(`{"role":"user","content":"` + string(data) + `"}`)
-	publish := func(count, sessions int) {
+	publish := func(count, sessions, rate int) {
+		// At rate, records go out every 10 ms, rate/100 at a time.
+		var tick *time.Ticker
+		if rate > 0 {
+			tick = time.NewTicker(10 * time.Millisecond)
+			defer tick.Stop()
+		}
 		for i := range count {
+			if tick != nil && i%max(1, rate/100) == 0 {
+				<-tick.C
+			}
 			if _, err := js.PublishAsync(fmt.Sprintf("transcripts.%ss%d", tc.prefix, i%sessions), rec); err != nil {
 				b.Fatal(err)
 			}
@@ -370,7 +382,7 @@ func partitionsCPU(b *testing.B, c *natstest.Cluster, n int) {
 				return
 			case <-time.After(50 * time.Millisecond):
 			}
-			publish(100, 500)
+			publish(100, 500, 0)
 		}
 	}()
 	tc.settle()
@@ -413,7 +425,7 @@ func partitionsCPU(b *testing.B, c *natstest.Cluster, n int) {
 	api0 := apiTotal()
 	start := time.Now()
 	R := *partitionRecords
-	publish(R, 500)
+	publish(R, 500, *partitionRate)
 	var after map[string]uint64
 	require.Eventually(b, func() bool {
 		after = records()
