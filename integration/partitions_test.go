@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -269,12 +270,45 @@ func cpuTime(t testing.TB, pid int) time.Duration {
 	return time.Duration(u+st) * 10 * time.Millisecond
 }
 
+// procCounts returns a process's read system calls (syscr in
+// /proc/<pid>/io) and its threads' context switches (voluntary and not,
+// from /proc/<pid>/task/*/status): how often it woke up to read.
+func procCounts(t testing.TB, pid int) (reads, switches uint64) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	require.NoError(t, err)
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "syscr: "); ok {
+			reads, err = strconv.ParseUint(v, 10, 64)
+			require.NoError(t, err)
+		}
+	}
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
+	require.NoError(t, err)
+	for _, f := range tasks {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue // a thread that ended
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			k, v, ok := strings.Cut(line, ":")
+			if ok && (k == "voluntary_ctxt_switches" || k == "nonvoluntary_ctxt_switches") {
+				n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+				require.NoError(t, err)
+				switches += n
+			}
+		}
+	}
+	return reads, switches
+}
+
 // BenchmarkPartitions_CPU measures the CPU time ctxd spends per record
 // applied, per instance, with 1, 2 and 4 instances on a 16-partition
 // stream (3-node cluster, R3): the instances split the partitions, so
 // each should apply 1/N of the records at the same cost per record, and
 // the total cost per record should not rise with N. Run with
-// -benchtime 1x; -partitions.records sets the records published.
+// -benchtime 1x; -partitions.records sets the records published, and
+// -partitions.rate paces them (so that every instance keeps up, whatever
+// N: the cost per record of a process depends on how busy it is).
 func BenchmarkPartitions_CPU(b *testing.B) {
 	if runtime.GOOS != "linux" {
 		b.Skip("reads /proc")
@@ -289,19 +323,36 @@ func BenchmarkPartitions_CPU(b *testing.B) {
 	}
 }
 
-var partitionRecords = flag.Int("partitions.records", 40000, "records BenchmarkPartitions_CPU publishes per run")
+var (
+	partitionRecords  = flag.Int("partitions.records", 40000, "records BenchmarkPartitions_CPU publishes per run")
+	partitionRate     = flag.Int("partitions.rate", 0, "records a second BenchmarkPartitions_CPU publishes at (0: as fast as the cluster takes them)")
+	partitionProfiles = flag.String("partitions.cpuprofile", "", "`DIR` where BenchmarkPartitions_CPU's instances write CPU profiles (cpu-n<N>-<i>.pprof, from start to shutdown)")
+)
 
 func partitionsCPU(b *testing.B, c *natstest.Cluster, n int) {
 	tc := onClusterP(b, c, fmt.Sprintf("cpu%d-", n), 0, 16)
-	for range n {
+	for i := range n {
+		if *partitionProfiles != "" {
+			// ctxd serve reads --cpuprofile from CTXD_CPUPROFILE.
+			b.Setenv("CTXD_CPUPROFILE", filepath.Join(*partitionProfiles, fmt.Sprintf("cpu-n%d-%d.pprof", n, i)))
+		}
 		tc.startInstance()
 	}
 	js, err := jetstream.New(tc.nc)
 	require.NoError(b, err)
 	data := bytes.Repeat([]byte("x"), 400)
 	rec := []byte(`{"role":"user","content":"` + string(data) + `"}`)
-	publish := func(count, sessions int) {
+	publish := func(count, sessions, rate int) {
+		// At rate, records go out every 10 ms, rate/100 at a time.
+		var tick *time.Ticker
+		if rate > 0 {
+			tick = time.NewTicker(10 * time.Millisecond)
+			defer tick.Stop()
+		}
 		for i := range count {
+			if tick != nil && i%max(1, rate/100) == 0 {
+				<-tick.C
+			}
 			if _, err := js.PublishAsync(fmt.Sprintf("transcripts.%ss%d", tc.prefix, i%sessions), rec); err != nil {
 				b.Fatal(err)
 			}
@@ -331,7 +382,7 @@ func partitionsCPU(b *testing.B, c *natstest.Cluster, n int) {
 				return
 			case <-time.After(50 * time.Millisecond):
 			}
-			publish(100, 500)
+			publish(100, 500, 0)
 		}
 	}()
 	tc.settle()
@@ -341,20 +392,40 @@ func partitionsCPU(b *testing.B, c *natstest.Cluster, n int) {
 	// What an instance spends with nothing to apply (pulls, heartbeats,
 	// the balancer's pings), per second, measured over 3 s.
 	idle := map[int]time.Duration{}
+	type counts struct{ reads, switches uint64 }
+	idleCounts := map[int]counts{}
 	for _, in := range tc.instances() {
 		idle[in.pid] = cpuTime(b, in.pid)
+		r, sw := procCounts(b, in.pid)
+		idleCounts[in.pid] = counts{r, sw}
 	}
 	idleFor := 3 * time.Second
 	time.Sleep(idleFor)
 	before := records()
 	cpu0 := map[int]time.Duration{}
+	counts0 := map[int]counts{}
 	for _, in := range tc.instances() {
 		cpu0[in.pid] = cpuTime(b, in.pid)
+		r, sw := procCounts(b, in.pid)
+		counts0[in.pid] = counts{r, sw}
 		idle[in.pid] = cpu0[in.pid] - idle[in.pid]
+		idleCounts[in.pid] = counts{r - idleCounts[in.pid].reads, sw - idleCounts[in.pid].switches}
+		b.Logf("N=%d instance %d idle: CPU %.1f ms/s, %.0f reads/s, %.0f context switches/s", n, in.pid,
+			float64(idle[in.pid].Microseconds())/1000/idleFor.Seconds(), float64(idleCounts[in.pid].reads)/idleFor.Seconds(), float64(idleCounts[in.pid].switches)/idleFor.Seconds())
 	}
+	// JetStream API requests (the account's, all clients): the
+	// instances' own are their stream and consumer requests.
+	apiTotal := func() uint64 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		info, err := js.AccountInfo(ctx)
+		require.NoError(b, err)
+		return info.API.Total
+	}
+	api0 := apiTotal()
 	start := time.Now()
 	R := *partitionRecords
-	publish(R, 500)
+	publish(R, 500, *partitionRate)
 	var after map[string]uint64
 	require.Eventually(b, func() bool {
 		after = records()
@@ -365,10 +436,14 @@ func partitionsCPU(b *testing.B, c *natstest.Cluster, n int) {
 		return sum >= uint64(R)
 	}, 5*time.Minute, 100*time.Millisecond, "every record applied")
 	took := time.Since(start)
+	api1 := apiTotal()
 	var total, totalIdle time.Duration
-	var applied uint64
+	var applied, reads, switches uint64
 	for _, in := range tc.instances() {
 		cpu := cpuTime(b, in.pid) - cpu0[in.pid]
+		r, sw := procCounts(b, in.pid)
+		r, sw = r-counts0[in.pid].reads, sw-counts0[in.pid].switches
+		reads, switches = reads+r, switches+sw
 		totalIdle += time.Duration(float64(idle[in.pid]) * took.Seconds() / idleFor.Seconds())
 		var mine uint64
 		for id, r := range after {
@@ -378,12 +453,16 @@ func partitionsCPU(b *testing.B, c *natstest.Cluster, n int) {
 		}
 		total += cpu
 		applied += mine
-		b.Logf("N=%d instance %d: applied %d records (%.0f%%), CPU %v, %.1f µs/record", n, in.pid, mine, 100*float64(mine)/float64(R), cpu, float64(cpu.Microseconds())/float64(max(mine, 1)))
+		b.Logf("N=%d instance %d: applied %d records (%.0f%%), CPU %v, %.1f µs/record; %d reads (%.1f records each), %d context switches (%.1f records each)",
+			n, in.pid, mine, 100*float64(mine)/float64(R), cpu, float64(cpu.Microseconds())/float64(max(mine, 1)), r, float64(mine)/float64(max(r, 1)), sw, float64(mine)/float64(max(sw, 1)))
 	}
+	b.Logf("N=%d: %d reads (%.1f records each), %d context switches (%.1f records each) over all instances; %d JetStream API requests",
+		n, reads, float64(applied)/float64(max(reads, 1)), switches, float64(applied)/float64(max(switches, 1)), api1-api0)
 	b.Logf("N=%d: %d records in %v; CPU total %v, %.1f µs/record over all instances; idle CPU over as long %v, %.1f µs/record without it",
 		n, applied, took.Round(time.Millisecond), total, float64(total.Microseconds())/float64(max(applied, 1)), totalIdle.Round(time.Millisecond), float64((total-totalIdle).Microseconds())/float64(max(applied, 1)))
 	b.ReportMetric(float64(total.Microseconds())/float64(max(applied, 1)), "cpu-µs/record")
 	b.ReportMetric(float64(applied)/took.Seconds(), "records/s")
+	b.ReportMetric(float64(applied)/float64(max(reads, 1)), "records/read")
 	for _, in := range tc.instances() {
 		tc.term(in)
 	}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime/debug"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -84,6 +85,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	fs.Uint64Var(&cfg.ReadyMaxLag, "ready-max-lag", cfg.ReadyMaxLag, "records the ingest may be behind the stream and /readyz still say ready")
 	level := fs.String("log-level", "info", "log `LEVEL`: debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "log `FORMAT`: text or json")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the process, from start to shutdown, to `FILE` (go tool pprof reads it)")
 	pos, err := parse(e, fs, args)
 	if err != nil {
 		return err
@@ -129,6 +131,17 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		return usageError(e, "serve", fmt.Errorf("--log-format: want text or json, got %q", *logFormat))
 	}
 
+	if *cpuprofile != "" {
+		stop, err := startCPUProfile(*cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err := stop(); err != nil {
+				cfg.Logger.Warn("cpu profile", "err", err)
+			}
+		}()
+	}
 	if limit, set := memoryLimit(cfg); set {
 		cfg.Logger.Info("memory limit", "bytes", limit, "from", "--cache-bytes + --render-cache-bytes + 64 MiB")
 	}
@@ -156,6 +169,23 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	cfg.Logger.Info("shutting down")
 	_ = sdNotify(e, "STOPPING=1")
 	return a.Close()
+}
+
+// startCPUProfile profiles the process's CPU to file until the returned
+// stop is called.
+func startCPUProfile(file string) (stop func() error, err error) {
+	f, err := os.Create(file)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return f.Close()
+	}, nil
 }
 
 // memoryBase is what ctxd holds beside its caches in the memory limit:

@@ -2,7 +2,11 @@ package main
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -113,4 +117,34 @@ func TestServe_BrowserToolsBreakpoint(t *testing.T) {
 	want := breakpoint(built)
 	require.False(t, record.Equal(want, breakpoint(byDefault)), "the records place the breakpoint apart from the default browser tools")
 	require.True(t, record.Equal(want, breakpoint(served)), "served %s, built %s", served, built)
+}
+
+// ctxd serve --cpuprofile FILE profiles the process from start to
+// shutdown; a file it cannot create stops it before it starts, naming the
+// flag.
+func TestServe_CPUProfile(t *testing.T) {
+	url := natstest.Start(t)
+	code, _, errOut := runCmd(t, "", "serve", "--nats", url, "--cpuprofile", filepath.Join(t.TempDir(), "no", "such", "dir", "cpu.pprof"))
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "--cpuprofile:")
+
+	file := filepath.Join(t.TempDir(), "cpu.pprof")
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	var out, logs syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &logs, getenv: func(string) string { return "" }}
+		done <- run(ctx, e, []string{"serve", "--nats", url, "--cpuprofile", file})
+	}()
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), "ctxd ready") }, 20*time.Second, 10*time.Millisecond, "stderr: %s", logs.String())
+	stop()
+	require.Equal(t, 0, <-done, "stderr: %s", logs.String())
+	data, err := os.ReadFile(file)
+	require.NoError(t, err)
+	// A profile is gzipped protocol buffers: written whole at shutdown.
+	zr, err := gzip.NewReader(bytes.NewReader(data))
+	require.NoError(t, err)
+	_, err = io.ReadAll(zr)
+	require.NoError(t, err, "a whole gzip stream")
 }

@@ -728,18 +728,32 @@ type gapTrack struct {
 
 func (t *gapTrack) Consume(h jetstream.MessageHandler, opts ...jetstream.PullConsumeOpt) (jetstream.ConsumeContext, error) {
 	return t.Consumer.Consume(func(m jetstream.Msg) {
-		if meta, err := m.Metadata(); err == nil {
-			pin := ""
-			if hdr := m.Headers(); hdr != nil {
-				pin = hdr.Get("Nats-Pin-Id")
-			}
-			t.see(meta.Sequence.Consumer, meta.Sequence.Stream, pin)
-		} else {
+		meta, err := m.Metadata()
+		if err != nil {
 			t.contig, t.hole = false, true
+			h(m)
+			return
 		}
-		h(m)
+		pin := ""
+		if hdr := m.Headers(); hdr != nil {
+			pin = hdr.Get("Nats-Pin-Id")
+		}
+		t.see(meta.Sequence.Consumer, meta.Sequence.Stream, pin)
+		h(parsedMsg{m, meta})
 	}, opts...)
 }
+
+// parsedMsg is a delivered message whose metadata was parsed: the ingest
+// asks for it again. jetstream.Msg parses its reply subject at every
+// call; parsing it twice a record was a tenth of an instance's CPU under
+// load (docs/PERFORMANCE.md, "Partitions").
+type parsedMsg struct {
+	jetstream.Msg
+	meta *jetstream.MsgMetadata
+}
+
+// Metadata returns the metadata parsed.
+func (m parsedMsg) Metadata() (*jetstream.MsgMetadata, error) { return m.meta, nil }
 
 // see notes a delivered message: its delivery and stream sequences and
 // its pin.

@@ -3,6 +3,7 @@ package app
 import (
 	"testing"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -118,4 +119,56 @@ func TestPartitions_ShareTheCache(t *testing.T) {
 	require.Equal(t, int64(400), st.MaxBytes)
 	require.Equal(t, 40, st.MaxSessions)
 	require.Equal(t, int64(1600), r.reader.MaxBytes, "the reader's store keeps the whole bound")
+}
+
+// fakeMsg is a delivered message that counts how often its metadata is
+// parsed.
+type fakeMsg struct {
+	jetstream.Msg
+	meta   jetstream.MsgMetadata
+	parsed *int
+}
+
+func (m fakeMsg) Metadata() (*jetstream.MsgMetadata, error) {
+	*m.parsed++
+	meta := m.meta
+	return &meta, nil
+}
+
+func (m fakeMsg) Headers() nats.Header { return nats.Header{"Nats-Pin-Id": []string{"a"}} }
+
+// fakeDelivery is a consumer that delivers msgs when asked to consume.
+type fakeDelivery struct {
+	jetstream.Consumer
+	msgs []jetstream.Msg
+}
+
+func (c fakeDelivery) Consume(h jetstream.MessageHandler, _ ...jetstream.PullConsumeOpt) (jetstream.ConsumeContext, error) {
+	for _, m := range c.msgs {
+		h(m)
+	}
+	return nil, nil
+}
+
+// A partition's delivered message has its metadata parsed once: the gap
+// tracker reads it, and hands it on parsed for the ingest.
+func TestGapTrack_ParsesMetadataOnce(t *testing.T) {
+	parsed := 0
+	var msgs []jetstream.Msg
+	for i := range uint64(3) {
+		msgs = append(msgs, fakeMsg{meta: jetstream.MsgMetadata{Sequence: jetstream.SequencePair{Consumer: i + 1, Stream: 10 * (i + 1)}}, parsed: &parsed})
+	}
+	g := &gapTrack{Consumer: fakeDelivery{msgs: msgs}}
+	var seen []uint64
+	_, err := g.Consume(func(m jetstream.Msg) {
+		meta, err := m.Metadata()
+		require.NoError(t, err)
+		seen = append(seen, meta.Sequence.Stream)
+	})
+	require.NoError(t, err)
+	require.Equal(t, []uint64{10, 20, 30}, seen)
+	require.Equal(t, 3, parsed, "once a message")
+	// And tracked, as before.
+	g.hole = false
+	require.True(t, g.nothingBetween(21, 29))
 }

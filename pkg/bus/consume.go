@@ -135,7 +135,11 @@ func StartIngest(cons jetstream.Consumer, after uint64, readRange func(from, to 
 		return nil, fmt.Errorf("consumer %s: consume: %w", in.consumer, err)
 	}
 	in.cc = cc
-	go in.flush()
+	if in.acks {
+		go in.flush()
+	} else {
+		close(in.done) // nothing to acknowledge: no ticker
+	}
 	return in, nil
 }
 
@@ -244,7 +248,9 @@ func (in *Ingest) Pinned() string {
 	return in.pin
 }
 
-// flush acknowledges what was handled, every ackDelay, until Close.
+// flush acknowledges what was handled, every ackDelay, until Close. It
+// runs only on a consumer with acks: without them, an ingest per
+// partition would wake every ackDelay for nothing.
 func (in *Ingest) flush() {
 	defer close(in.done)
 	t := time.NewTicker(ackDelay)
