@@ -6,8 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -19,7 +17,6 @@ import (
 
 	"github.com/ctxd/ctxd/internal/natstest"
 	"github.com/ctxd/ctxd/pkg/app"
-	"github.com/ctxd/ctxd/pkg/natsd"
 	"github.com/ctxd/ctxd/pkg/projection"
 	"github.com/ctxd/ctxd/pkg/record"
 )
@@ -240,24 +237,7 @@ func TestOperator_PurgeWhileRunning(t *testing.T) {
 // records left: every session loads from the stream again, and every
 // reply is right.
 func TestOperator_PurgeNotTold(t *testing.T) {
-	dir := t.TempDir()
-	conf := filepath.Join(dir, "nats.conf")
-	require.NoError(t, os.WriteFile(conf, []byte(`accounts {
-  T {
-    jetstream: enabled
-    users = [
-      { user: ctxd, password: ctxd-pw, permissions: { subscribe: { allow: [">"], deny: ["$JS.EVENT.ADVISORY.>"] } } }
-      { user: op, password: op-pw }
-    ]
-  }
-}
-`), 0o600))
-	srv := natsd.New(filepath.Join(dir, "js"))
-	srv.Port = -1
-	srv.ConfigFile = conf
-	require.NoError(t, srv.Open())
-	t.Cleanup(func() { srv.Close() })
-	url := srv.ClientURL()
+	url := untoldServer(t)
 	for _, act := range purgeActions {
 		t.Run(act.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
