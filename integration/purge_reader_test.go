@@ -172,17 +172,7 @@ func TestOperator_PurgeBeforeReaderReads(t *testing.T) {
 		c := opClient(t, url)
 		c.holdPin()
 		startReader(t, url, func(c *app.Config) { c.CacheSessions = 1 })
-		c.publishValue("s1", msg(0), false)
-		compaction := c.publishValue("s1", purgeCompaction, false)
-		last := c.publishValue("s1", msg(1), false)
-		c.fetchChecked("s1", "cached", 0) // loaded from its compaction
-		mark := c.publishValue("s2", msg(2), false)
-		c.fetchChecked("s2", "another session", mark) // s1 is evicted, and remembers its compaction
-		st, err := c.js.Stream(ctx, "TRANSCRIPTS")
-		require.NoError(t, err)
-		require.NoError(t, st.DeleteMsg(ctx, compaction))
-		c.fetchChecked("s1", "after the removal", last)
-		c.fetchChecked("s1", "again", last)
+		compactionGoneAfterEviction(ctx, c)
 		require.Equal(t, map[string]int{"reader": 1}, c.roles(), "every reply came from the reader path")
 	})
 }
@@ -235,16 +225,25 @@ func TestOperator_CompactionGoneBeforeIngestLoads(t *testing.T) {
 	url := untoldServer(t)
 	c := opClient(t, url)
 	startReader(t, url, func(c *app.Config) { c.CacheSessions = 1; c.Instance = "ingest" })
+	compactionGoneAfterEviction(ctx, c)
+	require.Equal(t, map[string]int{"ingest": 1}, c.roles(), "every reply came from the instance that holds the ingest")
+}
+
+// compactionGoneAfterEviction has an instance with a cache of one session
+// load s1 from its compaction and evict it (it remembers the compaction),
+// deletes that compaction with no record after it, and checks every
+// reply of s1 since.
+func compactionGoneAfterEviction(ctx context.Context, c *client) {
+	c.t.Helper()
 	c.publishValue("s1", record.NewMap("role", "user", "content", "before"), false)
 	compaction := c.publishValue("s1", purgeCompaction, false)
-	last := c.publishValue("s1", record.NewMap("role", "user", "content", "after"), false)
+	last := c.publishValue("s1", record.NewMap("role", "assistant", "content", "after"), false)
 	c.fetchChecked("s1", "cached", last) // loaded from its compaction
 	mark := c.publishValue("s2", record.NewMap("role", "user", "content", "s2"), false)
 	c.fetchChecked("s2", "another session", mark) // s1 is evicted, and remembers its compaction
 	st, err := c.js.Stream(ctx, "TRANSCRIPTS")
-	require.NoError(t, err)
-	require.NoError(t, st.DeleteMsg(ctx, compaction))
+	require.NoError(c.t, err)
+	require.NoError(c.t, st.DeleteMsg(ctx, compaction))
 	c.fetchChecked("s1", "after the removal", last)
 	c.fetchChecked("s1", "again", last)
-	require.Equal(t, map[string]int{"ingest": 1}, c.roles(), "every reply came from the instance that holds the ingest")
 }
