@@ -23,23 +23,32 @@ func fillStream(b testing.TB, js jetstream.JetStream, sessions, perSession int) 
 	b.Helper()
 	payloads, err := workload.Encode(workload.New(7, workload.Default.WithScreenshots(0, 0)).Records(perSession))
 	require.NoError(b, err)
+	return publishWindowed(b, js, sessions*perSession, 2000, func(n int) (string, []byte) {
+		return fmt.Sprintf("transcripts.s%d", n%sessions), payloads[n/sessions]
+	})
+}
+
+// publishWindowed publishes n records, record(i) giving the i-th's
+// subject and data, with at most window acknowledgements outstanding, and
+// returns the last one's sequence.
+func publishWindowed(t testing.TB, js jetstream.JetStream, n, window int, record func(i int) (string, []byte)) uint64 {
+	t.Helper()
 	var last jetstream.PubAckFuture
-	for i := 0; i < perSession; i++ {
-		for s := 0; s < sessions; s++ {
-			if js.PublishAsyncPending() >= 2000 {
-				<-js.PublishAsyncComplete()
-			}
-			f, err := js.PublishAsync(fmt.Sprintf("transcripts.s%d", s), payloads[i])
-			require.NoError(b, err)
-			last = f
+	for i := range n {
+		if js.PublishAsyncPending() >= window {
+			<-js.PublishAsyncComplete()
 		}
+		subj, data := record(i)
+		f, err := js.PublishAsync(subj, data)
+		require.NoError(t, err)
+		last = f
 	}
 	<-js.PublishAsyncComplete()
 	select {
 	case ack := <-last.Ok():
 		return ack.Sequence
 	case err := <-last.Err():
-		b.Fatal(err)
+		t.Fatal(err)
 	}
 	return 0
 }

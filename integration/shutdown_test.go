@@ -22,26 +22,11 @@ var shutdownSessions = flag.Int("shutdown.sessions", 20000, "sessions ctxd holds
 // and returns the last record's sequence.
 func fillSessions(t testing.TB, js jetstream.JetStream, sessions int) uint64 {
 	t.Helper()
-	var last jetstream.PubAckFuture
-	for s := 0; s < sessions; s++ {
-		if js.PublishAsyncPending() >= 4000 {
-			<-js.PublishAsyncComplete()
-		}
-		data := fmt.Sprintf(`{"type":"compaction","at":"2026-01-01T00:00:00Z","baseSeq":1,"plannerVersion":1,`+
+	return publishWindowed(t, js, sessions, 4000, func(s int) (string, []byte) {
+		return fmt.Sprintf("transcripts.many%d", s), []byte(fmt.Sprintf(`{"type":"compaction","at":"2026-01-01T00:00:00Z","baseSeq":1,"plannerVersion":1,`+
 			`"summaryModelRef":"m","summary":"s","qualityAudit":"passed","messages":[{"role":"user","content":"c%d"}],`+
-			`"firstKeptIndex":0,"tokensBefore":10,"tokensAfter":5}`, s)
-		f, err := js.PublishAsync(fmt.Sprintf("transcripts.many%d", s), []byte(data))
-		require.NoError(t, err)
-		last = f
-	}
-	<-js.PublishAsyncComplete()
-	select {
-	case ack := <-last.Ok():
-		return ack.Sequence
-	case err := <-last.Err():
-		t.Fatal(err)
-	}
-	return 0
+			`"firstKeptIndex":0,"tokensBefore":10,"tokensAfter":5}`, s))
+	})
 }
 
 // SIGTERM with many sessions in memory ends within the shutdown deadline
