@@ -106,17 +106,25 @@ func (s *Session) AppendSnapshot(buf []byte) []byte {
 		e := &s.entries[i]
 		buf = binary.AppendUvarint(buf, e.seq-prev)
 		prev = e.seq
+		var n int
 		if e.packed {
 			b := s.jsonEntry(i)
+			n = len(b)
 			buf = append(buf, formJSON)
-			buf = binary.BigEndian.AppendUint32(buf, uint32(len(b)))
+			buf = binary.BigEndian.AppendUint32(buf, uint32(n))
 			buf = append(buf, b...)
 		} else {
 			buf = append(buf, formValue)
 			at := len(buf)
 			buf = append(buf, 0, 0, 0, 0)
 			buf = appendValue(buf, e.msg)
-			binary.BigEndian.PutUint32(buf[at:], uint32(len(buf)-at-4))
+			n = len(buf) - at - 4
+			binary.BigEndian.PutUint32(buf[at:], uint32(n))
+		}
+		if n > math.MaxUint32 {
+			// No record is that large (a NATS message is 64 MiB at most);
+			// a length cut short would restore another message.
+			panic(fmt.Sprintf("projection: snapshot of a %d-byte message from seq %d", n, e.seq))
 		}
 		trimmed := s.storedTrimmed(i)
 		buf = binary.AppendUvarint(buf, uint64(len(trimmed)))
@@ -236,7 +244,8 @@ func appendValue(buf []byte, v any) []byte {
 // version, a checksum that does not match, trailing bytes, a count
 // beyond the bytes left, sequences out of order, a message pass 1 could
 // not have produced, an image count no message could have had. Restore
-// never panics, and allocates in proportion to len(data).
+// never panics, and allocates in proportion to len(data). The session
+// keeps no reference to data, which the caller may reuse.
 func Restore(opt Options, data []byte) (*Session, error) {
 	head := len(snapshotMagic) + 1
 	if len(data) < head+4 {
