@@ -560,6 +560,32 @@ func TestRestore_SettlesLikeLive(t *testing.T) {
 	}
 }
 
+// TestRestore_KeepsNoReferenceToData checks that a restored session
+// holds nothing of the bytes it was restored from: the caller may reuse
+// them. Some sessions are snapshotted before any rendering (every entry
+// in the value encoding), some after (settled entries as JSON).
+func TestRestore_KeepsNoReferenceToData(t *testing.T) {
+	for seed := range uint64(50) {
+		r := rand.New(rand.NewPCG(seed, 3))
+		g := newGen(r)
+		opt := Options{BrowserTools: g.BrowserTools()}
+		live := New(opt)
+		for i, v := range g.Session(5 + r.IntN(60)) {
+			live.Apply(uint64(i+1), v)
+		}
+		if seed%2 == 1 {
+			live.JSONBody()
+		}
+		data := live.AppendSnapshot(nil)
+		rs, err := Restore(opt, data)
+		require.NoError(t, err)
+		for i := range data {
+			data[i] = 'x'
+		}
+		compareSessions(t, r, &tracked{s: live, name: "live"}, &tracked{s: rs, name: fmt.Sprintf("seed %d restored", seed)})
+	}
+}
+
 // FuzzRestore checks that Restore of any bytes neither panics nor
 // allocates out of proportion, and that what it accepts is a working
 // session: it renders, and its own snapshot restores to the same view.
