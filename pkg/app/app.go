@@ -188,6 +188,8 @@ type App struct {
 	// (layout.go); layoutErr, once set, answers every request.
 	layout    *layoutWatch
 	layoutErr atomic.Pointer[error]
+	// snapsDropping says the snapshot bucket is being emptied.
+	snapsDropping atomic.Bool
 }
 
 // New returns an app with the configuration; Open starts it.
@@ -312,9 +314,19 @@ func (a *App) Open(ctx context.Context) (err error) {
 		return fmt.Errorf("%w: stream %s has %d partition(s), not %d: the number is the stream's, fixed for its life (ctxd partition moves an unpartitioned stream)", bus.ErrIncompatible, want.Name, layout.P, a.Partitions)
 	}
 
+	var snaps *bus.Snapshots
+	err = a.retryStart(ctx, url, "snapshot bucket", func(ctx context.Context) error {
+		snaps, err = bus.OpenSnapshots(ctx, js, a.Replicas)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+
 	cps.Stream = bus.StreamIdentity(st.CachedInfo())
 	a.js, a.st, a.stream = js, st, want.Name
-	a.loader = &streamLoader{nc: a.nc, stream: want.Name, cps: cps, layout: layout}
+	a.loader = &streamLoader{nc: a.nc, stream: want.Name, cps: cps, layout: layout,
+		snaps: snaps, st: st, identity: cps.Stream}
 	a.layout = watchLayout(a.nc, st, layout, a.Logger, func(err error) {
 		a.layoutErr.Store(&err)
 		a.fail(err)
@@ -331,12 +343,13 @@ func (a *App) Open(ctx context.Context) (err error) {
 	// session read, that a removal before it could have touched.
 	counted := !limited && !st.CachedInfo().Config.AllowMsgTTL
 	err = a.retryStart(ctx, url, "removal watcher", func(ctx context.Context) error {
-		a.removals, err = openRemovals(ctx, a.nc, st, want.Name, counted, a.roles.stores, a.Logger)
+		a.removals, err = openRemovals(ctx, a.nc, st, want.Name, counted, a.roles.stores, a.dropSnapshots, a.Logger)
 		return err
 	})
 	if err != nil {
 		return err
 	}
+	a.sweepSnapshots(ctx)
 
 	// Every record stored so far can be read from the stream: a session
 	// loads from there when it is asked for, so nothing is replayed here.
@@ -509,6 +522,15 @@ func (a *App) Store() *store.Store {
 	return a.roles.current()
 }
 
+// Stats counts the instance's work over all its stores: the ingest's
+// and the reader's, as $SRV.STATS and /metrics report it.
+func (a *App) Stats() store.Stats {
+	if a.roles == nil {
+		return store.Stats{}
+	}
+	return a.roles.Stats()
+}
+
 // Wait returns once this instance's ingest has applied every record up
 // to seq, or an error wrapping store.ErrWaitExpired after timeout. An
 // instance ingests once JetStream pins the consumer to it, at the first
@@ -554,6 +576,7 @@ func (a *App) Close() error {
 	}
 	if len(partitions) > 0 {
 		a.closeCheckpoints(partitions...)
+		a.closeSnapshots(partitions...)
 	}
 	if a.ingest != nil {
 		owner := a.roles.feeding()
@@ -565,6 +588,8 @@ func (a *App) Close() error {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			a.unpin(ctx)
 			cancel()
+			// After the pin: another instance ingests meanwhile.
+			a.closeSnapshots(owner)
 			// Stops the checkpoint writer before the connection it writes on.
 			a.roles.lost("shutting down", true)
 		}
@@ -678,6 +703,10 @@ type streamLoader struct {
 	stream string
 	cps    *bus.Checkpoints
 	layout bus.Layout // where a session's records are
+
+	snaps    *bus.Snapshots
+	st       jetstream.Stream // the transcripts stream, for its state
+	identity string           // bus.StreamIdentity of the stream
 }
 
 // checkpointTry bounds each but the last of checkpointTries reads of a
