@@ -115,10 +115,12 @@ type Config struct {
 	// ReadyMaxLag is how many records the ingest may be behind the stream
 	// and still be ready; past it /readyz says not ready.
 	ReadyMaxLag uint64
-	// ShutdownCheckpoints is how long Close writes checkpoints at most;
-	// those not written by then are counted in one log line and left
-	// (a session without its latest checkpoint loads from an earlier
-	// one, reading more of the stream). 0 means DefaultShutdownCheckpoints.
+	// ShutdownCheckpoints is how long Close writes checkpoints at most,
+	// and then as long for snapshots; those not written by then are
+	// counted in one log line and left (a session without its latest
+	// checkpoint loads from an earlier one, and one without its snapshot
+	// by its checkpoint, reading more of the stream). 0 means
+	// DefaultShutdownCheckpoints.
 	ShutdownCheckpoints time.Duration
 }
 
@@ -547,8 +549,8 @@ func (a *App) Wait(ctx context.Context, seq uint64, timeout time.Duration) error
 // checkpoints (every changed session's written in bulk, the partitions'
 // together, within ShutdownCheckpoints; one line says how many were
 // written and how many were not), the pin (given up at once, so another
-// instance ingests without waiting for the pinned TTL), the connection,
-// the server.
+// instance ingests without waiting for the pinned TTL), the snapshots of
+// the sessions held (as the checkpoints), the connection, the server.
 func (a *App) Close() error {
 	a.serving.Store(false)
 	var errs []error
