@@ -2,10 +2,12 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -137,4 +139,58 @@ func TestRestart_SnapshotsGoWithRemovals(t *testing.T) {
 		c.fetchChecked(id, "after the second purge", 0)
 	}
 	require.NoError(t, a.Close())
+}
+
+// snapshotLoads asks ctxd at url for its count of loads from snapshots.
+func snapshotLoads(t *testing.T, nc *nats.Conn) uint64 {
+	t.Helper()
+	m, err := nc.Request("$SRV.STATS.ctxd", nil, 5*time.Second)
+	require.NoError(t, err)
+	var reply struct {
+		Endpoints []struct {
+			Name string `json:"name"`
+			Data struct {
+				SnapshotLoads uint64 `json:"snapshot_loads"`
+			} `json:"data"`
+		} `json:"endpoints"`
+	}
+	require.NoError(t, json.Unmarshal(m.Data, &reply))
+	for _, e := range reply.Endpoints {
+		if e.Name == "context" {
+			return e.Data.SnapshotLoads
+		}
+	}
+	t.Fatalf("no context endpoint in %s", m.Data)
+	return 0
+}
+
+// ctxd killed (SIGKILL) after its sessions paused: the snapshots written
+// behind the ingest of the idle sessions are what the restarted process
+// loads from, the replies equal Build of the sessions' records, those
+// published after the snapshots included.
+func TestProcess_CrashLoadsByIdleSnapshots(t *testing.T) {
+	dir := t.TempDir()
+	p := startProcess(t, "--port", "-1", "--data", dir, "--idle-snapshots", "100ms")
+	c := newClient(t, p.url)
+	ids := []string{"k0", "k1", "k2", "k3"}
+	last := publishSessions(c, ids, 40, 31)
+	c.fetchChecked(ids[0], "before", last) // the ingest has applied them all
+	for _, id := range ids[1:] {
+		c.fetchChecked(id, "before", 0)
+	}
+	require.Eventually(t, func() bool { return len(snapshotKeys(t, c.js)) == len(ids) }, 30*time.Second, 50*time.Millisecond,
+		"the idle sessions' snapshots written behind the ingest")
+	// One session goes on after its snapshot.
+	c.publishValue("k1", record.NewMap("role", "user", "content", "k1 after its snapshot"), false)
+	c.fetchChecked("k1", "after", 0)
+	require.NoError(t, p.cmd.Process.Kill())
+	<-p.done
+	c.nc.Close()
+
+	p = startProcess(t, "--port", "-1", "--data", dir, "--idle-snapshots", "100ms")
+	c = newClient(t, p.url)
+	for _, id := range ids {
+		c.fetchChecked(id, "restarted", 0)
+	}
+	require.Equal(t, uint64(len(ids)), snapshotLoads(t, c.nc), "every first load from a snapshot")
 }

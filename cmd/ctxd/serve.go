@@ -82,6 +82,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&cfg.HTTPAddr, "http", "", "serve /metrics, /healthz and /readyz over HTTP on `ADDR` (host:port, e.g. 127.0.0.1:8222; off when empty)")
 	fs.StringVar(&cfg.HTTPToken, "http-token", "", "bearer token --http requires on /metrics (not on /healthz and /readyz); needed to listen beyond loopback (prefer CTXD_HTTP_TOKEN)")
 	fs.DurationVar(&cfg.ShutdownCheckpoints, "shutdown-checkpoints", cfg.ShutdownCheckpoints, "how long a shutdown writes checkpoints at most, and then snapshots; those not written are counted in one log line each (those sessions load from earlier checkpoints, or by their checkpoints)")
+	fs.DurationVar(&cfg.IdleSnapshots, "idle-snapshots", cfg.IdleSnapshots, "how often the ingest writes the snapshots of the sessions that had no record since the time before, so that after a crash their first load reads little (0: the default, below 0: only at shutdown)")
 	fs.Uint64Var(&cfg.ReadyMaxLag, "ready-max-lag", cfg.ReadyMaxLag, "records the ingest may be behind the stream and /readyz still say ready")
 	level := fs.String("log-level", "info", "log `LEVEL`: debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "log `FORMAT`: text or json")

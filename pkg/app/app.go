@@ -122,7 +122,15 @@ type Config struct {
 	// by its checkpoint, reading more of the stream). 0 means
 	// DefaultShutdownCheckpoints.
 	ShutdownCheckpoints time.Duration
+	// IdleSnapshots is how often the ingest writes the snapshots of the
+	// sessions that had no record since the time before (so that after a
+	// crash they load from them); 0 means DefaultIdleSnapshots, below 0
+	// none are written but at shutdown.
+	IdleSnapshots time.Duration
 }
+
+// DefaultIdleSnapshots is how often idle sessions' snapshots are written.
+const DefaultIdleSnapshots = 10 * time.Second
 
 // DefaultShutdownCheckpoints is how long Close writes checkpoints at most.
 const DefaultShutdownCheckpoints = 5 * time.Second
@@ -149,6 +157,7 @@ func DefaultConfig() Config {
 		ReadyMaxLag:      DefaultReadyMaxLag,
 
 		ShutdownCheckpoints: DefaultShutdownCheckpoints,
+		IdleSnapshots:       DefaultIdleSnapshots,
 	}
 }
 
@@ -192,6 +201,8 @@ type App struct {
 	layoutErr atomic.Pointer[error]
 	// snapsDropping says the snapshot bucket is being emptied.
 	snapsDropping atomic.Bool
+	// idleSnaps writes the snapshots of idle sessions behind the ingest.
+	idleSnaps *idleSnapshots
 }
 
 // New returns an app with the configuration; Open starts it.
@@ -352,6 +363,7 @@ func (a *App) Open(ctx context.Context) (err error) {
 		return err
 	}
 	a.sweepSnapshots(ctx)
+	a.idleSnaps = startIdleSnapshots(a)
 
 	// Every record stored so far can be read from the stream: a session
 	// loads from there when it is asked for, so nothing is replayed here.
@@ -565,6 +577,8 @@ func (a *App) Close() error {
 		errs = append(errs, a.ops.Close())
 		a.ops = nil
 	}
+	a.idleSnaps.stop() // before the snapshots at shutdown
+	a.idleSnaps = nil
 	var partitions []*store.Store
 	if a.roles != nil && a.roles.bal != nil {
 		// The partitions first, at once: other instances apply them while

@@ -128,6 +128,14 @@ func (a *App) closeSnapshots(sts ...*store.Store) {
 		if err := a.loader.snaps.MarkState(ctx, bus.SnapshotState{Stream: a.loader.identity, Removed: removed}); err != nil {
 			a.Logger.Warn("snapshots' state not written; the next start empties them", "err", err)
 		}
+		// A removal while they were written: an instance that applied it
+		// may have emptied the bucket before they landed. None of them is
+		// used (the count moved), but they may hold what was removed.
+		if now, _, err := bus.Removed(ctx, a.st); err == nil && now != removed {
+			if err := a.loader.snaps.Purge(ctx); err != nil {
+				a.Logger.Warn("snapshots not emptied after records left the stream; they are not used, and are emptied at the next start", "err", err)
+			}
+		}
 	}
 	took := time.Since(start).Round(time.Millisecond)
 	if left == 0 {
@@ -182,4 +190,96 @@ func (l *streamLoader) StreamState(ctx context.Context) (string, uint64, error) 
 // SaveSnapshots of a reader writes none.
 func (readOnly) SaveSnapshots(context.Context, iter.Seq2[string, []byte]) (int, int, error) {
 	return 0, 0, nil
+}
+
+// Behind the ingest, every IdleSnapshots, the ingest stores write the
+// snapshots of the sessions that had no record for that long, up to
+// idleSnapshotBudget bytes a round: after a crash, a session that had
+// paused loads from its snapshot.
+const idleSnapshotBudget = 32 << 20
+
+// idleSnapshots is the goroutine that writes them.
+type idleSnapshots struct {
+	done, quit chan struct{}
+}
+
+func startIdleSnapshots(a *App) *idleSnapshots {
+	every := a.IdleSnapshots
+	if every == 0 {
+		every = DefaultIdleSnapshots
+	}
+	if every < 0 || a.loader == nil || a.loader.snaps == nil || a.removals == nil || !a.removals.counted {
+		return nil
+	}
+	w := &idleSnapshots{done: make(chan struct{}), quit: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-w.quit:
+				return
+			case <-t.C:
+			}
+			a.writeIdleSnapshots(w.quit, every)
+		}
+	}()
+	return w
+}
+
+func (w *idleSnapshots) stop() {
+	if w == nil {
+		return
+	}
+	close(w.quit)
+	<-w.done
+}
+
+// writeIdleSnapshots is one round of idleSnapshots.
+func (a *App) writeIdleSnapshots(quit <-chan struct{}, every time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), max(every, 5*time.Second))
+	defer cancel()
+	go func() {
+		select {
+		case <-quit:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	sts := a.roles.ingestStores()
+	if len(sts) == 0 {
+		return
+	}
+	removed, ok := a.removals.appliedRemovals(ctx)
+	if !ok {
+		return
+	}
+	written := 0
+	for _, st := range sts {
+		n, err := st.WriteIdleSnapshots(ctx, a.loader.identity, removed, idleSnapshotBudget/len(sts))
+		written += n
+		if err != nil && ctx.Err() == nil {
+			a.Logger.Warn("snapshots of idle sessions not written; written again at shutdown", "err", err)
+		}
+	}
+	if written > 0 {
+		if err := a.loader.snaps.MarkState(ctx, bus.SnapshotState{Stream: a.loader.identity, Removed: removed}); err != nil && ctx.Err() == nil {
+			a.Logger.Warn("snapshots' state not written; the next start empties them", "err", err)
+		}
+		if now, _, err := bus.Removed(ctx, a.st); err == nil && now != removed {
+			a.dropSnapshots()
+		}
+	}
+}
+
+// ingestStores returns the stores the ingests feed now.
+func (r *roles) ingestStores() []*store.Store {
+	var out []*store.Store
+	for _, p := range r.parts {
+		if st := p.feeding(); st != nil {
+			out = append(out, st)
+		}
+	}
+	return out
 }

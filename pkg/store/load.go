@@ -209,7 +209,7 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 			s.setIndex(sl, b.seen)
 		}
 		if snap != nil {
-			sl.snapped = snap.sn.seq
+			sl.snapped, sl.snappedAt = snap.sn.seq, snap.sn.removed
 			for _, q := range snap.sn.quarantined {
 				if at, ok := slices.BinarySearch(sl.quarantined, q); !ok && q >= sl.from {
 					sl.quarantined = slices.Insert(sl.quarantined, at, q)

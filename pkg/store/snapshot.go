@@ -212,10 +212,10 @@ func decodeSnapshot(data []byte) (*snapshot, error) {
 // snapshotOf returns a loaded slot's snapshot, or nil when it has none to
 // write: not loaded, not indexed (a session whose records the store does
 // not list), caught up by a load in progress, or written already at its
-// last record. The slot is locked.
+// last record at the stream's removed count. The slot is locked.
 func (s *Store) snapshotOf(sl *slot, stream string, removed uint64) []byte {
 	if sl.dead || sl.proj == nil || sl.loading != nil || !sl.fromKnown || !sl.indexed ||
-		len(sl.seqs) == 0 || len(sl.seqs) > MaxCheckpointSeqs || sl.proj.Seq() != sl.seq || sl.snapped == sl.seq {
+		len(sl.seqs) == 0 || len(sl.seqs) > MaxCheckpointSeqs || sl.proj.Seq() != sl.seq || sl.snapped == sl.seq && sl.snappedAt == removed {
 		return nil
 	}
 	if checkSeqs(sl.from, sl.seq, sl.seqs) != nil {
@@ -246,7 +246,7 @@ func (s *Store) CloseSnapshots(ctx context.Context, stream string, removed uint6
 			sl.mu.Lock()
 			data := s.snapshotOf(sl, stream, removed)
 			if data != nil {
-				sl.snapped = sl.seq
+				sl.snapped, sl.snappedAt = sl.seq, removed
 			}
 			id := sl.id
 			sl.mu.Unlock()
@@ -261,6 +261,47 @@ func (s *Store) CloseSnapshots(ctx context.Context, stream string, removed uint6
 	}
 	written, _, err = sv.SaveSnapshots(ctx, snaps)
 	return written, total - written, err
+}
+
+// WriteIdleSnapshots writes the snapshots of the loaded sessions that had
+// no record since the call before, and whose snapshot is not written at
+// their last record, up to about budget bytes; the rest are written by
+// later calls. Called every so often behind the ingest, it keeps the
+// snapshots of sessions that pause close to their last record, for a
+// restart that is not a clean stop: a session snapshotted and then
+// changed loads from its snapshot and the records after it. stream and
+// removed are as for CloseSnapshots.
+func (s *Store) WriteIdleSnapshots(ctx context.Context, stream string, removed uint64, budget int) (written int, err error) {
+	sv, ok := s.Loader.(SnapshotLoader)
+	if !ok {
+		return 0, nil
+	}
+	slots := s.dir.all()
+	snaps := func(yield func(string, []byte) bool) {
+		spent := 0
+		for _, sl := range slots {
+			sl.mu.Lock()
+			var data []byte
+			if sl.seq == sl.idleSeq && spent < budget {
+				data = s.snapshotOf(sl, stream, removed)
+			}
+			sl.idleSeq = sl.seq
+			if data != nil {
+				sl.snapped, sl.snappedAt = sl.seq, removed
+			}
+			id := sl.id
+			sl.mu.Unlock()
+			if data == nil {
+				continue
+			}
+			spent += len(data)
+			if !yield(id, data) {
+				return
+			}
+		}
+	}
+	written, _, err = sv.SaveSnapshots(ctx, snaps)
+	return written, err
 }
 
 // restored is what a load takes from a snapshot it uses.

@@ -339,3 +339,39 @@ func FuzzDecodeSnapshot(f *testing.F) {
 		}
 	})
 }
+
+// Behind the ingest, a session is snapshotted once it had no record since
+// the round before; a session that changed waits; the budget bounds a
+// round, and the rest come in later rounds. Each snapshot loads to Build
+// of the session's records, with those after it.
+func TestStore_WriteIdleSnapshots(t *testing.T) {
+	l := newFakeLoader()
+	sl := newSnapLoader(l)
+	s := snapStore(t, sl)
+	for i := range 20 {
+		for _, id := range []string{"a", "b", "c"} {
+			ingest(s, l, id, userRecord(fmt.Sprintf("%s %d", id, i)))
+		}
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		requireView(t, s, l, id)
+	}
+	round := func(budget int) int {
+		n, err := s.WriteIdleSnapshots(context.Background(), sl.identity, sl.removed, budget)
+		require.NoError(t, err)
+		return n
+	}
+	require.Equal(t, 0, round(1<<20), "the first round sees every session change")
+	ingest(s, l, "a", userRecord("a goes on"))
+	require.Equal(t, 1, round(1), "b and c idle; a budget of one byte takes one")
+	require.Equal(t, 2, round(1<<20), "the other, and a, idle since")
+	require.Equal(t, 0, round(1<<20), "nothing new")
+	ingest(s, l, "b", userRecord("b after its snapshot"))
+
+	// A crash: no shutdown. The next store loads from the snapshots.
+	fresh := snapStore(t, sl)
+	for _, id := range []string{"a", "b", "c"} {
+		requireView(t, fresh, l, id)
+	}
+	require.Equal(t, uint64(3), fresh.Stats().SnapshotLoads)
+}

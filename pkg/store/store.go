@@ -185,8 +185,10 @@ type slot struct {
 	// shutdown writes no checkpoint where from and seq are both written.
 	savedSeq uint64
 	// snapped is the last record of the snapshot written of the
-	// session, 0 when none is.
-	snapped uint64
+	// session, 0 when none is, and snappedAt the stream's removed count
+	// it was written at (a removal empties the bucket); idleSeq is its
+	// last record as the latest round of WriteIdleSnapshots found it.
+	snapped, snappedAt, idleSeq uint64
 
 	// seqs lists every record of the session from its latest compaction
 	// on, when indexed is true: a load reads exactly these. An index
