@@ -152,9 +152,7 @@ func openRemovals(ctx context.Context, nc *nats.Conn, stream string, counted boo
 		r.sub.Unsubscribe()
 		return nil, fmt.Errorf("subscribe to %s: %w", bus.AuditAdvisory, err)
 	}
-	rctx, rcancel := context.WithTimeout(ctx, removalCheckTimeout)
-	defer rcancel()
-	removed, last, err := bus.Removed(rctx, nc, stream)
+	removed, last, err := bus.Removed(ctx, nc, stream)
 	if err != nil {
 		r.sub.Unsubscribe()
 		return nil, err
