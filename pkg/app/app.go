@@ -331,7 +331,7 @@ func (a *App) Open(ctx context.Context) (err error) {
 	// session read, that a removal before it could have touched.
 	counted := !limited && !st.CachedInfo().Config.AllowMsgTTL
 	err = a.retryStart(ctx, url, "removal watcher", func(ctx context.Context) error {
-		a.removals, err = openRemovals(ctx, a.nc, st, want.Name, counted, a.roles.stores, a.Logger)
+		a.removals, err = openRemovals(ctx, a.nc, want.Name, counted, a.roles.stores, a.Logger)
 		return err
 	})
 	if err != nil {
