@@ -339,7 +339,7 @@ func (a *App) Open(ctx context.Context) (err error) {
 	cps.Stream = bus.StreamIdentity(st.CachedInfo())
 	a.js, a.st, a.stream = js, st, want.Name
 	a.loader = &streamLoader{nc: a.nc, stream: want.Name, cps: cps, layout: layout,
-		snaps: snaps, st: st, identity: cps.Stream}
+		snaps: snaps, identity: cps.Stream}
 	a.layout = watchLayout(a.nc, st, layout, a.Logger, func(err error) {
 		a.layoutErr.Store(&err)
 		a.fail(err)
@@ -356,7 +356,7 @@ func (a *App) Open(ctx context.Context) (err error) {
 	// session read, that a removal before it could have touched.
 	counted := !limited && !st.CachedInfo().Config.AllowMsgTTL
 	err = a.retryStart(ctx, url, "removal watcher", func(ctx context.Context) error {
-		a.removals, err = openRemovals(ctx, a.nc, st, want.Name, counted, a.roles.stores, a.dropSnapshots, a.Logger)
+		a.removals, err = openRemovals(ctx, a.nc, want.Name, counted, a.roles.stores, a.dropSnapshots, a.Logger)
 		return err
 	})
 	if err != nil {
@@ -721,8 +721,7 @@ type streamLoader struct {
 	layout bus.Layout // where a session's records are
 
 	snaps    *bus.Snapshots
-	st       jetstream.Stream // the transcripts stream, for its state
-	identity string           // bus.StreamIdentity of the stream
+	identity string // bus.StreamIdentity of the stream
 }
 
 // checkpointTry bounds each but the last of checkpointTries reads of a

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ctxd/ctxd/pkg/bus"
 	"github.com/ctxd/ctxd/pkg/store"
@@ -103,7 +102,7 @@ const (
 
 // removals applies the stream's removals to the stores.
 type removals struct {
-	st     jetstream.Stream
+	nc     *nats.Conn
 	stream string
 	stores func() []*store.Store
 	logger *slog.Logger
@@ -140,8 +139,8 @@ type removals struct {
 
 // openRemovals subscribes to the advisories, reads where the stream is,
 // and starts the watcher's goroutine.
-func openRemovals(ctx context.Context, nc *nats.Conn, st jetstream.Stream, stream string, counted bool, stores func() []*store.Store, onRemoval func(), logger *slog.Logger) (*removals, error) {
-	r := &removals{st: st, stream: stream, stores: stores, removed: onRemoval, logger: logger, counted: counted,
+func openRemovals(ctx context.Context, nc *nats.Conn, stream string, counted bool, stores func() []*store.Store, onRemoval func(), logger *slog.Logger) (*removals, error) {
+	r := &removals{nc: nc, stream: stream, stores: stores, removed: onRemoval, logger: logger, counted: counted,
 		ch: make(chan *nats.Msg, removalAdvisories), stop: make(chan struct{}), done: make(chan struct{})}
 	var err error
 	if r.sub, err = nc.ChanSubscribe(bus.AuditAdvisory, r.ch); err != nil {
@@ -155,7 +154,7 @@ func openRemovals(ctx context.Context, nc *nats.Conn, st jetstream.Stream, strea
 		r.sub.Unsubscribe()
 		return nil, fmt.Errorf("subscribe to %s: %w", bus.AuditAdvisory, err)
 	}
-	removed, last, err := bus.Removed(ctx, st)
+	removed, last, err := bus.Removed(ctx, nc, stream)
 	if err != nil {
 		r.sub.Unsubscribe()
 		return nil, err
@@ -286,7 +285,7 @@ func (r *removals) check(need uint64) {
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), removalCheckTimeout)
 		read = r.reads.Add(1)
-		removed, last, err := bus.Removed(ctx, r.st)
+		removed, last, err := bus.Removed(ctx, r.nc, r.stream)
 		cancel()
 		if err != nil {
 			r.forgetAll("the stream's state could not be read", "err", err)

@@ -37,7 +37,7 @@ func (r *removals) appliedRemovals(ctx context.Context) (uint64, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.drainLocked()
-	removed, _, err := bus.Removed(ctx, r.st)
+	removed, _, err := bus.Removed(ctx, r.nc, r.stream)
 	if err != nil || int64(removed) != r.base+r.applied {
 		return 0, false
 	}
@@ -131,7 +131,7 @@ func (a *App) closeSnapshots(sts ...*store.Store) {
 		// A removal while they were written: an instance that applied it
 		// may have emptied the bucket before they landed. None of them is
 		// used (the count moved), but they may hold what was removed.
-		if now, _, err := bus.Removed(ctx, a.st); err == nil && now != removed {
+		if now, _, err := bus.Removed(ctx, a.nc, a.stream); err == nil && now != removed {
 			if err := a.loader.snaps.Purge(ctx); err != nil {
 				a.Logger.Warn("snapshots not emptied after records left the stream; they are not used, and are emptied at the next start", "err", err)
 			}
@@ -183,7 +183,7 @@ func (l *streamLoader) SaveSnapshots(ctx context.Context, snaps iter.Seq2[string
 // StreamState reads the stream's identity and removed count
 // (store.SnapshotLoader).
 func (l *streamLoader) StreamState(ctx context.Context) (string, uint64, error) {
-	removed, _, err := bus.Removed(ctx, l.st)
+	removed, _, err := bus.Removed(ctx, l.nc, l.stream)
 	return l.identity, removed, err
 }
 
@@ -267,7 +267,7 @@ func (a *App) writeIdleSnapshots(quit <-chan struct{}, every time.Duration) {
 		if err := a.loader.snaps.MarkState(ctx, bus.SnapshotState{Stream: a.loader.identity, Removed: removed}); err != nil && ctx.Err() == nil {
 			a.Logger.Warn("snapshots' state not written; the next start empties them", "err", err)
 		}
-		if now, _, err := bus.Removed(ctx, a.st); err == nil && now != removed {
+		if now, _, err := bus.Removed(ctx, a.nc, a.stream); err == nil && now != removed {
 			a.dropSnapshots()
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ctxd/ctxd/pkg/subject"
@@ -121,11 +122,48 @@ func ParseRemoval(data []byte, stream string) (r Removal, ok bool, err error) {
 // no message (purged, deleted, or gone past a limit), and its last
 // sequence. It only grows: it moves when, and only when, messages leave
 // the stream.
-func Removed(ctx context.Context, st jetstream.Stream) (removed, last uint64, err error) {
-	info, err := st.Info(ctx)
+//
+// It asks the stream's leader ($JS.API.STREAM.INFO.<stream>) and decodes
+// only the two figures it needs from the reply, not the configuration
+// and cluster of a whole jetstream.StreamInfo: an instance reads the
+// stream's state about once a delivery while it keeps up.
+func Removed(ctx context.Context, nc *nats.Conn, stream string) (removed, last uint64, err error) {
+	m, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.INFO."+stream, nil)
 	if err != nil {
 		return 0, 0, fmt.Errorf("stream info: %w", err)
 	}
-	s := info.State
-	return s.LastSeq - min(s.Msgs, s.LastSeq), s.LastSeq, nil
+	return decodeRemoved(m.Data)
 }
+
+// streamState is what Removed reads of a stream info reply.
+type streamState struct {
+	Error *jetstream.APIError `json:"error"`
+	State *struct {
+		Msgs    *uint64 `json:"messages"`
+		LastSeq *uint64 `json:"last_seq"`
+	} `json:"state"`
+}
+
+// decodeRemoved reads a stream info reply. A reply without both figures
+// is an error, never a count of zero.
+func decodeRemoved(data []byte) (removed, last uint64, err error) {
+	var resp streamState
+	if err := json.Unmarshal(data, &resp); err != nil {
+		return 0, 0, fmt.Errorf("stream info: %w: %w", ErrBadStreamInfo, err)
+	}
+	if resp.Error != nil {
+		if resp.Error.ErrorCode == jetstream.JSErrCodeStreamNotFound {
+			return 0, 0, fmt.Errorf("stream info: %w", jetstream.ErrStreamNotFound)
+		}
+		return 0, 0, fmt.Errorf("stream info: %w", resp.Error)
+	}
+	if resp.State == nil || resp.State.Msgs == nil || resp.State.LastSeq == nil {
+		return 0, 0, fmt.Errorf("stream info: %w: no state", ErrBadStreamInfo)
+	}
+	msgs, last := *resp.State.Msgs, *resp.State.LastSeq
+	return last - min(msgs, last), last, nil
+}
+
+// ErrBadStreamInfo is wrapped by Removed's error for a reply that does
+// not decode, or holds no stream state.
+var ErrBadStreamInfo = errors.New("bus: stream info reply does not decode")

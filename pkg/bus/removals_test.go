@@ -3,6 +3,7 @@ package bus_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/ctxd/ctxd/internal/natstest"
 	"github.com/ctxd/ctxd/pkg/bus"
+	"github.com/ctxd/ctxd/streams"
 )
 
 // The server's API audit advisories of purges and deletions, made
@@ -62,7 +64,7 @@ func TestParseRemoval_Server(t *testing.T) {
 		}
 	}
 	const purge, del = "$JS.API.STREAM.PURGE.TRANSCRIPTS", "$JS.API.STREAM.MSG.DELETE.TRANSCRIPTS"
-	removed, _, err := bus.Removed(ctx, st)
+	removed, _, err := bus.Removed(ctx, nc, "TRANSCRIPTS")
 	require.NoError(t, err)
 	require.Zero(t, removed)
 
@@ -82,7 +84,7 @@ func TestParseRemoval_Server(t *testing.T) {
 	})
 	require.True(t, ok)
 	require.Equal(t, bus.Removal{All: true, Count: 4}, r, "7 of s1; 4, 6, 8 of s2")
-	removed, _, err = bus.Removed(ctx, st)
+	removed, _, err = bus.Removed(ctx, nc, "TRANSCRIPTS")
 	require.NoError(t, err)
 	require.Equal(t, uint64(8), removed)
 
@@ -99,7 +101,7 @@ func TestParseRemoval_Server(t *testing.T) {
 	r, ok = next(purge, func() error { return st.Purge(ctx) })
 	require.True(t, ok)
 	require.Equal(t, bus.Removal{All: true, Count: 2}, r)
-	removed, last, err := bus.Removed(ctx, st)
+	removed, last, err := bus.Removed(ctx, nc, "TRANSCRIPTS")
 	require.NoError(t, err)
 	require.Equal(t, last, removed, "nothing left")
 }
@@ -140,4 +142,92 @@ func TestParseRemoval_Hostile(t *testing.T) {
 			require.Equal(t, c.want, r)
 		})
 	}
+}
+
+// Removed reads what the stream's own info says, on a stream laid out as
+// ctxd lays it out (16 partitions, metadata, a description), through
+// purges and deletions; a stream that does not exist is
+// jetstream.ErrStreamNotFound, not a count.
+func TestRemoved_AgreesWithStreamInfo(t *testing.T) {
+	url := natstest.Start(t)
+	nc := natstest.Connect(t, url)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cfg, err := streams.Transcripts()
+	require.NoError(t, err)
+	cfg.SubjectTransform = streams.PartitionTransform(16)
+	// Text in the configuration that reads like the state it is not.
+	cfg.Description = `"state":{"messages":0,"last_seq":0}`
+	cfg.Metadata = map[string]string{"state": `{"messages":0,"last_seq":0}`}
+	st, err := js.CreateStream(ctx, cfg)
+	require.NoError(t, err)
+	agree := func(wantRemoved uint64) {
+		t.Helper()
+		removed, last, err := bus.Removed(ctx, nc, cfg.Name)
+		require.NoError(t, err)
+		info, err := st.Info(ctx)
+		require.NoError(t, err)
+		require.Equal(t, info.State.LastSeq, last)
+		require.Equal(t, info.State.LastSeq-info.State.Msgs, removed)
+		require.Equal(t, wantRemoved, removed)
+	}
+	agree(0)
+	for i := range 40 {
+		_, err := js.Publish(ctx, fmt.Sprintf("transcripts.s%d", i%7), []byte("{}"))
+		require.NoError(t, err)
+	}
+	agree(0)
+	require.NoError(t, st.DeleteMsg(ctx, 5))
+	require.NoError(t, st.DeleteMsg(ctx, 1))
+	agree(2)
+	require.NoError(t, st.Purge(ctx, jetstream.WithPurgeSubject("transcripts.>"), jetstream.WithPurgeSequence(10)))
+	agree(9)
+	require.NoError(t, st.Purge(ctx))
+	agree(40)
+
+	_, _, err = bus.Removed(ctx, nc, "NOSUCH")
+	require.ErrorIs(t, err, jetstream.ErrStreamNotFound)
+}
+
+// BenchmarkRemoved compares reading the stream's state with bus.Removed
+// to reading the whole jetstream.StreamInfo, on a stream laid out as
+// ctxd's (16 partitions, R1, embedded server: the server's side of the
+// request is in the figures too, the same for both).
+func BenchmarkRemoved(b *testing.B) {
+	url := natstest.Start(b)
+	nc := natstest.Connect(b, url)
+	js, err := jetstream.New(nc)
+	require.NoError(b, err)
+	ctx := context.Background()
+	cfg, err := streams.Transcripts()
+	require.NoError(b, err)
+	cfg.SubjectTransform = streams.PartitionTransform(16)
+	st, err := js.CreateStream(ctx, cfg)
+	require.NoError(b, err)
+	for i := range 100 {
+		_, err := js.Publish(ctx, fmt.Sprintf("transcripts.s%d", i), []byte("{}"))
+		require.NoError(b, err)
+	}
+	b.Run("stream info", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			info, err := st.Info(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			_ = info.State.LastSeq - info.State.Msgs
+		}
+	})
+	b.Run("state only", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			if _, _, err := bus.Removed(rctx, nc, cfg.Name); err != nil {
+				b.Fatal(err)
+			}
+			cancel()
+		}
+	})
 }

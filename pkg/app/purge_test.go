@@ -1,0 +1,65 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ctxd/ctxd/internal/natstest"
+	"github.com/ctxd/ctxd/pkg/store"
+	"github.com/ctxd/ctxd/streams"
+)
+
+// The ingests of an instance's partitions that meet records past the
+// verified sequence while a check is under way share the next read of
+// the stream's state: records delivered before that read began are
+// covered by it, so a burst of deliveries costs one read, not one each.
+func TestRemovals_ConcurrentNeedsShareOneRead(t *testing.T) {
+	url := natstest.Start(t)
+	nc := natstest.Connect(t, url)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cfg, err := streams.Transcripts()
+	require.NoError(t, err)
+	_, err = js.CreateStream(ctx, cfg)
+	require.NoError(t, err)
+	publish := func(n int) {
+		for i := range n {
+			_, err := js.Publish(ctx, fmt.Sprintf("transcripts.s%d", i), []byte("{}"))
+			require.NoError(t, err)
+		}
+	}
+	publish(10)
+	r, err := openRemovals(ctx, nc, cfg.Name, true, func() []*store.Store { return nil }, func() {}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	t.Cleanup(r.close)
+	require.Equal(t, uint64(10), r.verified.Load())
+	publish(16) // sequences 11 to 26, delivered to 16 partitions' ingests
+	reads := r.reads.Load()
+	// A check under way (it holds mu) while the records are delivered.
+	r.mu.Lock()
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Go(func() { r.cover(uint64(11 + i)) })
+	}
+	r.mu.Unlock()
+	wg.Wait()
+	require.Equal(t, reads+1, r.reads.Load(), "one read of the stream's state for the 16 deliveries")
+	require.Equal(t, uint64(26), r.verified.Load())
+
+	// Records already verified cost no read; one past it does.
+	r.cover(26)
+	require.Equal(t, reads+1, r.reads.Load())
+	publish(1)
+	r.cover(27)
+	require.Equal(t, reads+2, r.reads.Load())
+}
