@@ -20,6 +20,7 @@ import (
 	"github.com/ctxd/ctxd/pkg/bus"
 	ctxdclient "github.com/ctxd/ctxd/pkg/client"
 	"github.com/ctxd/ctxd/pkg/natsd"
+	"github.com/ctxd/ctxd/streams"
 )
 
 var (
@@ -31,13 +32,16 @@ var (
 // BenchmarkColdStart measures the first request for each session after
 // ctxd and its embedded server restart, on a file store holding
 // sessions x records records, the sessions interleaved (1 000 x 200 by
-// default, 100 x 200 with -short). Before the restart ctxd writes every
-// session's checkpoint, with its record index, as it does at shutdown;
-// then, with the server alone, the index is taken out of every other
-// session's checkpoint (the format written before indexes: the
-// baseline, a load scanning the subject). After the restart the sessions
-// are fetched once each, indexed and not alternately, then once more
-// (warm). It prints p50, p99 and worst of each.
+// default, 100 x 200 with -short). Every session is fetched once, as a
+// runtime fetches its context every turn; then ctxd stops, writing every
+// session's checkpoint, with its record index, and its snapshot, as it
+// does at shutdown; then, with the server alone, the sessions are split
+// three ways: one in three keeps its snapshot (loads from it), one in
+// three loses it (loads by its checkpoint's index), and one in three
+// loses it and its index too (the format written before indexes: the
+// baseline, a load scanning the subject). After the restart the
+// sessions are fetched once each, the three kinds in turn, each followed
+// by a second fetch (warm). It prints p50, p99 and worst of each.
 //
 // The restart is ctxd in the test process (app.Open on the same
 // directory), or with -coldstart.process a new ctxd process, as a real
@@ -63,10 +67,19 @@ func BenchmarkColdStart(b *testing.B) {
 	_, err = ctxdclient.Context(ctx, nc, "s0", ctxdclient.Request{MinSeq: last, WaitMS: 120000})
 	require.NoError(b, err)
 	b.Logf("%d records over %d sessions published and applied in %v", last, sessions, time.Since(t0).Round(time.Millisecond))
+	// Every session fetched once, as an agent's runtime fetches its
+	// context every turn: the sessions in use are held in memory, and
+	// those are the ones a shutdown writes snapshots of.
+	for s := range sessions {
+		_, err := ctxdclient.Context(ctx, nc, fmt.Sprintf("s%d", s), ctxdclient.Request{})
+		require.NoError(b, err)
+	}
 	nc.Close()
-	require.NoError(b, a.Close()) // writes every checkpoint
+	t0 = time.Now()
+	require.NoError(b, a.Close()) // writes every checkpoint and snapshot
+	b.Logf("shutdown: %v", time.Since(t0).Round(time.Millisecond))
 
-	// The baseline: every odd session's checkpoint without its index.
+	// Three kinds: by snapshot, by index, scanning (the baseline).
 	ns := natsd.New(dir)
 	ns.Port = -1
 	require.NoError(b, ns.Open())
@@ -76,7 +89,11 @@ func BenchmarkColdStart(b *testing.B) {
 	require.NoError(b, err)
 	cps, err := bus.OpenCheckpoints(ctx, js, 0)
 	require.NoError(b, err)
-	indexed, cpBytes := 0, 0
+	snaps, err := bus.OpenSnapshots(ctx, js, 0)
+	require.NoError(b, err)
+	kv, err := js.KeyValue(ctx, streams.SnapshotsBucket)
+	require.NoError(b, err)
+	indexed, cpBytes, snapped, snapBytes := 0, 0, 0, 0
 	for s := range sessions {
 		id := fmt.Sprintf("s%d", s)
 		cp, ok, err := cps.Get(ctx, id)
@@ -90,14 +107,24 @@ func BenchmarkColdStart(b *testing.B) {
 		data, err := json.Marshal(cp)
 		require.NoError(b, err)
 		cpBytes += len(data)
-		if s%2 == 1 {
+		data, ok, err = snaps.Get(ctx, id)
+		require.NoError(b, err)
+		if ok {
+			snapped++
+			snapBytes += len(data)
+		}
+		if s%3 != 0 {
+			require.NoError(b, kv.Delete(ctx, id))
+		}
+		if s%3 == 2 {
 			require.NoError(b, cps.Put(ctx, id, cp.WithoutIndex()))
 		}
 	}
 	nc.Close()
 	require.NoError(b, ns.Close())
 	require.Equal(b, sessions, indexed, "every session's checkpoint lists its records")
-	b.Logf("checkpoints with their index: %d bytes on average", cpBytes/sessions)
+	require.Equal(b, sessions, snapped, "every session has a snapshot")
+	b.Logf("checkpoints with their index: %d bytes on average; snapshots: %d bytes on average", cpBytes/sessions, snapBytes/sessions)
 	blocks, err := filepath.Glob(filepath.Join(dir, "jetstream", "*", "streams", "TRANSCRIPTS", "msgs", "*.blk"))
 	require.NoError(b, err)
 	var bytes int64
@@ -108,7 +135,7 @@ func BenchmarkColdStart(b *testing.B) {
 	}
 	b.Logf("the stream: %d message blocks, %.1f MB", len(blocks), float64(bytes)/1e6)
 
-	var cold, scan, warm []time.Duration
+	var snap, cold, scan, warm []time.Duration
 	replyBytes := 0
 	// The embedded server holds the message blocks it loaded for reads
 	// through weak pointers: a GC cycle of this process (ctxd's, in
@@ -136,15 +163,15 @@ func BenchmarkColdStart(b *testing.B) {
 		require.NoError(b, err)
 		b.StartTimer()
 		firstGC, gcSeen = cycles(), cycles()
-		// Pairs of sessions, one indexed and one not, in an order that
-		// spreads both over the stream; which goes first alternates.
-		for i := range sessions / 2 {
-			k := (i * 7919) % (sessions / 2)
-			pair := []int{2 * k, 2*k + 1}
-			if i%2 == 1 {
-				pair[0], pair[1] = pair[1], pair[0]
+		// Triples of sessions, one of each kind, in an order that
+		// spreads them over the stream; which goes first turns.
+		for i := range sessions / 3 {
+			k := (i * 7919) % (sessions / 3)
+			triple := []int{3 * k, 3*k + 1, 3*k + 2}
+			for range i % 3 {
+				triple = append(triple[1:], triple[0])
 			}
-			for _, s := range pair {
+			for _, s := range triple {
 				id := fmt.Sprintf("s%d", s)
 				t0 := time.Now()
 				data, err := ctxdclient.Context(ctx, nc, id, ctxdclient.Request{})
@@ -152,14 +179,17 @@ func BenchmarkColdStart(b *testing.B) {
 				require.NoError(b, err)
 				require.Greater(b, len(data), 1000)
 				replyBytes += len(data)
-				if s%2 == 0 {
-					cold = append(cold, d)
+				switch s % 3 {
+				case 0:
+					snap = append(snap, d)
 					if n := cycles(); n != gcSeen {
 						afterGC = append(afterGC, d)
 					} else {
 						noGC = append(noGC, d)
 					}
-				} else {
+				case 1:
+					cold = append(cold, d)
+				default:
 					scan = append(scan, d)
 				}
 				t0 = time.Now()
@@ -196,14 +226,15 @@ func BenchmarkColdStart(b *testing.B) {
 		b.ReportMetric(ms(worst), name+"-worst-ms")
 	}
 	if len(cold) > 8 {
-		b.Logf("first cold requests, in order: indexed %v, scanning %v", cold[:8], scan[:8])
+		b.Logf("first cold requests, in order: by snapshot %v, indexed %v, scanning %v", snap[:8], cold[:8], scan[:8])
 	}
 	b.Logf("first request after a restart, %d-record sessions in a %d-record stream of %d sessions:", per, last, sessions)
-	b.Logf("replies: %d bytes on average", replyBytes/(len(cold)+len(scan)))
+	b.Logf("replies: %d bytes on average", replyBytes/(len(snap)+len(cold)+len(scan)))
+	row("cold-snapshot", snap)
 	row("cold", cold)
 	if len(afterGC) > 0 && len(noGC) > 0 {
-		row("cold-after-gc", afterGC)
-		row("cold-no-gc", noGC)
+		row("cold-snapshot-after-gc", afterGC)
+		row("cold-snapshot-no-gc", noGC)
 	}
 	row("cold-scan", scan)
 	row("warm", warm)

@@ -70,7 +70,7 @@ func TestOps_Metrics(t *testing.T) {
 
 	m := scrape(t, addr)
 	for _, name := range []string{"ctxd_records_applied_total", "ctxd_ingest_lag_records", "ctxd_sessions_loaded",
-		"ctxd_session_loads_total", "ctxd_evictions_total", "ctxd_nats_connected", "go_goroutines", "process_resident_memory_bytes"} {
+		"ctxd_session_loads_total", "ctxd_session_snapshot_loads_total", "ctxd_evictions_total", "ctxd_nats_connected", "go_goroutines", "process_resident_memory_bytes"} {
 		require.NotEqual(t, -1.0, metricValue(t, m, name, ""), "%s missing from the scrape", name)
 	}
 	require.Equal(t, 0.0, metricValue(t, m, "ctxd_records_applied_total", ""))

@@ -20,11 +20,16 @@ const (
 	TranscriptsFile = "transcripts.stream.json"
 	IngestFile      = "ctxd.consumer.json"
 	CheckpointsFile = "checkpoints.kv.json"
+	SnapshotsFile   = "snapshots.kv.json"
 )
 
 // CheckpointsBucket is the key-value bucket of session checkpoints; its
 // stream is KV_ and the bucket name.
 const CheckpointsBucket = "CTXD_CHECKPOINTS"
+
+// SnapshotsBucket is the key-value bucket of session snapshots; its
+// stream is KV_ and the bucket name.
+const SnapshotsBucket = "CTXD_SNAPSHOTS"
 
 // Transcripts returns the TRANSCRIPTS stream definition.
 func Transcripts() (jetstream.StreamConfig, error) {
@@ -50,6 +55,13 @@ func Ingest() (jetstream.ConsumerConfig, error) {
 func Checkpoints() (jetstream.StreamConfig, error) {
 	var cfg jetstream.StreamConfig
 	return cfg, load(CheckpointsFile, &cfg)
+}
+
+// Snapshots returns the stream behind the snapshot bucket, in the form a
+// JetStream key-value bucket takes.
+func Snapshots() (jetstream.StreamConfig, error) {
+	var cfg jetstream.StreamConfig
+	return cfg, load(SnapshotsFile, &cfg)
 }
 
 // Raw returns a definition file's bytes.

@@ -19,6 +19,13 @@ func TestDefinitions(t *testing.T) {
 	require.True(t, s.AllowDirect)
 	require.Equal(t, int32(8<<20), s.MaxMsgSize)
 
+	sn, err := Snapshots()
+	require.NoError(t, err)
+	require.Equal(t, "KV_"+SnapshotsBucket, sn.Name)
+	require.Equal(t, []string{"$KV." + SnapshotsBucket + ".>"}, sn.Subjects)
+	require.Equal(t, int64(1), sn.MaxMsgsPerSubject)
+	require.True(t, sn.AllowDirect)
+
 	c, err := Ingest()
 	require.NoError(t, err)
 	require.Equal(t, "ctxd", c.Durable)

@@ -115,12 +115,22 @@ type Config struct {
 	// ReadyMaxLag is how many records the ingest may be behind the stream
 	// and still be ready; past it /readyz says not ready.
 	ReadyMaxLag uint64
-	// ShutdownCheckpoints is how long Close writes checkpoints at most;
-	// those not written by then are counted in one log line and left
-	// (a session without its latest checkpoint loads from an earlier
-	// one, reading more of the stream). 0 means DefaultShutdownCheckpoints.
+	// ShutdownCheckpoints is how long Close writes checkpoints at most,
+	// and then as long for snapshots; those not written by then are
+	// counted in one log line and left (a session without its latest
+	// checkpoint loads from an earlier one, and one without its snapshot
+	// by its checkpoint, reading more of the stream). 0 means
+	// DefaultShutdownCheckpoints.
 	ShutdownCheckpoints time.Duration
+	// IdleSnapshots is how often the ingest writes the snapshots of the
+	// sessions that had no record since the time before (so that after a
+	// crash they load from them); 0 means DefaultIdleSnapshots, below 0
+	// none are written but at shutdown.
+	IdleSnapshots time.Duration
 }
+
+// DefaultIdleSnapshots is how often idle sessions' snapshots are written.
+const DefaultIdleSnapshots = 10 * time.Second
 
 // DefaultShutdownCheckpoints is how long Close writes checkpoints at most.
 const DefaultShutdownCheckpoints = 5 * time.Second
@@ -147,6 +157,7 @@ func DefaultConfig() Config {
 		ReadyMaxLag:      DefaultReadyMaxLag,
 
 		ShutdownCheckpoints: DefaultShutdownCheckpoints,
+		IdleSnapshots:       DefaultIdleSnapshots,
 	}
 }
 
@@ -188,6 +199,10 @@ type App struct {
 	// (layout.go); layoutErr, once set, answers every request.
 	layout    *layoutWatch
 	layoutErr atomic.Pointer[error]
+	// snapsDropping says the snapshot bucket is being emptied.
+	snapsDropping atomic.Bool
+	// idleSnaps writes the snapshots of idle sessions behind the ingest.
+	idleSnaps *idleSnapshots
 }
 
 // New returns an app with the configuration; Open starts it.
@@ -312,9 +327,19 @@ func (a *App) Open(ctx context.Context) (err error) {
 		return fmt.Errorf("%w: stream %s has %d partition(s), not %d: the number is the stream's, fixed for its life (ctxd partition moves an unpartitioned stream)", bus.ErrIncompatible, want.Name, layout.P, a.Partitions)
 	}
 
+	var snaps *bus.Snapshots
+	err = a.retryStart(ctx, url, "snapshot bucket", func(ctx context.Context) error {
+		snaps, err = bus.OpenSnapshots(ctx, js, a.Replicas)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+
 	cps.Stream = bus.StreamIdentity(st.CachedInfo())
 	a.js, a.st, a.stream = js, st, want.Name
-	a.loader = &streamLoader{nc: a.nc, stream: want.Name, cps: cps, layout: layout}
+	a.loader = &streamLoader{nc: a.nc, stream: want.Name, cps: cps, layout: layout,
+		snaps: snaps, identity: cps.Stream}
 	a.layout = watchLayout(a.nc, st, layout, a.Logger, func(err error) {
 		a.layoutErr.Store(&err)
 		a.fail(err)
@@ -331,12 +356,14 @@ func (a *App) Open(ctx context.Context) (err error) {
 	// session read, that a removal before it could have touched.
 	counted := !limited && !st.CachedInfo().Config.AllowMsgTTL
 	err = a.retryStart(ctx, url, "removal watcher", func(ctx context.Context) error {
-		a.removals, err = openRemovals(ctx, a.nc, want.Name, counted, a.roles.stores, a.Logger)
+		a.removals, err = openRemovals(ctx, a.nc, want.Name, counted, a.roles.stores, a.dropSnapshots, a.Logger)
 		return err
 	})
 	if err != nil {
 		return err
 	}
+	a.sweepSnapshots(ctx)
+	a.idleSnaps = startIdleSnapshots(a)
 
 	// Every record stored so far can be read from the stream: a session
 	// loads from there when it is asked for, so nothing is replayed here.
@@ -509,6 +536,15 @@ func (a *App) Store() *store.Store {
 	return a.roles.current()
 }
 
+// Stats counts the instance's work over all its stores: the ingest's
+// and the reader's, as $SRV.STATS and /metrics report it.
+func (a *App) Stats() store.Stats {
+	if a.roles == nil {
+		return store.Stats{}
+	}
+	return a.roles.Stats()
+}
+
 // Wait returns once this instance's ingest has applied every record up
 // to seq, or an error wrapping store.ErrWaitExpired after timeout. An
 // instance ingests once JetStream pins the consumer to it, at the first
@@ -525,8 +561,8 @@ func (a *App) Wait(ctx context.Context, seq uint64, timeout time.Duration) error
 // checkpoints (every changed session's written in bulk, the partitions'
 // together, within ShutdownCheckpoints; one line says how many were
 // written and how many were not), the pin (given up at once, so another
-// instance ingests without waiting for the pinned TTL), the connection,
-// the server.
+// instance ingests without waiting for the pinned TTL), the snapshots of
+// the sessions held (as the checkpoints), the connection, the server.
 func (a *App) Close() error {
 	a.serving.Store(false)
 	var errs []error
@@ -541,6 +577,8 @@ func (a *App) Close() error {
 		errs = append(errs, a.ops.Close())
 		a.ops = nil
 	}
+	a.idleSnaps.stop() // before the snapshots at shutdown
+	a.idleSnaps = nil
 	var partitions []*store.Store
 	if a.roles != nil && a.roles.bal != nil {
 		// The partitions first, at once: other instances apply them while
@@ -554,6 +592,7 @@ func (a *App) Close() error {
 	}
 	if len(partitions) > 0 {
 		a.closeCheckpoints(partitions...)
+		a.closeSnapshots(partitions...)
 	}
 	if a.ingest != nil {
 		owner := a.roles.feeding()
@@ -565,6 +604,8 @@ func (a *App) Close() error {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			a.unpin(ctx)
 			cancel()
+			// After the pin: another instance ingests meanwhile.
+			a.closeSnapshots(owner)
 			// Stops the checkpoint writer before the connection it writes on.
 			a.roles.lost("shutting down", true)
 		}
@@ -678,6 +719,9 @@ type streamLoader struct {
 	stream string
 	cps    *bus.Checkpoints
 	layout bus.Layout // where a session's records are
+
+	snaps    *bus.Snapshots
+	identity string // bus.StreamIdentity of the stream
 }
 
 // checkpointTry bounds each but the last of checkpointTries reads of a

@@ -106,6 +106,8 @@ type removals struct {
 	stream string
 	stores func() []*store.Store
 	logger *slog.Logger
+	// removed is told of every removal applied: the snapshots go.
+	removed func()
 	// counted says the stream removes nothing of its own accord: its
 	// count of removed sequences is checked.
 	counted bool
@@ -137,8 +139,8 @@ type removals struct {
 
 // openRemovals subscribes to the advisories, reads where the stream is,
 // and starts the watcher's goroutine.
-func openRemovals(ctx context.Context, nc *nats.Conn, stream string, counted bool, stores func() []*store.Store, logger *slog.Logger) (*removals, error) {
-	r := &removals{nc: nc, stream: stream, stores: stores, logger: logger, counted: counted,
+func openRemovals(ctx context.Context, nc *nats.Conn, stream string, counted bool, stores func() []*store.Store, onRemoval func(), logger *slog.Logger) (*removals, error) {
+	r := &removals{nc: nc, stream: stream, stores: stores, removed: onRemoval, logger: logger, counted: counted,
 		ch: make(chan *nats.Msg, removalAdvisories), stop: make(chan struct{}), done: make(chan struct{})}
 	var err error
 	if r.sub, err = nc.ChanSubscribe(bus.AuditAdvisory, r.ch); err != nil {
@@ -312,6 +314,7 @@ func (r *removals) check(need uint64) {
 		}
 		if int64(removed) != counted {
 			r.forgetAll("records left the stream that no advisory told of", "removed", removed, "told", counted)
+			r.removed()
 		} else {
 			// The stream read is behind the record in hand (a replica
 			// behind): what the stores hold is dropped instead.
@@ -340,12 +343,14 @@ func (r *removals) apply(m *nats.Msg) {
 	if err != nil {
 		// About the stream, but unreadable: what went is not known.
 		r.forgetAll("an advisory about the stream does not decode", "err", err)
+		r.removed()
 		return
 	}
 	if !ok {
 		return
 	}
 	r.applied += int64(rm.Count)
+	r.removed()
 	stores := r.stores()
 	switch {
 	case rm.All:

@@ -39,7 +39,7 @@ func TestRemovals_ConcurrentNeedsShareOneRead(t *testing.T) {
 		}
 	}
 	publish(10)
-	r, err := openRemovals(ctx, nc, cfg.Name, true, func() []*store.Store { return nil }, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	r, err := openRemovals(ctx, nc, cfg.Name, true, func() []*store.Store { return nil }, func() {}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, err)
 	t.Cleanup(r.close)
 	require.Equal(t, uint64(10), r.verified.Load())

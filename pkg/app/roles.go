@@ -493,6 +493,7 @@ func (r *roles) Stats() store.Stats {
 			out.Duplicates += st.Duplicates
 		}
 		out.Loads += st.Loads
+		out.SnapshotLoads += st.SnapshotLoads
 		out.Evictions += st.Evictions
 		out.Sessions += st.Sessions
 		out.Loaded += st.Loaded
@@ -522,5 +523,6 @@ func (r *part) retire(st *store.Store) {
 	r.retired.Records += s.Records
 	r.retired.Duplicates += s.Duplicates
 	r.retired.Loads += s.Loads
+	r.retired.SnapshotLoads += s.SnapshotLoads
 	r.retired.Evictions += s.Evictions
 }

@@ -81,6 +81,8 @@ var (
 		"Estimated bytes of the projections held in memory.", nil, nil)
 	descLoads = prometheus.NewDesc("ctxd_session_loads_total",
 		"Sessions loaded from the stream.", nil, nil)
+	descSnapshotLoads = prometheus.NewDesc("ctxd_session_snapshot_loads_total",
+		"Session loads that started from a snapshot of the projection.", nil, nil)
 	descEvictions = prometheus.NewDesc("ctxd_evictions_total",
 		"Sessions evicted from memory.", nil, nil)
 	descConnected = prometheus.NewDesc("ctxd_nats_connected",
@@ -94,7 +96,7 @@ type storeCollector struct{ src Source }
 
 func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descApplied, descDuplicates, descRejected, descWatermark, descLag,
-		descLoaded, descKnown, descBytes, descLoads, descEvictions, descConnected, descReconnects} {
+		descLoaded, descKnown, descBytes, descLoads, descSnapshotLoads, descEvictions, descConnected, descReconnects} {
 		ch <- d
 	}
 }
@@ -118,6 +120,7 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descKnown, float64(st.Sessions))
 		gauge(descBytes, float64(st.Bytes))
 		counter(descLoads, st.Loads)
+		counter(descSnapshotLoads, st.SnapshotLoads)
 		counter(descEvictions, st.Evictions)
 		if c.src.LastSeq != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

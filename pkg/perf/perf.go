@@ -332,7 +332,7 @@ func (b *bench) open(ctx context.Context) error {
 }
 
 func (b *bench) streamNames() []string {
-	names := []string{rawStream, bareStream, "KV_" + streams.CheckpointsBucket}
+	names := []string{rawStream, bareStream, "KV_" + streams.CheckpointsBucket, "KV_" + streams.SnapshotsBucket}
 	if t, err := streams.Transcripts(); err == nil {
 		names = append(names, t.Name)
 	}

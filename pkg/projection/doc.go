@@ -24,8 +24,19 @@
 // and Skip marks a sequence that held no usable record, so a Session's Seq
 // is always the last stream sequence it has taken.
 //
+// A Session's whole state can be written down and read back:
+// AppendSnapshot encodes it, about the size of its JSON reply, and
+// Restore gives back a session that answers, and goes on applying
+// records, exactly as the one the snapshot was taken of. A service
+// stores snapshots so that the first request for a session after a
+// restart reads none of the session's records. Restore replays the
+// snapshot's messages through the code Apply runs, and refuses, with an
+// error wrapping ErrSnapshot, anything that is not a snapshot of this
+// format for the same Options.
+//
 // The package does no I/O, reads no clock and knows nothing of NATS: it is
 // tested with the spec fixtures (golden_test.go), a rule-by-rule suite
 // (rules_test.go), generated sessions checking Session against Build after
-// every record (property_test.go), and fuzz targets (fuzz_test.go).
+// every record (property_test.go), generated sessions snapshotted and
+// restored at random points (snapshot_test.go), and fuzz targets.
 package projection

@@ -102,8 +102,9 @@ func (s *Session) unpack(i int) {
 	e.out = e.msg
 }
 
-// decodeJSONEntry decodes entry i's bytes in the JSON cache.
-func (s *Session) decodeJSONEntry(i int) *record.Map {
+// jsonEntry returns entry i's bytes in the JSON cache, without the
+// separator before them.
+func (s *Session) jsonEntry(i int) []byte {
 	c := &s.json
 	end := len(c.bytes)
 	if i+1 < len(c.offs) {
@@ -113,7 +114,12 @@ func (s *Session) decodeJSONEntry(i int) *record.Map {
 	if len(b) > 0 && b[0] == ',' {
 		b = b[1:] // the separator before it
 	}
-	m, err := unpackDecoder.Decode(b)
+	return b
+}
+
+// decodeJSONEntry decodes entry i's bytes in the JSON cache.
+func (s *Session) decodeJSONEntry(i int) *record.Map {
+	m, err := unpackDecoder.Decode(s.jsonEntry(i))
 	if err != nil {
 		// The bytes are the JSON encoder's own: this is a bug, and going
 		// on would serve a different context.

@@ -204,9 +204,16 @@ func (s *Session) touch(i int) {
 
 // append adds one pass-1 message: the incremental passes 2 and 3.
 func (s *Session) append(seq uint64, m *record.Map) {
+	s.appendWith(seq, m, resultsOf(m))
+}
+
+// appendWith is append with the message's results given: Restore gives
+// a trimmed screenshot result the image count of the message it was
+// trimmed from.
+func (s *Session) appendWith(seq uint64, m *record.Map, results []result) {
 	i := len(s.entries)
 	s.version++
-	s.entries = append(s.entries, entry{seq: seq, msg: m, calls: callsOf(m), results: resultsOf(m), stale: true, changed: s.version})
+	s.entries = append(s.entries, entry{seq: seq, msg: m, calls: callsOf(m), results: results, stale: true, changed: s.version})
 	e := &s.entries[i]
 	s.dropped = nil
 
@@ -315,11 +322,15 @@ func (s *Session) render(i int) {
 	e.out = rewrite(e.msg, e.calls, e.results,
 		func(c call) bool { return s.paired(c.id) },
 		func(r result) bool { return s.paired(r.id) },
-		func(r result) bool {
-			st := s.lookup(r.id)
-			return st != nil && st.browser && (site{i, r.block}) != s.latest
-		})
+		func(r result) bool { return s.trimmed(i, r) })
 	e.kept = e.out != nil
+}
+
+// trimmed reports whether kept result r of entry i has its images
+// replaced: a browser result that is not the latest.
+func (s *Session) trimmed(i int, r result) bool {
+	st := s.lookup(r.id)
+	return st != nil && st.browser && (site{i, r.block}) != s.latest
 }
 
 // Dropped returns what the passes remove from the current view. The

@@ -15,6 +15,7 @@ type cache struct {
 	n         atomic.Int64 // sessions loaded
 	bytes     atomic.Int64 // their estimated size
 	loads     atomic.Uint64
+	snapLoads atomic.Uint64 // loads that started from a snapshot
 	evictions atomic.Uint64
 	moves     atomic.Uint64 // slots put at the back so far
 

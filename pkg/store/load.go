@@ -56,6 +56,7 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 	ctx, cancel := context.WithTimeout(ctx, s.LoadTimeout)
 	defer cancel()
 	sr, bySeq := s.Loader.(SeqLoader)
+	sv, snaps := s.Loader.(SnapshotLoader)
 	scan := false     // an index did not hold: read the subject
 	distrust := false // the checkpoint's From is not a compaction: ignore it
 	for attempt := 1; ; attempt++ {
@@ -79,8 +80,14 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 		var saved uint64    // the checkpoint's From, when read
 		var stored []uint64 // the checkpoint's sequences the load reads
 		var storedTo uint64 // the checkpoint's Seq, when they are all read
+		var snap *restored  // the snapshot the load starts from
 		err := func() error {
 			if !fromKnown {
+				var snapped <-chan fetched
+				if snaps && bySeq && !scan && !distrust {
+					// Read beside the checkpoint: one round trip for both.
+					snapped = fetchSnapshot(ctx, sv, sl.id)
+				}
 				cp, ok, err := s.Loader.Checkpoint(ctx, sl.id)
 				if errors.Is(err, ErrBadCheckpoint) {
 					s.Logger.Warn("checkpoint does not decode; the session loads from its subject's start", "session", sl.id, "err", err)
@@ -106,6 +113,14 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 						}
 					}
 				}
+				if snapped != nil {
+					if f := <-snapped; !ok || cp.From <= ld.to {
+						snap = s.useSnapshot(ctx, f, sl.id, cp, ok, ld.to)
+					}
+				}
+			}
+			if snap != nil {
+				return s.readAfterSnapshot(ctx, sr, sl.id, snap, stored, ld.to, known, &b)
 			}
 			b = s.newBuild(sl.id, start, known)
 			if saved != 0 && start == saved {
@@ -157,7 +172,7 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 			saved = 0
 			continue
 		}
-		if (byIndex || len(stored) > 0) && errors.Is(err, ErrIndexStale) {
+		if (byIndex || len(stored) > 0 || snap != nil) && errors.Is(err, ErrIndexStale) {
 			// An index that does not hold: what it read is dropped, and
 			// the load reads the session's subject instead.
 			s.Logger.Warn("record index does not hold; the session loads from its subject", "session", sl.id, "stored", len(stored) > 0, "err", err)
@@ -193,6 +208,15 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 		if !byIndex {
 			s.setIndex(sl, b.seen)
 		}
+		if snap != nil {
+			sl.snapped, sl.snappedAt = snap.sn.seq, snap.sn.removed
+			for _, q := range snap.sn.quarantined {
+				if at, ok := slices.BinarySearch(sl.quarantined, q); !ok && q >= sl.from {
+					sl.quarantined = slices.Insert(sl.quarantined, at, q)
+				}
+			}
+			s.cache.snapLoads.Add(1)
+		}
 		sl.proj, sl.size, sl.weight = b.proj, b.size, b.weight
 		sl.seq = max(sl.seq, b.proj.Seq())
 		switch {
@@ -215,9 +239,14 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 // the second read's round trips cost nothing when the first takes
 // longer, as it does.
 func (s *Store) readStored(ctx context.Context, sr SeqLoader, session string, stored []uint64, to uint64, b *build) error {
+	return s.readStoredWith(ctx, sr, session, stored, to, b.addData)
+}
+
+// readStoredWith is readStored, handing each record to add.
+func (s *Store) readStoredWith(ctx context.Context, sr SeqLoader, session string, stored []uint64, to uint64, add func(seq uint64, data []byte) error) error {
 	tail := stored[len(stored)-1] + 1
 	if tail > to {
-		return sr.RecordsAt(ctx, session, stored, b.addData)
+		return sr.RecordsAt(ctx, session, stored, add)
 	}
 	type rec struct {
 		seq  uint64
@@ -233,7 +262,7 @@ func (s *Store) readStored(ctx context.Context, sr SeqLoader, session string, st
 			return nil
 		})
 	}()
-	err := sr.RecordsAt(ctx, session, stored, b.addData)
+	err := sr.RecordsAt(ctx, session, stored, add)
 	if err != nil {
 		cancel()
 	}
@@ -244,11 +273,40 @@ func (s *Store) readStored(ctx context.Context, sr SeqLoader, session string, st
 		return err
 	}
 	for _, r := range after {
-		if err := b.addData(r.seq, r.data); err != nil {
+		if err := add(r.seq, r.data); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// readAfterSnapshot starts a load from a snapshot: its projection, and
+// the records after it, read as readStored reads them: the checkpoint's
+// sequences past the snapshot's last record (stored), then the subject up
+// to to. The snapshot's last record is read first, and not applied: a
+// record of another subject there fails the read with ErrIndexStale, and
+// the load reads the subject instead.
+func (s *Store) readAfterSnapshot(ctx context.Context, sr SeqLoader, session string, snap *restored, stored []uint64, to uint64, known []uint64, out **build) error {
+	sn := snap.sn
+	b := s.newBuild(session, sn.from, known)
+	b.proj, b.weight, b.size = snap.proj, sn.weight, sn.size
+	b.seen = slices.Clone(sn.seqs)
+	b.charge()
+	*out = b
+	after := stored[len(stored)-len(upFrom(stored, sn.seq+1)):]
+	seqs := append([]uint64{sn.seq}, after...)
+	return s.readStoredWith(ctx, sr, session, seqs, to, func(seq uint64, data []byte) error {
+		if seq == sn.seq {
+			return nil // in the snapshot: read only to prove it is the session's
+		}
+		return b.addData(seq, data)
+	})
+}
+
+// upFrom returns the suffix of increasing seqs from from on.
+func upFrom(seqs []uint64, from uint64) []uint64 {
+	n, _ := slices.BinarySearch(seqs, from)
+	return seqs[n:]
 }
 
 // upTo returns the prefix of increasing seqs up to to.

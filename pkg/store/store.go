@@ -184,6 +184,11 @@ type slot struct {
 	// savedSeq is the Seq of the checkpoint known to be written: a
 	// shutdown writes no checkpoint where from and seq are both written.
 	savedSeq uint64
+	// snapped is the last record of the snapshot written of the
+	// session, 0 when none is, and snappedAt the stream's removed count
+	// it was written at (a removal empties the bucket); idleSeq is its
+	// last record as the latest round of WriteIdleSnapshots found it.
+	snapped, snappedAt, idleSeq uint64
 
 	// seqs lists every record of the session from its latest compaction
 	// on, when indexed is true: a load reads exactly these. An index
@@ -218,12 +223,14 @@ type Stats struct {
 	Rejected   uint64 `json:"rejected"`   // records skipped as undecodable, misaddressed or poison
 	// RejectedBy counts the rejected records by Rejection.Kind.
 	RejectedBy map[string]uint64 `json:"rejected_by,omitempty"`
-	Sessions   uint64            `json:"sessions"`  // sessions remembered: loaded, or by their sequences
-	Loaded     int64             `json:"loaded"`    // sessions held in the cache
-	Bytes      int64             `json:"bytes"`     // their estimated size
-	Loads      uint64            `json:"loads"`     // sessions loaded from the stream
-	Evictions  uint64            `json:"evictions"` // sessions evicted from the cache
-	Applied    uint64            `json:"applied"`   // stream sequence watermark
+	Sessions   uint64            `json:"sessions"` // sessions remembered: loaded, or by their sequences
+	Loaded     int64             `json:"loaded"`   // sessions held in the cache
+	Bytes      int64             `json:"bytes"`    // their estimated size
+	Loads      uint64            `json:"loads"`    // sessions loaded from the stream
+	// SnapshotLoads counts the loads that started from a snapshot.
+	SnapshotLoads uint64 `json:"snapshot_loads"`
+	Evictions     uint64 `json:"evictions"` // sessions evicted from the cache
+	Applied       uint64 `json:"applied"`   // stream sequence watermark
 }
 
 // New returns an empty store with the defaults.
@@ -552,16 +559,17 @@ func (s *Store) ShareRejections(other *Store) { s.rejects = other.rejects }
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
 	return Stats{
-		Records:    s.stats.records.Load(),
-		Duplicates: s.stats.duplicates.Load(),
-		Rejected:   s.rejects.count.Load(),
-		RejectedBy: s.rejects.byKind(),
-		Sessions:   uint64(s.dir.n.Load()),
-		Loaded:     s.cache.n.Load(),
-		Bytes:      s.cache.bytes.Load(),
-		Loads:      s.cache.loads.Load(),
-		Evictions:  s.cache.evictions.Load(),
-		Applied:    s.watermark.get(),
+		Records:       s.stats.records.Load(),
+		Duplicates:    s.stats.duplicates.Load(),
+		Rejected:      s.rejects.count.Load(),
+		RejectedBy:    s.rejects.byKind(),
+		Sessions:      uint64(s.dir.n.Load()),
+		Loaded:        s.cache.n.Load(),
+		Bytes:         s.cache.bytes.Load(),
+		Loads:         s.cache.loads.Load(),
+		SnapshotLoads: s.cache.snapLoads.Load(),
+		Evictions:     s.cache.evictions.Load(),
+		Applied:       s.watermark.get(),
 	}
 }
 

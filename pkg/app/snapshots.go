@@ -1,0 +1,285 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"iter"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/ctxd/ctxd/pkg/bus"
+	"github.com/ctxd/ctxd/pkg/store"
+)
+
+// Snapshots of the sessions' projections (store.Snapshot) are written at
+// shutdown, by the instance that applied the sessions, after its
+// checkpoints and after it has handed its ingest over: the first load of
+// each session after a restart, on any instance, then reads one value and
+// the session's last record instead of every record since its compaction.
+//
+// A snapshot carries the stream's count of removed sequences at which
+// every removal had been applied to the store it was taken from, and a
+// load uses it only while the stream's count is still that: a record
+// removed since it was written may be in it. So none are written when
+// that count cannot be said: on a stream that removes records of its own
+// accord (limits), or while a removal is not applied yet.
+
+// appliedRemovals reads the stream's count of removed sequences and
+// reports whether every removal it counts has been applied to the
+// stores: a snapshot taken after it returns true holds no record removed
+// before the read.
+func (r *removals) appliedRemovals(ctx context.Context) (uint64, bool) {
+	if r == nil || !r.counted {
+		return 0, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.drainLocked()
+	removed, _, err := bus.Removed(ctx, r.nc, r.stream)
+	if err != nil || int64(removed) != r.base+r.applied {
+		return 0, false
+	}
+	return removed, true
+}
+
+// count returns the stream's removed count at which every removal has
+// been applied to the stores, as last known.
+func (r *removals) count() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return uint64(r.base + r.applied)
+}
+
+// sweepSnapshots empties the snapshot bucket at start when its snapshots
+// were written at another removed count or of another stream: none of
+// them would be used, and they may hold records removed since.
+func (a *App) sweepSnapshots(ctx context.Context) {
+	if a.loader.snaps == nil {
+		return
+	}
+	now := bus.SnapshotState{Stream: a.loader.identity, Removed: a.removals.count()}
+	swept, err := a.loader.snaps.Sweep(ctx, now)
+	switch {
+	case err != nil:
+		a.Logger.Warn("snapshots not checked at start; those written before a removal are not used, but stay", "err", err)
+	case swept:
+		a.Logger.Info("snapshots emptied: written before records left the stream, or of another stream", "removed", now.Removed)
+	}
+}
+
+// dropSnapshots empties the snapshot bucket after records left the
+// stream: no snapshot written before is used again, and what they hold
+// of the records removed must go with them. It runs beside the removal
+// watcher, which it must not hold up.
+func (a *App) dropSnapshots() {
+	if a.loader == nil || a.loader.snaps == nil || !a.snapsDropping.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer a.snapsDropping.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := a.loader.snaps.Purge(ctx); err != nil {
+			a.Logger.Warn("snapshots not emptied after records left the stream; they are not used, and are emptied at the next start", "err", err)
+		}
+	}()
+}
+
+// closeSnapshots writes the snapshots of the stores' loaded sessions
+// within ShutdownCheckpoints, as closeCheckpoints writes their
+// checkpoints, with one line saying how many.
+func (a *App) closeSnapshots(sts ...*store.Store) {
+	if a.loader == nil || a.loader.snaps == nil || len(sts) == 0 {
+		return
+	}
+	within := a.ShutdownCheckpoints
+	if within <= 0 {
+		within = DefaultShutdownCheckpoints
+	}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	removed, ok := a.removals.appliedRemovals(ctx)
+	if !ok {
+		a.Logger.Info("snapshots at shutdown: none written, the stream's removals are not all applied or not counted; sessions load by their checkpoints")
+		return
+	}
+	var (
+		mu            sync.Mutex
+		written, left int
+		err           error
+		wg            sync.WaitGroup
+	)
+	for _, st := range sts {
+		wg.Go(func() {
+			w, l, e := st.CloseSnapshots(ctx, a.loader.identity, removed)
+			mu.Lock()
+			written, left = written+w, left+l
+			if e != nil && err == nil {
+				err = e
+			}
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if written > 0 {
+		if err := a.loader.snaps.MarkState(ctx, bus.SnapshotState{Stream: a.loader.identity, Removed: removed}); err != nil {
+			a.Logger.Warn("snapshots' state not written; the next start empties them", "err", err)
+		}
+		// A removal while they were written: an instance that applied it
+		// may have emptied the bucket before they landed. None of them is
+		// used (the count moved), but they may hold what was removed.
+		if now, _, err := bus.Removed(ctx, a.nc, a.stream); err == nil && now != removed {
+			if err := a.loader.snaps.Purge(ctx); err != nil {
+				a.Logger.Warn("snapshots not emptied after records left the stream; they are not used, and are emptied at the next start", "err", err)
+			}
+		}
+	}
+	took := time.Since(start).Round(time.Millisecond)
+	if left == 0 {
+		a.Logger.Info("snapshots at shutdown: all written", "written", written, "took", took)
+		return
+	}
+	a.Logger.Warn("snapshots at shutdown: some not written; those sessions load by their checkpoints, reading more of the stream",
+		"written", written, "not_written", left, "took", took, "err", err)
+}
+
+// snapshotTry and snapshotTries bound the reads of a snapshot as
+// checkpointTry does a checkpoint's: a replica on a frozen node never
+// answers.
+const (
+	snapshotTry   = 300 * time.Millisecond
+	snapshotTries = 3
+)
+
+// Snapshot reads a session's snapshot (store.SnapshotLoader).
+func (l *streamLoader) Snapshot(ctx context.Context, session string) ([]byte, bool, error) {
+	if l.snaps == nil {
+		return nil, false, nil
+	}
+	for try := 1; ; try++ {
+		if try == snapshotTries {
+			return l.snaps.Get(ctx, session)
+		}
+		tctx, cancel := context.WithTimeout(ctx, snapshotTry)
+		data, ok, err := l.snaps.Get(tctx, session)
+		cancel()
+		if err == nil || ctx.Err() != nil || !(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)) {
+			return data, ok, err
+		}
+	}
+}
+
+// SaveSnapshots writes snapshots (store.SnapshotLoader).
+func (l *streamLoader) SaveSnapshots(ctx context.Context, snaps iter.Seq2[string, []byte]) (written, tooLarge int, err error) {
+	if l.snaps == nil {
+		return 0, 0, nil
+	}
+	return l.snaps.PutAll(ctx, snaps)
+}
+
+// StreamState reads the stream's identity and removed count
+// (store.SnapshotLoader).
+func (l *streamLoader) StreamState(ctx context.Context) (string, uint64, error) {
+	removed, _, err := bus.Removed(ctx, l.nc, l.stream)
+	return l.identity, removed, err
+}
+
+// SaveSnapshots of a reader writes none.
+func (readOnly) SaveSnapshots(context.Context, iter.Seq2[string, []byte]) (int, int, error) {
+	return 0, 0, nil
+}
+
+// Behind the ingest, every IdleSnapshots, the ingest stores write the
+// snapshots of the sessions that had no record for that long, up to
+// idleSnapshotBudget bytes a round: after a crash, a session that had
+// paused loads from its snapshot.
+const idleSnapshotBudget = 32 << 20
+
+// idleSnapshots is the goroutine that writes them.
+type idleSnapshots struct {
+	done, quit chan struct{}
+}
+
+func startIdleSnapshots(a *App) *idleSnapshots {
+	every := a.IdleSnapshots
+	if every == 0 {
+		every = DefaultIdleSnapshots
+	}
+	if every < 0 || a.loader == nil || a.loader.snaps == nil || a.removals == nil || !a.removals.counted {
+		return nil
+	}
+	w := &idleSnapshots{done: make(chan struct{}), quit: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-w.quit:
+				return
+			case <-t.C:
+			}
+			a.writeIdleSnapshots(w.quit, every)
+		}
+	}()
+	return w
+}
+
+func (w *idleSnapshots) stop() {
+	if w == nil {
+		return
+	}
+	close(w.quit)
+	<-w.done
+}
+
+// writeIdleSnapshots is one round of idleSnapshots.
+func (a *App) writeIdleSnapshots(quit <-chan struct{}, every time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), max(every, 5*time.Second))
+	defer cancel()
+	go func() {
+		select {
+		case <-quit:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	sts := a.roles.ingestStores()
+	if len(sts) == 0 {
+		return
+	}
+	removed, ok := a.removals.appliedRemovals(ctx)
+	if !ok {
+		return
+	}
+	written := 0
+	for _, st := range sts {
+		n, err := st.WriteIdleSnapshots(ctx, a.loader.identity, removed, idleSnapshotBudget/len(sts))
+		written += n
+		if err != nil && ctx.Err() == nil {
+			a.Logger.Warn("snapshots of idle sessions not written; written again at shutdown", "err", err)
+		}
+	}
+	if written > 0 {
+		if err := a.loader.snaps.MarkState(ctx, bus.SnapshotState{Stream: a.loader.identity, Removed: removed}); err != nil && ctx.Err() == nil {
+			a.Logger.Warn("snapshots' state not written; the next start empties them", "err", err)
+		}
+		if now, _, err := bus.Removed(ctx, a.nc, a.stream); err == nil && now != removed {
+			a.dropSnapshots()
+		}
+	}
+}
+
+// ingestStores returns the stores the ingests feed now.
+func (r *roles) ingestStores() []*store.Store {
+	var out []*store.Store
+	for _, p := range r.parts {
+		if st := p.feeding(); st != nil {
+			out = append(out, st)
+		}
+	}
+	return out
+}

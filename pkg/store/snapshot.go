@@ -1,0 +1,386 @@
+package store
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"iter"
+	"slices"
+
+	"github.com/ctxd/ctxd/pkg/projection"
+)
+
+// A snapshot is a session's projection at one of its records, stored
+// beside its checkpoint, so that the first load of the session after a
+// restart (or on an instance that never met it) reads none of its records
+// up to that one: one value read instead of a record each, from wherever
+// in the stream they are. The stream interleaves every session's records,
+// so reading a session's records makes the server load every message
+// block of the stream; reading its snapshot, the one block that holds it,
+// and the block of the session's last record, read to prove the snapshot
+// is of this stream (docs/PERFORMANCE.md, "A snapshot of the projection").
+//
+// A snapshot is a hint, like a checkpoint. A load uses one only when all
+// of these hold, and otherwise loads as if there were none:
+//
+//   - it decodes (its checksum holds, projection.Restore takes it) and was
+//     written under the same limits and projection options;
+//   - it names the stream by the same identity (its name and creation
+//     time), and the stream's count of sequences that hold no message
+//     (bus.Removed) is the one it was written at: no record has left the
+//     stream since, so every record it holds is still there. The writer
+//     records the count at which every removal was applied to what it
+//     snapshots (App writes none where it cannot say so);
+//   - it does not start before the checkpoint's compaction and ends at or
+//     past it, and ends at or before the records the load reads to;
+//   - its last record is a record of the session's subject.
+//
+// The records after its last are read as a load by index reads them: the
+// checkpoint's sequences past it, then the subject from there.
+
+// SnapshotLoader is a Loader that also stores and reads snapshots.
+type SnapshotLoader interface {
+	// Snapshot returns the session's stored snapshot; ok is false when
+	// there is none.
+	Snapshot(ctx context.Context, session string) (data []byte, ok bool, err error)
+	// SaveSnapshots stores snapshots; tooLarge counts those too large to
+	// store. A reader's loader stores none.
+	SaveSnapshots(ctx context.Context, snaps iter.Seq2[string, []byte]) (written, tooLarge int, err error)
+	// StreamState returns the stream's identity and how many of its
+	// sequences up to its last hold no message now.
+	StreamState(ctx context.Context) (identity string, removed uint64, err error)
+}
+
+// ErrBadSnapshot is wrapped by the error of a stored snapshot that does
+// not decode.
+var ErrBadSnapshot = errors.New("snapshot does not decode")
+
+// snapshotMagic starts every stored snapshot, then its format's version.
+const (
+	snapshotMagic   = "ctxdSNAP"
+	snapshotVersion = 1
+)
+
+// snapshot is a stored snapshot, decoded but for its projection.
+type snapshot struct {
+	config      string // the store's limits and decoder, as configFingerprint
+	stream      string // the stream's identity
+	removed     uint64 // the stream's removed count it was written at
+	from, seq   uint64 // the session's latest compaction and last record
+	weight      int64  // the slot's weight and size at seq
+	size        int64
+	seqs        []uint64 // the session's records from from to seq
+	quarantined []uint64 // records since from that failed to apply
+	proj        []byte   // projection.Session.AppendSnapshot
+}
+
+// configFingerprint names what, besides the records, decides a
+// projection: the limits (which quarantine records) and the decoder's
+// (which skip them). The projection's options are the projection
+// snapshot's own business.
+func (s *Store) configFingerprint() string {
+	l := s.limits()
+	return fmt.Sprintf("rec=%d sess=%d depth=%d", l.MaxRecordBytes, l.MaxSessionBytes, s.Decoder.MaxDepth)
+}
+
+func appendString(buf []byte, s string) []byte {
+	buf = binary.AppendUvarint(buf, uint64(len(s)))
+	return append(buf, s...)
+}
+
+// encodeSnapshot appends sn's encoding: magic, version, then uvarints and
+// length-prefixed strings, the projection, and a CRC-32C of all before it.
+func encodeSnapshot(buf []byte, sn *snapshot, proj *projection.Session) []byte {
+	start := len(buf)
+	buf = append(buf, snapshotMagic...)
+	buf = append(buf, snapshotVersion)
+	buf = appendString(buf, sn.config)
+	buf = appendString(buf, sn.stream)
+	buf = binary.AppendUvarint(buf, sn.removed)
+	buf = binary.AppendUvarint(buf, sn.from)
+	buf = binary.AppendUvarint(buf, sn.seq)
+	buf = binary.AppendUvarint(buf, uint64(sn.weight))
+	buf = binary.AppendUvarint(buf, uint64(sn.size))
+	buf = appendString(buf, string(encodeSeqs(sn.seqs)))
+	buf = binary.AppendUvarint(buf, uint64(len(sn.quarantined)))
+	for _, q := range sn.quarantined {
+		buf = binary.AppendUvarint(buf, q)
+	}
+	n := len(buf)
+	buf = binary.AppendUvarint(buf, 0) // the projection's length, set below
+	lenAt := len(buf)
+	buf = proj.AppendSnapshot(buf)
+	plen := len(buf) - lenAt
+	// Rewrite the length prefix now that it is known.
+	head := binary.AppendUvarint(nil, uint64(plen))
+	buf = slices.Replace(buf, n, lenAt, head...)
+	return binary.BigEndian.AppendUint32(buf, crc32.Checksum(buf[start:], crcTable))
+}
+
+var crcTable = crc32.MakeTable(crc32.Castagnoli)
+
+// snapshotReader reads what encodeSnapshot wrote, failing on the first
+// thing that is not.
+type snapshotReader struct {
+	b   []byte
+	err error
+}
+
+func (r *snapshotReader) uvarint(what string) uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, k := binary.Uvarint(r.b)
+	if k <= 0 {
+		r.err = fmt.Errorf("%w: %s", ErrBadSnapshot, what)
+		return 0
+	}
+	r.b = r.b[k:]
+	return v
+}
+
+func (r *snapshotReader) bytes(what string) []byte {
+	n := r.uvarint(what + " length")
+	if r.err != nil {
+		return nil
+	}
+	if n > uint64(len(r.b)) {
+		r.err = fmt.Errorf("%w: %s: %d bytes, %d left", ErrBadSnapshot, what, n, len(r.b))
+		return nil
+	}
+	out := r.b[:n:n]
+	r.b = r.b[n:]
+	return out
+}
+
+// decodeSnapshot decodes a stored snapshot but for its projection.
+func decodeSnapshot(data []byte) (*snapshot, error) {
+	if len(data) < len(snapshotMagic)+1+4 || string(data[:len(snapshotMagic)]) != snapshotMagic {
+		return nil, fmt.Errorf("%w: not a snapshot", ErrBadSnapshot)
+	}
+	if v := data[len(snapshotMagic)]; v != snapshotVersion {
+		return nil, fmt.Errorf("%w: format version %d, want %d", ErrBadSnapshot, v, snapshotVersion)
+	}
+	body, sum := data[:len(data)-4], binary.BigEndian.Uint32(data[len(data)-4:])
+	if crc32.Checksum(body, crcTable) != sum {
+		return nil, fmt.Errorf("%w: checksum", ErrBadSnapshot)
+	}
+	r := &snapshotReader{b: body[len(snapshotMagic)+1:]}
+	sn := &snapshot{}
+	sn.config = string(r.bytes("config"))
+	sn.stream = string(r.bytes("stream"))
+	sn.removed = r.uvarint("removed")
+	sn.from = r.uvarint("from")
+	sn.seq = r.uvarint("seq")
+	sn.weight = int64(r.uvarint("weight"))
+	sn.size = int64(r.uvarint("size"))
+	idx := r.bytes("index")
+	nq := r.uvarint("quarantined count")
+	if r.err == nil && nq > uint64(len(r.b)) {
+		r.err = fmt.Errorf("%w: %d quarantined records in %d bytes", ErrBadSnapshot, nq, len(r.b))
+	}
+	for i := uint64(0); i < nq && r.err == nil; i++ {
+		q := r.uvarint("quarantined record")
+		if r.err == nil && (q < sn.from || q > sn.seq || len(sn.quarantined) > 0 && q <= sn.quarantined[len(sn.quarantined)-1]) {
+			r.err = fmt.Errorf("%w: quarantined record %d out of order or outside %d..%d", ErrBadSnapshot, q, sn.from, sn.seq)
+		}
+		sn.quarantined = append(sn.quarantined, q)
+	}
+	sn.proj = r.bytes("projection")
+	if r.err != nil {
+		return nil, r.err
+	}
+	if len(r.b) != 0 {
+		return nil, fmt.Errorf("%w: %d bytes after the projection", ErrBadSnapshot, len(r.b))
+	}
+	if sn.seq == 0 || sn.from > sn.seq || sn.weight < 0 || sn.size < 0 {
+		return nil, fmt.Errorf("%w: from %d, seq %d, weight %d, size %d", ErrBadSnapshot, sn.from, sn.seq, sn.weight, sn.size)
+	}
+	seqs, err := decodeSeqs(idx)
+	if err == nil {
+		err = checkSeqs(sn.from, sn.seq, seqs)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadSnapshot, err)
+	}
+	sn.seqs = seqs
+	return sn, nil
+}
+
+// snapshotOf returns a loaded slot's snapshot, or nil when it has none to
+// write: not loaded, not indexed (a session whose records the store does
+// not list), caught up by a load in progress, or written already at its
+// last record at the stream's removed count. The slot is locked.
+func (s *Store) snapshotOf(sl *slot, stream string, removed uint64) []byte {
+	if sl.dead || sl.proj == nil || sl.loading != nil || !sl.fromKnown || !sl.indexed ||
+		len(sl.seqs) == 0 || len(sl.seqs) > MaxCheckpointSeqs || sl.proj.Seq() != sl.seq || sl.snapped == sl.seq && sl.snappedAt == removed {
+		return nil
+	}
+	if checkSeqs(sl.from, sl.seq, sl.seqs) != nil {
+		return nil
+	}
+	sn := &snapshot{config: s.configFingerprint(), stream: stream, removed: removed,
+		from: sl.from, seq: sl.seq, weight: sl.weight, size: sl.size, seqs: sl.seqs, quarantined: sl.quarantined}
+	return encodeSnapshot(nil, sn, sl.proj)
+}
+
+// CloseSnapshots writes the snapshot of every loaded session whose
+// snapshot is not written at its last record, until ctx ends: what a
+// store does at shutdown, after the ingest has stopped. stream is the
+// stream's identity, and removed its count of sequences holding no
+// message at which every removal has been applied to the store (see
+// SnapshotLoader). It returns how many it wrote, and how many it did not
+// (too large for the bucket, or not reached): those sessions load by
+// their checkpoint, reading more of the stream.
+func (s *Store) CloseSnapshots(ctx context.Context, stream string, removed uint64) (written, left int, err error) {
+	sv, ok := s.Loader.(SnapshotLoader)
+	if !ok {
+		return 0, 0, nil
+	}
+	slots := s.dir.all()
+	total := 0
+	snaps := func(yield func(string, []byte) bool) {
+		for _, sl := range slots {
+			sl.mu.Lock()
+			data := s.snapshotOf(sl, stream, removed)
+			if data != nil {
+				sl.snapped, sl.snappedAt = sl.seq, removed
+			}
+			id := sl.id
+			sl.mu.Unlock()
+			if data == nil {
+				continue
+			}
+			total++
+			if !yield(id, data) {
+				return
+			}
+		}
+	}
+	written, _, err = sv.SaveSnapshots(ctx, snaps)
+	return written, total - written, err
+}
+
+// WriteIdleSnapshots writes the snapshots of the loaded sessions that had
+// no record since the call before, and whose snapshot is not written at
+// their last record, up to about budget bytes; the rest are written by
+// later calls. Called every so often behind the ingest, it keeps the
+// snapshots of sessions that pause close to their last record, for a
+// restart that is not a clean stop: a session snapshotted and then
+// changed loads from its snapshot and the records after it. stream and
+// removed are as for CloseSnapshots.
+func (s *Store) WriteIdleSnapshots(ctx context.Context, stream string, removed uint64, budget int) (written int, err error) {
+	sv, ok := s.Loader.(SnapshotLoader)
+	if !ok {
+		return 0, nil
+	}
+	slots := s.dir.all()
+	snaps := func(yield func(string, []byte) bool) {
+		spent := 0
+		for _, sl := range slots {
+			sl.mu.Lock()
+			var data []byte
+			if sl.seq == sl.idleSeq && spent < budget {
+				data = s.snapshotOf(sl, stream, removed)
+			}
+			sl.idleSeq = sl.seq
+			if data != nil {
+				sl.snapped, sl.snappedAt = sl.seq, removed
+			}
+			id := sl.id
+			sl.mu.Unlock()
+			if data == nil {
+				continue
+			}
+			spent += len(data)
+			if !yield(id, data) {
+				return
+			}
+		}
+	}
+	written, _, err = sv.SaveSnapshots(ctx, snaps)
+	return written, err
+}
+
+// restored is what a load takes from a snapshot it uses.
+type restored struct {
+	sn   *snapshot
+	proj *projection.Session
+}
+
+// fetched is a session's stored snapshot and the stream's state, read
+// together beside the load's read of its checkpoint.
+type fetched struct {
+	data     []byte
+	found    bool
+	err      error
+	stream   string
+	removed  uint64
+	stateErr error
+}
+
+// fetchSnapshot reads a session's snapshot and the stream's state at
+// once; the result comes on the channel.
+func fetchSnapshot(ctx context.Context, sv SnapshotLoader, session string) <-chan fetched {
+	out := make(chan fetched, 1)
+	go func() {
+		var f fetched
+		state := make(chan struct{})
+		go func() {
+			defer close(state)
+			f.stream, f.removed, f.stateErr = sv.StreamState(ctx)
+		}()
+		f.data, f.found, f.err = sv.Snapshot(ctx, session)
+		<-state
+		out <- f
+	}()
+	return out
+}
+
+// useSnapshot returns the session's snapshot f when a load from the
+// checkpoint cp (ok: there is one) up to to may start from it; nil
+// otherwise, saying why in a warning where the snapshot is not merely
+// older than what the load needs.
+func (s *Store) useSnapshot(ctx context.Context, f fetched, session string, cp Checkpoint, ok bool, to uint64) *restored {
+	if f.err != nil || !f.found {
+		if f.err != nil && ctx.Err() == nil {
+			s.Logger.Warn("snapshot not read; the session loads by its checkpoint", "session", session, "err", f.err)
+		}
+		return nil
+	}
+	sn, err := decodeSnapshot(f.data)
+	if err != nil {
+		s.Logger.Warn("snapshot dropped; the session loads by its checkpoint", "session", session, "err", err)
+		return nil
+	}
+	switch {
+	case sn.config != s.configFingerprint():
+		return nil // written under other limits
+	case ok && (sn.from < cp.From || sn.seq < cp.From):
+		return nil // older than the checkpoint's compaction
+	case sn.seq > to:
+		return nil // ahead of what the load reads
+	}
+	if f.stateErr != nil {
+		if ctx.Err() == nil {
+			s.Logger.Warn("snapshot not used: the stream's state could not be read", "session", session, "err", f.stateErr)
+		}
+		return nil
+	}
+	if sn.stream != f.stream || sn.removed != f.removed {
+		return nil // another stream, or records removed since
+	}
+	proj, err := projection.Restore(s.Options, sn.proj)
+	if err != nil {
+		s.Logger.Warn("snapshot dropped; the session loads by its checkpoint", "session", session, "err", err)
+		return nil
+	}
+	if proj.Seq() != sn.seq {
+		s.Logger.Warn("snapshot dropped; the session loads by its checkpoint", "session", session,
+			"err", fmt.Errorf("%w: projection at %d, snapshot at %d", ErrBadSnapshot, proj.Seq(), sn.seq))
+		return nil
+	}
+	return &restored{sn: sn, proj: proj}
+}
