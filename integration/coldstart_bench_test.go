@@ -27,6 +27,7 @@ var (
 	coldSessions = flag.Int("coldstart.sessions", 1000, "BenchmarkColdStart: sessions in the stream (-short: 100)")
 	coldPer      = flag.Int("coldstart.records", 200, "BenchmarkColdStart: records of each session, interleaved")
 	coldProcess  = flag.Bool("coldstart.process", false, "BenchmarkColdStart: restart ctxd as a process of the built binary, not in the test process")
+	coldReader   = flag.Bool("coldstart.reader", false, "BenchmarkColdStart: after the restart, answer with a ctxd process that does not ingest (a non-owner that never saw the sessions), on the store's server run by the test")
 )
 
 // BenchmarkColdStart measures the first request for each session after
@@ -45,10 +46,14 @@ var (
 //
 // The restart is ctxd in the test process (app.Open on the same
 // directory), or with -coldstart.process a new ctxd process, as a real
-// restart is: a process whose heap starts empty.
+// restart is: a process whose heap starts empty. With -coldstart.reader
+// the test runs the server alone on the directory and the requests are
+// answered by a new ctxd process that does not ingest: an instance that
+// never saw the sessions and is not their owner.
 //
 //	go test ./integration -run '^$' -bench ColdStart -benchtime 1x
 //	go test ./integration -run '^$' -bench ColdStart -benchtime 1x -coldstart.process
+//	go test ./integration -run '^$' -bench ColdStart -benchtime 1x -coldstart.reader
 func BenchmarkColdStart(b *testing.B) {
 	sessions, per := *coldSessions, *coldPer
 	if testing.Short() {
@@ -151,8 +156,18 @@ func BenchmarkColdStart(b *testing.B) {
 		b.StopTimer()
 		var a *app.App
 		var p *proc
+		var ns *natsd.Server
 		url := ""
-		if *coldProcess {
+		if *coldReader {
+			// The server alone, and ctxd beside it: with no record
+			// published, JetStream pins the ingest to no one, and every
+			// request is answered as a non-owner answers, from the stream.
+			ns = natsd.New(dir)
+			ns.Port = -1
+			require.NoError(b, ns.Open())
+			p = startProcess(b, "--nats", ns.ClientURL())
+			url = ns.ClientURL()
+		} else if *coldProcess {
 			p = startProcess(b, "--port", "-1", "--data", dir)
 			url = p.url
 		} else {
@@ -208,10 +223,13 @@ func BenchmarkColdStart(b *testing.B) {
 		} else {
 			require.NoError(b, a.Close())
 		}
+		if ns != nil {
+			require.NoError(b, ns.Close())
+		}
 		b.StartTimer()
 	}
 	b.StopTimer()
-	if *coldProcess {
+	if *coldProcess || *coldReader {
 		afterGC, noGC = nil, nil // ctxd's GC cycles are its process's
 	} else {
 		b.Logf("GC cycles while fetching (last run): %d", cycles()-firstGC)

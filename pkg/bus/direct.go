@@ -191,19 +191,27 @@ type directGet struct {
 	stream  string
 	api     string
 	sub     *nats.Subscription
+	replies chan *nats.Msg // sub's: replyRoom of them
 	timeout time.Duration
 
 	retried, askedLeader bool // for ReadStats, once per read
 	lost                 bool // a reply of a read by sequence did not come
 }
 
+// replyRoom is how many replies a read's inbox holds unread: what one
+// read has in flight at most (a batch and its end, or a window of
+// single gets), and room to spare. A synchronous subscription would
+// allocate, and clear, room for 65 536 (512 KiB) for every read.
+const replyRoom = 2*directBatch + directWindow
+
 func openDirectGet(nc *nats.Conn, stream string, timeout time.Duration) (*directGet, error) {
-	sub, err := nc.SubscribeSync(nc.NewInbox())
+	replies := make(chan *nats.Msg, replyRoom)
+	sub, err := nc.ChanSubscribe(nc.NewInbox(), replies)
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: direct get: %w", stream, err)
 	}
 	readStats.reads.Add(1)
-	return &directGet{nc: nc, stream: stream, api: "$JS.API.DIRECT.GET." + stream, sub: sub, timeout: timeout}, nil
+	return &directGet{nc: nc, stream: stream, api: "$JS.API.DIRECT.GET." + stream, sub: sub, replies: replies, timeout: timeout}, nil
 }
 
 // close drops the subscription, and with it the replies not read.
@@ -592,22 +600,19 @@ func (d *directGet) reply(ctx context.Context) (directReply, error) {
 // replyWithin reads the next reply, waiting at most wait for it.
 func (d *directGet) replyWithin(ctx context.Context, wait time.Duration) (directReply, error) {
 	var m *nats.Msg
-	var err error
-	if n, _, _ := d.sub.Pending(); n > 0 {
-		m, err = d.sub.NextMsgWithContext(ctx) // there already: no timer needed
-	} else {
-		wctx, cancel := context.WithTimeout(ctx, wait)
-		m, err = d.sub.NextMsgWithContext(wctx)
-		cancel()
-		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			err = fmt.Errorf("%w in %v", ErrNoReply, wait)
+	select {
+	case m = <-d.replies: // there already: no timer needed
+	default:
+		t := time.NewTimer(wait)
+		select {
+		case m = <-d.replies:
+		case <-ctx.Done():
+			t.Stop()
+			return directReply{}, ctx.Err()
+		case <-t.C:
+			return directReply{}, fmt.Errorf("%w in %v", ErrNoReply, wait)
 		}
-	}
-	if errors.Is(err, nats.ErrNoResponders) {
-		return directReply{kind: unavailable}, nil
-	}
-	if err != nil {
-		return directReply{}, err
+		t.Stop()
 	}
 	switch status := m.Header.Get("Status"); status {
 	case "":
@@ -625,6 +630,8 @@ func (d *directGet) replyWithin(ctx context.Context, wait time.Duration) (direct
 		return directReply{kind: endOfBatch, pending: pending, upTo: upTo}, nil
 	case "404":
 		return directReply{kind: notFound}, nil
+	case "503": // no responders: no replica answers direct gets
+		return directReply{kind: unavailable}, nil
 	default: // 408 bad request, 413 too many results, ...
 		return directReply{}, fmt.Errorf("status %s %s", status, m.Header.Get("Description"))
 	}

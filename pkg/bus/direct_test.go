@@ -3,6 +3,7 @@ package bus_test
 import (
 	"bytes"
 	"fmt"
+	"runtime"
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -78,4 +79,29 @@ func TestDirectReads_ShortBatches(t *testing.T) {
 		return nil
 	}))
 	require.Equal(t, want, seqs, "ReadSeqs hands on every record asked for")
+}
+
+// A read's inbox holds what one read has in flight, not what a
+// synchronous subscription holds by default (65 536 replies, 512 KiB
+// allocated and cleared for every read): a reader's request pays a read
+// or more of the stream, so that was most of what it allocated.
+func TestDirectReads_InboxRoom(t *testing.T) {
+	js := natstest.JetStream(t)
+	nc := js.Conn()
+	all := bigRecords(t, js, 4, 64)
+	ctx := testContext(t)
+	read := func() {
+		require.NoError(t, bus.ReadSubjectSeqs(ctx, nc, "BIG", all[0].subject, []uint64{all[0].seq}, func(uint64, []byte) error { return nil }))
+	}
+	read()
+	const reads = 200
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range reads {
+		read()
+	}
+	runtime.ReadMemStats(&after)
+	per := (after.TotalAlloc - before.TotalAlloc) / reads
+	t.Logf("%d bytes allocated a read, the server's included", per)
+	require.Less(t, per, uint64(128<<10), "bytes allocated a read of one record")
 }
