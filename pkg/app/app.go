@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -651,26 +650,7 @@ func (a *App) closeCheckpoints(sts ...*store.Store) {
 	}
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), within)
-	var (
-		mu            sync.Mutex
-		written, left int
-		err           error
-		wg            sync.WaitGroup
-	)
-	for _, st := range sts {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			w, l, e := st.CloseCheckpoints(ctx)
-			mu.Lock()
-			written, left = written+w, left+l
-			if e != nil && err == nil {
-				err = e
-			}
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
+	written, left, err := closeEach(sts, func(st *store.Store) (int, int, error) { return st.CloseCheckpoints(ctx) })
 	cancel()
 	took := time.Since(start).Round(time.Millisecond)
 	var stores []any

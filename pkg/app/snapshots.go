@@ -106,24 +106,9 @@ func (a *App) closeSnapshots(sts ...*store.Store) {
 		a.Logger.Info("snapshots at shutdown: none written, the stream's removals are not all applied or not counted; sessions load by their checkpoints")
 		return
 	}
-	var (
-		mu            sync.Mutex
-		written, left int
-		err           error
-		wg            sync.WaitGroup
-	)
-	for _, st := range sts {
-		wg.Go(func() {
-			w, l, e := st.CloseSnapshots(ctx, a.loader.identity, removed)
-			mu.Lock()
-			written, left = written+w, left+l
-			if e != nil && err == nil {
-				err = e
-			}
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
+	written, left, err := closeEach(sts, func(st *store.Store) (int, int, error) {
+		return st.CloseSnapshots(ctx, a.loader.identity, removed)
+	})
 	if written > 0 {
 		if err := a.loader.snaps.MarkState(ctx, bus.SnapshotState{Stream: a.loader.identity, Removed: removed}); err != nil {
 			a.Logger.Warn("snapshots' state not written; the next start empties them", "err", err)
@@ -144,6 +129,26 @@ func (a *App) closeSnapshots(sts ...*store.Store) {
 	}
 	a.Logger.Warn("snapshots at shutdown: some not written; those sessions load by their checkpoints, reading more of the stream",
 		"written", written, "not_written", left, "took", took, "err", err)
+}
+
+// closeEach runs close on every store at once, and adds up what they
+// wrote and left, keeping the first error.
+func closeEach(sts []*store.Store, close func(*store.Store) (written, left int, err error)) (written, left int, err error) {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, st := range sts {
+		wg.Go(func() {
+			w, l, e := close(st)
+			mu.Lock()
+			written, left = written+w, left+l
+			if e != nil && err == nil {
+				err = e
+			}
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return written, left, err
 }
 
 // snapshotTry and snapshotTries bound the reads of a snapshot as
