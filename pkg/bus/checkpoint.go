@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"iter"
-	"math"
 	"strings"
 	"sync"
 	"time"
@@ -86,33 +85,12 @@ func (c *Checkpoints) open(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if c.replicas > 0 {
-		cfg.Replicas = c.replicas
-	}
-	maxMsg := cfg.MaxMsgSize
-	if st, err := c.js.Stream(ctx, cfg.Name); errors.Is(err, jetstream.ErrStreamNotFound) {
-		if _, err := c.js.CreateStream(ctx, cfg); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			return fmt.Errorf("bucket %s: create: %w", streams.CheckpointsBucket, err)
-		}
-	} else if err != nil {
-		return fmt.Errorf("bucket %s: %w", streams.CheckpointsBucket, err)
-	} else if have := st.CachedInfo().Config; have.MaxMsgSize > 0 && have.MaxMsgSize < cfg.MaxMsgSize {
-		maxMsg = have.MaxMsgSize
-		have.MaxMsgSize = cfg.MaxMsgSize
-		if _, err := c.js.UpdateStream(ctx, have); err == nil {
-			maxMsg = cfg.MaxMsgSize
-		}
-	}
-	kv, err := c.js.KeyValue(ctx, streams.CheckpointsBucket)
+	kv, most, err := openBucket(ctx, c.js, cfg, streams.CheckpointsBucket, c.replicas)
 	if err != nil {
-		return fmt.Errorf("bucket %s: %w", streams.CheckpointsBucket, err)
+		return err
 	}
 	c.bucketMu.Lock()
-	c.kv = kv
-	c.maxValue = math.MaxInt
-	if maxMsg > 0 {
-		c.maxValue = max(int(maxMsg)-checkpointHeaderRoom, 0)
-	}
+	c.kv, c.maxValue = kv, most
 	c.bucketMu.Unlock()
 	return nil
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"iter"
-	"math"
 	"sync"
 	"time"
 
@@ -53,29 +52,12 @@ func (s *Snapshots) open(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if s.replicas > 0 {
-		cfg.Replicas = s.replicas
-	}
-	maxMsg := cfg.MaxMsgSize
-	if st, err := s.js.Stream(ctx, cfg.Name); errors.Is(err, jetstream.ErrStreamNotFound) {
-		if _, err := s.js.CreateStream(ctx, cfg); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			return fmt.Errorf("bucket %s: create: %w", streams.SnapshotsBucket, err)
-		}
-	} else if err != nil {
-		return fmt.Errorf("bucket %s: %w", streams.SnapshotsBucket, err)
-	} else {
-		maxMsg = st.CachedInfo().Config.MaxMsgSize
-	}
-	kv, err := s.js.KeyValue(ctx, streams.SnapshotsBucket)
+	kv, most, err := openBucket(ctx, s.js, cfg, streams.SnapshotsBucket, s.replicas)
 	if err != nil {
-		return fmt.Errorf("bucket %s: %w", streams.SnapshotsBucket, err)
+		return err
 	}
 	s.mu.Lock()
-	s.kv = kv
-	s.maxValue = math.MaxInt
-	if maxMsg > 0 {
-		s.maxValue = max(int(maxMsg)-checkpointHeaderRoom, 0)
-	}
+	s.kv, s.maxValue = kv, most
 	s.mu.Unlock()
 	return nil
 }
@@ -84,12 +66,6 @@ func (s *Snapshots) bucket() (jetstream.KeyValue, int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.kv, s.maxValue
-}
-
-// MaxValue is the largest snapshot the bucket stores.
-func (s *Snapshots) MaxValue() int {
-	_, most := s.bucket()
-	return most
 }
 
 // Get returns a session's snapshot; ok is false when it has none.
