@@ -235,32 +235,7 @@ func (s *Store) snapshotOf(sl *slot, stream string, removed uint64) []byte {
 // (too large for the bucket, or not reached): those sessions load by
 // their checkpoint, reading more of the stream.
 func (s *Store) CloseSnapshots(ctx context.Context, stream string, removed uint64) (written, left int, err error) {
-	sv, ok := s.Loader.(SnapshotLoader)
-	if !ok {
-		return 0, 0, nil
-	}
-	slots := s.dir.all()
-	total := 0
-	snaps := func(yield func(string, []byte) bool) {
-		for _, sl := range slots {
-			sl.mu.Lock()
-			data := s.snapshotOf(sl, stream, removed)
-			if data != nil {
-				sl.snapped, sl.snappedAt = sl.seq, removed
-			}
-			id := sl.id
-			sl.mu.Unlock()
-			if data == nil {
-				continue
-			}
-			total++
-			if !yield(id, data) {
-				return
-			}
-		}
-	}
-	written, _, err = sv.SaveSnapshots(ctx, snaps)
-	return written, total - written, err
+	return s.writeSnapshots(ctx, removed, func(sl *slot) []byte { return s.snapshotOf(sl, stream, removed) })
 }
 
 // WriteIdleSnapshots writes the snapshots of the loaded sessions that had
@@ -272,36 +247,61 @@ func (s *Store) CloseSnapshots(ctx context.Context, stream string, removed uint6
 // changed loads from its snapshot and the records after it. stream and
 // removed are as for CloseSnapshots.
 func (s *Store) WriteIdleSnapshots(ctx context.Context, stream string, removed uint64, budget int) (written int, err error) {
+	spent := 0
+	written, _, err = s.writeSnapshots(ctx, removed, func(sl *slot) []byte {
+		var data []byte
+		if sl.seq == sl.idleSeq && spent < budget {
+			data = s.snapshotOf(sl, stream, removed)
+			spent += len(data)
+		}
+		sl.idleSeq = sl.seq
+		return data
+	})
+	return written, err
+}
+
+// writeSnapshots writes the snapshot pick returns of each slot (nil: none),
+// pick being called with the slot locked, and returns how many were
+// written and how many not. A slot is marked written at its last record
+// as its snapshot is handed on; when the write fails, those handed on are
+// marked unwritten again, so that a later call writes them (some may be
+// written already: again costs a write, nothing else).
+func (s *Store) writeSnapshots(ctx context.Context, removed uint64, pick func(sl *slot) []byte) (written, left int, err error) {
 	sv, ok := s.Loader.(SnapshotLoader)
 	if !ok {
-		return 0, nil
+		return 0, 0, nil
 	}
-	slots := s.dir.all()
+	type handed struct {
+		sl  *slot
+		seq uint64
+	}
+	var out []handed
 	snaps := func(yield func(string, []byte) bool) {
-		spent := 0
-		for _, sl := range slots {
+		for _, sl := range s.dir.all() {
 			sl.mu.Lock()
-			var data []byte
-			if sl.seq == sl.idleSeq && spent < budget {
-				data = s.snapshotOf(sl, stream, removed)
-			}
-			sl.idleSeq = sl.seq
+			data := pick(sl)
 			if data != nil {
 				sl.snapped, sl.snappedAt = sl.seq, removed
+				out = append(out, handed{sl, sl.seq})
 			}
 			id := sl.id
 			sl.mu.Unlock()
-			if data == nil {
-				continue
-			}
-			spent += len(data)
-			if !yield(id, data) {
+			if data != nil && !yield(id, data) {
 				return
 			}
 		}
 	}
 	written, _, err = sv.SaveSnapshots(ctx, snaps)
-	return written, err
+	if err != nil {
+		for _, h := range out {
+			h.sl.mu.Lock()
+			if h.sl.snapped == h.seq && h.sl.snappedAt == removed {
+				h.sl.snapped = 0
+			}
+			h.sl.mu.Unlock()
+		}
+	}
+	return written, len(out) - written, err
 }
 
 // restored is what a load takes from a snapshot it uses.

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"iter"
 	"math/rand/v2"
@@ -23,8 +24,9 @@ type snapLoader struct {
 	snaps    map[string][]byte
 	identity string
 	removed  uint64
-	maxValue int // 0: any size
-	states   int // StreamState calls
+	maxValue int   // 0: any size
+	states   int   // StreamState calls
+	fail     error // SaveSnapshots fails with it after one write, when set
 }
 
 func newSnapLoader(l *fakeLoader) *snapLoader {
@@ -40,6 +42,9 @@ func (l *snapLoader) Snapshot(ctx context.Context, session string) ([]byte, bool
 
 func (l *snapLoader) SaveSnapshots(ctx context.Context, snaps iter.Seq2[string, []byte]) (written, tooLarge int, err error) {
 	for id, data := range snaps {
+		if l.fail != nil && written == 1 {
+			return written, tooLarge, l.fail
+		}
 		if l.maxValue > 0 && len(data) > l.maxValue {
 			tooLarge++
 			continue
@@ -374,4 +379,26 @@ func TestStore_WriteIdleSnapshots(t *testing.T) {
 		requireView(t, fresh, l, id)
 	}
 	require.Equal(t, uint64(3), fresh.Stats().SnapshotLoads)
+}
+
+// A write of snapshots that fails part way leaves those it did not write
+// to a later call, at shutdown as behind the ingest.
+func TestStore_SnapshotsWrittenAgainAfterAFailure(t *testing.T) {
+	l := newFakeLoader()
+	sl := newSnapLoader(l)
+	s := snapStore(t, sl)
+	for _, id := range []string{"a", "b", "c"} {
+		ingest(s, l, id, userRecord(id))
+		requireView(t, s, l, id)
+	}
+	sl.fail = errors.New("the bucket is away")
+	w, left, err := s.CloseSnapshots(context.Background(), sl.identity, sl.removed)
+	require.ErrorIs(t, err, sl.fail)
+	require.Equal(t, 1, w)
+	require.Equal(t, 1, left, "the one handed on and not written; the third never handed on")
+	sl.fail = nil
+	w, _, err = s.CloseSnapshots(context.Background(), sl.identity, sl.removed)
+	require.NoError(t, err)
+	require.Equal(t, 3, w, "the two handed on in the failed write, again, and the third")
+	require.Len(t, sl.snaps, 3, "every session's snapshot stored")
 }
