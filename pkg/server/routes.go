@@ -75,8 +75,10 @@ func (s *Service) applyRoute(k int, on bool) error {
 		}
 		rt.subs[k] = sub
 	case !on && sub != nil:
+		// Drained, not dropped: the requests already delivered to it are
+		// answered (correctly: routing decides only who answers).
 		delete(rt.subs, k)
-		return sub.Unsubscribe()
+		return sub.Drain()
 	}
 	return nil
 }
@@ -98,14 +100,15 @@ func (s *Service) openRoutes() error {
 	return s.nc.FlushTimeout(10 * time.Second)
 }
 
-// closeRoutes stops every partition endpoint.
+// closeRoutes stops every partition endpoint; the requests already
+// delivered are answered.
 func (s *Service) closeRoutes() {
 	rt := &s.routes
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	rt.closed, rt.open = true, false
 	for k, sub := range rt.subs {
-		sub.Unsubscribe()
+		sub.Drain()
 		delete(rt.subs, k)
 	}
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -54,4 +55,72 @@ func TestService_Route(t *testing.T) {
 	require.Empty(t, svc.Routed())
 	_, err = nc.Request("ctxd.p.4.demo", nil, 5*time.Second)
 	require.True(t, errors.Is(err, nats.ErrNoResponders), "%v", err)
+}
+
+// Requests already delivered to a partition endpoint when it is turned
+// off (the partition moved to another instance) are answered, not
+// dropped: the requester would otherwise wait out its timeout.
+func TestService_RouteOffAnswersQueued(t *testing.T) {
+	url := startNATS(t, 0)
+	st := store.New()
+	st.Advance(20)
+	held := make(chan struct{})
+	entered := make(chan struct{}, 16)
+	sessions := viewOf(map[string]*projection.Session{
+		"demo": sessionOf(t, []string{`{"role":"user","content":"hi"}`}, 14),
+	})
+	proj := &fakeProjections{
+		wait: st.Wait,
+		view: func(ctx context.Context, session string, fn func(*projection.Session)) error {
+			entered <- struct{}{}
+			<-held
+			return sessions(ctx, session, fn)
+		},
+	}
+	svc := New(connect(t, url), proj)
+	svc.Partitions = 16
+	svc.Route(3, true)
+	require.NoError(t, svc.Open())
+	t.Cleanup(func() { svc.Close() })
+	nc := connect(t, url)
+
+	const n = 6
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			_, err := nc.Request("ctxd.p.3.demo", nil, 10*time.Second)
+			errs <- err
+		}()
+	}
+	<-entered // one request in hand, the others delivered behind it
+	require.NoError(t, nc.Flush())
+	require.NoError(t, svc.nc.Flush())
+	time.Sleep(50 * time.Millisecond)
+	svc.Route(3, false)
+	close(held)
+	for range n {
+		require.NoError(t, <-errs)
+	}
+	_, err := nc.Request("ctxd.p.3.demo", nil, 5*time.Second)
+	require.True(t, errors.Is(err, nats.ErrNoResponders), "%v", err)
+}
+
+// Once Close returns, the server no longer sends the partition
+// endpoints' requests to the closed service: a request made right after
+// finds no responder (or another instance) at once, rather than being
+// delivered to a subscription the service no longer reads.
+func TestService_CloseStopsRoutesAtOnce(t *testing.T) {
+	url := startNATS(t, 0)
+	nc := connect(t, url)
+	for i := range 50 {
+		svc := New(connect(t, url), &fakeProjections{})
+		svc.Partitions = 16
+		svc.Route(3, true)
+		require.NoError(t, svc.Open())
+		require.NoError(t, svc.Close())
+		for _, subj := range []string{"ctxd.p.3.demo", "ctxd.context.demo"} {
+			_, err := nc.Request(subj, nil, 2*time.Second)
+			require.True(t, errors.Is(err, nats.ErrNoResponders), "round %d, %s: %v", i, subj, err)
+		}
+	}
 }

@@ -245,7 +245,12 @@ func (s *Service) Open() error {
 	return nil
 }
 
-// Close stops taking requests, lets the ones in hand go on for up to
+// closeFlush bounds how long Close waits for the server to confirm that
+// the endpoints are gone.
+const closeFlush = 2 * time.Second
+
+// Close stops taking requests (the server confirms it, so none is sent
+// here after Close returns), lets the ones in hand go on for up to
 // CloseGrace, then ends their waits (a waiting request is answered 504),
 // and waits for them.
 func (s *Service) Close() error {
@@ -254,6 +259,13 @@ func (s *Service) Close() error {
 	}
 	s.closeRoutes()
 	err := s.svc.Stop()
+	// The endpoints' unsubscriptions confirmed by the server (unless the
+	// connection is down): the next request goes to another instance, or
+	// finds no responder, at once instead of being sent here and waiting
+	// out its timeout.
+	if ferr := s.nc.FlushTimeout(closeFlush); ferr != nil && !errors.Is(ferr, nats.ErrConnectionClosed) {
+		s.log("endpoints: unsubscribe not confirmed", "err", ferr)
+	}
 	s.mu.Lock()
 	s.closing = true // from here on no wait is added to wg, no job queued
 	s.loads.stop()
