@@ -301,6 +301,21 @@ func procCounts(t testing.TB, pid int) (reads, switches uint64) {
 	return reads, switches
 }
 
+// peakRSS is a process's peak resident set (VmHWM), in MiB.
+func peakRSS(t testing.TB, pid int) float64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	require.NoError(t, err)
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			require.NoError(t, err)
+			return float64(kb) / 1024
+		}
+	}
+	t.Fatalf("no VmHWM in /proc/%d/status", pid)
+	return 0
+}
+
 // BenchmarkPartitions_CPU measures the CPU time ctxd spends per record
 // applied, per instance, with 1, 2 and 4 instances on a 16-partition
 // stream (3-node cluster, R3): the instances split the partitions, so
@@ -308,7 +323,10 @@ func procCounts(t testing.TB, pid int) (reads, switches uint64) {
 // the total cost per record should not rise with N. Run with
 // -benchtime 1x; -partitions.records sets the records published, and
 // -partitions.rate paces them (so that every instance keeps up, whatever
-// N: the cost per record of a process depends on how busy it is).
+// N: the cost per record of a process depends on how busy it is), and
+// -partitions.per-instance makes both per instance, so that N instances
+// get N times the records at N times the rate: each instance as busy
+// whatever N, as N instances on N machines with N times the load.
 func BenchmarkPartitions_CPU(b *testing.B) {
 	if runtime.GOOS != "linux" {
 		b.Skip("reads /proc")
@@ -326,6 +344,7 @@ func BenchmarkPartitions_CPU(b *testing.B) {
 var (
 	partitionRecords  = flag.Int("partitions.records", 40000, "records BenchmarkPartitions_CPU publishes per run")
 	partitionRate     = flag.Int("partitions.rate", 0, "records a second BenchmarkPartitions_CPU publishes at (0: as fast as the cluster takes them)")
+	partitionPerInst  = flag.Bool("partitions.per-instance", false, "BenchmarkPartitions_CPU: -partitions.records and -partitions.rate are per instance (N instances get N times as many, N times as fast), so each instance has the same load whatever N")
 	partitionProfiles = flag.String("partitions.cpuprofile", "", "`DIR` where BenchmarkPartitions_CPU's instances write CPU profiles (cpu-n<N>-<i>.pprof, from start to shutdown)")
 )
 
@@ -424,8 +443,12 @@ func partitionsCPU(b *testing.B, c *natstest.Cluster, n int) {
 	}
 	api0 := apiTotal()
 	start := time.Now()
-	R := *partitionRecords
-	publish(R, 500, *partitionRate)
+	R, rate := *partitionRecords, *partitionRate
+	if *partitionPerInst {
+		R, rate = R*n, rate*n
+	}
+	b.Logf("N=%d: publishing %d records at %s", n, R, map[bool]string{true: strconv.Itoa(rate) + "/s", false: "the cluster's pace"}[rate > 0])
+	publish(R, 500, rate)
 	var after map[string]uint64
 	require.Eventually(b, func() bool {
 		after = records()
@@ -453,8 +476,8 @@ func partitionsCPU(b *testing.B, c *natstest.Cluster, n int) {
 		}
 		total += cpu
 		applied += mine
-		b.Logf("N=%d instance %d: applied %d records (%.0f%%), CPU %v, %.1f µs/record; %d reads (%.1f records each), %d context switches (%.1f records each)",
-			n, in.pid, mine, 100*float64(mine)/float64(R), cpu, float64(cpu.Microseconds())/float64(max(mine, 1)), r, float64(mine)/float64(max(r, 1)), sw, float64(mine)/float64(max(sw, 1)))
+		b.Logf("N=%d instance %d: applied %d records (%.0f%%), CPU %v, %.1f µs/record; %d reads (%.1f records each), %d context switches (%.1f records each); peak RSS %.0f MiB",
+			n, in.pid, mine, 100*float64(mine)/float64(R), cpu, float64(cpu.Microseconds())/float64(max(mine, 1)), r, float64(mine)/float64(max(r, 1)), sw, float64(mine)/float64(max(sw, 1)), peakRSS(b, in.pid))
 	}
 	b.Logf("N=%d: %d reads (%.1f records each), %d context switches (%.1f records each) over all instances; %d JetStream API requests",
 		n, reads, float64(applied)/float64(max(reads, 1)), switches, float64(applied)/float64(max(switches, 1)), api1-api0)

@@ -61,9 +61,17 @@ type proc struct {
 var readyLine = regexp.MustCompile(`^ctxd ready (nats://[^ ]+:\d+)$`)
 
 // startProcess runs `ctxd serve` with args and waits for its ready line.
+// ctxdEnv adds variables to the environment of every ctxd process a test
+// starts: -ctxd.env GOGC=200,GOMAXPROCS=1 measures a benchmark under
+// other runtime settings without touching the test process's own.
+var ctxdEnv = flag.String("ctxd.env", "", "comma-separated `KEY=VALUE` pairs added to the environment of the ctxd processes tests start")
+
 func startProcess(t testing.TB, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(ctxdBinary(t), append([]string{"serve"}, args...)...)
+	if *ctxdEnv != "" {
+		cmd.Env = append(os.Environ(), strings.Split(*ctxdEnv, ",")...)
+	}
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	p := &proc{cmd: cmd, stderr: &strings.Builder{}, done: make(chan error, 1)}
