@@ -60,12 +60,12 @@ type proc struct {
 
 var readyLine = regexp.MustCompile(`^ctxd ready (nats://[^ ]+:\d+)$`)
 
-// startProcess runs `ctxd serve` with args and waits for its ready line.
 // ctxdEnv adds variables to the environment of every ctxd process a test
 // starts: -ctxd.env GOGC=200,GOMAXPROCS=1 measures a benchmark under
 // other runtime settings without touching the test process's own.
 var ctxdEnv = flag.String("ctxd.env", "", "comma-separated `KEY=VALUE` pairs added to the environment of the ctxd processes tests start")
 
+// startProcess runs `ctxd serve` with args and waits for its ready line.
 func startProcess(t testing.TB, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(ctxdBinary(t), append([]string{"serve"}, args...)...)
