@@ -27,6 +27,7 @@ import (
 	ctxdclient "github.com/ctxd/ctxd/pkg/client"
 	"github.com/ctxd/ctxd/pkg/projection"
 	"github.com/ctxd/ctxd/pkg/record"
+	"github.com/ctxd/ctxd/pkg/subject"
 )
 
 var (
@@ -493,4 +494,30 @@ func TestFault_PoisonRecordListedWithoutIngest(t *testing.T) {
 	require.Len(t, list, 1)
 	seq, _ := list[0].(*record.Map).Get("seq")
 	require.Equal(t, int64(bad), seq)
+}
+
+// On a partitioned stream a rejected record is listed under the subject
+// it is stored on (transcripts.<k>.<session>), where `nats stream get`
+// and `nats stream subjects` find it, not the one it was published to.
+func TestFault_RejectedOnAPartitionedStream(t *testing.T) {
+	a := startApp(t, t.TempDir(), func(c *app.Config) { c.Partitions = 4 })
+	c := newClient(t, a.URL())
+	c.publish("bad", []byte(`{"role":"user","content":"before"}`))
+	bad := c.publish("bad", []byte(`notjson`))
+	last := c.publish("bad", []byte(`{"role":"user","content":"after"}`))
+	r := c.fetchSeq("bad", last, false)
+	require.Len(t, r.Messages, 2)
+
+	var list []any
+	require.Eventually(t, func() bool {
+		list = mustDecode(t, string(c.request("ctxd.rejected", nil, nil).Data)).([]any)
+		return len(list) > 0
+	}, 20*time.Second, 10*time.Millisecond)
+	require.Len(t, list, 1)
+	entry := list[0].(*record.Map)
+	seq, _ := entry.Get("seq")
+	require.Equal(t, int64(bad), seq)
+	subj, _ := entry.String("subject")
+	require.Equal(t, subject.Stored("bad", 4), subj)
+	require.Equal(t, fmt.Sprintf("transcripts.%d.bad", subject.Partition("bad", 4)), subj)
 }

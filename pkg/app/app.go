@@ -468,6 +468,9 @@ func (a *App) newStore() *store.Store {
 	s.MaxSessionBytes = a.MaxSessionBytes
 	s.Logger = a.Logger
 	s.RejectLog = a.RejectLog
+	if a.loader != nil {
+		s.SubjectOf = a.loader.layout.SubjectAt // rejections name the stored subject
+	}
 	if a.roles != nil && a.roles.reader != nil {
 		// One list of rejected records for the instance, whichever
 		// store met them.

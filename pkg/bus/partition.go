@@ -41,6 +41,17 @@ func (l Layout) Partitioned() bool { return l.P > 1 }
 // Subject returns the subject a session's records are stored on now.
 func (l Layout) Subject(session string) string { return subject.Stored(session, l.P) }
 
+// SubjectAt names the subject a session's record at seq is stored on:
+// its partition's for a record stored after the stream was partitioned
+// (seq > After), transcripts.<session> otherwise (where every record of
+// an unpartitioned stream is, and most of those up to After).
+func (l Layout) SubjectAt(session string, seq uint64) string {
+	if l.P > 1 && seq > l.After {
+		return subject.Stored(session, l.P)
+	}
+	return subject.TranscriptsPrefix + session
+}
+
 // mixed reports whether a session's records up to After may be on its
 // unpartitioned subject.
 func (l Layout) mixed() bool { return l.P > 1 && l.After > 0 }

@@ -175,3 +175,24 @@ func TestReadPartition(t *testing.T) {
 		require.Equal(t, seqs[1:len(seqs)-1], got, "partition %d", k)
 	}
 }
+
+// A record's stored subject: its partition's after the stream was
+// partitioned, its publish subject before and on an unpartitioned stream.
+func TestLayout_SubjectAt(t *testing.T) {
+	s := "demo"
+	k := subject.Partition(s, 4)
+	part := fmt.Sprintf("transcripts.%d.demo", k)
+	for _, tc := range []struct {
+		layout bus.Layout
+		seq    uint64
+		want   string
+	}{
+		{bus.Layout{P: 1}, 1, "transcripts.demo"},
+		{bus.Layout{P: 0}, 9, "transcripts.demo"},
+		{bus.Layout{P: 4}, 1, part},
+		{bus.Layout{P: 4, After: 10}, 10, "transcripts.demo"},
+		{bus.Layout{P: 4, After: 10}, 11, part},
+	} {
+		require.Equal(t, tc.want, tc.layout.SubjectAt(s, tc.seq), "%+v at %d", tc.layout, tc.seq)
+	}
+}

@@ -847,6 +847,25 @@ func TestStore_EvictsByCountAndBytes(t *testing.T) {
 	})
 }
 
+// storedAt stands for a layout's SubjectAt: a subject that tells the
+// record's seq.
+func storedAt(session string, seq uint64) string {
+	return fmt.Sprintf("transcripts.%d.%s", seq, session)
+}
+
+// A record that does not decode is listed under the subject SubjectOf
+// names for it (its partition's, on a partitioned stream).
+func TestStore_RejectionNamesTheStoredSubject(t *testing.T) {
+	s := New()
+	s.Apply("a", 3, []byte("notjson"))
+	s.SubjectOf = storedAt
+	s.Apply("a", 4, []byte("notjson"))
+	rej := s.Rejected()
+	require.Len(t, rej, 2)
+	require.Equal(t, "transcripts.a", rej[0].Subject, "without SubjectOf: the publish subject")
+	require.Equal(t, "transcripts.4.a", rej[1].Subject)
+}
+
 func TestStore_Quarantine(t *testing.T) {
 	const bound = 400
 	cfg := lazyConfig{maxSessions: 100, maxBytes: DefaultMaxBytes, maxSessionBytes: bound}
@@ -860,6 +879,7 @@ func TestStore_Quarantine(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			l := newFakeLoader()
 			s := newLazyStore(l, cfg)
+			s.SubjectOf = storedAt
 			ingest(s, l, "a", userRecord("before"))
 			ingest(s, l, "b", userRecord("b before"))
 			if loaded {
@@ -877,6 +897,7 @@ func TestStore_Quarantine(t *testing.T) {
 				rej := s.Rejected()
 				require.Len(t, rej, 1)
 				require.Equal(t, "a", rej[0].Session)
+				require.Equal(t, storedAt("a", bad), rej[0].Subject, "the subject it is stored on")
 				require.Equal(t, len(big), rej[0].Size)
 				s.Evict("a")
 			}
@@ -885,9 +906,13 @@ func TestStore_Quarantine(t *testing.T) {
 
 			// A restarted store quarantines the same record.
 			fresh := newLazyStore(l, cfg)
+			fresh.SubjectOf = storedAt
 			fresh.Advance(l.lastSeq())
 			requireView(t, fresh, l, "a")
 			require.Equal(t, []uint64{bad}, quarantinedSeqs(fresh))
+			rej := fresh.Rejected()
+			require.Len(t, rej, 1)
+			require.Equal(t, storedAt("a", bad), rej[0].Subject)
 		})
 	}
 

@@ -7,7 +7,6 @@ import (
 	"slices"
 
 	"github.com/ctxd/ctxd/pkg/projection"
-	"github.com/ctxd/ctxd/pkg/subject"
 )
 
 // A load builds a session's projection from the stream, the source of
@@ -319,7 +318,6 @@ func upTo(seqs []uint64, to uint64) []uint64 {
 type build struct {
 	s       *Store
 	session string
-	subject string // the session's, once a record is quarantined
 	proj    *projection.Session
 	size    int64
 	weight  int64
@@ -427,9 +425,6 @@ func (b *build) add(seq uint64, skip bool, v any, n int, resets bool) error {
 }
 
 func (b *build) quarantine(q quarantined, n int, err error) {
-	if b.subject == "" {
-		b.subject = subject.TranscriptsPrefix + b.session
-	}
 	b.found = append(b.found, q)
-	b.why = append(b.why, Rejection{Subject: b.subject, Session: b.session, Seq: q.seq, Size: n, Reason: err.Error()})
+	b.why = append(b.why, Rejection{Subject: b.s.subjectOf(b.session, q.seq), Session: b.session, Seq: q.seq, Size: n, Reason: err.Error()})
 }

@@ -141,6 +141,10 @@ type Store struct {
 	MissTTL time.Duration
 	// RejectLog is how many rejected records are kept for listing.
 	RejectLog int
+	// SubjectOf names the subject a session's record at seq is stored
+	// on, for the rejections; nil names transcripts.<session>, the
+	// subject records are published to (and stored on, unpartitioned).
+	SubjectOf func(session string, seq uint64) string
 	// Logger receives a line per rejected record and per failed
 	// checkpoint write; New sets one that discards them.
 	Logger *slog.Logger
@@ -416,7 +420,7 @@ func (s *Store) Apply(session string, seq uint64, data []byte) {
 			ld.pending = append(ld.pending, noted{seq: seq, skip: true})
 		}
 		sl.mu.Unlock()
-		s.reject(Rejection{Subject: subject.TranscriptsPrefix + session, Session: session, Seq: seq, Size: len(data), Reason: err.Error(), Kind: decodeKind(err)})
+		s.reject(Rejection{Subject: s.subjectOf(session, seq), Session: session, Seq: seq, Size: len(data), Reason: err.Error(), Kind: decodeKind(err)})
 		return
 	}
 	n := len(data)
@@ -452,7 +456,7 @@ func (s *Store) Apply(session string, seq uint64, data []byte) {
 	}
 	sl.mu.Unlock()
 	if poison != nil {
-		s.reject(Rejection{Subject: subject.TranscriptsPrefix + session, Session: session, Seq: seq, Size: n, Reason: poison.Error(), Kind: KindQuarantined})
+		s.reject(Rejection{Subject: s.subjectOf(session, seq), Session: session, Seq: seq, Size: n, Reason: poison.Error(), Kind: KindQuarantined})
 	}
 	if resets && s.Loader != nil {
 		// Written behind the ingest: until it is, a load starts from an
@@ -751,3 +755,11 @@ func (s *Store) Evict(session string) {
 
 // Sessions returns the ids of the sessions known.
 func (s *Store) Sessions() []string { return s.dir.ids() }
+
+// subjectOf names the subject a session's record at seq is stored on.
+func (s *Store) subjectOf(session string, seq uint64) string {
+	if s.SubjectOf != nil {
+		return s.SubjectOf(session, seq)
+	}
+	return subject.TranscriptsPrefix + session
+}
