@@ -453,13 +453,7 @@ func TestFault_PoisonRecordQuarantined(t *testing.T) {
 	r = c.fetchSeq("other", last, false)
 	require.Len(t, r.Messages, 1)
 
-	// The rejected list is the ingest's: a reply read from the stream
-	// may come before the ingest has met the record.
-	var list []any
-	require.Eventually(t, func() bool {
-		list = mustDecode(t, string(c.request("ctxd.rejected", nil, nil).Data)).([]any)
-		return len(list) > 0
-	}, 20*time.Second, 10*time.Millisecond)
+	list := awaitRejected(t, c)
 	require.Len(t, list, 1)
 	entry := list[0].(*record.Map)
 	seq, _ := entry.Get("seq")
@@ -508,11 +502,7 @@ func TestFault_RejectedOnAPartitionedStream(t *testing.T) {
 	r := c.fetchSeq("bad", last, false)
 	require.Len(t, r.Messages, 2)
 
-	var list []any
-	require.Eventually(t, func() bool {
-		list = mustDecode(t, string(c.request("ctxd.rejected", nil, nil).Data)).([]any)
-		return len(list) > 0
-	}, 20*time.Second, 10*time.Millisecond)
+	list := awaitRejected(t, c)
 	require.Len(t, list, 1)
 	entry := list[0].(*record.Map)
 	seq, _ := entry.Get("seq")
@@ -520,4 +510,17 @@ func TestFault_RejectedOnAPartitionedStream(t *testing.T) {
 	subj, _ := entry.String("subject")
 	require.Equal(t, subject.Stored("bad", 4), subj)
 	require.Equal(t, fmt.Sprintf("transcripts.%d.bad", subject.Partition("bad", 4)), subj)
+}
+
+// awaitRejected returns ctxd.rejected's list once it holds a record: the
+// list is the ingest's, and a reply read from the stream may come before
+// the ingest has met the record.
+func awaitRejected(t *testing.T, c *client) []any {
+	t.Helper()
+	var list []any
+	require.Eventually(t, func() bool {
+		list = mustDecode(t, string(c.request("ctxd.rejected", nil, nil).Data)).([]any)
+		return len(list) > 0
+	}, 20*time.Second, 10*time.Millisecond)
+	return list
 }
