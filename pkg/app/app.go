@@ -582,7 +582,11 @@ func (a *App) Close() error {
 	a.idleSnaps.stop() // before the snapshots at shutdown
 	a.idleSnaps = nil
 	var partitions []*store.Store
+	var partitionsLabel snapshotLabel
 	if a.roles != nil && a.roles.bal != nil {
+		// Their snapshots' removed count, read while the removals still
+		// concern their stores: handed back, they miss those after.
+		partitionsLabel = a.snapshotLabel()
 		// The partitions first, at once: other instances apply them while
 		// this one finishes the requests in hand, through the stream.
 		partitions = a.roles.bal.close()
@@ -594,7 +598,7 @@ func (a *App) Close() error {
 	}
 	if len(partitions) > 0 {
 		a.closeCheckpoints(partitions...)
-		a.closeSnapshots(partitions...)
+		a.closeSnapshots(partitionsLabel, partitions...)
 	}
 	if a.ingest != nil {
 		owner := a.roles.feeding()
@@ -606,8 +610,9 @@ func (a *App) Close() error {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			a.unpin(ctx)
 			cancel()
-			// After the pin: another instance ingests meanwhile.
-			a.closeSnapshots(owner)
+			// After the pin: another instance ingests meanwhile. The
+			// removals concern the store until roles.lost below.
+			a.closeSnapshots(a.snapshotLabel(), owner)
 			// Stops the checkpoint writer before the connection it writes on.
 			a.roles.lost("shutting down", true)
 		}

@@ -28,8 +28,13 @@ import (
 
 // appliedRemovals reads the stream's count of removed sequences and
 // reports whether every removal it counts has been applied to the
-// stores: a snapshot taken after it returns true holds no record removed
-// before the read.
+// stores the removals concern now (roles.stores). A snapshot taken
+// after it returns true, of a store that was among them then, holds no
+// record removed before the read; a removal after it moves the stream's
+// count past the one returned, and the snapshot is not used. A store
+// that has left them (a partition handed back) misses the removals
+// applied since: its snapshots need a count read while it was among
+// them.
 func (r *removals) appliedRemovals(ctx context.Context) (uint64, bool) {
 	if r == nil || !r.counted {
 		return 0, false
@@ -37,6 +42,8 @@ func (r *removals) appliedRemovals(ctx context.Context) (uint64, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.drainLocked()
+	ctx, cancel := context.WithTimeout(ctx, removalCheckTimeout) // cover and settle wait on r.mu
+	defer cancel()
 	removed, _, err := bus.Removed(ctx, r.nc, r.stream)
 	if err != nil || int64(removed) != r.base+r.applied {
 		return 0, false
@@ -87,13 +94,35 @@ func (a *App) dropSnapshots() {
 	}()
 }
 
+// snapshotLabel is the stream's removed count that snapshots of the
+// stores the removals concern now may be written at, when ok
+// (appliedRemovals); none is read when no snapshot is written.
+type snapshotLabel struct {
+	removed uint64
+	ok      bool
+}
+
+func (a *App) snapshotLabel() snapshotLabel {
+	if a.loader == nil || a.loader.snaps == nil {
+		return snapshotLabel{}
+	}
+	removed, ok := a.removals.appliedRemovals(context.Background())
+	return snapshotLabel{removed, ok}
+}
+
 // closeSnapshots writes the snapshots of the stores' loaded sessions
 // within ShutdownCheckpoints, as closeCheckpoints writes their
-// checkpoints, with one line saying how many.
-func (a *App) closeSnapshots(sts ...*store.Store) {
+// checkpoints, with one line saying how many. label was read while the
+// stores were among those the removals concern.
+func (a *App) closeSnapshots(label snapshotLabel, sts ...*store.Store) {
 	if a.loader == nil || a.loader.snaps == nil || len(sts) == 0 {
 		return
 	}
+	if !label.ok {
+		a.Logger.Info("snapshots at shutdown: none written, the stream's removals are not all applied or not counted; sessions load by their checkpoints")
+		return
+	}
+	removed := label.removed
 	within := a.ShutdownCheckpoints
 	if within <= 0 {
 		within = DefaultShutdownCheckpoints
@@ -101,11 +130,6 @@ func (a *App) closeSnapshots(sts ...*store.Store) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
-	removed, ok := a.removals.appliedRemovals(ctx)
-	if !ok {
-		a.Logger.Info("snapshots at shutdown: none written, the stream's removals are not all applied or not counted; sessions load by their checkpoints")
-		return
-	}
 	written, left, err := closeEach(sts, func(st *store.Store) (int, int, error) {
 		return st.CloseSnapshots(ctx, a.loader.identity, removed)
 	})
@@ -252,12 +276,14 @@ func (a *App) writeIdleSnapshots(quit <-chan struct{}, every time.Duration) {
 		case <-ctx.Done():
 		}
 	}()
-	sts := a.roles.ingestStores()
-	if len(sts) == 0 {
-		return
-	}
+	// The count first: a store fed after it was fed, and concerned by
+	// the removals, when it was read (appliedRemovals).
 	removed, ok := a.removals.appliedRemovals(ctx)
 	if !ok {
+		return
+	}
+	sts := a.roles.ingestStores()
+	if len(sts) == 0 {
 		return
 	}
 	written := 0
