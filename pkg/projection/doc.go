@@ -29,7 +29,9 @@
 // Restore gives back a session that answers, and goes on applying
 // records, exactly as the one the snapshot was taken of. A service
 // stores snapshots so that the first request for a session after a
-// restart reads none of the session's records. Restore replays the
+// restart reads none of the session's records up to the snapshot (only
+// its last one, to prove the snapshot is of the stream, and any after
+// it). Restore replays the
 // snapshot's messages through the code Apply runs, and refuses, with an
 // error wrapping ErrSnapshot, anything that is not a snapshot of this
 // format for the same Options.

@@ -69,13 +69,18 @@ func TestService_RouteOffAnswersQueued(t *testing.T) {
 	sessions := viewOf(map[string]*projection.Session{
 		"demo": sessionOf(t, []string{`{"role":"user","content":"hi"}`}, 14),
 	})
-	proj := &fakeProjections{
-		wait: st.Wait,
-		view: func(ctx context.Context, session string, fn func(*projection.Session)) error {
-			entered <- struct{}{}
-			<-held
-			return sessions(ctx, session, fn)
+	// Loaded: answered on the endpoint's goroutine, so the requests
+	// behind the one in hand wait in the subscription.
+	proj := &loadedProjections{
+		fakeProjections: &fakeProjections{
+			wait: st.Wait,
+			view: func(ctx context.Context, session string, fn func(*projection.Session)) error {
+				entered <- struct{}{}
+				<-held
+				return sessions(ctx, session, fn)
+			},
 		},
+		loaded: func(string) bool { return true },
 	}
 	svc := New(connect(t, url), proj)
 	svc.Partitions = 16
@@ -101,6 +106,7 @@ func TestService_RouteOffAnswersQueued(t *testing.T) {
 	for range n {
 		require.NoError(t, <-errs)
 	}
+	require.Len(t, entered, n-1, "every request answered by this service")
 	_, err := nc.Request("ctxd.p.3.demo", nil, 5*time.Second)
 	require.True(t, errors.Is(err, nats.ErrNoResponders), "%v", err)
 }
