@@ -345,7 +345,6 @@ func (b *snapBuilder) done() []byte {
 
 func valueBytes(v any) []byte { return appendValue(nil, v) }
 
-
 // TestRestore_Malformed checks that Restore refuses, with an error that
 // says what is wrong, every kind of bytes that is not a snapshot of this
 // format and session.
