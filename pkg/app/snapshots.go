@@ -209,11 +209,10 @@ func (l *streamLoader) SaveSnapshots(ctx context.Context, snaps iter.Seq2[string
 	return l.snaps.PutAll(ctx, snaps)
 }
 
-// StreamState reads the stream's identity and removed count
-// (store.SnapshotLoader).
+// StreamState reads the stream's identity and removed count as they
+// are now (store.SnapshotLoader).
 func (l *streamLoader) StreamState(ctx context.Context) (string, uint64, error) {
-	removed, _, err := bus.Removed(ctx, l.nc, l.stream)
-	return l.identity, removed, err
+	return bus.StreamState(ctx, l.nc, l.stream)
 }
 
 // SaveSnapshots of a reader writes none.

@@ -107,7 +107,11 @@ func (c *Checkpoints) ofStream(cp *store.Checkpoint) bool {
 // StreamIdentity names a stream for Checkpoints.Stream: its name and
 // creation time, which a stream deleted and created again does not share.
 func StreamIdentity(info *jetstream.StreamInfo) string {
-	return info.Config.Name + "@" + info.Created.UTC().Format(time.RFC3339Nano)
+	return identityOf(info.Config.Name, info.Created)
+}
+
+func identityOf(name string, created time.Time) string {
+	return name + "@" + created.UTC().Format(time.RFC3339Nano)
 }
 
 // bucket returns the bucket as last opened.

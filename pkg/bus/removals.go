@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -135,33 +136,80 @@ func Removed(ctx context.Context, nc *nats.Conn, stream string) (removed, last u
 	return decodeRemoved(m.Data)
 }
 
-// streamState is what Removed reads of a stream info reply.
+// StreamState returns the stream's identity as it is now (its name and
+// creation time, as StreamIdentity says them: a stream deleted and made
+// again has another) and its count of removed sequences (Removed), from
+// one request to its leader.
+func StreamState(ctx context.Context, nc *nats.Conn, stream string) (identity string, removed uint64, err error) {
+	m, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.INFO."+stream, nil)
+	if err != nil {
+		return "", 0, fmt.Errorf("stream info: %w", err)
+	}
+	return decodeStreamState(m.Data)
+}
+
+// streamState is what Removed and StreamState read of a stream info
+// reply.
 type streamState struct {
-	Error *jetstream.APIError `json:"error"`
-	State *struct {
+	Error  *jetstream.APIError `json:"error"`
+	Config *struct {
+		Name string `json:"name"`
+	} `json:"config"`
+	Created *time.Time `json:"created"`
+	State   *struct {
 		Msgs    *uint64 `json:"messages"`
 		LastSeq *uint64 `json:"last_seq"`
 	} `json:"state"`
 }
 
-// decodeRemoved reads a stream info reply. A reply without both figures
-// is an error, never a count of zero.
-func decodeRemoved(data []byte) (removed, last uint64, err error) {
+// parseStreamState reads a stream info reply that holds the stream's
+// state: a reply without both figures is an error, never a count of
+// zero.
+func parseStreamState(data []byte) (*streamState, error) {
 	var resp streamState
 	if err := json.Unmarshal(data, &resp); err != nil {
-		return 0, 0, fmt.Errorf("stream info: %w: %w", ErrBadStreamInfo, err)
+		return nil, fmt.Errorf("stream info: %w: %w", ErrBadStreamInfo, err)
 	}
 	if resp.Error != nil {
 		if resp.Error.ErrorCode == jetstream.JSErrCodeStreamNotFound {
-			return 0, 0, fmt.Errorf("stream info: %w", jetstream.ErrStreamNotFound)
+			return nil, fmt.Errorf("stream info: %w", jetstream.ErrStreamNotFound)
 		}
-		return 0, 0, fmt.Errorf("stream info: %w", resp.Error)
+		return nil, fmt.Errorf("stream info: %w", resp.Error)
 	}
 	if resp.State == nil || resp.State.Msgs == nil || resp.State.LastSeq == nil {
-		return 0, 0, fmt.Errorf("stream info: %w: no state", ErrBadStreamInfo)
+		return nil, fmt.Errorf("stream info: %w: no state", ErrBadStreamInfo)
 	}
-	msgs, last := *resp.State.Msgs, *resp.State.LastSeq
-	return last - min(msgs, last), last, nil
+	return &resp, nil
+}
+
+// removed returns the count of removed sequences and the last sequence.
+func (s *streamState) removed() (removed, last uint64) {
+	msgs, last := *s.State.Msgs, *s.State.LastSeq
+	return last - min(msgs, last), last
+}
+
+// decodeRemoved reads a stream info reply for Removed.
+func decodeRemoved(data []byte) (removed, last uint64, err error) {
+	resp, err := parseStreamState(data)
+	if err != nil {
+		return 0, 0, err
+	}
+	removed, last = resp.removed()
+	return removed, last, nil
+}
+
+// decodeStreamState reads a stream info reply for StreamState: one
+// without the stream's name or creation time is an error.
+func decodeStreamState(data []byte) (identity string, removed uint64, err error) {
+	resp, err := parseStreamState(data)
+	if err != nil {
+		return "", 0, err
+	}
+	if resp.Config == nil || resp.Config.Name == "" || resp.Created == nil {
+		return "", 0, fmt.Errorf("stream info: %w: no name or creation time", ErrBadStreamInfo)
+	}
+	removed, _ = resp.removed()
+	return identityOf(resp.Config.Name, *resp.Created), removed, nil
 }
 
 // ErrBadStreamInfo is wrapped by Removed's error for a reply that does

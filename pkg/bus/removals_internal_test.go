@@ -2,6 +2,7 @@ package bus
 
 import (
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
@@ -50,5 +51,25 @@ func TestDecodeRemoved_Hostile(t *testing.T) {
 				require.ErrorIs(t, err, want)
 			}
 		})
+	}
+}
+
+// StreamState's reply: the identity needs the stream's name and
+// creation time, and the state as Removed needs it.
+func TestDecodeStreamState_Hostile(t *testing.T) {
+	created := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
+	identity, removed, err := decodeStreamState([]byte(`{"config":{"name":"T"},"created":"2026-01-02T03:04:05.000000006Z","state":{"messages":7,"last_seq":10}}`))
+	require.NoError(t, err)
+	require.Equal(t, "T@"+created.Format(time.RFC3339Nano), identity)
+	require.Equal(t, uint64(3), removed)
+	for name, data := range map[string]string{
+		"no name":          `{"created":"2026-01-02T03:04:05Z","state":{"messages":7,"last_seq":10}}`,
+		"empty name":       `{"config":{"name":""},"created":"2026-01-02T03:04:05Z","state":{"messages":7,"last_seq":10}}`,
+		"no creation time": `{"config":{"name":"T"},"state":{"messages":7,"last_seq":10}}`,
+		"bad time":         `{"config":{"name":"T"},"created":"yesterday","state":{"messages":7,"last_seq":10}}`,
+		"no state":         `{"config":{"name":"T"},"created":"2026-01-02T03:04:05Z"}`,
+	} {
+		_, _, err := decodeStreamState([]byte(data))
+		require.ErrorIs(t, err, ErrBadStreamInfo, name)
 	}
 }

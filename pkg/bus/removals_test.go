@@ -189,6 +189,26 @@ func TestRemoved_AgreesWithStreamInfo(t *testing.T) {
 
 	_, _, err = bus.Removed(ctx, nc, "NOSUCH")
 	require.ErrorIs(t, err, jetstream.ErrStreamNotFound)
+
+	// StreamState: the identity as StreamIdentity says it, another once
+	// the stream is made again.
+	identity, removed, err := bus.StreamState(ctx, nc, cfg.Name)
+	require.NoError(t, err)
+	info, err := st.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, bus.StreamIdentity(info), identity)
+	require.Equal(t, uint64(40), removed)
+	require.NoError(t, js.DeleteStream(ctx, cfg.Name))
+	time.Sleep(2 * time.Millisecond) // another creation time
+	st, err = js.CreateStream(ctx, cfg)
+	require.NoError(t, err)
+	again, removed, err := bus.StreamState(ctx, nc, cfg.Name)
+	require.NoError(t, err)
+	require.NotEqual(t, identity, again)
+	require.Equal(t, bus.StreamIdentity(st.CachedInfo()), again)
+	require.Zero(t, removed)
+	_, _, err = bus.StreamState(ctx, nc, "NOSUCH")
+	require.ErrorIs(t, err, jetstream.ErrStreamNotFound)
 }
 
 // BenchmarkRemoved compares reading the stream's state with bus.Removed
