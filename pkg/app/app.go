@@ -198,8 +198,9 @@ type App struct {
 	// (layout.go); layoutErr, once set, answers every request.
 	layout    *layoutWatch
 	layoutErr atomic.Pointer[error]
-	// snapsDropping says the snapshot bucket is being emptied.
-	snapsDropping atomic.Bool
+	// snapsDrops counts the emptyings of the snapshot bucket asked for
+	// since the one running began (dropSnapshots); 0: none runs.
+	snapsDrops atomic.Int32
 	// idleSnaps writes the snapshots of idle sessions behind the ingest.
 	idleSnaps *idleSnapshots
 }

@@ -381,11 +381,5 @@ func (r *removals) forgetAll(why string, args ...any) {
 // stores returns the stores a removal concerns: the reader's, and those
 // the ingests feed (one a partition held).
 func (r *roles) stores() []*store.Store {
-	out := []*store.Store{r.reader}
-	for _, p := range r.parts {
-		if st := p.feeding(); st != nil {
-			out = append(out, st)
-		}
-	}
-	return out
+	return append([]*store.Store{r.reader}, r.ingestStores()...)
 }

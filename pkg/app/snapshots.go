@@ -80,18 +80,30 @@ func (a *App) sweepSnapshots(ctx context.Context) {
 // stream: no snapshot written before is used again, and what they hold
 // of the records removed must go with them. It runs beside the removal
 // watcher, which it must not hold up.
+// One asked for while one runs makes the running one empty the bucket
+// again when it is done: what was written meanwhile goes too.
 func (a *App) dropSnapshots() {
-	if a.loader == nil || a.loader.snaps == nil || !a.snapsDropping.CompareAndSwap(false, true) {
+	if a.loader == nil || a.loader.snaps == nil || a.snapsDrops.Add(1) > 1 {
 		return
 	}
 	go func() {
-		defer a.snapsDropping.Store(false)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := a.loader.snaps.Purge(ctx); err != nil {
-			a.Logger.Warn("snapshots not emptied after records left the stream; they are not used, and are emptied at the next start", "err", err)
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			a.purgeSnapshots(ctx)
+			cancel()
+			if a.snapsDrops.CompareAndSwap(1, 0) {
+				return
+			}
+			a.snapsDrops.Store(1) // asked again meanwhile: once more
 		}
 	}()
+}
+
+// purgeSnapshots empties the snapshot bucket.
+func (a *App) purgeSnapshots(ctx context.Context) {
+	if err := a.loader.snaps.Purge(ctx); err != nil {
+		a.Logger.Warn("snapshots not emptied after records left the stream; they are not used, and are emptied at the next start", "err", err)
+	}
 }
 
 // snapshotLabel is the stream's removed count that snapshots of the
@@ -141,9 +153,7 @@ func (a *App) closeSnapshots(label snapshotLabel, sts ...*store.Store) {
 		// may have emptied the bucket before they landed. None of them is
 		// used (the count moved), but they may hold what was removed.
 		if now, _, err := bus.Removed(ctx, a.nc, a.stream); err == nil && now != removed {
-			if err := a.loader.snaps.Purge(ctx); err != nil {
-				a.Logger.Warn("snapshots not emptied after records left the stream; they are not used, and are emptied at the next start", "err", err)
-			}
+			a.purgeSnapshots(ctx)
 		}
 	}
 	took := time.Since(start).Round(time.Millisecond)
