@@ -301,21 +301,6 @@ func procCounts(t testing.TB, pid int) (reads, switches uint64) {
 	return reads, switches
 }
 
-// peakRSS is a process's peak resident set (VmHWM), in MiB.
-func peakRSS(t testing.TB, pid int) float64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	require.NoError(t, err)
-	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			require.NoError(t, err)
-			return float64(kb) / 1024
-		}
-	}
-	t.Fatalf("no VmHWM in /proc/%d/status", pid)
-	return 0
-}
-
 // BenchmarkPartitions_CPU measures the CPU time ctxd spends per record
 // applied, per instance, with 1, 2 and 4 instances on a 16-partition
 // stream (3-node cluster, R3): the instances split the partitions, so
@@ -477,7 +462,7 @@ func partitionsCPU(b *testing.B, c *natstest.Cluster, n int) {
 		total += cpu
 		applied += mine
 		b.Logf("N=%d instance %d: applied %d records (%.0f%%), CPU %v, %.1f µs/record; %d reads (%.1f records each), %d context switches (%.1f records each); peak RSS %.0f MiB",
-			n, in.pid, mine, 100*float64(mine)/float64(R), cpu, float64(cpu.Microseconds())/float64(max(mine, 1)), r, float64(mine)/float64(max(r, 1)), sw, float64(mine)/float64(max(sw, 1)), peakRSS(b, in.pid))
+			n, in.pid, mine, 100*float64(mine)/float64(R), cpu, float64(cpu.Microseconds())/float64(max(mine, 1)), r, float64(mine)/float64(max(r, 1)), sw, float64(mine)/float64(max(sw, 1)), float64(procStatus(b, in.pid, "VmHWM"))/(1<<20))
 	}
 	b.Logf("N=%d: %d reads (%.1f records each), %d context switches (%.1f records each) over all instances; %d JetStream API requests",
 		n, reads, float64(applied)/float64(max(reads, 1)), switches, float64(applied)/float64(max(switches, 1)), api1-api0)

@@ -170,7 +170,7 @@ func snapshotLoads(t *testing.T, nc *nats.Conn) uint64 {
 // published after the snapshots included.
 func TestProcess_CrashLoadsByIdleSnapshots(t *testing.T) {
 	dir := t.TempDir()
-	p := startProcess(t, "--port", "-1", "--data", dir, "--idle-snapshots", "100ms")
+	p := startProcess(t, "--port", "-1", "--data", dir, "--idle-snapshots", "1s")
 	c := newClient(t, p.url)
 	ids := []string{"k0", "k1", "k2", "k3"}
 	last := publishSessions(c, ids, 40, 31)
@@ -180,14 +180,16 @@ func TestProcess_CrashLoadsByIdleSnapshots(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return len(snapshotKeys(t, c.js)) == len(ids) }, 30*time.Second, 50*time.Millisecond,
 		"the idle sessions' snapshots written behind the ingest")
-	// One session goes on after its snapshot.
+	// One session goes on after its snapshot (an idle round writes it
+	// again only after a round without records: 2 s from now at the
+	// earliest, long after the kill).
 	c.publishValue("k1", record.NewMap("role", "user", "content", "k1 after its snapshot"), false)
 	c.fetchChecked("k1", "after", 0)
 	require.NoError(t, p.cmd.Process.Kill())
 	<-p.done
 	c.nc.Close()
 
-	p = startProcess(t, "--port", "-1", "--data", dir, "--idle-snapshots", "100ms")
+	p = startProcess(t, "--port", "-1", "--data", dir, "--idle-snapshots", "1s")
 	c = newClient(t, p.url)
 	for _, id := range ids {
 		c.fetchChecked(id, "restarted", 0)

@@ -36,9 +36,10 @@ const (
 	directBatch = 256
 	// directMaxBytes bounds the max_bytes of a batched direct get, which
 	// is PullBytes, so that it fits the server's max_pending: about this
-	// much, plus one message, is in flight per batch, well within what a
-	// subscription buffers (64 MiB), so no reply is dropped as a slow
-	// consumer's.
+	// much, plus one message, is in flight per batch. The read's inbox
+	// holds replyRoom messages, room for every reply a read has in flight,
+	// so none is dropped as a slow consumer's (a reply dropped all the
+	// same only makes the read ask again: it proves where it ended).
 	directMaxBytes = 16 << 20
 	// directWindow is how many single direct gets ReadSeqs has in flight.
 	directWindow = 128

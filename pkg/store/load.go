@@ -113,9 +113,7 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 					}
 				}
 				if snapped != nil {
-					if f := <-snapped; !ok || cp.From <= ld.to {
-						snap = s.useSnapshot(ctx, f, sl.id, cp, ok, ld.to)
-					}
+					snap = s.useSnapshot(ctx, <-snapped, sl.id, cp, ok, ld.to)
 				}
 			}
 			if snap != nil {
@@ -292,7 +290,7 @@ func (s *Store) readAfterSnapshot(ctx context.Context, sr SeqLoader, session str
 	b.seen = slices.Clone(sn.seqs)
 	b.charge()
 	*out = b
-	after := stored[len(stored)-len(upFrom(stored, sn.seq+1)):]
+	after := upFrom(stored, sn.seq+1)
 	seqs := append([]uint64{sn.seq}, after...)
 	return s.readStoredWith(ctx, sr, session, seqs, to, func(seq uint64, data []byte) error {
 		if seq == sn.seq {
