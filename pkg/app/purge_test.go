@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ctxd/ctxd/internal/natstest"
@@ -22,10 +21,8 @@ import (
 // the stream's state: records delivered before that read began are
 // covered by it, so a burst of deliveries costs one read, not one each.
 func TestRemovals_ConcurrentNeedsShareOneRead(t *testing.T) {
-	url := natstest.Start(t)
-	nc := natstest.Connect(t, url)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	js := natstest.JetStream(t)
+	nc := js.Conn()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	cfg, err := streams.Transcripts()

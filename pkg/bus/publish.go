@@ -87,8 +87,9 @@ var ErrNoAck = errors.New("no acknowledgement")
 // acknowledgement before sending the next: up to a window of them are in
 // flight, and once the window is full each message sent waits for the
 // acknowledgement of the oldest (a sliding window: the server always has
-// messages to store). It is the one place the package writes that way,
-// for PublishAll, Append and Checkpoints.PutAll; js.Publish and the
+// messages to store). PublishAll and Append write through it; the
+// checkpoint and snapshot buckets' PutAll keep windows of their own
+// (revisions, retries, one value's failure named); js.Publish and the
 // key-value API (jetstream.KeyValue.Put) wait for every write's
 // acknowledgement in turn, a round trip each.
 type pipeline struct {

@@ -414,3 +414,46 @@ func TestStore_SnapshotsWrittenAgainAfterAFailure(t *testing.T) {
 	require.Equal(t, 3, w, "the two handed on in the failed write, again, and the third")
 	require.Len(t, sl.snaps, 3, "every session's snapshot stored")
 }
+
+// A snapshot written behind the ingest, then more records (compactions
+// among them) and checkpoints written past the snapshot, then a crash
+// and more records: a fresh store loads from the snapshot, the
+// checkpoint's index after it and the subject after that, to Build of
+// every record.
+func TestStore_SnapshotThenCheckpointsPastIt(t *testing.T) {
+	loads := 0
+	for seed := range uint64(20) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(seed, 7))
+			l := newFakeLoader()
+			sl := newSnapLoader(l)
+			s := snapStore(t, sl)
+			s.MaxSessionBytes = int64(2000 + 2000*(seed%3))
+			ids := genSessions(s, l, r, 5, 200)
+			for _, id := range ids {
+				requireView(t, s, l, id)
+			}
+			// Two rounds: a session is idle at the second.
+			for range 2 {
+				_, err := s.WriteIdleSnapshots(context.Background(), sl.identity, sl.removed, 1<<30)
+				require.NoError(t, err)
+			}
+			g := &lazyGen{r: r, history: map[string][]*record.Map{}}
+			for range 60 {
+				id := ids[r.IntN(len(ids))]
+				ingest(s, l, id, g.record(id))
+			}
+			_, _, err := s.CloseCheckpoints(context.Background())
+			require.NoError(t, err)
+			require.NoError(t, s.Close())
+			genSessionsOnly(l, r, ids, 30) // after the crash
+			fresh := snapStore(t, sl)
+			fresh.MaxSessionBytes = s.MaxSessionBytes
+			for _, id := range ids {
+				requireView(t, fresh, l, id)
+			}
+			loads += int(fresh.Stats().SnapshotLoads)
+		})
+	}
+	require.Positive(t, loads, "loads from the snapshots")
+}
