@@ -39,6 +39,11 @@ import (
 //
 // The records after its last are read as a load by index reads them: the
 // checkpoint's sequences past it, then the subject from there.
+//
+// The records quarantined before the snapshot's last (too large for the
+// session, or failing to apply) stay skipped, but a load from a snapshot
+// does not list them in Rejected again, as a load that reads them does:
+// the list is of the records this store met.
 
 // SnapshotLoader is a Loader that also stores and reads snapshots.
 type SnapshotLoader interface {
