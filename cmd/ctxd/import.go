@@ -39,13 +39,15 @@ nothing is published:
 
 A summary of each file goes to standard error: records by class, entries
 skipped as metadata, entries not understood (with their line), and what was
-approximated. Invalid UTF-8 inside a string is replaced with U+FFFD and
-listed as approximated, with its line. A line that does not decode
-otherwise (not JSON, nested too deep) fails its file, naming the line:
-entries hang off each other, and leaving one out could leave out the
-conversation before it. So does a line longer than --max-line, as soon as
-it is read, whatever the input (a device, a pipe). Without --print, standard output gets one line per session:
+approximated. Without --print, standard output gets one line per session:
 SESSION and the stream sequence of its last record.
+
+Invalid UTF-8 inside a string is replaced with U+FFFD and listed as
+approximated, with its line. A line that does not decode otherwise (not
+JSON, nested too deep, cut short) fails its file, naming the line: entries
+hang off each other, and leaving one out could leave out the conversation
+before it. So does a line longer than --max-line, as soon as it is read,
+whatever the input (a device, a pipe).
 
 A record larger than the server accepts (its max_payload, or the stream's
 largest message) is never cut: its session is not published at all, the

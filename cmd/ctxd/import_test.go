@@ -671,6 +671,13 @@ func TestImport_BadLines(t *testing.T) {
 			require.Empty(t, out)
 		})
 	}
+	t.Run("the other files go on", func(t *testing.T) {
+		code, out, errOut := runCmd(t, "", "import", "--from", "auto", "--print", deep, utf)
+		require.Equal(t, 1, code, errOut)
+		require.Equal(t, 35, strings.Count(out, "\n"), errOut)
+		require.Contains(t, errOut, "deep.jsonl: line 17: does not decode")
+		require.Contains(t, errOut, "1 of 2 files not imported")
+	})
 	t.Run("standard input without newlines", func(t *testing.T) {
 		code, _, errOut := runCmd(t, strings.Repeat("x", 5000), "import", "--from", "auto", "--print", "--max-line", "4096", "-")
 		require.Equal(t, 1, code, errOut)
