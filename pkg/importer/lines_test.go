@@ -152,6 +152,17 @@ func TestParse_UndecodableLine(t *testing.T) {
 		require.ErrorIs(t, err, record.ErrSyntax)
 		require.Contains(t, err.Error(), fmt.Sprintf("t.jsonl: line 3: does not decode: json at byte %d: ", strings.Index(line, `"uuid"`)))
 	})
+	t.Run("a last line cut short says the file may be being written", func(t *testing.T) {
+		cut := strings.Join(cases[0].lines, "\n")
+		cut = cut[:len(cut)-10]
+		_, err := Parse(ClaudeCode, "t.jsonl", strings.NewReader(cut))
+		require.ErrorIs(t, err, record.ErrTruncated)
+		require.Contains(t, err.Error(), "t.jsonl: line 4: does not decode: ")
+		require.Contains(t, err.Error(), "the file ends inside it: if the tool is writing it, import the file again once it has")
+		_, err = Parse(ClaudeCode, "t.jsonl", strings.NewReader(cut+"\n"))
+		require.ErrorIs(t, err, record.ErrTruncated)
+		require.NotContains(t, err.Error(), "ends inside it")
+	})
 	t.Run("a line that is JSON but not an object is reported, not fatal", func(t *testing.T) {
 		lines := append(append([]string{}, cases[0].lines[:2]...), `[1,2]`, cases[0].lines[2])
 		ts, err := Parse(ClaudeCode, "t.jsonl", strings.NewReader(strings.Join(lines, "\n")))

@@ -218,7 +218,11 @@ func decodeChunks(data []byte, rep *Report, scan scanner, size, workers int, fn 
 			rep.Entries++
 			where := lineWhere(n + d.n)
 			if d.err != nil {
-				return &Error{Where: where, Err: undecodable(d.err)}
+				err := undecodable(d.err)
+				if last := ci == len(chunks)-1 && i == len(c.lines)-1; last && data[len(data)-1] != '\n' && errors.Is(d.err, record.ErrTruncated) {
+					err = fmt.Errorf("%w; the file ends inside it: if the tool is writing it, import the file again once it has", err)
+				}
+				return &Error{Where: where, Err: err}
 			}
 			if d.fix.bytes > 0 {
 				rep.approx(where, "%s", d.fix)
