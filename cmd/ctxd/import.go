@@ -42,6 +42,13 @@ skipped as metadata, entries not understood (with their line), and what was
 approximated. Without --print, standard output gets one line per session:
 SESSION and the stream sequence of its last record.
 
+Invalid UTF-8 inside a string is replaced with U+FFFD and listed as
+approximated, with its line. A line that does not decode otherwise (not
+JSON, nested too deep, cut short) fails its file, naming the line: entries
+hang off each other, and leaving one out could leave out the conversation
+before it. So does a line longer than --max-line, as soon as it is read,
+whatever the input (a device, a pipe).
+
 A record larger than the server accepts (its max_payload, or the stream's
 largest message) is never cut: its session is not published at all, the
 error names the file, line and size, and the file's other sessions and the
@@ -57,6 +64,7 @@ func runImport(ctx context.Context, e *env, args []string) error {
 	from := fs.String("from", "", "the transcripts' format: claude-code, codex, pi, gemini, openhands or auto (required)")
 	session := fs.String("session", "", "publish to this session instead of the one the file names")
 	printOnly := fs.Bool("print", false, "write the records to standard output as JSON lines; publish nothing")
+	maxLine := fs.Int("max-line", importer.DefaultMaxLine, "the longest line of a file read, in `BYTES`: a longer one fails its file")
 	pos, err := parse(e, fs, args)
 	if err != nil {
 		return err
@@ -79,6 +87,11 @@ func runImport(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 	}
+	if *maxLine < 1 {
+		fmt.Fprintf(e.stderr, "ctxd import: --max-line: %d: want 1 or more bytes\n", *maxLine)
+		return errUsage
+	}
+	parser := importer.Parser{MaxLine: *maxLine}
 
 	if e.getenv("GOGC") == "" {
 		// A conversion's heap grows to hold every entry of the file before
@@ -108,7 +121,7 @@ func runImport(ctx context.Context, e *env, args []string) error {
 	out := bufio.NewWriterSize(e.stdout, 1<<16)
 	failed := 0
 	// The next file is read and converted while one is published.
-	files, stop := convertAhead(ctx, e, format, pos)
+	files, stop := convertAhead(ctx, e, parser, format, pos)
 	defer stop()
 	for _, name := range pos {
 		c, ok := <-files
@@ -123,6 +136,9 @@ func runImport(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			if errors.Is(err, context.Canceled) {
 				return err
+			}
+			if errors.Is(err, importer.ErrLineTooLong) {
+				err = fmt.Errorf("%w (--max-line)", err)
 			}
 			fmt.Fprintf(e.stderr, "ctxd import: %v\n", err)
 			failed++
@@ -149,7 +165,7 @@ type converted struct {
 // keeps at most one file converted ahead of the one the caller takes from
 // the channel, which is closed after the last file or once ctx ends. stop
 // ends it, releases what was not taken and waits for it.
-func convertAhead(ctx context.Context, e *env, format importer.Format, names []string) (<-chan converted, func()) {
+func convertAhead(ctx context.Context, e *env, p importer.Parser, format importer.Format, names []string) (<-chan converted, func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	files := make(chan converted)
 	done := make(chan struct{})
@@ -158,7 +174,7 @@ func convertAhead(ctx context.Context, e *env, format importer.Format, names []s
 		defer close(files)
 		for _, name := range names {
 			var c converted
-			c.ts, c.release, c.err = convertFile(e, format, name)
+			c.ts, c.release, c.err = convertFile(e, p, format, name)
 			select {
 			case files <- c:
 			case <-ctx.Done():
@@ -235,10 +251,10 @@ func importFile(ctx context.Context, e *env, out *bufio.Writer, pub *importPubli
 // OpenHands conversation directory. The transcripts may share the bytes of
 // a large file, mapped into memory rather than copied: release, once they
 // are no longer used.
-func convertFile(e *env, format importer.Format, name string) (ts []*importer.Transcript, release func(), err error) {
+func convertFile(e *env, p importer.Parser, format importer.Format, name string) (ts []*importer.Transcript, release func(), err error) {
 	release = func() {}
 	if name == "-" {
-		ts, err = importer.Parse(format, "stdin", e.stdin)
+		ts, err = p.Parse(format, "stdin", e.stdin)
 		return ts, release, err
 	}
 	st, err := os.Stat(name)
@@ -246,7 +262,7 @@ func convertFile(e *env, format importer.Format, name string) (ts []*importer.Tr
 		return nil, release, err
 	}
 	if st.IsDir() {
-		ts, err = importer.ParseFS(format, os.DirFS(name), name)
+		ts, err = p.ParseFS(format, os.DirFS(name), name)
 		return ts, release, err
 	}
 	f, err := os.Open(name)
@@ -256,14 +272,14 @@ func convertFile(e *env, format importer.Format, name string) (ts []*importer.Tr
 	defer f.Close()
 	if st.Mode().IsRegular() && st.Size() >= mapMinBytes {
 		if data, unmap, err := mapFile(f, st.Size()); err == nil {
-			if ts, err = importer.ParseBytes(format, name, data); err != nil {
+			if ts, err = p.ParseBytes(format, name, data); err != nil {
 				unmap()
 				return nil, release, err
 			}
 			return ts, unmap, nil
 		}
 	}
-	ts, err = importer.Parse(format, name, f)
+	ts, err = p.Parse(format, name, f)
 	return ts, release, err
 }
 

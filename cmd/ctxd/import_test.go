@@ -580,7 +580,7 @@ func TestImport_FilesInOrder(t *testing.T) {
 	// Stopped while a converted file waits to be taken: stop releases it
 	// and returns once the converter has.
 	ctx, cancel := context.WithCancel(context.Background())
-	conv, stop := convertAhead(ctx, &env{}, importer.Pi, []string{files[0], files[0], files[0]})
+	conv, stop := convertAhead(ctx, &env{}, importer.Parser{}, importer.Pi, []string{files[0], files[0], files[0]})
 	c := <-conv
 	require.NoError(t, c.err)
 	c.release()
@@ -616,4 +616,71 @@ func TestImport_Partitioned(t *testing.T) {
 	require.Contains(t, errOut, "49 records, 0 published, 49 already in the stream")
 	moved, _ := stored(t, js, fmt.Sprintf("%d.%s", subject.Partition(session, 16), session))
 	require.Len(t, moved, 49-len(half))
+}
+
+// A line that does not decode never takes the records around it out of
+// an import that succeeds: invalid UTF-8 is replaced and said, any other
+// fails the file naming the line, and so does a line longer than
+// --max-line, as soon as it is read.
+func TestImport_BadLines(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, data []byte) string {
+		path := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(path, data, 0o644))
+		return path
+	}
+	good := []byte(mustRead(t, samples+"claude-code/full-session-two.jsonl"))
+	lines := bytes.Split(good, []byte("\n"))
+	at := bytes.Index(lines[16], []byte(`"text":"`)) + len(`"text":"`)
+	lines[16] = append(append(append([]byte{}, lines[16][:at]...), 0xff), lines[16][at:]...)
+	utf := write("utf8.jsonl", bytes.Join(lines, []byte("\n")))
+	lines[16] = []byte(`{"type":"user","x":` + strings.Repeat("[", 200) + strings.Repeat("]", 200) + `}`)
+	deep := write("deep.jsonl", bytes.Join(lines, []byte("\n")))
+	deepFirst := write("deep-first.jsonl", bytes.Join(lines[16:], []byte("\n")))
+	long := write("long.jsonl", good)
+
+	t.Run("invalid UTF-8 is replaced, and the records around it kept", func(t *testing.T) {
+		for _, from := range []string{"claude-code", "auto"} {
+			code, out, errOut := runCmd(t, "", "import", "--from", from, "--print", utf)
+			require.Equal(t, 0, code, errOut)
+			require.Equal(t, 35, strings.Count(out, "\n"), errOut)
+			require.Contains(t, errOut, "35 records printed")
+			require.Contains(t, errOut, "line 17: invalid UTF-8 replaced with U+FFFD: 1 byte, at byte ")
+			require.NotContains(t, errOut, "abandoned")
+			require.Contains(t, out, "\uFFFDI can see")
+		}
+	})
+	cases := []struct {
+		name string
+		args []string
+		code int
+		err  string
+	}{
+		{"a line nested too deep fails the file", []string{"--from", "claude-code", deep}, 1, "deep.jsonl: line 17: does not decode: json at byte 146: nesting deeper than the limit"},
+		{"auto names it too", []string{"--from", "auto", deep}, 1, "deep.jsonl: line 17: does not decode"},
+		{"auto names a first line nested too deep", []string{"--from", "auto", deepFirst}, 1, "deep-first.jsonl: line 1: does not decode: json at byte 146: nesting deeper than the limit"},
+		{"an input without newlines", []string{"--from", "auto", "/dev/zero"}, 1, fmt.Sprintf("/dev/zero: line 1: line too long: more than %d bytes (--max-line)", importer.DefaultMaxLine)},
+		{"a line longer than --max-line", []string{"--from", "claude-code", "--max-line", "4096", long}, 1, "long.jsonl: line 10: line too long: more than 4096 bytes (--max-line)"},
+		{"--max-line must be positive", []string{"--from", "pi", "--max-line", "0", long}, 2, "--max-line: 0: want 1 or more bytes"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, out, errOut := runCmd(t, "", append([]string{"import", "--print"}, c.args...)...)
+			require.Equal(t, c.code, code, errOut)
+			require.Contains(t, errOut, c.err)
+			require.Empty(t, out)
+		})
+	}
+	t.Run("the other files go on", func(t *testing.T) {
+		code, out, errOut := runCmd(t, "", "import", "--from", "auto", "--print", deep, utf)
+		require.Equal(t, 1, code, errOut)
+		require.Equal(t, 35, strings.Count(out, "\n"), errOut)
+		require.Contains(t, errOut, "deep.jsonl: line 17: does not decode")
+		require.Contains(t, errOut, "1 of 2 files not imported")
+	})
+	t.Run("standard input without newlines", func(t *testing.T) {
+		code, _, errOut := runCmd(t, strings.Repeat("x", 5000), "import", "--from", "auto", "--print", "--max-line", "4096", "-")
+		require.Equal(t, 1, code, errOut)
+		require.Contains(t, errOut, "stdin: line 1: line too long: more than 4096 bytes (--max-line)")
+	})
 }

@@ -179,7 +179,7 @@ func parseClaudeCode(name string, data []byte, sparse bool) ([]*Transcript, erro
 	if sparse {
 		scan = claudeScan
 	}
-	eachDecoded(data, &fileRep, scan, func(n int, line []byte, m *record.Map, k kept) {
+	err := eachDecoded(data, &fileRep, scan, func(n int, line []byte, m *record.Map, k kept) {
 		e := &ccEntry{n: n, line: line, m: m, typ: str(m, "type"), uuid: str(m, "uuid"), parent: str(m, "parentUuid"),
 			side: record.IsTrue(get(m, "isSidechain")), agent: str(m, "agentId"), sparse: k.sparse, kept: k}
 		switch {
@@ -213,6 +213,9 @@ func parseClaudeCode(name string, data []byte, sparse bool) ([]*Transcript, erro
 		}
 		g.entries = append(g.entries, e)
 	})
+	if err != nil {
+		return nil, err
+	}
 	if understood == 0 {
 		return nil, noneUnderstood(&fileRep, ClaudeCode)
 	}
@@ -243,6 +246,7 @@ func parseClaudeCode(name string, data []byte, sparse bool) ([]*Transcript, erro
 	r := &out[0].Report
 	r.Entries += fileRep.Entries
 	r.Unknown = append(fileRep.Unknown, r.Unknown...)
+	r.Approximations = append(fileRep.Approximations, r.Approximations...)
 	for k, v := range fileRep.Metadata {
 		r.Metadata = addCount(r.Metadata, k, v)
 	}

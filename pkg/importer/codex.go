@@ -53,9 +53,11 @@ func parseCodex(name string, data []byte) ([]*Transcript, error) {
 	}
 	var lines []line
 	var rep Report
-	eachDecoded(data, &rep, nil, func(n int, _ []byte, m *record.Map, _ kept) {
+	if err := eachDecoded(data, &rep, nil, func(n int, _ []byte, m *record.Map, _ kept) {
 		lines = append(lines, line{n, m})
-	})
+	}); err != nil {
+		return nil, err
+	}
 	p := &codexParser{rep: &rep, pendingUser: -1}
 	for _, l := range lines {
 		if meta := codexMeta(l.m); meta != nil {

@@ -43,20 +43,32 @@ same records. The caller turns them into Nats-Msg-Id headers.
 
 # Reading
 
-A file is read whole, its lines decoded on all processors. A large line
-of a Claude Code or pi message is checked (it is JSON the record decoder
-takes) and scanned rather than decoded: only the fields the conversion
-reads are decoded, and the message is kept as the line's own bytes, which
-are what the record's JSON is made of. Record.Value decodes them when it
-is asked for. ParseBytes converts bytes the caller holds, a mapped file,
-without copying them.
+A file is read whole, its lines decoded on all processors. A [Parser]
+bounds the lines it reads (MaxLine): a longer one fails the file as soon
+as it is read, so that an input without newlines is refused, not held.
+
+A line that does not decode fails the file, naming it: entries hang off
+each other (a parentUuid, a parent id, a rewind), and leaving one out
+could leave out the conversation before it, with nothing to show but a
+count of abandoned entries. The one exception is invalid UTF-8 inside a
+string, a byte a tool printed that no model reads either: it is replaced
+with U+FFFD, as encoding/json does, and the report lists the line among
+the approximations.
+
+A large line of a Claude Code or pi message is checked (it is JSON the
+record decoder takes) and scanned rather than decoded: only the fields
+the conversion reads are decoded, and the message is kept as the line's
+own bytes, which are what the record's JSON is made of. Record.Value
+decodes them when it is asked for. ParseBytes converts bytes the caller
+holds, a mapped file, without copying them.
 
 # Reports
 
 A [Report] counts the records by class, the source entries skipped as
 metadata, the entries left on abandoned branches, and lists the entries not
 understood (with their type and line) and what was approximated. An unknown
-entry is reported, never fatal; a file is refused ([ErrFormat]) only when
-nothing in it is understood.
+entry is reported, never fatal (but for a line that does not decode,
+above); a file is refused ([ErrFormat]) only when nothing in it is
+understood.
 */
 package importer

@@ -2,12 +2,17 @@ package importer
 
 import (
 	"bytes"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"testing/fstest"
+	"testing/iotest"
 
 	"github.com/ctxd/ctxd/pkg/projection"
+	"github.com/ctxd/ctxd/pkg/record"
 )
 
 // Fuzzing a parser: whatever the bytes, it never panics, fails only with
@@ -66,6 +71,10 @@ func FuzzClaudeCode(f *testing.F) {
 		`{"type":"system","subtype":"compact_boundary","uuid":"cb","logicalParentUuid":"cb","compactMetadata":{"preservedSegment":{"headUuid":"cb","tailUuid":"cs"}}}`+"\n"+
 			`{"type":"user","uuid":"cs","parentUuid":"cb","isCompactSummary":true,"message":{"content":[{"type":"text","text":"s"}]}}`,
 		`{"type":"user","uuid":"x","isSidechain":true,"agentId":"a.b","sessionId":"s s","message":{"content":"hi"}}`,
+		// Invalid UTF-8 in a line, short and past scanMin, and a line
+		// nested too deep: what a real file can hold.
+		`{"type":"user","uuid":"u1","message":{"content":"a`+"\xff"+`b"}}`+"\n"+`{"type":"assistant","uuid":"a1","parentUuid":"u1","message":{"id":"m","content":[{"type":"text","text":"`+"\xc3"+strings.Repeat("x", 300)+`"}]}}`,
+		`{"type":"user","uuid":"u1","message":{"content":"a"}}`+"\n"+`{"x":`+strings.Repeat("[", 130)+strings.Repeat("]", 130)+`}`,
 	)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		fuzzParse(t, ClaudeCode, data)
@@ -140,12 +149,64 @@ func FuzzOpenHands(f *testing.F) {
 // FuzzDetect: detection never panics and names a format or fails.
 func FuzzDetect(f *testing.F) {
 	seedLines(f, ClaudeCode)
-	seedLines(f, Pi)
+	seedLines(f, Pi,
+		"{\"type\":\"session\",\"id\":\"\xff\"}",
+		`{"x":`+strings.Repeat("[", 130)+strings.Repeat("]", 130)+`}`+"\n"+`{"type":"session","id":"p"}`,
+		"{\n  \"sessionId\": \"g\",\n  \"messages\": [\"\xff\"]\n}\n",
+	)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if _, err := Parse(Auto, "auto.jsonl", bytes.NewReader(data)); err != nil {
 			if e := checkError("auto.jsonl", err); e != nil {
 				t.Fatal(e)
 			}
 		}
+	})
+}
+
+// FuzzReadLines: reading an input, in reads of any size, refuses a line
+// longer than the limit exactly as checking the bytes does, naming the
+// same line, and otherwise gives the input back. A line decoded with its
+// invalid UTF-8 replaced is JSON the strict decoder takes.
+func FuzzReadLines(f *testing.F) {
+	f.Add([]byte("{}\n{\"a\":1}\r\n"), 7)
+	f.Add([]byte("{\"x\":\"\xff\"}\r\n\n\r\r\n"), 8)
+	f.Add([]byte("{\"type\":\"user\",\"uuid\":\"u\",\"message\":{\"content\":\"a\xc3\"}}"), 100)
+	f.Fuzz(func(t *testing.T, data []byte, maxLine int) {
+		maxLine = 1 + int(uint(maxLine)%64)
+		want := checkLines(data, maxLine)
+		for _, r := range []io.Reader{bytes.NewReader(data), iotest.OneByteReader(bytes.NewReader(data)), iotest.HalfReader(bytes.NewReader(data))} {
+			got, err := readAll(r, maxLine)
+			if want != nil {
+				if err == nil || err.Error() != want.Error() || !errors.Is(err, ErrLineTooLong) {
+					t.Fatalf("read: %v, checked: %v", err, want)
+				}
+				continue
+			}
+			if err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("read %q, %v", got, err)
+			}
+		}
+		eachLine(data, func(n int, line []byte) {
+			v, fix, err := decodeLenient(line)
+			strict, serr := lineDecoder.DecodeJSON(line)
+			switch {
+			case err != nil:
+				if fix.bytes != 0 || serr == nil {
+					t.Fatalf("line %d: %v, fix %+v, strict %v", n, err, fix, serr)
+				}
+			case fix.bytes == 0:
+				if serr != nil || !record.Equal(v, strict) {
+					t.Fatalf("line %d: lenient and strict differ on valid UTF-8", n)
+				}
+			default:
+				b, err := record.MarshalJSON(v)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if back, err := lineDecoder.DecodeJSON(b); err != nil || !record.Equal(back, v) {
+					t.Fatalf("line %d: replaced, it does not encode back: %v", n, err)
+				}
+			}
+		})
 	})
 }

@@ -1,7 +1,6 @@
 package importer
 
 import (
-	"bytes"
 	"fmt"
 	"strings"
 
@@ -45,9 +44,12 @@ func parseGemini(name string, data []byte) ([]*Transcript, error) {
 	p := &geminiParser{rep: &rep}
 	sid := ""
 	var segs []*gsegment
-	whole, err := lineDecoder.DecodeJSON(bytes.TrimSpace(data))
+	whole, fix, fixLine, err := decodeWhole(data)
 	m, _ := whole.(*record.Map)
 	if msgs, ok := get(m, "messages").([]any); err == nil && ok {
+		if fix.bytes > 0 {
+			rep.approx(lineWhere(fixLine), "%s", fix)
+		}
 		sid = str(m, "sessionId")
 		seg := &gsegment{}
 		for i, v := range msgs {
@@ -61,9 +63,16 @@ func parseGemini(name string, data []byte) ([]*Transcript, error) {
 			seg.list = append(seg.list, &gmsg{id: str(mm, "id"), m: mm, where: where})
 		}
 		segs = append(segs, seg)
+	} else if err != nil && !jsonLines(data) {
+		// One JSON value over many lines, which does not decode: say
+		// where, rather than what its first line is not.
+		return nil, err
 	} else {
 		var understood int
-		segs, sid, understood = p.fold(data)
+		segs, sid, understood, err = p.fold(data)
+		if err != nil {
+			return nil, err
+		}
 		if understood == 0 {
 			return nil, noneUnderstood(&rep, Gemini)
 		}
@@ -109,12 +118,12 @@ func parseGemini(name string, data []byte) ([]*Transcript, error) {
 
 // fold replays a JSONL chat log the way Gemini CLI loads it, cutting it
 // into segments at each replacement of the history.
-func (p *geminiParser) fold(data []byte) (segs []*gsegment, sid string, understood int) {
+func (p *geminiParser) fold(data []byte) (segs []*gsegment, sid string, understood int, err error) {
 	rep := p.rep
 	cur := &gsegment{}
 	index := map[string]int{}
 	first := true
-	eachDecoded(data, rep, nil, func(n int, _ []byte, m *record.Map, _ kept) {
+	err = eachDecoded(data, rep, nil, func(n int, _ []byte, m *record.Map, _ kept) {
 		where := lineWhere(n)
 		isFirst := first
 		first = false
@@ -192,7 +201,7 @@ func (p *geminiParser) fold(data []byte) (segs []*gsegment, sid string, understo
 			}
 		}
 	})
-	return append(segs, cur), sid, understood
+	return append(segs, cur), sid, understood, err
 }
 
 // records converts one Gemini message: a user message, or an assistant

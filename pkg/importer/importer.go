@@ -187,21 +187,67 @@ func classOf(m *record.Map) string {
 	return "metadata"
 }
 
+// DefaultMaxLine is the longest line a Parser reads unless told
+// otherwise: 16 MiB, twice the largest message of the transcripts stream
+// (streams/transcripts.stream.json), since a Claude Code line can hold a
+// tool's output twice (for the model and for the tool's own display).
+const DefaultMaxLine = 16 << 20
+
+// ErrLineTooLong is wrapped by the error of a file with a line longer than
+// the Parser's MaxLine.
+var ErrLineTooLong = errors.New("line too long")
+
+// Parser converts transcript files within limits. The zero Parser uses the
+// defaults.
+type Parser struct {
+	// MaxLine is the longest line read, in bytes, its newline not counted;
+	// 0 means DefaultMaxLine. A longer line fails the file as soon as it
+	// is met: an input without newlines (a device, a binary file) is
+	// refused after MaxLine bytes, not read whole.
+	MaxLine int
+}
+
+func (p Parser) maxLine() int {
+	if p.MaxLine <= 0 {
+		return DefaultMaxLine
+	}
+	return p.MaxLine
+}
+
+// Parse converts one transcript file with the default Parser.
+func Parse(f Format, name string, r io.Reader) ([]*Transcript, error) {
+	return Parser{}.Parse(f, name, r)
+}
+
+// ParseBytes converts a file's bytes with the default Parser.
+func ParseBytes(f Format, name string, data []byte) ([]*Transcript, error) {
+	return Parser{}.ParseBytes(f, name, data)
+}
+
+// ParseFS converts a transcript kept as a directory with the default
+// Parser.
+func ParseFS(f Format, fsys fs.FS, name string) ([]*Transcript, error) {
+	return Parser{}.ParseFS(f, fsys, name)
+}
+
 // Parse converts one transcript file. name is the file's path as the user
 // gave it: it appears in reports and errors and, when the content carries
 // no session id, it names the source. An OpenHands conversation is a
 // directory: use ParseFS.
-func Parse(f Format, name string, r io.Reader) ([]*Transcript, error) {
-	data, err := readAll(r)
+func (p Parser) Parse(f Format, name string, r io.Reader) ([]*Transcript, error) {
+	data, err := readAll(r, p.maxLine())
 	if err != nil {
-		return nil, &Error{Name: name, Err: err}
+		return nil, named(name, err)
 	}
 	return parse(f, name, data, true)
 }
 
 // ParseBytes is Parse of a file's bytes, which the records it returns may
 // share: data must not change while they are in use.
-func ParseBytes(f Format, name string, data []byte) ([]*Transcript, error) {
+func (p Parser) ParseBytes(f Format, name string, data []byte) ([]*Transcript, error) {
+	if err := checkLines(data, p.maxLine()); err != nil {
+		return nil, named(name, err)
+	}
 	return parse(f, name, data, true)
 }
 
@@ -212,7 +258,7 @@ func parse(f Format, name string, data []byte, sparse bool) ([]*Transcript, erro
 	var err error
 	if f == Auto {
 		if f, err = Detect(data); err != nil {
-			return nil, &Error{Name: name, Err: err}
+			return nil, named(name, err)
 		}
 	}
 	var ts []*Transcript
@@ -242,7 +288,7 @@ func parse(f Format, name string, data []byte, sparse bool) ([]*Transcript, erro
 // ParseFS converts a transcript kept as a directory: an OpenHands
 // conversation (the directory holding events/, or events/ itself). name is
 // the directory as the user gave it.
-func ParseFS(f Format, fsys fs.FS, name string) ([]*Transcript, error) {
+func (p Parser) ParseFS(f Format, fsys fs.FS, name string) ([]*Transcript, error) {
 	if f == Auto {
 		var err error
 		if f, err = DetectFS(fsys); err != nil {
@@ -252,7 +298,7 @@ func ParseFS(f Format, fsys fs.FS, name string) ([]*Transcript, error) {
 	if f != OpenHands {
 		return nil, &Error{Name: name, Err: fmt.Errorf("a directory: only an OpenHands conversation is a directory; pass %s's files", f)}
 	}
-	ts, err := parseOpenHands(fsys, name)
+	ts, err := parseOpenHands(fsys, name, p.maxLine())
 	if err != nil {
 		return nil, named(name, err)
 	}
@@ -262,8 +308,10 @@ func ParseFS(f Format, fsys fs.FS, name string) ([]*Transcript, error) {
 	return ts, nil
 }
 
-// readAll reads r whole, in one allocation when r knows its size (a file).
-func readAll(r io.Reader) ([]byte, error) {
+// readAll reads r whole, in one allocation when r knows its size (a file),
+// and fails as soon as a line is longer than maxLine: what it holds is
+// bounded by the input's lines, whatever the input.
+func readAll(r io.Reader, maxLine int) ([]byte, error) {
 	var size int64
 	switch f := r.(type) {
 	case interface{ Len() int }:
@@ -273,10 +321,67 @@ func readAll(r io.Reader) ([]byte, error) {
 			size = st.Size()
 		}
 	}
-	var b bytes.Buffer
-	b.Grow(int(min(size, 1<<40)) + bytes.MinRead)
-	_, err := b.ReadFrom(r)
-	return b.Bytes(), err
+	buf := make([]byte, 0, int(min(size, 1<<40))+bytes.MinRead)
+	n, start := 1, 0 // the line being read, and where it starts in buf
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		k, err := r.Read(buf[len(buf):cap(buf)])
+		from := len(buf)
+		buf = buf[:len(buf)+k]
+		for {
+			i := bytes.IndexByte(buf[from:], '\n')
+			if i < 0 {
+				break
+			}
+			if lineLen(buf[start:from+i]) > maxLine {
+				return nil, lineTooLong(n, maxLine)
+			}
+			from += i + 1
+			start, n = from, n+1
+		}
+		if len(buf)-start > maxLine+1 { // one more may be the '\r' of a CRLF
+			return nil, lineTooLong(n, maxLine)
+		}
+		if err == io.EOF {
+			if lineLen(buf[start:]) > maxLine {
+				return nil, lineTooLong(n, maxLine)
+			}
+			return buf, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+// checkLines fails when a line of data is longer than maxLine.
+func checkLines(data []byte, maxLine int) error {
+	for n := 1; len(data) > 0; n++ {
+		line := data
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			line, data = data[:i], data[i+1:]
+		} else {
+			data = nil
+		}
+		if lineLen(line) > maxLine {
+			return lineTooLong(n, maxLine)
+		}
+	}
+	return nil
+}
+
+// lineLen is the length of a line without the '\r' of a CRLF end.
+func lineLen(line []byte) int {
+	if len(line) > 0 && line[len(line)-1] == '\r' {
+		return len(line) - 1
+	}
+	return len(line)
+}
+
+func lineTooLong(n, maxLine int) error {
+	return &Error{Where: lineWhere(n), Err: fmt.Errorf("%w: more than %d bytes", ErrLineTooLong, maxLine)}
 }
 
 // named makes err an *Error naming the file.
@@ -292,14 +397,16 @@ func named(name string, err error) error {
 }
 
 // Detect tells a transcript file's format from its content: the first
-// lines that name one decide.
+// lines that name one decide. A line among them that does not decode is
+// the error, named by its line (an *Error), rather than a format not
+// recognised.
 func Detect(data []byte) (Format, error) {
-	first := firstLine(data)
-	v, err := lineDecoder.DecodeJSON(first)
+	n, first := firstLine(data)
+	v, _, err := decodeLenient(first)
 	if _, ok := v.(*record.Map); err != nil || !ok {
 		// Not JSON lines: a whole-file JSON value (Gemini's legacy files).
-		whole, err := lineDecoder.DecodeJSON(bytes.TrimSpace(data))
-		if wm, ok := whole.(*record.Map); err == nil && ok {
+		whole, _, _, werr := decodeWhole(data)
+		if wm, ok := whole.(*record.Map); werr == nil && ok {
 			if _, ok := wm.Get("messages"); ok {
 				return Gemini, nil
 			}
@@ -307,25 +414,41 @@ func Detect(data []byte) (Format, error) {
 				return "", errors.New("an OpenHands event file: pass the conversation's directory")
 			}
 		}
+		switch {
+		case err == nil || werr == nil:
+		case errors.Is(err, record.ErrTruncated) && !jsonLines(data):
+			// The first line starts a value the next ones go on with.
+			return "", werr
+		case len(first) > 0 && (first[0] == '{' || first[0] == '['):
+			return "", &Error{Where: lineWhere(n), Err: undecodable(err)}
+		default:
+			return "", &Error{Where: lineWhere(n), Err: fmt.Errorf("format not recognised: the file is neither JSON lines nor a Gemini chat file (not JSON: %v); name it with --from", err)}
+		}
 		return "", errors.New("format not recognised: the file is neither JSON lines nor a Gemini chat file; name it with --from")
 	}
 	const lookAhead = 50
 	seen := 0
 	var found Format
+	var bad error
 	eachLine(data, func(n int, line []byte) {
-		if found != "" || seen >= lookAhead {
+		if found != "" || bad != nil || seen >= lookAhead {
 			return
 		}
 		seen++
-		v, _ := lineDecoder.DecodeJSON(line)
-		if m, ok := v.(*record.Map); ok {
+		v, _, err := decodeLenient(line)
+		if err != nil {
+			bad = &Error{Where: lineWhere(n), Err: undecodable(err)}
+		} else if m, ok := v.(*record.Map); ok {
 			found = detectLine(m)
 		}
 	})
-	if found == "" {
-		return "", fmt.Errorf("format not recognised from the first %d lines: name it with --from", seen)
+	if found != "" {
+		return found, nil
 	}
-	return found, nil
+	if bad != nil {
+		return "", bad
+	}
+	return "", fmt.Errorf("format not recognised from the first %d lines: name it with --from", seen)
 }
 
 // detectLine tells the format a line belongs to, "" when it cannot.
@@ -359,8 +482,10 @@ func has(m *record.Map, key string) bool {
 	return ok
 }
 
-func firstLine(data []byte) []byte {
-	for len(data) > 0 {
+// firstLine returns the first line of data that is not blank, and its
+// number.
+func firstLine(data []byte) (int, []byte) {
+	for n := 1; len(data) > 0; n++ {
 		line := data
 		if i := bytes.IndexByte(data, '\n'); i >= 0 {
 			line, data = data[:i], data[i+1:]
@@ -368,10 +493,10 @@ func firstLine(data []byte) []byte {
 			data = nil
 		}
 		if line = bytes.TrimSpace(line); len(line) > 0 {
-			return line
+			return n, line
 		}
 	}
-	return nil
+	return 0, nil
 }
 
 // lineDecoder decodes one source line or file: no size limit beyond the

@@ -73,7 +73,7 @@ func parseOpenHandsFile(name string, data []byte) ([]*Transcript, error) {
 	return nil, fmt.Errorf("%w (openhands): a conversation is a directory of event files; pass the directory", ErrFormat)
 }
 
-func parseOpenHands(fsys fs.FS, name string) ([]*Transcript, error) {
+func parseOpenHands(fsys fs.FS, name string, maxLine int) ([]*Transcript, error) {
 	files, err := openHandsEvents(fsys)
 	if err != nil {
 		return nil, fmt.Errorf("%w (openhands): %v", ErrFormat, err)
@@ -83,14 +83,19 @@ func parseOpenHands(fsys fs.FS, name string) ([]*Transcript, error) {
 	for i, f := range files {
 		rep.Entries++
 		where := path.Base(f)
-		data, err := fs.ReadFile(fsys, f)
+		data, err := readFile(fsys, f, maxLine)
 		if err != nil {
-			return nil, &Error{Where: where, Err: err}
+			return nil, inFile(where, err)
 		}
-		v, err := lineDecoder.DecodeJSON(data)
+		// An event that does not decode fails the conversation: events
+		// hang off each other (parent_id), and leaving it out would take
+		// them with it.
+		v, fix, fixLine, err := decodeWhole(data)
 		if err != nil {
-			rep.unknown(where, "not JSON: %v", err)
-			continue
+			return nil, inFile(where, err)
+		}
+		if fix.bytes > 0 {
+			rep.approx(where, "line %d: %s", fixLine, fix)
 		}
 		m, ok := v.(*record.Map)
 		if !ok {
@@ -113,7 +118,7 @@ func parseOpenHands(fsys fs.FS, name string) ([]*Transcript, error) {
 	}
 
 	conv, leafID := "", ""
-	if data, err := fs.ReadFile(fsys, "base_state.json"); err == nil {
+	if data, err := readFile(fsys, "base_state.json", maxLine); err == nil {
 		if v, err := lineDecoder.DecodeJSON(data); err == nil {
 			if m, ok := v.(*record.Map); ok {
 				conv, leafID = str(m, "id"), str(m, "leaf_event_id")
@@ -350,4 +355,27 @@ func (p *ohParser) condensation(e *ohEvent) {
 		id = e.file
 	}
 	p.b.addCheckpoint(id, e.file, c)
+}
+
+// readFile reads a file of fsys as Parse reads one.
+func readFile(fsys fs.FS, name string, maxLine int) ([]byte, error) {
+	f, err := fsys.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return readAll(f, maxLine)
+}
+
+// inFile names an event file in the place of an error: its line, when the
+// error names one.
+func inFile(file string, err error) error {
+	if e := (*Error)(nil); errors.As(err, &e) {
+		where := file
+		if e.Where != "" {
+			where += ": " + e.Where
+		}
+		return &Error{Where: where, Err: e.Err}
+	}
+	return &Error{Where: file, Err: err}
 }

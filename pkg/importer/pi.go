@@ -69,7 +69,7 @@ func parsePi(name string, data []byte, sparse bool) ([]*Transcript, error) {
 	if sparse {
 		scan = piScan
 	}
-	eachDecoded(data, &rep, scan, func(n int, line []byte, m *record.Map, k kept) {
+	err := eachDecoded(data, &rep, scan, func(n int, line []byte, m *record.Map, k kept) {
 		e := &piEntry{n: n, line: line, index: index, m: m, typ: str(m, "type"), id: str(m, "id"), parent: str(m, "parentId"),
 			sparse: k.sparse, kept: k}
 		index++
@@ -79,6 +79,9 @@ func parsePi(name string, data []byte, sparse bool) ([]*Transcript, error) {
 		}
 		entries = append(entries, e)
 	})
+	if err != nil {
+		return nil, err
+	}
 	if header == nil {
 		if len(rep.Unknown) > 0 && len(entries) == 0 {
 			return nil, noneUnderstood(&rep, Pi)

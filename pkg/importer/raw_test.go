@@ -1,8 +1,11 @@
 package importer
 
 import (
+	"bytes"
+	"fmt"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
@@ -112,15 +115,16 @@ func TestValidCapture_Keeps(t *testing.T) {
 
 // A file read in chunks, by several workers, gives every line the number
 // and the decoding that reading it line by line gives, in order: chunk
-// boundaries anywhere, blank lines, CRLF, lines that are not objects, and
-// a last line without its newline.
+// boundaries anywhere, blank lines, CRLF, lines that are not objects,
+// invalid UTF-8 replaced, and a last line without its newline; a line that
+// does not decode fails, the first one in the file's order.
 func TestDecodeChunks(t *testing.T) {
 	pad := strings.Repeat("y", 300) // past scanMin: the Claude Code lines are scanned
 	lines := []string{
 		`{"type":"user","uuid":"u1","message":{"role":"user","content":"` + pad + `"}}`,
 		``, `   `, "\t",
 		`{"a":1}` + "\r",
-		`not json`,
+		"{\"c\":\"\xff\"}",
 		`[1,2]`,
 		`{"type":"assistant","uuid":"a1","parentUuid":"u1","message":{"id":"m","content":[{"type":"tool_use","id":"t1","name":"n","input":{}}],"x":"` + pad + `"}}`,
 		`"a string"`,
@@ -137,11 +141,12 @@ func TestDecodeChunks(t *testing.T) {
 	read := func(data []byte, scan scanner, size, workers int) ([]seen, Report) {
 		var out []seen
 		var rep Report
-		decodeChunks(data, &rep, scan, size, workers, func(n int, line []byte, m *record.Map, k kept) {
+		err := decodeChunks(data, &rep, scan, size, workers, func(n int, line []byte, m *record.Map, k kept) {
 			b, err := record.MarshalJSON(m)
 			require.NoError(t, err)
 			out = append(out, seen{n: n, line: string(line), json: string(b) + string(k.content), blocks: k.blocks})
 		})
+		require.NoError(t, err)
 		return out, rep
 	}
 	for _, end := range []string{"", "\n", "\n\n"} {
@@ -151,6 +156,9 @@ func TestDecodeChunks(t *testing.T) {
 		var wantRep Report
 		eachLine(data, func(n int, line []byte) {
 			wantRep.Entries++
+			if !utf8.Valid(line) {
+				line = bytes.ToValidUTF8(line, []byte("\uFFFD"))
+			}
 			v, err := record.DecodeJSON(line)
 			if m, ok := v.(*record.Map); err == nil && ok {
 				b, err := record.MarshalJSON(m)
@@ -163,16 +171,38 @@ func TestDecodeChunks(t *testing.T) {
 				got, rep := read(data, nil, size, workers)
 				require.Equal(t, want, got, "size %d, %d workers, ending %q", size, workers, end)
 				require.Equal(t, wantRep.Entries, rep.Entries)
-				require.Len(t, rep.Unknown, 3)
-				require.Equal(t, []string{"line 6", "line 7", "line 9"}, []string{rep.Unknown[0].Where, rep.Unknown[1].Where, rep.Unknown[2].Where})
+				require.Len(t, rep.Unknown, 2)
+				require.Equal(t, []string{"line 7", "line 9"}, []string{rep.Unknown[0].Where, rep.Unknown[1].Where})
+				require.Equal(t, []Note{{"line 6", "invalid UTF-8 replaced with U+FFFD: 1 byte, at byte 6", 1}}, rep.Approximations)
 
 				// Scanned, as Claude Code's lines are: the same as in one chunk.
 				one, oneRep := read(data, claudeScan, 1<<30, 1)
-				require.Len(t, one[2].blocks, 1, "the assistant line is scanned")
+				require.Len(t, one[3].blocks, 1, "the assistant line is scanned")
 				got, rep = read(data, claudeScan, size, workers)
 				require.Equal(t, one, got, "size %d, %d workers, ending %q", size, workers, end)
 				require.Equal(t, oneRep, rep)
 			}
+		}
+	}
+}
+
+func TestDecodeChunks_Undecodable(t *testing.T) {
+	var lines []string
+	for i := range 300 {
+		lines = append(lines, fmt.Sprintf(`{"n":%d}`, i))
+	}
+	lines[100], lines[200], lines[250] = "nope", `{"a":`, "[1]"
+	data := []byte(strings.Join(lines, "\n"))
+	for _, size := range []int{1, 7, 40, 333, 1 << 20} {
+		for _, workers := range []int{1, 3} {
+			var rep Report
+			calls := 0
+			err := decodeChunks(data, &rep, nil, size, workers, func(int, []byte, *record.Map, kept) { calls++ })
+			var e *Error
+			require.ErrorAs(t, err, &e)
+			require.Equal(t, "line 101", e.Where, "size %d, %d workers", size, workers)
+			require.ErrorIs(t, err, record.ErrSyntax)
+			require.Equal(t, 100, calls, "the lines before it, no further")
 		}
 	}
 }

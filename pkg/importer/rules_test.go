@@ -253,7 +253,7 @@ func TestClaudeCode_Rules(t *testing.T) {
 				`{"type":"summary","summary":"A title","leafUuid":"u1"}`,
 				user("u1", "", `"hi"`),
 				`{"type":"mystery","x":1}`,
-				`not json`,
+				`["not","an","object"]`,
 				`{"type":"system","subtype":"turn_duration","uuid":"d1","parentUuid":"u1"}`,
 				`{"type":"attachment","uuid":"h1","parentUuid":"d1","attachment":{"type":"hook_success"}}`,
 			},

@@ -2,6 +2,7 @@ package importer
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"runtime"
 	"strconv"
@@ -159,30 +160,38 @@ type kept struct {
 
 // eachDecoded decodes the lines of a JSON-lines file and calls fn, in
 // order, for each line that is a JSON object; every line counts as an entry
-// of rep, and a line that is not an object is reported as not understood.
-// With scan, a large line is read by scan rather than decoded, when scan
-// can. A large file is read on all processors at once, in chunks of whole
-// lines that each worker finds itself: lines are independent, and finding
-// and decoding them is most of a conversion's work.
-func eachDecoded(data []byte, rep *Report, scan scanner, fn func(n int, line []byte, m *record.Map, k kept)) {
+// of rep, and a line that is JSON but not an object is reported as not
+// understood. A line that does not decode fails the file, naming it: it
+// may be an entry others hang off, and leaving it out would take them
+// with it. Invalid UTF-8 in a string is the exception: it is replaced
+// with U+FFFD, and rep says where (see decodeLenient). With scan, a large
+// line is read by scan rather than decoded, when scan can. A large file is
+// read on all processors at once, in chunks of whole lines that each
+// worker finds itself: lines are independent, and finding and decoding
+// them is most of a conversion's work.
+func eachDecoded(data []byte, rep *Report, scan scanner, fn func(n int, line []byte, m *record.Map, k kept)) error {
 	workers := 1
 	if len(data) >= parallelBytes {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	decodeChunks(data, rep, scan, chunkBytes, workers, fn)
+	return decodeChunks(data, rep, scan, chunkBytes, workers, fn)
 }
 
 // decodeChunks is eachDecoded with chunks of about size bytes, read by
 // that many workers.
-func decodeChunks(data []byte, rep *Report, scan scanner, size, workers int, fn func(n int, line []byte, m *record.Map, k kept)) {
+func decodeChunks(data []byte, rep *Report, scan scanner, size, workers int, fn func(n int, line []byte, m *record.Map, k kept)) error {
 	decode := func(d *decoded) {
-		if scan != nil && len(d.line) >= scanMin {
-			if m, k := scan(d.line); m != nil {
-				d.v, d.k = m, k
-				return
+		d.line, d.fix, d.err = lenient(d.line, func(line []byte) error {
+			if scan != nil && len(line) >= scanMin {
+				if m, k := scan(line); m != nil {
+					d.v, d.k = m, k
+					return nil
+				}
 			}
-		}
-		d.v, d.err = lineDecoder.DecodeJSON(d.line)
+			var err error
+			d.v, err = lineDecoder.DecodeJSON(line)
+			return err
+		})
 	}
 	chunks := splitLines(data, size)
 	if workers > 1 {
@@ -207,13 +216,20 @@ func decodeChunks(data []byte, rep *Report, scan scanner, size, workers int, fn 
 		for i := range c.lines {
 			d := &c.lines[i]
 			rep.Entries++
+			where := lineWhere(n + d.n)
 			if d.err != nil {
-				rep.unknown(lineWhere(n+d.n), "not JSON: %v", d.err)
-				continue
+				err := undecodable(d.err)
+				if last := ci == len(chunks)-1 && i == len(c.lines)-1; last && data[len(data)-1] != '\n' && errors.Is(d.err, record.ErrTruncated) {
+					err = fmt.Errorf("%w; the file ends inside it: if the tool is writing it, import the file again once it has", err)
+				}
+				return &Error{Where: where, Err: err}
+			}
+			if d.fix.bytes > 0 {
+				rep.approx(where, "%s", d.fix)
 			}
 			m, ok := d.v.(*record.Map)
 			if !ok {
-				rep.unknown(lineWhere(n+d.n), "a JSON %s, not an object", record.TypeName(d.v))
+				rep.unknown(where, "a JSON %s, not an object", record.TypeName(d.v))
 				continue
 			}
 			fn(n+d.n, d.line, m, d.k)
@@ -221,6 +237,137 @@ func decodeChunks(data []byte, rep *Report, scan scanner, size, workers int, fn 
 		n += c.count
 		c.lines = nil // the maps are the caller's now
 	}
+	return nil
+}
+
+// undecodable is the error of an entry that does not decode.
+func undecodable(err error) error {
+	return fmt.Errorf("does not decode: %w", err)
+}
+
+// utf8Fix says what fixUTF8 replaced.
+type utf8Fix struct {
+	bytes int // invalid bytes replaced
+	at    int // the offset of the first
+}
+
+func (f utf8Fix) String() string {
+	s := "s"
+	if f.bytes == 1 {
+		s = ""
+	}
+	return fmt.Sprintf("invalid UTF-8 replaced with U+FFFD: %d byte%s, at byte %d", f.bytes, s, f.at)
+}
+
+// fixUTF8 returns a copy of b with each byte that is not part of valid
+// UTF-8 replaced with U+FFFD, as encoding/json decodes such a string. A
+// transcript holds what a tool printed, and a byte a terminal could not
+// show either is not worth the entry it is in, nor the entries that hang
+// off it: the text around it is kept, and the report says where it was.
+// Structure is never changed: the bytes replaced are 0x80 and above,
+// never a quote, a backslash or a bracket.
+func fixUTF8(b []byte) ([]byte, utf8Fix) {
+	var f utf8Fix
+	out := make([]byte, 0, len(b)+16)
+	for i := 0; i < len(b); {
+		r, size := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && size <= 1 {
+			if f.bytes == 0 {
+				f.at = i
+			}
+			f.bytes++
+			out = utf8.AppendRune(out, utf8.RuneError)
+			i++
+			continue
+		}
+		out = append(out, b[i:i+size]...)
+		i += size
+	}
+	return out, f
+}
+
+// lenient runs decode on b and, when it fails on invalid UTF-8 in a
+// string, again on b with that replaced (fixUTF8). It returns the bytes
+// decoded and what was replaced in them; the error of the second run
+// names its offset in b.
+func lenient(b []byte, decode func([]byte) error) ([]byte, utf8Fix, error) {
+	err := decode(b)
+	if !errors.Is(err, record.ErrInvalidUTF8) {
+		return b, utf8Fix{}, err
+	}
+	fixed, fix := fixUTF8(b)
+	if err := decode(fixed); err != nil {
+		if de := (*record.DecodeError)(nil); errors.As(err, &de) {
+			at := *de
+			at.Offset = offsetIn(b, de.Offset)
+			err = &at
+		}
+		return b, utf8Fix{}, err
+	}
+	return fixed, fix, nil
+}
+
+// offsetIn turns an offset in fixUTF8(b) into one in b.
+func offsetIn(b []byte, off int) int {
+	i := 0
+	for j := 0; j < off && i < len(b); {
+		r, size := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && size <= 1 {
+			i, j = i+1, j+utf8.RuneLen(utf8.RuneError)
+			continue
+		}
+		i, j = i+size, j+size
+	}
+	return i
+}
+
+// decodeLenient decodes one JSON value, replacing invalid UTF-8 in it as
+// eachDecoded does a line's.
+func decodeLenient(b []byte) (v any, fix utf8Fix, err error) {
+	_, fix, err = lenient(b, func(b []byte) error {
+		var err error
+		v, err = lineDecoder.DecodeJSON(b)
+		return err
+	})
+	return v, fix, err
+}
+
+// decodeWhole decodes a file that is one JSON value written over many
+// lines (Gemini's chat file, an OpenHands event file), leniently as
+// decodeLenient does. Its failure is an *Error naming the line, and the
+// line of the first byte replaced is returned.
+func decodeWhole(data []byte) (v any, fix utf8Fix, fixLine int, err error) {
+	body := bytes.TrimSpace(data)
+	lead := len(data) - len(bytes.TrimLeft(data, " \t\r\n"))
+	lineOf := func(off int) int { return 1 + bytes.Count(data[:min(lead+off, len(data))], []byte{'\n'}) }
+	v, fix, err = decodeLenient(body)
+	if err != nil {
+		where := ""
+		if de := (*record.DecodeError)(nil); errors.As(err, &de) {
+			where = lineWhere(lineOf(de.Offset))
+		}
+		return nil, fix, 0, &Error{Where: where, Err: undecodable(err)}
+	}
+	if fix.bytes > 0 {
+		fixLine = lineOf(fix.at)
+	}
+	return v, fix, fixLine, nil
+}
+
+// jsonLines reports whether data looks like JSON lines: one of its first
+// lines decodes as a JSON object.
+func jsonLines(data []byte) bool {
+	const lookAhead = 50
+	seen, found := 0, false
+	eachLine(data, func(n int, line []byte) {
+		if found || seen >= lookAhead {
+			return
+		}
+		seen++
+		v, _, _ := decodeLenient(line)
+		_, found = v.(*record.Map)
+	})
+	return found
 }
 
 // decoded is a line of a chunk and what decoding it gave.
@@ -230,6 +377,7 @@ type decoded struct {
 	v    any
 	err  error
 	k    kept
+	fix  utf8Fix // the invalid UTF-8 replaced in line, which is then a copy
 }
 
 // chunk is a run of whole lines of a file.
