@@ -171,3 +171,23 @@ func TestService_TimeoutBoundsTheReads(t *testing.T) {
 	case <-time.After(time.Second): // a window for the answer that must not come
 	}
 }
+
+// A read of the stream that times out by its own bound (a leader
+// election) is a 504 that says so, not a 500.
+func TestService_StreamTimeoutIs504(t *testing.T) {
+	url := startNATS(t, 0)
+	proj := &reacher{
+		fakeProjections: fakeProjections{view: func(context.Context, string, func(*projection.Session)) error {
+			return fmt.Errorf("the Projections' own View is not used")
+		}},
+		reach: func(string, uint64, time.Duration) (Viewer, error) {
+			return nil, fmt.Errorf("store: load s: checkpoint s: %w", context.DeadlineExceeded)
+		},
+	}
+	svc := New(connect(t, url), proj)
+	require.NoError(t, svc.Open())
+	t.Cleanup(func() { svc.Close() })
+	msg := request(t, connect(t, url), "ctxd.context.s", nil, nil)
+	require.Equal(t, CodeWaitExpired, errorCode(msg))
+	require.Contains(t, msg.Header.Get(micro.ErrorHeader), "the stream did not answer in time")
+}

@@ -361,14 +361,20 @@ func (s *Service) answer(r micro.Request, session string, req contextRequest, wa
 }
 
 // why is the error a request failed with: a canceled wait is the
-// service shutting down, and reads cut short by the request's own
-// deadline are that (errNoTime), whatever the read was.
+// service shutting down; reads cut short by the request's own deadline
+// are that (errNoTime), whatever the read was; and a read of the stream
+// or its buckets that timed out by its own bound is errStreamTimeout:
+// the stream did not answer (a leader election), not a fault of ctxd's.
 func (s *Service) why(ctx context.Context, err error) error {
 	switch {
 	case s.ctx.Err() != nil && errors.Is(err, context.Canceled):
 		return fmt.Errorf("%w: shutting down", store.ErrWaitExpired)
-	case ctx != s.ctx && ctx.Err() != nil && !errors.Is(err, store.ErrWaitExpired):
+	case errors.Is(err, store.ErrWaitExpired):
+		return err
+	case ctx != s.ctx && ctx.Err() != nil:
 		return fmt.Errorf("%w: %w", errNoTime, err)
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+		return fmt.Errorf("%w: %w", errStreamTimeout, err)
 	}
 	return err
 }
@@ -447,7 +453,7 @@ func (s *Service) reply(ctx context.Context, r micro.Request, v Viewer, session 
 		}
 	})
 	if verr != nil {
-		err = verr
+		err = s.why(ctx, verr)
 	}
 	if err != nil {
 		s.fail(r, err)

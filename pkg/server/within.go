@@ -27,6 +27,10 @@ import (
 // what the context needs.
 var errNoTime = errors.New("no answer within timeout_ms")
 
+// errStreamTimeout: a read of the stream or of ctxd's buckets got no
+// answer within its own bound.
+var errStreamTimeout = errors.New("the stream did not answer in time")
+
 // bounded is the deadline of a request answered off the endpoint's
 // goroutine.
 type bounded struct {
