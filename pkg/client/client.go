@@ -275,7 +275,7 @@ func timeoutOf(ctx context.Context) time.Duration {
 		return 0
 	}
 	left := time.Until(deadline)
-	return max(time.Millisecond, left-min(left/10, 100*time.Millisecond))
+	return max(time.Millisecond, left-min(left/5, 250*time.Millisecond))
 }
 
 // requestBody is the request's body: nil when every field has its

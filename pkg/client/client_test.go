@@ -66,7 +66,7 @@ func TestRequestBody_Timeout(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	left := timeoutOf(ctx)
-	require.Greater(t, left, 800*time.Millisecond)
-	require.LessOrEqual(t, left, 900*time.Millisecond, "a margin for the reply to come back")
+	require.Greater(t, left, 700*time.Millisecond)
+	require.LessOrEqual(t, left, 800*time.Millisecond, "a margin for the reply to come back")
 	require.Zero(t, timeoutOf(context.Background()))
 }
