@@ -213,6 +213,13 @@ func (tc *testCluster) owner() *instance {
 // reads its write back with min_seq, or reads another session as it is.
 func (tc *testCluster) load(writers, sessions int) {
 	tc.start = time.Now()
+	// A test that stops early (a require that failed) still stops its
+	// writers before it ends: one that reported after the end would
+	// panic and take the rest of the package's tests with it.
+	tc.t.Cleanup(func() {
+		tc.stop.Store(true)
+		tc.wg.Wait()
+	})
 	for w := range writers {
 		tc.wg.Add(1)
 		go tc.writer(w, sessions)

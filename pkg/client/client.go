@@ -136,27 +136,9 @@ func Context(ctx context.Context, nc *nats.Conn, session string, req Request) ([
 		return nil, err
 	}
 	msg := nats.NewMsg(subj)
-	if req.MinSeq > 0 || req.WaitMS > 0 || req.Format != "" || req.BudgetTokens > 0 {
-		body := []byte(`{"min_seq":` + strconv.FormatUint(req.MinSeq, 10))
-		if req.WaitMS > 0 {
-			body = append(body, `,"wait_ms":`+strconv.Itoa(req.WaitMS)...)
-		}
-		if req.Format != "" {
-			body = append(body, `,"format":`...)
-			body = record.AppendJSONString(body, req.Format)
-		}
-		if req.BudgetTokens > 0 {
-			body = append(body, `,"budget_tokens":`+strconv.FormatUint(req.BudgetTokens, 10)...)
-		}
-		msg.Data = append(body, '}')
-	}
+	msg.Data = requestBody(req, timeoutOf(ctx))
 	if req.Msgpack {
 		msg.Header.Set("Accept", "application/msgpack")
-		if msg.Data != nil {
-			// A msgpack body asks for a msgpack reply too; the header covers
-			// the empty body.
-			msg.Data = msgpackRequest(req)
-		}
 	}
 	if req.Partitions > 1 {
 		routed, err := subject.PartitionContext(session, req.Partitions)
@@ -172,7 +154,10 @@ func Context(ctx context.Context, nc *nats.Conn, session string, req Request) ([
 		if deadline, ok := ctx.Deadline(); ok {
 			actx, cancel = context.WithTimeout(ctx, time.Until(deadline)/2)
 		}
+		data := msg.Data
+		msg.Data = requestBody(req, timeoutOf(actx))
 		out, err := Do(actx, nc, msg)
+		msg.Data = data
 		stalled := err != nil && ctx.Err() == nil && errors.Is(actx.Err(), context.DeadlineExceeded)
 		cancel()
 		if !errors.Is(err, ErrNoService) && !stalled {
@@ -281,15 +266,63 @@ func request(ctx context.Context, nc *nats.Conn, msg *nats.Msg) (*nats.Msg, erro
 	return reply, nil
 }
 
-// msgpackRequest encodes {"min_seq": N, "wait_ms": W, "format": F,
-// "budget_tokens": B} as a msgpack map; format and budget_tokens only when
-// set.
-func msgpackRequest(req Request) []byte {
+// timeoutOf returns how long the service has to answer a request sent
+// under ctx: the time left before its deadline, less a margin for the
+// reply to travel back (0: ctx has no deadline).
+func timeoutOf(ctx context.Context) time.Duration {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return 0
+	}
+	left := time.Until(deadline)
+	return max(time.Millisecond, left-min(left/5, 250*time.Millisecond))
+}
+
+// requestBody is the request's body: nil when every field has its
+// default, else a JSON object or, when the reply is to be msgpack, a
+// msgpack map. timeout, when not 0, is sent as timeout_ms: the service
+// answers within it, with the context or an error, instead of working
+// on after the client gave up.
+func requestBody(req Request, timeout time.Duration) []byte {
+	timeoutMS := uint64(0)
+	if timeout > 0 {
+		timeoutMS = uint64(max(1, timeout.Milliseconds()))
+	}
+	if req.MinSeq == 0 && req.WaitMS <= 0 && req.Format == "" && req.BudgetTokens == 0 && timeoutMS == 0 {
+		return nil // the Accept header asks for msgpack
+	}
+	if req.Msgpack {
+		return msgpackRequest(req, timeoutMS)
+	}
+	body := []byte(`{"min_seq":` + strconv.FormatUint(req.MinSeq, 10))
+	if req.WaitMS > 0 {
+		body = append(body, `,"wait_ms":`+strconv.Itoa(req.WaitMS)...)
+	}
+	if timeoutMS > 0 {
+		body = append(body, `,"timeout_ms":`+strconv.FormatUint(timeoutMS, 10)...)
+	}
+	if req.Format != "" {
+		body = append(body, `,"format":`...)
+		body = record.AppendJSONString(body, req.Format)
+	}
+	if req.BudgetTokens > 0 {
+		body = append(body, `,"budget_tokens":`+strconv.FormatUint(req.BudgetTokens, 10)...)
+	}
+	return append(body, '}')
+}
+
+// msgpackRequest encodes {"min_seq": N, "wait_ms": W, "timeout_ms": T,
+// "format": F, "budget_tokens": B} as a msgpack map; timeout_ms, format
+// and budget_tokens only when set.
+func msgpackRequest(req Request, timeoutMS uint64) []byte {
 	w := uint64(2000)
 	if req.WaitMS > 0 {
 		w = uint64(req.WaitMS)
 	}
 	m := record.NewMap("min_seq", req.MinSeq, "wait_ms", w)
+	if timeoutMS > 0 {
+		m.Set("timeout_ms", timeoutMS)
+	}
 	if req.Format != "" {
 		m.Set("format", req.Format)
 	}

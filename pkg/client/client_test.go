@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -20,7 +21,7 @@ func TestContext_RefusesBadSessionIDs(t *testing.T) {
 }
 
 func TestMsgpackRequest(t *testing.T) {
-	v, err := record.DecodeMsgpack(msgpackRequest(Request{MinSeq: 1 << 63, WaitMS: 250}))
+	v, err := record.DecodeMsgpack(msgpackRequest(Request{MinSeq: 1 << 63, WaitMS: 250}, 0))
 	require.NoError(t, err)
 	m := v.(*record.Map)
 	minSeq, _ := m.Get("min_seq")
@@ -28,7 +29,7 @@ func TestMsgpackRequest(t *testing.T) {
 	require.Equal(t, uint64(1<<63), minSeq)
 	require.Equal(t, int64(250), wait)
 
-	v, err = record.DecodeMsgpack(msgpackRequest(Request{MinSeq: 5}))
+	v, err = record.DecodeMsgpack(msgpackRequest(Request{MinSeq: 5}, 0))
 	require.NoError(t, err)
 	wait, _ = v.(*record.Map).Get("wait_ms")
 	require.Equal(t, int64(2000), wait, "the service default")
@@ -39,11 +40,33 @@ func TestError(t *testing.T) {
 }
 
 func TestMsgpackRequest_FormatAndBudget(t *testing.T) {
-	v, err := record.DecodeMsgpack(msgpackRequest(Request{Format: "gemini", BudgetTokens: 9000}))
+	v, err := record.DecodeMsgpack(msgpackRequest(Request{Format: "gemini", BudgetTokens: 9000}, 0))
 	require.NoError(t, err)
 	m := v.(*record.Map)
 	f, _ := m.Get("format")
 	b, _ := m.Get("budget_tokens")
 	require.Equal(t, "gemini", f)
 	require.Equal(t, int64(9000), b)
+}
+
+// A request sent under a deadline says how long the client waits
+// (timeout_ms), a little less than the time left, so that the service
+// answers, with an error if it must, before the client gives up.
+func TestRequestBody_Timeout(t *testing.T) {
+	require.Nil(t, requestBody(Request{}, 0), "no field, no deadline: no body")
+	require.JSONEq(t, `{"min_seq":0,"timeout_ms":900}`, string(requestBody(Request{}, 900*time.Millisecond)))
+	require.JSONEq(t, `{"min_seq":7,"wait_ms":500,"timeout_ms":1,"format":"gemini"}`,
+		string(requestBody(Request{MinSeq: 7, WaitMS: 500, Format: "gemini"}, time.Microsecond)))
+
+	v, err := record.DecodeMsgpack(requestBody(Request{Msgpack: true}, 2*time.Second))
+	require.NoError(t, err)
+	got, _ := v.(*record.Map).Get("timeout_ms")
+	require.Equal(t, int64(2000), got)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	left := timeoutOf(ctx)
+	require.Greater(t, left, 700*time.Millisecond)
+	require.LessOrEqual(t, left, 800*time.Millisecond, "a margin for the reply to come back")
+	require.Zero(t, timeoutOf(context.Background()))
 }

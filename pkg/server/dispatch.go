@@ -185,9 +185,15 @@ func (s *Service) toLane(r micro.Request, session string, req contextRequest) {
 		s.answer(r, session, req, 0, false)
 		return
 	}
-	ok := s.loads.offer(job{r: detach(r, s.nc), session: session, req: req})
+	d := detach(r, s.nc)
+	req = s.bound(d, req)
+	ok := s.loads.offer(job{r: d, session: session, req: req})
 	s.mu.Unlock()
 	if !ok {
-		s.fail(r, errBusy)
+		if req.claim() {
+			s.fail(r, errBusy)
+		}
+		_, done := req.context(s)
+		done()
 	}
 }

@@ -41,6 +41,10 @@ func errorReply(err error) (code, description string) {
 	case errors.Is(err, render.ErrUnknownFormat):
 		// Names the allowed values.
 		return CodeBadRequest, err.Error()
+	case errors.Is(err, errNoTime):
+		return CodeWaitExpired, "no answer within timeout_ms: the stream did not answer in time (a JetStream leader election, a node down?); retry"
+	case errors.Is(err, errStreamTimeout):
+		return CodeWaitExpired, "the stream did not answer in time (a JetStream leader election, a node down?); retry"
 	case errors.Is(err, store.ErrWaitExpired):
 		return CodeWaitExpired, "min_seq not reached within wait_ms"
 	case errors.Is(err, errTooManyWaiters):

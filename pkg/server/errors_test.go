@@ -38,6 +38,8 @@ func TestErrorReply(t *testing.T) {
 		{name: "too many waiters", err: errTooManyWaiters, code: CodeBusy, desc: "too many requests waiting for min_seq: retry later, or with wait_ms 0"},
 		{name: "load lane full", err: fmt.Errorf("%w (%s)", errBusy, secret), code: CodeBusy, desc: "too many requests for sessions not in the cache: retry later"},
 		{name: "no msgpack form", err: fmt.Errorf("%w: message from seq 2: %s", errNotMsgpack, secret), code: CodeInternal, desc: "context holds a number msgpack cannot carry; request JSON"},
+		{name: "past timeout_ms", err: fmt.Errorf("%w: %w", errNoTime, errors.New(secret)), code: CodeWaitExpired, has: "no answer within timeout_ms"},
+		{name: "the stream did not answer", err: fmt.Errorf("%w: %w", errStreamTimeout, fmt.Errorf("direct get (%s): %w", secret, context.DeadlineExceeded)), code: CodeWaitExpired, has: "the stream did not answer in time"},
 		{name: "anything else", err: errors.New(secret), code: CodeInternal, desc: "internal error"},
 		{name: "anything else, wrapped", err: fmt.Errorf("render: %w", errors.New(secret)), code: CodeInternal, desc: "internal error"},
 		{name: "context cancelled", err: context.Canceled, code: CodeInternal, desc: "internal error"},

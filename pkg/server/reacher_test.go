@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ctxd/ctxd/pkg/projection"
@@ -24,6 +26,8 @@ type reacher struct {
 	mu    sync.Mutex
 	asked []string
 	reach func(session string, seq uint64, timeout time.Duration) (Viewer, error)
+	// reachCtx, when set, is called instead of reach, with the context.
+	reachCtx func(ctx context.Context, session string, seq uint64, timeout time.Duration) (Viewer, error)
 }
 
 func (r *reacher) Ready(session string, seq uint64) bool { return r.ready.Load() }
@@ -32,6 +36,9 @@ func (r *reacher) Reach(ctx context.Context, session string, seq uint64, timeout
 	r.mu.Lock()
 	r.asked = append(r.asked, fmt.Sprintf("%s %d %v", session, seq, timeout))
 	r.mu.Unlock()
+	if r.reachCtx != nil {
+		return r.reachCtx(ctx, session, seq, timeout)
+	}
 	return r.reach(session, seq, timeout)
 }
 
@@ -95,4 +102,92 @@ func TestService_Reacher(t *testing.T) {
 	require.Equal(t, "host:1", stats.Endpoints[0].Data["instance"])
 	require.Equal(t, "reader", stats.Endpoints[0].Data["role"])
 	require.Contains(t, stats.Endpoints[0].Data, "applied", "the store's counters beside them")
+}
+
+// A request with timeout_ms is answered within it, whatever the reads
+// do: while the stream does not answer (a leader election), a load
+// blocks; the request gets 504 at its deadline instead of nothing, and
+// requests queued behind a blocked load worker get theirs too. Without
+// timeout_ms the request waits for the reads, as before.
+func TestService_TimeoutBoundsTheReads(t *testing.T) {
+	url := startNATS(t, 0)
+	release := make(chan struct{})
+	var sawDeadline atomic.Bool
+	proj := &reacher{
+		fakeProjections: fakeProjections{view: func(context.Context, string, func(*projection.Session)) error {
+			return fmt.Errorf("the Projections' own View is not used")
+		}},
+		reachCtx: func(ctx context.Context, session string, seq uint64, _ time.Duration) (Viewer, error) {
+			if _, ok := ctx.Deadline(); ok {
+				sawDeadline.Store(true)
+			}
+			<-release // a read that ignores its context: the timer still answers
+			return nil, fmt.Errorf("%w: the stream did not answer", context.DeadlineExceeded)
+		},
+	}
+	svc := New(connect(t, url), proj)
+	svc.MaxLoads, svc.LoadQueue = 1, 8
+	require.NoError(t, svc.Open())
+	t.Cleanup(func() { svc.Close() })
+	t.Cleanup(func() { close(release) })
+	nc := connect(t, url)
+
+	// On the load lane (min_seq 0), the first holds the one worker, the
+	// second waits in the queue; on the waiters (min_seq past), a third.
+	bodies := []string{`{"timeout_ms":200}`, `{"timeout_ms":300}`, `{"min_seq":5,"timeout_ms":250}`}
+	replies := make(chan *nats.Msg, len(bodies))
+	for i, body := range bodies {
+		go func() {
+			msg, err := nc.Request(fmt.Sprintf("ctxd.context.s%d", i), []byte(body), 20*time.Second)
+			if err != nil {
+				msg = &nats.Msg{Data: []byte(err.Error())}
+			}
+			replies <- msg
+		}()
+	}
+	for range bodies {
+		select {
+		case msg := <-replies:
+			require.Equal(t, CodeWaitExpired, errorCode(msg), "%s", msg.Data)
+			require.Contains(t, msg.Header.Get(micro.ErrorHeader), "no answer within timeout_ms")
+		case <-time.After(15 * time.Second):
+			t.Fatal("a request with timeout_ms got no answer while its read was blocked")
+		}
+	}
+	require.True(t, sawDeadline.Load(), "the reads run under the request's deadline")
+
+	// Without timeout_ms, the request waits for its read.
+	got := make(chan *nats.Msg, 1)
+	go func() {
+		msg, err := nc.Request("ctxd.context.t", nil, 20*time.Second)
+		if err == nil {
+			got <- msg
+		}
+		close(got)
+	}()
+	select {
+	case msg := <-got:
+		t.Fatalf("answered without timeout_ms while the read is blocked: %v %s", msg.Header, msg.Data)
+	case <-time.After(time.Second): // a window for the answer that must not come
+	}
+}
+
+// A read of the stream that times out by its own bound (a leader
+// election) is a 504 that says so, not a 500.
+func TestService_StreamTimeoutIs504(t *testing.T) {
+	url := startNATS(t, 0)
+	proj := &reacher{
+		fakeProjections: fakeProjections{view: func(context.Context, string, func(*projection.Session)) error {
+			return fmt.Errorf("the Projections' own View is not used")
+		}},
+		reach: func(string, uint64, time.Duration) (Viewer, error) {
+			return nil, fmt.Errorf("store: load s: checkpoint s: %w", context.DeadlineExceeded)
+		},
+	}
+	svc := New(connect(t, url), proj)
+	require.NoError(t, svc.Open())
+	t.Cleanup(func() { svc.Close() })
+	msg := request(t, connect(t, url), "ctxd.context.s", nil, nil)
+	require.Equal(t, CodeWaitExpired, errorCode(msg))
+	require.Contains(t, msg.Header.Get(micro.ErrorHeader), "the stream did not answer in time")
 }

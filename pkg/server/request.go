@@ -15,6 +15,9 @@ const (
 	DefaultWait    = 2 * time.Second
 	MaxWait        = 30 * time.Second
 	MaxRequestSize = 64 << 10
+	// MaxTimeout bounds timeout_ms: a request's own deadline is never
+	// longer than the longest wait plus what a load may take.
+	MaxTimeout = MaxWait + 30*time.Second
 )
 
 // errBadBody is wrapped by every request-body error: a 400.
@@ -29,11 +32,19 @@ type contextRequest struct {
 	// budget is budget_tokens; hasBudget says whether the request gave one.
 	budget    uint64
 	hasBudget bool
+	// timeout is timeout_ms: how long the client waits for the reply (0:
+	// it did not say). deadline is when the request was received plus
+	// timeout; the service answers by then, with the context or an error.
+	timeout  time.Duration
+	deadline time.Time
+	// bounded holds the request to its deadline off the endpoint's
+	// goroutine (within.go); nil without one.
+	bounded *bounded
 }
 
 // parseRequest reads the optional body: empty, a JSON object or a msgpack
-// map with optional min_seq, wait_ms, format and budget_tokens; unknown
-// fields are ignored.
+// map with optional min_seq, wait_ms, timeout_ms, format and
+// budget_tokens; unknown fields are ignored.
 func parseRequest(body []byte, accept string) (contextRequest, error) {
 	req := contextRequest{wait: DefaultWait, format: render.Neutral}
 	if len(body) == 0 {
@@ -69,6 +80,18 @@ func parseRequest(body []byte, accept string) (contextRequest, error) {
 			return req, err
 		}
 		req.wait = time.Duration(min(n, uint64(MaxWait/time.Millisecond))) * time.Millisecond
+	}
+	if v, ok := m.Get("timeout_ms"); ok {
+		n, err := nonNegative("timeout_ms", v)
+		if err != nil {
+			return req, err
+		}
+		req.timeout = time.Duration(min(n, uint64(MaxTimeout/time.Millisecond))) * time.Millisecond
+		if req.timeout > 0 {
+			// The wait for min_seq fits in the client's time: an answer
+			// after it is one nobody reads.
+			req.wait = min(req.wait, req.timeout)
+		}
 	}
 	if v, ok := m.Get("format"); ok {
 		name, isString := v.(string)

@@ -187,3 +187,39 @@ func TestParseRequest_Text(t *testing.T) {
 	require.ErrorIs(t, err, errBadBody)
 	require.Equal(t, `bad request body: not a JSON object or msgpack map (starts with "hello there")`, err.Error())
 }
+
+// timeout_ms is how long the client waits for the reply: it bounds the
+// wait for min_seq too, and is clamped like wait_ms.
+func xTestParseRequest_Timeout(t *testing.T) {
+	tests := []struct {
+		name    string
+		body    []byte
+		wait    time.Duration
+		timeout time.Duration
+		bad     string
+	}{
+		{name: "none", body: []byte(`{}`), wait: DefaultWait},
+		{name: "longer than the wait", body: []byte(`{"timeout_ms":5000}`), wait: DefaultWait, timeout: 5 * time.Second},
+		{name: "shorter than the default wait", body: []byte(`{"timeout_ms":900}`), wait: 900 * time.Millisecond, timeout: 900 * time.Millisecond},
+		{name: "shorter than wait_ms", body: []byte(`{"wait_ms":3000,"timeout_ms":1000}`), wait: time.Second, timeout: time.Second},
+		{name: "0 says nothing", body: []byte(`{"wait_ms":3000,"timeout_ms":0}`), wait: 3 * time.Second},
+		{name: "clamped", body: []byte(`{"timeout_ms":99999999999999999999999}`), wait: DefaultWait, timeout: MaxTimeout},
+		{name: "msgpack", body: msgpackOf(t, "timeout_ms", int64(250)), wait: 250 * time.Millisecond, timeout: 250 * time.Millisecond},
+		{name: "negative", body: []byte(`{"timeout_ms":-1}`), bad: "timeout_ms must be a non-negative integer"},
+		{name: "a string", body: []byte(`{"timeout_ms":"1000"}`), bad: "timeout_ms"},
+		{name: "a fraction", body: []byte(`{"timeout_ms":0.5}`), bad: "timeout_ms"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, err := parseRequest(tt.body, "")
+			if tt.bad != "" {
+				require.ErrorIs(t, err, errBadBody)
+				require.ErrorContains(t, err, tt.bad)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tt.wait, req.wait)
+			require.Equal(t, tt.timeout, req.timeout)
+		})
+	}
+}

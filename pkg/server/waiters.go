@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"errors"
 	"fmt"
 
@@ -39,17 +38,10 @@ func (s *Service) await(r micro.Request, session string, req contextRequest) {
 		return
 	}
 	d := detach(r, s.nc)
+	req = s.bound(d, req)
 	go func() {
 		defer s.wg.Done()
-		v, err := s.reach(session, req.minSeq, req.wait)
-		s.waiting.Add(-1)
-		if err != nil {
-			if errors.Is(err, context.Canceled) {
-				err = fmt.Errorf("%w: shutting down", store.ErrWaitExpired)
-			}
-			s.fail(d, err)
-			return
-		}
-		s.reply(d, v, session, req, false)
+		defer s.waiting.Add(-1)
+		s.answer(d, session, req, req.wait, false)
 	}()
 }

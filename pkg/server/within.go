@@ -1,0 +1,95 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/ctxd/ctxd/pkg/store"
+)
+
+// A request that says how long its client waits (timeout_ms) is answered
+// within that time: with its context, or with an error at its deadline.
+// Without it, a request whose session must be read from the stream while
+// JetStream elects a leader (a node down) waits for the stream as long as
+// the reads allow (store.LoadTimeout), long after its client gave up, and
+// holds a load worker meanwhile: the requests queued behind it wait too.
+//
+// The deadline bounds the request's reads (their context), and a timer
+// answers 504 at the deadline whatever the reads are doing. Whoever
+// answers first claims the request; the other sends nothing.
+
+// errNoTime: the request's timeout_ms passed before the stream answered
+// what the context needs.
+var errNoTime = errors.New("no answer within timeout_ms")
+
+// errStreamTimeout: a read of the stream or of ctxd's buckets got no
+// answer within its own bound.
+var errStreamTimeout = errors.New("the stream did not answer in time")
+
+// bounded is the deadline of a request answered off the endpoint's
+// goroutine.
+type bounded struct {
+	ctx     context.Context
+	cancel  context.CancelFunc
+	claimed atomic.Bool
+}
+
+// bound returns req bounded by its deadline, when it has one: the timer
+// answers r at the deadline unless the request was claimed. r must be
+// detached: the timer answers it from its own goroutine.
+func (s *Service) bound(r micro.Request, req contextRequest) contextRequest {
+	if req.deadline.IsZero() {
+		return req
+	}
+	b := &bounded{}
+	b.ctx, b.cancel = context.WithDeadline(s.ctx, req.deadline)
+	context.AfterFunc(b.ctx, func() {
+		// Canceled, not expired: the request was answered.
+		if s.ctx.Err() == nil && !errors.Is(b.ctx.Err(), context.DeadlineExceeded) {
+			return
+		}
+		if !b.claimed.CompareAndSwap(false, true) {
+			return
+		}
+		err := fmt.Errorf("%w (%v)", errNoTime, req.timeout)
+		if s.ctx.Err() != nil {
+			err = fmt.Errorf("%w: shutting down", store.ErrWaitExpired)
+		}
+		s.fail(r, err)
+	})
+	req.bounded = b
+	return req
+}
+
+// context returns the context of a request's reads, and a func to call
+// once the request is answered.
+func (req contextRequest) context(s *Service) (context.Context, context.CancelFunc) {
+	if b := req.bounded; b != nil {
+		return b.ctx, b.cancel
+	}
+	return s.ctx, func() {}
+}
+
+// claim reports whether the caller may answer the request: false once
+// its deadline has answered it.
+func (req contextRequest) claim() bool {
+	return req.bounded == nil || req.bounded.claimed.CompareAndSwap(false, true)
+}
+
+// expired reports whether the request was answered at its deadline
+// already.
+func (req contextRequest) expired() bool {
+	return req.bounded != nil && req.bounded.claimed.Load()
+}
+
+// receivedAt sets the request's deadline from when it was received.
+func (req *contextRequest) receivedAt(t time.Time) {
+	if req.timeout > 0 {
+		req.deadline = t.Add(req.timeout)
+	}
+}
