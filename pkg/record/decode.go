@@ -65,6 +65,9 @@ func IsJSON(data []byte) bool {
 // with a byte that msgpack reads as a one-byte integer: followed by more
 // bytes, it can only be JSON.
 func (d Decoder) Decode(data []byte) (*Map, error) {
+	if err := byteOrderMark(data); err != nil {
+		return nil, err
+	}
 	var v any
 	var err error
 	format := "msgpack"
@@ -92,6 +95,26 @@ func (d Decoder) Decode(data []byte) (*Map, error) {
 		return nil, &DecodeError{Format: format, Offset: off, Err: ErrNotMap, Detail: "got " + TypeName(v)}
 	}
 	return m, nil
+}
+
+// byteOrderMark refuses input that starts with a Unicode byte order mark:
+// JSON sent with one (RFC 8259 forbids it) is neither a JSON record,
+// which starts with '{' or white space, nor msgpack, where those bytes
+// start an integer. Refusing it rather than skipping the mark keeps one
+// answer for every decoder of a stored record, older ones included.
+func byteOrderMark(data []byte) error {
+	var which string
+	switch {
+	case bytes.HasPrefix(data, []byte("\xef\xbb\xbf")):
+		which = "UTF-8's EF BB BF: send the JSON without it"
+	case bytes.HasPrefix(data, []byte("\xff\xfe")):
+		which = "UTF-16's FF FE; JSON is UTF-8, without a mark"
+	case bytes.HasPrefix(data, []byte("\xfe\xff")):
+		which = "UTF-16's FE FF; JSON is UTF-8, without a mark"
+	default:
+		return nil
+	}
+	return &DecodeError{Format: "json", Offset: 0, Err: ErrByteOrderMark, Detail: which}
 }
 
 // FormatUnknown is the DecodeError format of an input that is neither
