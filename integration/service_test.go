@@ -231,7 +231,7 @@ func TestService_BadRequests(t *testing.T) {
 	_, serr := c.fetch("caf\u00e9", nil, nil)
 	require.Equal(t, `invalid session id: "café" has 'é' (U+00E9) at character 4; use only A-Z a-z 0-9 _ -`, serr.desc)
 	_, serr = c.fetch("s1", []byte("\xef\xbb\xbf{}"), nil)
-	require.Equal(t, "bad request body: byte order mark before the JSON text: UTF-8's EF BB BF: send the JSON without it", serr.desc)
+	require.Equal(t, "bad request body: byte order mark before the JSON text: UTF-8's EF BB BF; remove it", serr.desc)
 
 	// 2.0 is an integer; a min_seq past the stream's end waits: 504.
 	_, serr = c.fetch("s1", []byte(`{"min_seq":2.0,"wait_ms":0}`), nil)

@@ -106,11 +106,11 @@ func byteOrderMark(data []byte) error {
 	var which string
 	switch {
 	case bytes.HasPrefix(data, []byte("\xef\xbb\xbf")):
-		which = "UTF-8's EF BB BF: send the JSON without it"
+		which = "UTF-8's EF BB BF; remove it"
 	case bytes.HasPrefix(data, []byte("\xff\xfe")):
-		which = "UTF-16's FF FE; JSON is UTF-8, without a mark"
+		which = "UTF-16's FF FE; JSON must be UTF-8, with no mark"
 	case bytes.HasPrefix(data, []byte("\xfe\xff")):
-		which = "UTF-16's FE FF; JSON is UTF-8, without a mark"
+		which = "UTF-16's FE FF; JSON must be UTF-8, with no mark"
 	default:
 		return nil
 	}

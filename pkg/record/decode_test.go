@@ -153,12 +153,12 @@ func TestDecode_Garbage(t *testing.T) {
 // that every decoder of a record, whatever its version, agrees on it.
 func TestDecode_ByteOrderMark(t *testing.T) {
 	tests := []struct{ name, in, want string }{
-		{"UTF-8 before an object", "\xef\xbb\xbf{\"role\":\"user\",\"content\":\"hi\"}", "json at byte 0: byte order mark before the JSON text: UTF-8's EF BB BF: send the JSON without it"},
+		{"UTF-8 before an object", "\xef\xbb\xbf{\"role\":\"user\",\"content\":\"hi\"}", "json at byte 0: byte order mark before the JSON text: UTF-8's EF BB BF; remove it"},
 		{"UTF-8 before white space", "\xef\xbb\xbf \n{}", "UTF-8's EF BB BF"},
 		{"UTF-8 before an array", "\xef\xbb\xbf[1]", "UTF-8's EF BB BF"},
 		{"UTF-8 alone", "\xef\xbb\xbf", "UTF-8's EF BB BF"},
-		{"UTF-16 little-endian", "\xff\xfe{\x00}\x00", "UTF-16's FF FE; JSON is UTF-8"},
-		{"UTF-16 big-endian", "\xfe\xff\x00{\x00}", "UTF-16's FE FF; JSON is UTF-8"},
+		{"UTF-16 little-endian", "\xff\xfe{\x00}\x00", "UTF-16's FF FE; JSON must be UTF-8, with no mark"},
+		{"UTF-16 big-endian", "\xfe\xff\x00{\x00}", "UTF-16's FE FF; JSON must be UTF-8, with no mark"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

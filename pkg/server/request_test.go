@@ -148,7 +148,7 @@ func TestParseRequest(t *testing.T) {
 		{name: "truncated msgpack map", body: []byte{0x82, 0xa1, 'a'}, bad: "not a JSON object"},
 		{name: "msgpack map with a non-string key", body: []byte{0x81, 0x01, 0x01}, bad: "not a JSON object"},
 		{name: "invalid UTF-8 in JSON", body: []byte("{\"x\":\"\xff\"}"), bad: "not a JSON object"},
-		{name: "JSON after a byte order mark", body: []byte("\xef\xbb\xbf{\"min_seq\":1}"), bad: "bad request body: byte order mark before the JSON text: UTF-8's EF BB BF: send the JSON without it"},
+		{name: "JSON after a byte order mark", body: []byte("\xef\xbb\xbf{\"min_seq\":1}"), bad: "bad request body: byte order mark before the JSON text: UTF-8's EF BB BF; remove it"},
 		{name: "a byte order mark alone", body: []byte("\xef\xbb\xbf"), bad: "byte order mark"},
 		{name: "UTF-16 JSON", body: []byte("\xff\xfe{\x00}\x00"), bad: "byte order mark before the JSON text: UTF-16's FF FE"},
 
