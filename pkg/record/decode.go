@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"unicode/utf8"
 )
 
 // Default limits of a Decoder.
@@ -121,10 +122,16 @@ func byteOrderMark(data []byte) error {
 // JSON nor msgpack: its detail says "not a JSON object or msgpack map".
 const FormatUnknown = "record"
 
-// textStart returns the first bytes of data, for an error message.
+// textStart returns the first 16 characters of data, for an error
+// message: never a part of one (a byte not UTF-8 counts as one).
 func textStart(data []byte) string {
-	if len(data) > 16 {
-		return string(data[:16]) + "..."
+	n := 0
+	for i := 0; i < len(data); n++ {
+		if n == 16 {
+			return string(data[:i]) + "..."
+		}
+		_, size := utf8.DecodeRune(data[i:])
+		i += size
 	}
 	return string(data)
 }

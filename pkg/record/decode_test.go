@@ -200,6 +200,21 @@ func TestDecode_TextSaysWhat(t *testing.T) {
 	}
 }
 
+// The text quoted is cut after whole characters, never inside one.
+func TestDecode_TextCutByCharacters(t *testing.T) {
+	for in, want := range map[string]string{
+		"hello wonderfulé world": `(starts with "hello wonderfulé...")`,
+		"hi, 日本語のテキストです、とても長い":   `(starts with "hi, 日本語のテキストです、と...")`,
+		"séance":                        `(starts with "séance")`,
+		"ab\xff\xfecdefghijklmnopqrstu": `(starts with "ab\xff\xfecdefghijklmn...")`,
+	} {
+		_, err := record.Decode([]byte(in))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: error %v, want %s", in, err, want)
+		}
+	}
+}
+
 func TestDecodeError(t *testing.T) {
 	err := error(&record.DecodeError{Format: "json", Offset: 7, Err: record.ErrSyntax, Detail: "expected ':'"})
 	if got, want := err.Error(), "json at byte 7: syntax error: expected ':'"; got != want {
