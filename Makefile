@@ -37,6 +37,7 @@ fuzz:
 	$(GO) test ./pkg/importer -run '^$$' -fuzz '^FuzzDetect$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./pkg/importer -run '^$$' -fuzz '^FuzzValidJSON$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./pkg/importer -run '^$$' -fuzz '^FuzzReadLines$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./pkg/subject -run '^$$' -fuzz '^FuzzCheckSession$$' -fuzztime $(FUZZTIME)
 
 ## bench: the benchmarks of the core and of the service
 bench:

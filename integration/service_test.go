@@ -148,10 +148,13 @@ func TestService_MalformedRecords(t *testing.T) {
 		"bad utf8":    []byte("{\"role\":\"user\",\"content\":\"\xff\"}"),
 		"msgpack ext": {0x81, 0xa1, 'x', 0xd4, 0x05, 0x01},
 		"empty":       {},
+		"bom":         []byte("\xef\xbb\xbf{\"role\":\"user\",\"content\":\"after a mark\"}"),
 	}
 	var lastBad uint64
-	for _, data := range bad {
+	seqs := map[string]uint64{}
+	for name, data := range bad {
 		lastBad = c.publish("dirty", data)
+		seqs[name] = lastBad
 	}
 	seqBadSubject := c.publish("dirty.nested", good)
 	last := c.publish("dirty", good)
@@ -177,6 +180,9 @@ func TestService_MalformedRecords(t *testing.T) {
 		subjects[s]++
 		reason, _ := m.String("reason")
 		require.NotEmpty(t, reason)
+		if seq, _ := m.Get("seq"); seq == int64(seqs["bom"]) {
+			require.Contains(t, reason, "byte order mark before the JSON text: UTF-8's EF BB BF", "the reason names the mark")
+		}
 		if s == "transcripts.dirty.nested" {
 			seq, _ := m.Get("seq")
 			require.Equal(t, int64(seqBadSubject), seq, "the listed sequence is the misaddressed record's")
@@ -204,6 +210,9 @@ func TestService_BadRequests(t *testing.T) {
 		"null wait_ms":     []byte(`{"wait_ms":null}`),
 		"negative wait_ms": []byte(`{"wait_ms":-5}`),
 		"oversized":        []byte(`{"pad":"` + strings.Repeat("x", 70<<10) + `"}`),
+		"byte order mark":  []byte("\xef\xbb\xbf{\"min_seq\":1}"),
+		"min_seq 2^64":     []byte(`{"min_seq":18446744073709551616}`),
+		"wait_ms 2^64":     []byte(`{"wait_ms":18446744073709551616}`),
 		"deep":             []byte(strings.Repeat(`{"a":`, 100) + "1" + strings.Repeat("}", 100)),
 	}
 	for name, body := range cases {
@@ -219,14 +228,25 @@ func TestService_BadRequests(t *testing.T) {
 		require.NotNil(t, serr, id)
 		require.Equal(t, "400", serr.code, id)
 	}
-	// 2.0 is an integer; a huge min_seq can never be reached: 504.
-	_, serr := c.fetch("s1", []byte(`{"min_seq":2.0,"wait_ms":0}`), nil)
+	_, serr := c.fetch("caf\u00e9", nil, nil)
+	require.Equal(t, `invalid session id: "café" has 'é' (U+00E9) at character 4; use only A-Z a-z 0-9 _ -`, serr.desc)
+	_, serr = c.fetch("s1", []byte("\xef\xbb\xbf{}"), nil)
+	require.Equal(t, "bad request body: byte order mark before the JSON text: UTF-8's EF BB BF; remove it", serr.desc)
+
+	// 2.0 is an integer; a min_seq past the stream's end waits: 504.
+	_, serr = c.fetch("s1", []byte(`{"min_seq":2.0,"wait_ms":0}`), nil)
 	require.NotNil(t, serr)
 	require.Equal(t, "504", serr.code)
-	_, serr = c.fetch("s1", []byte(`{"min_seq":99999999999999999999999,"wait_ms":50}`), nil)
+	_, serr = c.fetch("s1", []byte(`{"min_seq":18446744073709551615,"wait_ms":50}`), nil)
 	require.NotNil(t, serr)
 	require.Equal(t, "504", serr.code)
 	require.Equal(t, "min_seq not reached within wait_ms", serr.desc)
+	// One no 64-bit sequence holds is refused at once, whatever wait_ms
+	// says.
+	_, serr = c.fetch("s1", []byte(`{"min_seq":99999999999999999999999,"wait_ms":30000}`), nil)
+	require.NotNil(t, serr)
+	require.Equal(t, "400", serr.code)
+	require.Equal(t, "bad request body: min_seq must be at most 18446744073709551615, got 99999999999999999999999", serr.desc)
 }
 
 // A request waiting for min_seq delays neither other sessions nor

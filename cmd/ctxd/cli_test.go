@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ctxd/ctxd/internal/natstest"
@@ -206,4 +207,42 @@ func TestCLI_HelpRedactsURL(t *testing.T) {
 	require.NotContains(t, errOut, "pw2")
 	require.Contains(t, errOut, "nats://u:xxxxx@h:4222")
 	require.Contains(t, errOut, "--budget-tokens as CTXD_BUDGET_TOKENS")
+}
+
+// The request ctxd context sends carries --wait-ms as given: 0 asks for
+// an answer now or a 504, not the service's default wait; a negative
+// one is a usage error, and nothing is sent.
+func TestCLI_ContextWaitMS(t *testing.T) {
+	url := natstest.Start(t)
+	nc, err := nats.Connect(url)
+	require.NoError(t, err)
+	defer nc.Close()
+	bodies := make(chan string, 8)
+	_, err = nc.Subscribe("ctxd.context.s", func(m *nats.Msg) {
+		bodies <- string(m.Data)
+		m.Respond([]byte(`{"session":"s","seq":0,"messages":[]}`))
+	})
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+
+	for _, tt := range []struct {
+		args []string
+		body string
+	}{
+		{[]string{"--min-seq", "5", "--wait-ms", "0"}, `{"min_seq":5,"wait_ms":0}`},
+		{[]string{"--wait-ms", "0"}, `{"min_seq":0,"wait_ms":0}`},
+		{[]string{"--min-seq", "5", "--wait-ms", "250"}, `{"min_seq":5,"wait_ms":250}`},
+		{[]string{"--min-seq", "5"}, `{"min_seq":5,"wait_ms":2000}`},
+		{nil, `{"min_seq":0,"wait_ms":2000}`},
+	} {
+		code, out, errOut := runCmd(t, "", append([]string{"context", "s", "--nats", url}, tt.args...)...)
+		require.Equal(t, exitOK, code, errOut)
+		require.Contains(t, out, `"session":"s"`)
+		require.Equal(t, tt.body, <-bodies, "%v", tt.args)
+	}
+
+	code, _, errOut := runCmd(t, "", "context", "s", "--nats", url, "--wait-ms", "-1")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, "ctxd context: --wait-ms must be 0 or more, got -1")
+	require.Empty(t, bodies, "nothing is sent")
 }

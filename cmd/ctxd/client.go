@@ -105,7 +105,8 @@ const contextAbout = `Requests ctxd.context.SESSION and prints the reply as JSON
 session's partition K; ctxd.context.SESSION when none does):
   {"session": ..., "seq": ..., "messages": [...], "dropped": {...}}
 With --min-seq N the reply waits until the projection has applied every
-record up to stream sequence N (pass the sequence ctxd publish printed).
+record up to stream sequence N (pass the sequence ctxd publish printed),
+for --wait-ms at most; --wait-ms 0 answers now or fails (504).
 With --format F (anthropic, openai-chat, openai-responses, gemini) the
 reply holds the context rendered for that provider, with a report of what
 the rendering changed (docs/RENDER.md); --budget-tokens N adds whether it
@@ -115,7 +116,7 @@ func runContext(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "context", "context SESSION [flags]", contextAbout)
 	conn := addConnFlags(fs, e, true)
 	minSeq := fs.Uint64("min-seq", 0, "wait until the projection has applied this stream sequence")
-	waitMS := fs.Int("wait-ms", 2000, "how long the service may wait for --min-seq, in ms (at most 30000)")
+	waitMS := fs.Int("wait-ms", 2000, "how long the service may wait for --min-seq, in ms (at most 30000; 0: answer now or fail)")
 	format := fs.String("format", "", "neutral (the default), anthropic, openai-chat, openai-responses or gemini")
 	budget := fs.Uint64("budget-tokens", 0, "say whether the context is over this many input tokens (0: don't)")
 	partitions := fs.Int("partitions", 0, "the stream's partitions: ask the instance that applies the session's partition first (ctxd.p.K.SESSION)")
@@ -130,15 +131,19 @@ func runContext(ctx context.Context, e *env, args []string) error {
 	if err := subject.CheckSession(pos[0]); err != nil {
 		return err
 	}
+	if *waitMS < 0 {
+		fmt.Fprintf(e.stderr, "ctxd context: --wait-ms must be 0 or more, got %d\n", *waitMS)
+		return errUsage
+	}
 	nc, err := conn.connect(e, fs)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	timeout := time.Duration(min(max(*waitMS, 0), 30000))*time.Millisecond + 5*time.Second
+	timeout := time.Duration(min(*waitMS, 30000))*time.Millisecond + 5*time.Second
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	data, err := client.Context(ctx, nc, pos[0], client.Request{MinSeq: *minSeq, WaitMS: max(*waitMS, 0), Format: *format, BudgetTokens: *budget, Partitions: *partitions})
+	data, err := client.Context(ctx, nc, pos[0], client.Request{MinSeq: *minSeq, WaitMS: *waitMS, NoWait: *waitMS == 0, Format: *format, BudgetTokens: *budget, Partitions: *partitions})
 	if err != nil {
 		return err
 	}

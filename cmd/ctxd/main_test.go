@@ -143,6 +143,7 @@ func TestBuild_Malformed(t *testing.T) {
 		{"bad element of an array", "[\n{\"a\":1},\n{\"b\" 2}\n]", "line 3,"},
 		{"text after the array", "[{\"a\":1}] {}", "line 1,"},
 		{"trailing comma", "[{\"a\":1},]", "line 1,"},
+		{"byte order mark", "\xef\xbb\xbf{\"role\":\"user\"}\n", "line 1, column 1: byte order mark before the JSON text: UTF-8's EF BB BF; remove it"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

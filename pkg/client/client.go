@@ -36,6 +36,10 @@ type Error struct {
 
 func (e *Error) Error() string { return e.Code + " " + e.Description }
 
+// ErrBadRequest is wrapped by the errors of a Request refused before
+// anything is sent.
+var ErrBadRequest = errors.New("bad context request")
+
 // ErrNoService: nothing answers on the subject.
 var ErrNoService = errors.New("no ctxd service answers (is ctxd serve running?)")
 
@@ -45,8 +49,12 @@ type Request struct {
 	// applied (0: no wait).
 	MinSeq uint64
 	// WaitMS: how long the service may wait for MinSeq; 0 means the
-	// service default (2000 ms).
+	// service default (2000 ms). A negative one is refused before
+	// anything is sent.
 	WaitMS int
+	// NoWait asks for an answer now or an error 504 (wait_ms 0), whatever
+	// WaitMS says.
+	NoWait bool
 	// Msgpack asks for a msgpack reply instead of JSON.
 	Msgpack bool
 	// Format asks for the context rendered for a provider: "anthropic",
@@ -134,6 +142,9 @@ func Context(ctx context.Context, nc *nats.Conn, session string, req Request) ([
 	subj, err := subject.Context(session)
 	if err != nil {
 		return nil, err
+	}
+	if req.WaitMS < 0 {
+		return nil, fmt.Errorf("%w: WaitMS %d is negative", ErrBadRequest, req.WaitMS)
 	}
 	msg := nats.NewMsg(subj)
 	msg.Data = requestBody(req, timeoutOf(ctx))
@@ -288,14 +299,16 @@ func requestBody(req Request, timeout time.Duration) []byte {
 	if timeout > 0 {
 		timeoutMS = uint64(max(1, timeout.Milliseconds()))
 	}
-	if req.MinSeq == 0 && req.WaitMS <= 0 && req.Format == "" && req.BudgetTokens == 0 && timeoutMS == 0 {
+	if req.MinSeq == 0 && req.WaitMS <= 0 && !req.NoWait && req.Format == "" && req.BudgetTokens == 0 && timeoutMS == 0 {
 		return nil // the Accept header asks for msgpack
 	}
 	if req.Msgpack {
 		return msgpackRequest(req, timeoutMS)
 	}
 	body := []byte(`{"min_seq":` + strconv.FormatUint(req.MinSeq, 10))
-	if req.WaitMS > 0 {
+	if req.NoWait {
+		body = append(body, `,"wait_ms":0`...)
+	} else if req.WaitMS > 0 {
 		body = append(body, `,"wait_ms":`+strconv.Itoa(req.WaitMS)...)
 	}
 	if timeoutMS > 0 {
@@ -316,7 +329,9 @@ func requestBody(req Request, timeout time.Duration) []byte {
 // and budget_tokens only when set.
 func msgpackRequest(req Request, timeoutMS uint64) []byte {
 	w := uint64(2000)
-	if req.WaitMS > 0 {
+	if req.NoWait {
+		w = 0
+	} else if req.WaitMS > 0 {
 		w = uint64(req.WaitMS)
 	}
 	m := record.NewMap("min_seq", req.MinSeq, "wait_ms", w)

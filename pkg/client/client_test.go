@@ -2,9 +2,11 @@ package client
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ctxd/ctxd/pkg/record"
@@ -69,4 +71,51 @@ func TestRequestBody_Timeout(t *testing.T) {
 	require.Greater(t, left, 700*time.Millisecond)
 	require.LessOrEqual(t, left, 800*time.Millisecond, "a margin for the reply to come back")
 	require.Zero(t, timeoutOf(context.Background()))
+}
+
+// The request body says what Request asks: NoWait is wait_ms 0 (not the
+// service default), in JSON and msgpack; a negative WaitMS is refused
+// before anything is sent.
+func TestContext_RequestBody(t *testing.T) {
+	nc := startNATS(t)
+	bodies := make(chan []byte, 8)
+	_, err := nc.Subscribe("ctxd.context.s", func(m *nats.Msg) {
+		bodies <- m.Data
+		m.Respond([]byte(`{"session":"s","seq":0,"messages":[]}`))
+	})
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+
+	for _, tt := range []struct {
+		req  Request
+		want string
+	}{
+		{Request{}, ``},
+		{Request{MinSeq: 5}, `{"min_seq":5}`},
+		{Request{MinSeq: 5, WaitMS: 250}, `{"min_seq":5,"wait_ms":250}`},
+		{Request{MinSeq: 5, NoWait: true}, `{"min_seq":5,"wait_ms":0}`},
+		{Request{NoWait: true, WaitMS: 250}, `{"min_seq":0,"wait_ms":0}`},
+		{Request{MinSeq: 5, NoWait: true, Msgpack: true}, `{"min_seq": int64(5), "wait_ms": int64(0)}`},
+		{Request{MinSeq: 5, Msgpack: true}, `{"min_seq": int64(5), "wait_ms": int64(2000)}`},
+	} {
+		// No deadline: no timeout_ms (TestRequestBody_Timeout).
+		_, err := Context(context.Background(), nc, "s", tt.req)
+		require.NoError(t, err)
+		body := <-bodies
+		if tt.req.Msgpack {
+			v, err := record.DecodeMsgpack(body)
+			require.NoError(t, err)
+			m := v.(*record.Map)
+			minSeq, _ := m.Get("min_seq")
+			wait, _ := m.Get("wait_ms")
+			require.Equal(t, tt.want, fmt.Sprintf(`{"min_seq": %T(%v), "wait_ms": %T(%v)}`, minSeq, minSeq, wait, wait), "%+v", tt.req)
+			continue
+		}
+		require.Equal(t, tt.want, string(body), "%+v", tt.req)
+	}
+
+	_, err = Context(timeout(t), nc, "s", Request{WaitMS: -1})
+	require.ErrorIs(t, err, ErrBadRequest)
+	require.EqualError(t, err, "bad context request: WaitMS -1 is negative")
+	require.Empty(t, bodies, "nothing is sent")
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"unicode/utf8"
 )
 
 // Default limits of a Decoder.
@@ -65,6 +66,9 @@ func IsJSON(data []byte) bool {
 // with a byte that msgpack reads as a one-byte integer: followed by more
 // bytes, it can only be JSON.
 func (d Decoder) Decode(data []byte) (*Map, error) {
+	if err := byteOrderMark(data); err != nil {
+		return nil, err
+	}
 	var v any
 	var err error
 	format := "msgpack"
@@ -94,14 +98,40 @@ func (d Decoder) Decode(data []byte) (*Map, error) {
 	return m, nil
 }
 
+// byteOrderMark refuses input that starts with a Unicode byte order mark:
+// JSON sent with one (RFC 8259 forbids it) is neither a JSON record,
+// which starts with '{' or white space, nor msgpack, where those bytes
+// start an integer. Refusing it rather than skipping the mark keeps one
+// answer for every decoder of a stored record, older ones included.
+func byteOrderMark(data []byte) error {
+	var which string
+	switch {
+	case bytes.HasPrefix(data, []byte("\xef\xbb\xbf")):
+		which = "UTF-8's EF BB BF; remove it"
+	case bytes.HasPrefix(data, []byte("\xff\xfe")):
+		which = "UTF-16's FF FE; JSON must be UTF-8, with no mark"
+	case bytes.HasPrefix(data, []byte("\xfe\xff")):
+		which = "UTF-16's FE FF; JSON must be UTF-8, with no mark"
+	default:
+		return nil
+	}
+	return &DecodeError{Format: "json", Offset: 0, Err: ErrByteOrderMark, Detail: which}
+}
+
 // FormatUnknown is the DecodeError format of an input that is neither
 // JSON nor msgpack: its detail says "not a JSON object or msgpack map".
 const FormatUnknown = "record"
 
-// textStart returns the first bytes of data, for an error message.
+// textStart returns the first 16 characters of data, for an error
+// message: never a part of one (a byte not UTF-8 counts as one).
 func textStart(data []byte) string {
-	if len(data) > 16 {
-		return string(data[:16]) + "..."
+	n := 0
+	for i := 0; i < len(data); n++ {
+		if n == 16 {
+			return string(data[:i]) + "..."
+		}
+		_, size := utf8.DecodeRune(data[i:])
+		i += size
 	}
 	return string(data)
 }

@@ -125,7 +125,6 @@ func TestDecode_Garbage(t *testing.T) {
 		{"never used byte then text", "\xc1{}", record.ErrSyntax},
 		{"binary noise", "\x00\x01\x02\x03", record.ErrSyntax},
 		{"text", "hello", record.ErrSyntax},
-		{"byte order mark", "\xef\xbb\xbf{}", record.ErrSyntax},
 		{"cut json array", "[1", record.ErrTruncated},
 		{"json with trailing garbage", "{}}", record.ErrSyntax},
 		{"msgpack with trailing garbage", "\x80\x80", record.ErrSyntax},
@@ -149,12 +148,70 @@ func TestDecode_Garbage(t *testing.T) {
 	}
 }
 
+// JSON after a byte order mark is refused, and the error says so: a
+// record (or a request) never starts with one, and none is skipped, so
+// that every decoder of a record, whatever its version, agrees on it.
+func TestDecode_ByteOrderMark(t *testing.T) {
+	tests := []struct{ name, in, want string }{
+		{"UTF-8 before an object", "\xef\xbb\xbf{\"role\":\"user\",\"content\":\"hi\"}", "json at byte 0: byte order mark before the JSON text: UTF-8's EF BB BF; remove it"},
+		{"UTF-8 before white space", "\xef\xbb\xbf \n{}", "UTF-8's EF BB BF"},
+		{"UTF-8 before an array", "\xef\xbb\xbf[1]", "UTF-8's EF BB BF"},
+		{"UTF-8 alone", "\xef\xbb\xbf", "UTF-8's EF BB BF"},
+		{"UTF-16 little-endian", "\xff\xfe{\x00}\x00", "UTF-16's FF FE; JSON must be UTF-8, with no mark"},
+		{"UTF-16 big-endian", "\xfe\xff\x00{\x00}", "UTF-16's FE FF; JSON must be UTF-8, with no mark"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, decode := range []func([]byte) (any, error){
+				func(b []byte) (any, error) { return record.Decode(b) },
+				record.DecodeJSON,
+			} {
+				v, err := decode([]byte(tt.in))
+				if err == nil {
+					t.Fatalf("decoded %v", v)
+				}
+				checkDecodeError(t, err, "json", record.ErrByteOrderMark, 0)
+				if !strings.Contains(err.Error(), tt.want) {
+					t.Errorf("error %q does not say %q", err, tt.want)
+				}
+			}
+		})
+	}
+	// The same bytes elsewhere are what they are: inside a JSON string, a
+	// character; a msgpack value they cannot start.
+	m, err := record.Decode([]byte("{\"a\":\"\xef\xbb\xbf\"}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := m.String("a"); s != "\ufeff" {
+		t.Errorf("got %q", s)
+	}
+	if _, err := record.Decode([]byte("\xef")); !errors.Is(err, record.ErrNotMap) {
+		t.Errorf("the msgpack integer -17 alone: %v", err)
+	}
+}
+
 // TestDecode_TextSaysWhat: plain text sent as a record is reported as
 // what it is, not as a msgpack syntax error at byte 1.
 func TestDecode_TextSaysWhat(t *testing.T) {
 	_, err := record.Decode([]byte("hello, plain text"))
 	if err == nil || !strings.Contains(err.Error(), `not a JSON object or msgpack map (starts with "hello, plain tex...")`) {
 		t.Fatalf("error %v", err)
+	}
+}
+
+// The text quoted is cut after whole characters, never inside one.
+func TestDecode_TextCutByCharacters(t *testing.T) {
+	for in, want := range map[string]string{
+		"hello wonderfulé world": `(starts with "hello wonderfulé...")`,
+		"hi, 日本語のテキストです、とても長い":   `(starts with "hi, 日本語のテキストです、と...")`,
+		"séance":                        `(starts with "séance")`,
+		"ab\xff\xfecdefghijklmnopqrstu": `(starts with "ab\xff\xfecdefghijklmn...")`,
+	} {
+		_, err := record.Decode([]byte(in))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: error %v, want %s", in, err, want)
+		}
 	}
 }
 

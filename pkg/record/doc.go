@@ -45,9 +45,12 @@ nearest float64.
 
 Every decoding error is a [*DecodeError] giving the format and byte
 offset, and wrapping one of the sentinels such as [ErrTruncated] or
-[ErrNotMap]; match them with errors.Is. A [Decoder] bounds the input size
-and nesting depth; its zero value, used by the package functions, allows
-[DefaultMaxBytes] and [DefaultMaxDepth]. Hostile input fails in time and
+[ErrNotMap]; match them with errors.Is. Input that starts with a Unicode
+byte order mark is refused as [ErrByteOrderMark], never read past the
+mark: JSON must not carry one, and no msgpack value starts with one. A
+[Decoder] bounds the input size and nesting depth; its zero value, used
+by the package functions, allows [DefaultMaxBytes] and
+[DefaultMaxDepth]. Hostile input fails in time and
 memory proportional to its size.
 
 # Memory

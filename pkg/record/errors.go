@@ -16,6 +16,9 @@ var (
 	ErrTooLarge    = errors.New("input larger than the limit")
 	ErrUnsupported = errors.New("value outside the JSON data model")
 	ErrEmpty       = errors.New("empty input")
+	// ErrByteOrderMark: the input starts with a Unicode byte order mark,
+	// which neither a JSON record nor a msgpack one ever does.
+	ErrByteOrderMark = errors.New("byte order mark before the JSON text")
 )
 
 // DecodeError says what is wrong with an input and at which byte offset.

@@ -19,11 +19,14 @@ func addSeeds(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Add([]byte(screenshotRecord()[:2048]))
+	for _, s := range []string{"\xef\xbb\xbf{}", "\xef\xbb\xbf", "\xff\xfe{\x00}\x00", "\xef"} {
+		f.Add([]byte(s))
+	}
 }
 
 var sentinels = []error{
 	record.ErrNotMap, record.ErrTruncated, record.ErrSyntax, record.ErrInvalidUTF8,
-	record.ErrTooDeep, record.ErrTooLarge, record.ErrUnsupported, record.ErrEmpty,
+	record.ErrTooDeep, record.ErrTooLarge, record.ErrUnsupported, record.ErrEmpty, record.ErrByteOrderMark,
 }
 
 // checkError fails unless err is a *DecodeError wrapping one sentinel at

@@ -18,6 +18,9 @@ func (d Decoder) DecodeJSON(data []byte) (any, error) {
 		return nil, &DecodeError{Format: "json", Offset: maxBytes, Err: ErrTooLarge,
 			Detail: fmt.Sprintf("%d bytes, limit %d", len(data), maxBytes)}
 	}
+	if err := byteOrderMark(data); err != nil {
+		return nil, err
+	}
 	p := jsonParsers.Get().(*jsonParser)
 	defer p.release()
 	p.data, p.maxDepth, p.strs.share = data, maxDepth, d.ShareInput

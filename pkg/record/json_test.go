@@ -143,7 +143,7 @@ func TestDecodeJSON_Errors(t *testing.T) {
 		{"UTF-8 continuation byte", "\"\x80\"", record.ErrInvalidUTF8, 1},
 		{"UTF-8 at end", "\"\xe2\x82", record.ErrTruncated, 1},
 		{"garbage", "\x00\x01\x02", record.ErrSyntax, 0},
-		{"byte order mark", "\xef\xbb\xbf{}", record.ErrSyntax, 0},
+		{"byte order mark", "\xef\xbb\xbf{}", record.ErrByteOrderMark, 0},
 		{"garbage after value", `{} x`, record.ErrSyntax, 3},
 		{"two values", `{}{}`, record.ErrSyntax, 2},
 		{"comment", `{} // c`, record.ErrSyntax, 3},

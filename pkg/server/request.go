@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -62,6 +63,9 @@ func parseRequest(body []byte, accept string) (contextRequest, error) {
 		if errors.As(err, &de) && errors.Is(err, record.ErrNotMap) {
 			return req, fmt.Errorf("%w: not a JSON object or msgpack map", errBadBody)
 		}
+		if errors.Is(err, record.ErrByteOrderMark) {
+			return req, fmt.Errorf("%w: %v: %s", errBadBody, record.ErrByteOrderMark, de.Detail)
+		}
 		if de != nil && de.Format == record.FormatUnknown {
 			return req, fmt.Errorf("%w: %s", errBadBody, de.Detail) // text, most likely
 		}
@@ -120,13 +124,15 @@ func (r contextRequest) rendered() bool {
 	return r.format != render.Neutral || r.hasBudget
 }
 
-// nonNegative reads a non-negative integer; values beyond uint64 clamp.
+// nonNegative reads a non-negative integer that fits in 64 bits: a
+// stream sequence, a duration, a count. Anything larger is refused, not
+// clamped: a min_seq no stream can reach would only wait out its 504.
 func nonNegative(field string, v any) (uint64, error) {
 	s, ok := record.IntegerString(v)
 	if !ok && record.IsInteger(v) {
-		// Whole but too long to spell: only a positive one is acceptable.
+		// Whole but too long to spell: too large, or too small.
 		if f, _ := record.Float(v); f > 0 {
-			return ^uint64(0), nil
+			return 0, fmt.Errorf("%w: %s must be at most %d, got %s", errBadBody, field, uint64(math.MaxUint64), describe(v))
 		}
 	}
 	if !ok || (len(s) > 0 && s[0] == '-') {
@@ -134,7 +140,7 @@ func nonNegative(field string, v any) (uint64, error) {
 	}
 	n, err := strconv.ParseUint(s, 10, 64)
 	if err != nil {
-		return ^uint64(0), nil // larger than any sequence
+		return 0, fmt.Errorf("%w: %s must be at most %d, got %s", errBadBody, field, uint64(math.MaxUint64), describe(v))
 	}
 	return n, nil
 }

@@ -76,18 +76,18 @@ func TestParseRequest(t *testing.T) {
 		{name: "min_seq 1.5e1", body: []byte(`{"min_seq":1.5e1}`), minSeq: 15, wait: def},
 		{name: "min_seq 100e-2", body: []byte(`{"min_seq":100e-2}`), minSeq: 1, wait: def},
 		{name: "min_seq max uint64", body: []byte(`{"min_seq":18446744073709551615}`), minSeq: maxUint64, wait: def},
-		{name: "min_seq beyond uint64 clamps", body: []byte(`{"min_seq":18446744073709551616}`), minSeq: maxUint64, wait: def},
-		{name: "min_seq 1E30 clamps", body: []byte(`{"min_seq":1E30}`), minSeq: maxUint64, wait: def},
-		{name: "min_seq 1E999999999 clamps", body: []byte(`{"min_seq":1E999999999}`), minSeq: maxUint64, wait: def},
+		{name: "min_seq 0E999999999", body: []byte(`{"min_seq":0E999999999}`), wait: def},
+		{name: "min_seq 2^63", body: []byte(`{"min_seq":9223372036854775808}`), minSeq: 1 << 63, wait: def},
+		{name: "min_seq max uint64 as 1.8446744073709551615E19", body: []byte(`{"min_seq":1.8446744073709551615E19}`), minSeq: maxUint64, wait: def},
 		{name: "msgpack min_seq float 2.0", body: msgpackFloat("min_seq", 2), minSeq: 2, wait: def, msgpack: true},
-		{name: "msgpack min_seq 1e300 clamps", body: msgpackFloat("min_seq", 1e300), minSeq: maxUint64, wait: def, msgpack: true},
+		// A float counts as the integer its shortest form spells.
+		{name: "msgpack min_seq float 2^63", body: msgpackFloat("min_seq", 1<<63), minSeq: 9223372036854776000, wait: def, msgpack: true},
 		{name: "msgpack min_seq uint64", body: msgpackOf(t, "min_seq", maxUint64), minSeq: maxUint64, wait: def, msgpack: true},
 		{name: "wait_ms 0", body: []byte(`{"wait_ms":0}`), wait: 0},
 		{name: "wait_ms 30000", body: []byte(`{"wait_ms":30000}`), wait: MaxWait},
 		{name: "wait_ms 30001 clamps", body: []byte(`{"wait_ms":30001}`), wait: MaxWait},
 		{name: "wait_ms 1E1", body: []byte(`{"wait_ms":1E1}`), wait: 10 * time.Millisecond},
-		{name: "wait_ms beyond uint64 clamps", body: []byte(`{"wait_ms":99999999999999999999999}`), wait: MaxWait},
-		{name: "wait_ms 1E999999999 clamps", body: []byte(`{"wait_ms":1E999999999}`), wait: MaxWait},
+		{name: "wait_ms 1E19 clamps", body: []byte(`{"wait_ms":1E19}`), wait: MaxWait},
 		{name: "msgpack wait_ms max uint64 clamps", body: msgpackOf(t, "wait_ms", maxUint64), wait: MaxWait, msgpack: true},
 
 		// Values that are not non-negative integers.
@@ -110,6 +110,24 @@ func TestParseRequest(t *testing.T) {
 		{name: "msgpack min_seq string", body: msgpackOf(t, "min_seq", "5"), bad: "min_seq"},
 		{name: "msgpack min_seq nil", body: msgpackOf(t, "min_seq", nil), bad: "min_seq"},
 		{name: "msgpack wait_ms -1e300", body: msgpackFloat("wait_ms", -1e300), bad: "wait_ms"},
+
+		// Integers no 64-bit sequence holds: refused at once, never
+		// clamped into one that is waited for.
+		{name: "min_seq 2^64", body: []byte(`{"min_seq":18446744073709551616}`), bad: "min_seq must be at most 18446744073709551615, got 18446744073709551616"},
+		{name: "min_seq 1E30", body: []byte(`{"min_seq":1E30}`), bad: "min_seq must be at most 18446744073709551615, got 1E30"},
+		{name: "min_seq 1E999999999", body: []byte(`{"min_seq":1E999999999}`), bad: "min_seq must be at most 18446744073709551615, got 1E999999999"},
+		{name: "min_seq of 50 digits", body: []byte(`{"min_seq":` + strings.Repeat("9", 50) + `}`), bad: "min_seq must be at most 18446744073709551615, got a number"},
+		{name: "msgpack min_seq float 2^64", body: msgpackFloat("min_seq", 1<<64), bad: "min_seq must be at most 18446744073709551615"},
+		{name: "msgpack min_seq 1e300", body: msgpackFloat("min_seq", 1e300), bad: "min_seq must be at most 18446744073709551615"},
+		{name: "msgpack min_seq +Inf", body: msgpackFloat("min_seq", math.Inf(1)), bad: "non-finite float"},
+		{name: "msgpack min_seq NaN", body: msgpackFloat("min_seq", math.NaN()), bad: "non-finite float"},
+		{name: "wait_ms 2^64", body: []byte(`{"wait_ms":18446744073709551616}`), bad: "wait_ms must be at most 18446744073709551615"},
+		{name: "wait_ms 1E999999999", body: []byte(`{"wait_ms":1E999999999}`), bad: "wait_ms must be at most 18446744073709551615"},
+		{name: "msgpack wait_ms 1e300", body: msgpackFloat("wait_ms", 1e300), bad: "wait_ms must be at most 18446744073709551615"},
+		{name: "budget_tokens 2^64", body: []byte(`{"budget_tokens":18446744073709551616}`), bad: "budget_tokens must be at most 18446744073709551615"},
+		{name: "budget_tokens -1", body: []byte(`{"budget_tokens":-1}`), bad: "budget_tokens must be a non-negative integer, got -1"},
+		{name: "budget_tokens 0.5", body: []byte(`{"budget_tokens":0.5}`), bad: "budget_tokens must be a non-negative integer, got 0.5"},
+		{name: "msgpack budget_tokens 1e300", body: msgpackFloat("budget_tokens", 1e300), bad: "budget_tokens must be at most 18446744073709551615"},
 		{name: "a long bad value is described by its type", body: []byte(`{"min_seq":"` + strings.Repeat("x", 100) + `"}`), bad: "got a string"},
 
 		// Bodies that are not a map.
@@ -130,6 +148,9 @@ func TestParseRequest(t *testing.T) {
 		{name: "truncated msgpack map", body: []byte{0x82, 0xa1, 'a'}, bad: "not a JSON object"},
 		{name: "msgpack map with a non-string key", body: []byte{0x81, 0x01, 0x01}, bad: "not a JSON object"},
 		{name: "invalid UTF-8 in JSON", body: []byte("{\"x\":\"\xff\"}"), bad: "not a JSON object"},
+		{name: "JSON after a byte order mark", body: []byte("\xef\xbb\xbf{\"min_seq\":1}"), bad: "bad request body: byte order mark before the JSON text: UTF-8's EF BB BF; remove it"},
+		{name: "a byte order mark alone", body: []byte("\xef\xbb\xbf"), bad: "byte order mark"},
+		{name: "UTF-16 JSON", body: []byte("\xff\xfe{\x00}\x00"), bad: "byte order mark before the JSON text: UTF-16's FF FE"},
 
 		// Limits.
 		{name: "largest body", body: padded(MaxRequestSize), minSeq: 3, wait: def},
@@ -160,6 +181,8 @@ func FuzzParseRequest(f *testing.F) {
 	f.Add([]byte{}, "application/msgpack")
 	f.Add([]byte(`{"min_seq":15,"wait_ms":2000}`), "")
 	f.Add([]byte(`{"wait_ms":1E999999999}`), "")
+	f.Add([]byte(`{"min_seq":18446744073709551616}`), "")
+	f.Add([]byte("\xef\xbb\xbf{\"min_seq\":1}"), "")
 	f.Add([]byte{0x82, 0xa7, 'm', 'i', 'n', '_', 's', 'e', 'q', 0x0f, 0xa7, 'w', 'a', 'i', 't', '_', 'm', 's', 0xcd, 0x07, 0xd0}, "")
 	f.Fuzz(func(t *testing.T, body []byte, accept string) {
 		req, err := parseRequest(body, accept)
@@ -203,7 +226,8 @@ func xTestParseRequest_Timeout(t *testing.T) {
 		{name: "shorter than the default wait", body: []byte(`{"timeout_ms":900}`), wait: 900 * time.Millisecond, timeout: 900 * time.Millisecond},
 		{name: "shorter than wait_ms", body: []byte(`{"wait_ms":3000,"timeout_ms":1000}`), wait: time.Second, timeout: time.Second},
 		{name: "0 says nothing", body: []byte(`{"wait_ms":3000,"timeout_ms":0}`), wait: 3 * time.Second},
-		{name: "clamped", body: []byte(`{"timeout_ms":99999999999999999999999}`), wait: DefaultWait, timeout: MaxTimeout},
+		{name: "clamped", body: []byte(`{"timeout_ms":18446744073709551615}`), wait: DefaultWait, timeout: MaxTimeout},
+		{name: "past 2^64-1", body: []byte(`{"timeout_ms":99999999999999999999999}`), bad: "timeout_ms must be at most 18446744073709551615"},
 		{name: "msgpack", body: msgpackOf(t, "timeout_ms", int64(250)), wait: 250 * time.Millisecond, timeout: 250 * time.Millisecond},
 		{name: "negative", body: []byte(`{"timeout_ms":-1}`), bad: "timeout_ms must be a non-negative integer"},
 		{name: "a string", body: []byte(`{"timeout_ms":"1000"}`), bad: "timeout_ms"},

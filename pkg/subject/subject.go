@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // Subject prefixes of the wire contract.
@@ -22,27 +23,55 @@ const (
 var ErrBadSession = errors.New("invalid session id")
 
 // CheckSession returns an error naming what is wrong with a session id: it
-// must be 1 to 128 characters of A-Z a-z 0-9 _ -.
+// must be 1 to 128 characters of A-Z a-z 0-9 _ -. The error names the
+// first character that is not allowed, whole (a non-ASCII one with its
+// code point), and its position counted in characters from 1; a byte
+// that is not UTF-8 is named as a byte, never printed as a character.
 func CheckSession(id string) error {
 	if id == "" {
 		return fmt.Errorf("%w: empty", ErrBadSession)
 	}
-	if len(id) > MaxSessionLen {
-		return fmt.Errorf("%w: %d characters, at most %d", ErrBadSession, len(id), MaxSessionLen)
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' {
+	pos := 0
+	for i, r := range id {
+		pos++
+		if pos > MaxSessionLen {
+			return fmt.Errorf("%w: %d characters, at most %d", ErrBadSession, utf8.RuneCountInString(id), MaxSessionLen)
+		}
+		if r < utf8.RuneSelf && allowed(byte(r)) {
 			continue
 		}
-		return fmt.Errorf("%w: %q has %q at position %d; use only A-Z a-z 0-9 _ -", ErrBadSession, truncate(id), rune(id[i]), i+1)
+		if r == utf8.RuneError {
+			if _, size := utf8.DecodeRuneInString(id[i:]); size == 1 {
+				return fmt.Errorf("%w: %q is not valid UTF-8: byte %#02x at character %d", ErrBadSession, truncate(id), id[i], pos)
+			}
+		}
+		return fmt.Errorf("%w: %q has %s at character %d; use only A-Z a-z 0-9 _ -", ErrBadSession, truncate(id), describeRune(r), pos)
 	}
 	return nil
 }
 
+func allowed(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-'
+}
+
+// describeRune quotes a character, with its code point when it is not
+// ASCII: 'é' (U+00E9), '\u200b' (U+200B).
+func describeRune(r rune) string {
+	if r < utf8.RuneSelf {
+		return strconv.QuoteRune(r)
+	}
+	return fmt.Sprintf("%q (%U)", r, r)
+}
+
+// truncate cuts s after 40 characters, for an error message; never
+// inside a character.
 func truncate(s string) string {
-	if len(s) > 40 {
-		return s[:40] + "..."
+	n := 0
+	for i := range s {
+		if n == 40 {
+			return s[:i] + "..."
+		}
+		n++
 	}
 	return s
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 )
@@ -81,4 +82,67 @@ func TestSessionOfStored(t *testing.T) {
 		_, _, err := SessionOfStored(subj)
 		require.ErrorIs(t, err, ErrBadSession, subj)
 	}
+}
+
+// A session id error names the character at fault, whole, and its
+// position counted in characters; bytes that are not UTF-8 are named
+// as bytes, escaped, never printed as the characters they would be in
+// another encoding.
+func TestCheckSession_Errors(t *testing.T) {
+	tests := []struct{ id, want string }{
+		{"", "invalid session id: empty"},
+		{"a.b", `invalid session id: "a.b" has '.' at character 2; use only A-Z a-z 0-9 _ -`},
+		{"séance", `invalid session id: "séance" has 'é' (U+00E9) at character 2; use only A-Z a-z 0-9 _ -`},
+		{"transcripts.séance", `invalid session id: "transcripts.séance" has '.' at character 12; use only A-Z a-z 0-9 _ -`},
+		{"日本語", `invalid session id: "日本語" has '日' (U+65E5) at character 1; use only A-Z a-z 0-9 _ -`},
+		{"ab😀", `invalid session id: "ab😀" has '😀' (U+1F600) at character 3; use only A-Z a-z 0-9 _ -`},
+		{"a\u200bb", `invalid session id: "a\u200bb" has '\u200b' (U+200B) at character 2; use only A-Z a-z 0-9 _ -`},
+		{"a\nb", `invalid session id: "a\nb" has '\n' at character 2; use only A-Z a-z 0-9 _ -`},
+		{"ab\xffc", `invalid session id: "ab\xffc" is not valid UTF-8: byte 0xff at character 3`},
+		{"s\xc3", `invalid session id: "s\xc3" is not valid UTF-8: byte 0xc3 at character 2`},
+		{strings.Repeat("x", 129), "invalid session id: 129 characters, at most 128"},
+		{strings.Repeat("é", 129), `has 'é' (U+00E9) at character 1`},
+		{strings.Repeat("x", 128) + "é", "invalid session id: 129 characters, at most 128"},
+		// The id quoted is cut after 40 characters, never inside one.
+		{strings.Repeat("é", 39) + "ab.", `"` + strings.Repeat("é", 39) + `a..." has 'é' (U+00E9) at character 1`},
+		{"x-" + strings.Repeat("é", 50), `"x-` + strings.Repeat("é", 38) + `..." has 'é' (U+00E9) at character 3`},
+	}
+	for _, tt := range tests {
+		err := CheckSession(tt.id)
+		require.ErrorIs(t, err, ErrBadSession, "%q", tt.id)
+		require.Contains(t, err.Error(), tt.want, "%q", tt.id)
+		require.True(t, utf8.ValidString(err.Error()), "%q", err.Error())
+	}
+}
+
+// A subject's session is checked the same way: the stored subject of a
+// record published with a bad id names its character.
+func TestSessionOfStored_Errors(t *testing.T) {
+	_, _, err := SessionOfStored("transcripts.séance")
+	require.ErrorIs(t, err, ErrBadSession)
+	require.Contains(t, err.Error(), `"séance" has 'é' (U+00E9) at character 2`)
+	_, _, err = SessionOfStored("other." + strings.Repeat("é", 60))
+	require.ErrorIs(t, err, ErrBadSession)
+	require.True(t, utf8.ValidString(err.Error()), "%q", err.Error())
+}
+
+// Whatever the id, the error is valid UTF-8, and an id is accepted
+// exactly when it is 1 to 128 of the allowed bytes.
+func FuzzCheckSession(f *testing.F) {
+	for _, id := range []string{"s1", "séance", "a.b", "ab\xffc", "", strings.Repeat("é", 129)} {
+		f.Add(id)
+	}
+	f.Fuzz(func(t *testing.T, id string) {
+		err := CheckSession(id)
+		ok := len(id) >= 1 && len(id) <= MaxSessionLen
+		for i := 0; i < len(id); i++ {
+			ok = ok && allowed(id[i])
+		}
+		if ok {
+			require.NoError(t, err)
+			return
+		}
+		require.ErrorIs(t, err, ErrBadSession)
+		require.True(t, utf8.ValidString(err.Error()), "%q", err.Error())
+	})
 }
