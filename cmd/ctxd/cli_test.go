@@ -238,7 +238,12 @@ func TestCLI_ContextWaitMS(t *testing.T) {
 		code, out, errOut := runCmd(t, "", append([]string{"context", "s", "--nats", url}, tt.args...)...)
 		require.Equal(t, exitOK, code, errOut)
 		require.Contains(t, out, `"session":"s"`)
-		require.Equal(t, tt.body, <-bodies, "%v", tt.args)
+		// The body also says how long the command waits for the reply
+		// (its --timeout, less a margin for the way back).
+		body := <-bodies
+		timeoutMS := regexp.MustCompile(`,"timeout_ms":[0-9]+`)
+		require.Regexp(t, timeoutMS, body, "%v", tt.args)
+		require.Equal(t, tt.body, timeoutMS.ReplaceAllString(body, ""), "%v", tt.args)
 	}
 
 	code, _, errOut := runCmd(t, "", "context", "s", "--nats", url, "--wait-ms", "-1")
