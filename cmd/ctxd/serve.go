@@ -42,7 +42,13 @@ or why not.
 
 An embedded server that listens beyond loopback (--host 0.0.0.0) needs
 authentication: --nats-config FILE with users or accounts (see
-deployments/nats/auth.conf).
+deployments/nats/auth.conf). Its monitoring (http_port in that file) has
+none, and lists every user and subscription: on loopback only.
+
+Where each user may subscribe only to an inbox prefix of its own (as in
+deployments/), give ctxd's with --inbox-prefix (_INBOX_ctxd there): every
+JetStream reply and ingest delivery comes to it. A user refused its inbox
+stops serve at start, naming it.
 
 Every flag can also be set in the environment: CTXD_ and the flag's name in
 upper case with '-' as '_' (CTXD_DATA, CTXD_SYNC, ...); --nats also reads
