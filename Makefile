@@ -36,6 +36,7 @@ fuzz:
 	$(GO) test ./pkg/importer -run '^$$' -fuzz '^FuzzOpenHands$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./pkg/importer -run '^$$' -fuzz '^FuzzDetect$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./pkg/importer -run '^$$' -fuzz '^FuzzValidJSON$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./cmd/ctxd -run '^$$' -fuzz '^FuzzCheckInboxPrefix$$' -fuzztime $(FUZZTIME)
 
 ## bench: the benchmarks of the core and of the service
 bench:
