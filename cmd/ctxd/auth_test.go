@@ -330,6 +330,7 @@ func TestAuth_InboxPrefix(t *testing.T) {
 	code, _, errOut := runCmd(t, "", "serve", "--nats", url, "--user", "svc", "--password", "pw")
 	require.Equal(t, exitFailure, code)
 	require.Contains(t, errOut, "refuses this connection's inbox subscription: _INBOX.")
+	require.Contains(t, errOut, "--inbox-prefix sets it")
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var out, serveErr syncBuf

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ctxd/ctxd/pkg/app"
 	"github.com/ctxd/ctxd/pkg/bus"
+	"github.com/ctxd/ctxd/pkg/client"
 )
 
 const serveAbout = `Runs the whole service: records published to transcripts.<session> are
@@ -156,6 +157,9 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	if err := a.Open(ctx); err != nil {
 		if errors.Is(err, bus.ErrLimit) {
 			return fmt.Errorf("%w\n(--allow-stream-limits runs on it all the same: records past a limit leave the stream, and the contexts)", err)
+		}
+		if errors.Is(err, client.ErrInboxRefused) {
+			return fmt.Errorf("%w; --inbox-prefix sets it", err)
 		}
 		return err
 	}
