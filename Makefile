@@ -38,6 +38,7 @@ fuzz:
 	$(GO) test ./pkg/importer -run '^$$' -fuzz '^FuzzValidJSON$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./pkg/importer -run '^$$' -fuzz '^FuzzReadLines$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./pkg/subject -run '^$$' -fuzz '^FuzzCheckSession$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./cmd/ctxd -run '^$$' -fuzz '^FuzzCheckInboxPrefix$$' -fuzztime $(FUZZTIME)
 
 ## bench: the benchmarks of the core and of the service
 bench:

@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -101,8 +102,17 @@ func TestCompose(t *testing.T) {
 		require.Equal(t, []string{port}, ctxd.Ports, name)
 		require.Contains(t, strings.Join(ctxd.Command, " "), "--http 0.0.0.0:9090", name)
 		require.Contains(t, ctxd.Environment, "CTXD_HTTP_TOKEN", "%s: listening beyond loopback needs a token", name)
+		// The nodes' users (nats/cluster-n*.conf): ctxd's own, on its
+		// own inbox prefix.
+		require.Equal(t, "ctxd", ctxd.Environment["CTXD_USER"], name)
+		require.Contains(t, ctxd.Environment, "CTXD_PASSWORD", name)
+		require.Equal(t, "_INBOX_ctxd", ctxd.Environment["CTXD_INBOX_PREFIX"], name)
 	}
-	require.Contains(t, c.Services["n1"].Ports, "127.0.0.1:4222:4222")
+	require.Equal(t, []string{"127.0.0.1:4222:4222"}, c.Services["n1"].Ports, "NATS clients only: monitoring stays on the node's loopback")
+	for _, n := range []string{"n1", "n2", "n3"} {
+		require.Contains(t, c.Services[n].Environment, "CTXD_PASSWORD", n)
+		require.Contains(t, c.Services[n].Environment, "APP_PASSWORD", n)
+	}
 
 	ignore, err := os.ReadFile("../.dockerignore")
 	require.NoError(t, err)
@@ -258,4 +268,125 @@ func TestManifestsParse(t *testing.T) {
 	}
 	require.Equal(t, 2, ctxd)
 	require.Equal(t, 3, nodes)
+}
+
+// protected are the subjects by which a value gets into ctxd's buckets,
+// or leaves them: only ctxd's user may publish there. A snapshot or a
+// checkpoint is served as it is read; its checksums detect damage, not
+// a writer who recomputes them.
+var protected = []string{
+	"$KV.CTXD_SNAPSHOTS.forged",
+	"$KV.CTXD_CHECKPOINTS.forged",
+	"$JS.API.STREAM.PURGE.KV_CTXD_SNAPSHOTS",
+	"$JS.API.STREAM.MSG.DELETE.KV_CTXD_CHECKPOINTS",
+	"$JS.API.STREAM.UPDATE.KV_CTXD_SNAPSHOTS",
+	"$JS.API.STREAM.DELETE.KV_CTXD_SNAPSHOTS",
+	"$JS.API.STREAM.CREATE.KV_CTXD_SNAPSHOTS",
+	"$JS.API.STREAM.MSG.GET.KV_CTXD_SNAPSHOTS",
+	"$JS.API.DIRECT.GET.KV_CTXD_SNAPSHOTS",
+	"$JS.API.CONSUMER.CREATE.KV_CTXD_CHECKPOINTS",
+}
+
+// serverPasswords are the passwords the shipped server configurations
+// read from the environment.
+var serverPasswords = map[string]string{
+	"CTXD_PASSWORD": "ctxd-pw", "APP_PASSWORD": "app-pw",
+	"CTXD_A_PASSWORD": "ctxd-a-pw", "APP_A_PASSWORD": "app-a-pw", "OPS_A_PASSWORD": "ops-a-pw",
+	"CTXD_B_PASSWORD": "ctxd-b-pw", "APP_B_PASSWORD": "app-b-pw", "OPS_B_PASSWORD": "ops-b-pw",
+	"SYS_PASSWORD": "sys-pw",
+}
+
+// permissionLog keeps the permissions violations a connection is told of.
+type permissionLog struct {
+	mu   sync.Mutex
+	errs []string
+}
+
+func (l *permissionLog) handler(_ *nats.Conn, _ *nats.Subscription, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.errs = append(l.errs, err.Error())
+}
+
+func (l *permissionLog) refused(subj string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, e := range l.errs {
+		if strings.Contains(strings.ToLower(e), "permissions violation") && strings.Contains(e, `"`+subj+`"`) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestServerConfigs_Trust runs every shipped nats-server configuration
+// in a real server (ports, store and routes moved to the test's) and
+// checks, for each: monitoring listens on loopback only; no connection
+// without credentials; only ctxd's user may publish where ctxd's
+// buckets are written or read ($KV.CTXD_*, the JetStream API of their
+// streams); every other user may subscribe only to an inbox prefix of
+// its own, _INBOX_<user>, and not to nats.go's default one.
+func TestServerConfigs_Trust(t *testing.T) {
+	for k, v := range serverPasswords {
+		t.Setenv(k, v)
+	}
+	files, err := filepath.Glob("nats/*.conf")
+	require.NoError(t, err)
+	files = append(files, "tenants/nats.conf")
+	for _, f := range files {
+		t.Run(f, func(t *testing.T) {
+			opts, err := server.ProcessConfigFile(f)
+			require.NoError(t, err)
+			monitored := opts.HTTPPort != 0
+			opts.Port, opts.StoreDir, opts.JetStream = -1, t.TempDir(), false
+			if monitored {
+				opts.HTTPPort = -1
+			}
+			opts.Cluster, opts.Routes = server.ClusterOpts{}, nil
+			opts.NoLog, opts.NoSigs = true, true
+			s, err := server.NewServer(opts)
+			require.NoError(t, err)
+			go s.Start()
+			t.Cleanup(s.Shutdown)
+			require.True(t, s.ReadyForConnections(10*time.Second))
+			if monitored {
+				require.True(t, s.MonitorAddr().IP.IsLoopback(), "monitoring on %s: it lists every user, subscription and stream to whoever reaches it", s.MonitorAddr())
+			}
+			url := s.ClientURL()
+
+			nc, err := nats.Connect(url)
+			if err == nil {
+				nc.Close()
+			}
+			require.Error(t, err, "a connection without credentials may write $KV.CTXD_* and read every inbox")
+
+			var users int
+			for _, u := range opts.Users {
+				if u.Account != nil && u.Account.Name == opts.SystemAccount {
+					continue // the system account holds no bucket of ctxd
+				}
+				users++
+				log := &permissionLog{}
+				nc, err := nats.Connect(url, nats.UserInfo(u.Username, u.Password), nats.ErrorHandler(log.handler))
+				require.NoError(t, err, u.Username)
+				t.Cleanup(nc.Close)
+				if strings.HasPrefix(u.Username, "ctxd") {
+					continue // ctxd's user: its account's everything
+				}
+				require.NotNil(t, u.Permissions, u.Username)
+				require.NotNil(t, u.Permissions.Subscribe, u.Username)
+				require.Equal(t, []string{"_INBOX_" + u.Username + ".>"}, u.Permissions.Subscribe.Allow, "%s subscribes to its own inbox prefix only", u.Username)
+				for _, subj := range protected {
+					require.NoError(t, nc.Publish(subj, []byte("forged")))
+				}
+				_, err = nc.SubscribeSync("_INBOX.>")
+				require.NoError(t, err)
+				require.NoError(t, nc.Flush())
+				for _, subj := range append(protected, "_INBOX.>") {
+					require.Eventually(t, func() bool { return log.refused(subj) }, 10*time.Second, 10*time.Millisecond, "%s may use %s", u.Username, subj)
+				}
+			}
+			require.Positive(t, users)
+		})
+	}
 }

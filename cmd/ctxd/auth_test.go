@@ -313,3 +313,52 @@ func writeKey(t *testing.T, path string, key *ecdsa.PrivateKey) {
 	require.NoError(t, err)
 	writePEM(t, path, "EC PRIVATE KEY", der)
 }
+
+// TestAuth_InboxPrefix: on a server whose users may subscribe only to
+// their own inbox prefix, ctxd serves as its user with --inbox-prefix,
+// and an application publishes and fetches contexts with its own;
+// without the prefix a command, or serve, says at once that the server
+// refuses its inbox, and a prefix that is not a subject is a usage error.
+func TestAuth_InboxPrefix(t *testing.T) {
+	url := authServer(t, `authorization { users = [
+  { user: svc, password: pw, permissions: {
+      subscribe: { allow: ["_INBOX_svc.>", "ctxd.>", "$SRV.>", "$JS.EVENT.ADVISORY.API"] } } }
+  { user: app, password: pw, permissions: {
+      publish: { allow: ["transcripts.>", "ctxd.context.>", "ctxd.chunk.>"] }
+      subscribe: { allow: ["_INBOX_app.>"] } } }
+] }`)
+	code, _, errOut := runCmd(t, "", "serve", "--nats", url, "--user", "svc", "--password", "pw")
+	require.Equal(t, exitFailure, code)
+	require.Contains(t, errOut, "refuses this connection's inbox subscription: _INBOX.")
+	require.Contains(t, errOut, "--inbox-prefix sets it")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, serveErr syncBuf
+	done := make(chan int)
+	go func() {
+		done <- run(ctx, &env{stdin: strings.NewReader(""), stdout: &out, stderr: &serveErr, getenv: func(string) string { return "" }},
+			[]string{"serve", "--nats", url, "--user", "svc", "--password", "pw", "--inbox-prefix", "_INBOX_svc"})
+	}()
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), "ctxd ready") }, 30*time.Second, 10*time.Millisecond, serveErr.String())
+
+	code, got, errOut := publishWith(t, nil, "--nats", url, "--user", "app", "--password", "pw", "--inbox-prefix", "_INBOX_app")
+	require.Equal(t, exitOK, code, errOut)
+	require.Equal(t, "1\n", got)
+	code, got, errOut = runCmdEnv(t, map[string]string{"CTXD_USER": "app", "CTXD_PASSWORD": "pw", "CTXD_INBOX_PREFIX": "_INBOX_app"}, "", "context", "a1", "--min-seq", "1", "--nats", url)
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, got, `"content":"hi"`)
+
+	code, _, errOut = publishWith(t, nil, "--nats", url, "--user", "app", "--password", "pw")
+	require.Equal(t, exitFailure, code)
+	require.Contains(t, errOut, "refuses this connection's inbox subscription: _INBOX.")
+	require.Contains(t, errOut, "--inbox-prefix")
+	for _, bad := range []string{"_INBOX.>", "a..b", ".a", "a.", "a b", "*"} {
+		code, _, errOut = publishWith(t, nil, "--nats", url, "--user", "app", "--password", "pw", "--inbox-prefix", bad)
+		require.Equal(t, exitUsage, code, bad)
+		require.Contains(t, errOut, fmt.Sprintf("--inbox-prefix %q", bad))
+	}
+
+	cancel()
+	require.Equal(t, 0, <-done)
+	require.NotContains(t, serveErr.String(), "ermissions violation", "ctxd subscribes only where its user may")
+}

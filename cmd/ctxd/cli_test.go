@@ -162,7 +162,7 @@ func TestServe_EmbeddedWithAuth(t *testing.T) {
 	go func() {
 		done <- run(ctx, &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errOut, getenv: func(k string) string { return vars[k] }},
 			[]string{"serve", "--host", "0.0.0.0", "--port", "-1", "--data", t.TempDir(),
-				"--nats-config", filepath.Join("..", "..", "deployments", "nats", "auth.conf"), "--user", "ctxd"})
+				"--nats-config", filepath.Join("..", "..", "deployments", "nats", "auth.conf"), "--user", "ctxd", "--inbox-prefix", "_INBOX_ctxd"})
 	}()
 	require.Eventually(t, func() bool { return strings.Contains(out.String(), "ctxd ready") }, 30*time.Second, 10*time.Millisecond, errOut.String())
 	url := strings.TrimSpace(strings.TrimPrefix(out.String(), "ctxd ready "))
@@ -170,7 +170,10 @@ func TestServe_EmbeddedWithAuth(t *testing.T) {
 	code, _, errOut2 := runCmd(t, "", "context", "s", "--nats", url)
 	require.Equal(t, exitFailure, code)
 	require.Contains(t, errOut2, "Authorization Violation")
-	code, got, errOut2 := runCmdEnv(t, map[string]string{"CTXD_USER": "app", "CTXD_PASSWORD": "app-pw"}, "", "context", "s", "--nats", url)
+	code, _, errOut2 = runCmdEnv(t, map[string]string{"CTXD_USER": "app", "CTXD_PASSWORD": "app-pw"}, "", "context", "s", "--nats", url)
+	require.Equal(t, exitFailure, code, "the application's user may not subscribe to nats.go's default inbox")
+	require.Contains(t, errOut2, "--inbox-prefix")
+	code, got, errOut2 := runCmdEnv(t, map[string]string{"CTXD_USER": "app", "CTXD_PASSWORD": "app-pw", "CTXD_INBOX_PREFIX": "_INBOX_app"}, "", "context", "s", "--nats", url)
 	require.Equal(t, exitOK, code, errOut2)
 	require.Contains(t, got, `"seq":0`)
 	cancel()

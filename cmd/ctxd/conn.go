@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -8,10 +9,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/ctxd/ctxd/pkg/app"
+	"github.com/ctxd/ctxd/pkg/client"
 	"github.com/ctxd/ctxd/streams"
 )
 
@@ -22,6 +26,7 @@ type connFlags struct {
 	creds, nkey, user, password string
 	token                       string
 	tlsCert, tlsKey, tlsCA      string
+	inbox                       string
 	urlDefault                  string
 }
 
@@ -49,6 +54,7 @@ func addConnFlags(fs *flag.FlagSet, e *env, local bool) *connFlags {
 	fs.StringVar(&c.tlsCert, "tls-cert", "", "TLS client certificate `FILE`")
 	fs.StringVar(&c.tlsKey, "tls-key", "", "TLS client key `FILE`")
 	fs.StringVar(&c.tlsCA, "tls-ca", "", "TLS certificate authority `FILE` that signed the server's certificate")
+	fs.StringVar(&c.inbox, "inbox-prefix", "", "subject `PREFIX` of the connection's inboxes, where every reply comes (nats.go's default: _INBOX); give the one the server lets your user subscribe to, PREFIX.>, when each user has a private inbox (deployments/tenants)")
 	return c
 }
 
@@ -91,7 +97,6 @@ func (c *connFlags) resolve(e *env, fs *flag.FlagSet) (string, []nats.Option, er
 		}
 	}
 	var tlsFirst bool
-	var inbox string
 	if c.context != "" {
 		if strings.ContainsAny(c.context, `/\`) || c.context == "." || c.context == ".." {
 			return "", nil, fmt.Errorf("--context %q: a context name, not a path", c.context)
@@ -116,7 +121,11 @@ func (c *connFlags) resolve(e *env, fs *flag.FlagSet) (string, []nats.Option, er
 		set("tls-cert", &c.tlsCert, nc.Cert)
 		set("tls-key", &c.tlsKey, nc.Key)
 		set("tls-ca", &c.tlsCA, nc.CA)
-		tlsFirst, inbox = nc.TLSFirst, nc.Inbox
+		set("inbox-prefix", &c.inbox, nc.Inbox)
+		tlsFirst = nc.TLSFirst
+	}
+	if err := checkInboxPrefix(c.inbox); err != nil {
+		return "", nil, err
 	}
 	var opts []nats.Option
 	n := 0
@@ -160,10 +169,24 @@ func (c *connFlags) resolve(e *env, fs *flag.FlagSet) (string, []nats.Option, er
 	if tlsFirst {
 		opts = append(opts, nats.TLSHandshakeFirst())
 	}
-	if inbox != "" {
-		opts = append(opts, nats.CustomInboxPrefix(inbox))
+	if c.inbox != "" {
+		opts = append(opts, nats.CustomInboxPrefix(c.inbox))
 	}
 	return url, opts, nil
+}
+
+// checkInboxPrefix refuses an inbox prefix that is not a subject of
+// literal tokens ("" is nats.go's default).
+func checkInboxPrefix(p string) error {
+	if p == "" {
+		return nil
+	}
+	for _, tok := range strings.Split(p, ".") {
+		if tok == "" || tok == "*" || tok == ">" || strings.ContainsAny(tok, "*> \t\r\n") || !utf8.ValidString(tok) {
+			return fmt.Errorf("--inbox-prefix %q: want a subject of tokens joined by '.', none empty, without wildcards (*, >) or white space, such as _INBOX_app-a", p)
+		}
+	}
+	return nil
 }
 
 // connectStream connects with the command's connection flags and names
@@ -191,6 +214,16 @@ func (c *connFlags) connect(e *env, fs *flag.FlagSet) (*nats.Conn, error) {
 	}
 	nc, err := nats.Connect(url, append([]nats.Option{nats.Name("ctxd-cli")}, opts...)...)
 	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", app.Redact(url), err)
+	}
+	// Told now rather than as a request's timeout.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := client.CheckInbox(ctx, nc); err != nil {
+		nc.Close()
+		if errors.Is(err, client.ErrInboxRefused) {
+			return nil, fmt.Errorf("connect to %s: %w; --inbox-prefix sets it", app.Redact(url), err)
+		}
 		return nil, fmt.Errorf("connect to %s: %w", app.Redact(url), err)
 	}
 	return nc, nil

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ctxd/ctxd/pkg/app"
 	"github.com/ctxd/ctxd/pkg/bus"
+	"github.com/ctxd/ctxd/pkg/client"
 )
 
 const serveAbout = `Runs the whole service: records published to transcripts.<session> are
@@ -42,7 +43,13 @@ or why not.
 
 An embedded server that listens beyond loopback (--host 0.0.0.0) needs
 authentication: --nats-config FILE with users or accounts (see
-deployments/nats/auth.conf).
+deployments/nats/auth.conf). Its monitoring (http_port in that file) has
+none, and lists every user and subscription: on loopback only.
+
+Where each user may subscribe only to an inbox prefix of its own (as in
+deployments/), give ctxd's with --inbox-prefix (_INBOX_ctxd there): every
+JetStream reply and ingest delivery comes to it. A user refused its inbox
+stops serve at start, naming it.
 
 Every flag can also be set in the environment: CTXD_ and the flag's name in
 upper case with '-' as '_' (CTXD_DATA, CTXD_SYNC, ...); --nats also reads
@@ -150,6 +157,9 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	if err := a.Open(ctx); err != nil {
 		if errors.Is(err, bus.ErrLimit) {
 			return fmt.Errorf("%w\n(--allow-stream-limits runs on it all the same: records past a limit leave the stream, and the contexts)", err)
+		}
+		if errors.Is(err, client.ErrInboxRefused) {
+			return fmt.Errorf("%w; --inbox-prefix sets it", err)
 		}
 		return err
 	}

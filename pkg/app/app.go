@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ctxd/ctxd/pkg/bus"
+	"github.com/ctxd/ctxd/pkg/client"
 	"github.com/ctxd/ctxd/pkg/natsd"
 	"github.com/ctxd/ctxd/pkg/ops"
 	"github.com/ctxd/ctxd/pkg/projection"
@@ -265,6 +266,15 @@ func (a *App) Open(ctx context.Context) (err error) {
 				in.Lose("nats disconnected", false)
 			}
 		}),
+		// A permissions violation (a subject the user may not use) and a
+		// slow consumer come only here: logged, not printed by nats.go.
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			if sub != nil {
+				log.Warn("nats error", "err", err, "subject", sub.Subject)
+				return
+			}
+			log.Warn("nats error", "err", err)
+		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			log.Info("nats reconnected", "url", nc.ConnectedUrlRedacted(), "server", nc.ConnectedServerName())
 		}),
@@ -274,6 +284,12 @@ func (a *App) Open(ctx context.Context) (err error) {
 		})}
 	a.nc, err = nats.Connect(url, append(opts, a.NATSOptions...)...)
 	if err != nil {
+		return fmt.Errorf("connect to %s: %w", Redact(url), err)
+	}
+	// Every JetStream reply and ingest delivery comes to the
+	// connection's inboxes: a user refused them is told now, not by a
+	// timeout.
+	if err := client.CheckInbox(ctx, a.nc); err != nil {
 		return fmt.Errorf("connect to %s: %w", Redact(url), err)
 	}
 	js, err := bus.JetStream(a.nc)

@@ -1,6 +1,12 @@
 // Package client fetches model contexts from a ctxd service: it checks the
 // session id before sending, turns service errors into *Error values, and
 // reassembles replies larger than the connection's max payload.
+//
+// Every reply comes to an inbox of the connection it is given (replies,
+// pushed chunks, fetched chunks, $SRV answers): a server that gives each
+// user a private inbox prefix (deployments/tenants) needs the connection
+// made with it, nats.CustomInboxPrefix("_INBOX_app-a"). CheckInbox tells
+// at once whether the server lets the connection receive its replies.
 package client
 
 import (
@@ -10,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -42,6 +49,38 @@ var ErrBadRequest = errors.New("bad context request")
 
 // ErrNoService: nothing answers on the subject.
 var ErrNoService = errors.New("no ctxd service answers (is ctxd serve running?)")
+
+// ErrInboxRefused: the server does not let the connection subscribe to
+// its inboxes, so no reply can reach it.
+var ErrInboxRefused = errors.New("the server refuses this connection's inbox subscription")
+
+// CheckInbox subscribes to an inbox of the connection and reports
+// ErrInboxRefused, naming the inbox, when the server refuses it: the
+// user may subscribe only to another prefix (connect with
+// nats.CustomInboxPrefix), or to none. Without a deadline in ctx it
+// waits 10 s for the server at most.
+func CheckInbox(ctx context.Context, nc *nats.Conn) error {
+	inbox := nc.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return fmt.Errorf("subscribe %s: %w", inbox, err)
+	}
+	defer sub.Unsubscribe()
+	// The server answers a subscription it refuses with an error before
+	// it answers the flush's ping.
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+	}
+	if err := nc.FlushWithContext(ctx); err != nil {
+		return fmt.Errorf("subscribe %s: %w", inbox, err)
+	}
+	if last := nc.LastError(); errors.Is(last, nats.ErrPermissionViolation) && strings.Contains(last.Error(), `"`+inbox+`"`) {
+		return fmt.Errorf("%w: %s (connect with the inbox prefix the user may subscribe to)", ErrInboxRefused, inbox)
+	}
+	return nil
+}
 
 // Request is a context request.
 type Request struct {

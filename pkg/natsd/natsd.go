@@ -146,6 +146,17 @@ func (s *Server) OpenContext(ctx context.Context) error {
 	if !loopback(opts.Host) && !hasAuth(opts) {
 		return fmt.Errorf("%w: the embedded server would accept anyone on %s:%d; give --nats-config FILE with users or accounts (see deployments/nats/auth.conf), or listen on 127.0.0.1", ErrExposed, opts.Host, opts.Port)
 	}
+	if opts.HTTPPort != 0 || opts.HTTPSPort != 0 {
+		// NATS's monitoring has no authentication: users or not, it
+		// lists every connection, user, subscription and stream.
+		host := opts.HTTPHost
+		if host == "" {
+			host = opts.Host
+		}
+		if !loopback(host) {
+			return fmt.Errorf("%w: monitoring (http_port) on %s answers anyone and lists every user, subscription and stream; set http: 127.0.0.1:PORT", ErrExposed, host)
+		}
+	}
 	if c := s.Cluster; c.Name != "" {
 		opts.Cluster = server.ClusterOpts{Name: c.Name, Host: c.Host, Port: c.Port}
 		for _, r := range c.Routes {

@@ -217,3 +217,34 @@ func TestServer_Logger(t *testing.T) {
 	require.Contains(t, logs.String(), "level=DEBUG", "routine notices are debug lines")
 	require.Contains(t, logs.String(), "Listening for client connections")
 }
+
+// A configuration that opens monitoring beyond loopback is refused,
+// users or not: NATS's monitoring has no authentication, and lists
+// every connection, user, subscription and stream. On loopback it runs.
+func TestServer_MonitoringExposed(t *testing.T) {
+	users := "authorization { users = [ { user: a, password: pw } ] }\n"
+	for conf, exposed := range map[string]bool{
+		"http_port: -1\n":                     false, // on the client host: 127.0.0.1 unless set
+		"host: 0.0.0.0\nhttp_port: -1\n":      true,
+		"http: 0.0.0.0:-1\n":                  true,
+		"https: 10.1.2.3:-1\n":                true,
+		"host: 0.0.0.0\nhttp: 127.0.0.1:-1\n": false,
+		"host: 127.0.0.1\nhttp_port: -1\n":    false,
+		"http: localhost:-1\n":                false,
+		"host: 0.0.0.0\n":                     false, // no monitoring
+	} {
+		file := filepath.Join(t.TempDir(), "server.conf")
+		require.NoError(t, os.WriteFile(file, []byte(conf+users), 0o600))
+		s := New(t.TempDir())
+		s.Port = -1
+		s.ConfigFile = file
+		err := s.Open()
+		if exposed {
+			require.ErrorIs(t, err, ErrExposed, conf)
+			require.ErrorContains(t, err, "monitoring", conf)
+			continue
+		}
+		require.NoError(t, err, conf)
+		s.Close()
+	}
+}
