@@ -106,6 +106,10 @@ type Config struct {
 	// every path but /healthz and /readyz; without it the listener
 	// refuses an address beyond loopback.
 	HTTPToken string
+	// HTTPHosts are host names the listener serves besides localhost,
+	// the loopback addresses and the address it listens on; requests for
+	// others are refused (see package ops).
+	HTTPHosts []string
 	// HTTPHandlers are mounted on the listener, behind its token, by
 	// pattern: {"/ui/": inspector} serves an inspector at /ui/. They are
 	// served from the start of Open: one that reads the app checks
