@@ -357,16 +357,153 @@ func TestHandler_LongSession(t *testing.T) {
 	code, _, body := in.get("/ui/sessions/long")
 	require.Equal(t, http.StatusOK, code)
 	require.Equal(t, 10, strings.Count(body, `class="rec `))
-	require.Contains(t, body, `20 earlier record(s) not shown: <a href="/ui/sessions/long?all=1">show all</a>`)
-	require.Contains(t, body, `<a href="/ui/sessions/long?all=1#seq-1">seq 1</a>`, "a dropped record not shown links to the full page")
+	require.Contains(t, body, `id="seq-21"`)
+	require.Contains(t, body, `id="seq-30"`)
+	require.Contains(t, body, `20 earlier record(s) on <a href="/ui/sessions/long?page=1">older pages</a>`)
+	require.Contains(t, body, `<a href="/ui/sessions/long?page=2#seq-1">seq 1</a>`, "a dropped record not shown links to its page")
 	require.Contains(t, body, "context 29 messages", "the context is built from every record")
-	code, _, body = in.get("/ui/sessions/long?all=1")
+	code, _, body = in.get("/ui/sessions/long?page=2")
 	require.Equal(t, http.StatusOK, code)
-	require.Equal(t, 30, strings.Count(body, `class="rec `))
+	require.Equal(t, 10, strings.Count(body, `class="rec `))
+	require.Contains(t, body, `id="seq-1"`)
 	require.Contains(t, body, `<a href="#seq-1">seq 1</a>`)
-	code, _, body = in.get("/ui/sessions/long?at=20")
+	require.Contains(t, body, `href="/ui/sessions/long?page=1">newer</a>`)
+	code, _, body = in.get("/ui/sessions/long?at=20&page=1")
 	require.Equal(t, http.StatusOK, code)
-	require.Contains(t, body, `href="/ui/sessions/long?at=20&amp;all=1"`)
+	require.Equal(t, 10, strings.Count(body, `class="rec `))
+	require.Contains(t, body, `id="seq-1"`)
+	require.Contains(t, body, `href="/ui/sessions/long?at=20">newer</a>`)
+	for _, p := range []string{"?page=3", "?page=-1", "?page=x", "?page=99999999999999999999", "?all=1&page=1e3"} {
+		code, _, body = in.get("/ui/sessions/long" + p)
+		require.Equal(t, http.StatusBadRequest, code, p)
+		require.Contains(t, body, "page", p)
+	}
+}
+
+// TestHandler_PageBounded: a page holds a bounded number of records and
+// bytes, whatever the session holds: large values are cut, with a link
+// to the raw record, and a record that gives many messages shows a few.
+func TestHandler_PageBounded(t *testing.T) {
+	in := startInstance(t, inspect.Options{PageRecords: 5})
+	var many []any
+	for i := range 500 {
+		many = append(many, m("role", "user", "content", fmt.Sprintf("summary message %d %s", i, strings.Repeat("x", 2000))))
+	}
+	huge := strings.Repeat("y", 2<<20)
+	in.publish("transcripts.big",
+		m("type", "compaction", "at", "2026-01-02T03:04:05Z", "baseSeq", int64(1), "plannerVersion", int64(1),
+			"summaryModelRef", "m", "summary", "s", "qualityAudit", "passed", "messages", many,
+			"firstKeptIndex", int64(0), "tokensBefore", int64(10), "tokensAfter", int64(5)),
+		m("role", "user", "content", huge),
+		m("role", "assistant", "content", []any{m("type", "text", "text", huge[:1<<20]), m("type", "text", "text", huge[:1<<20])}),
+	)
+	code, _, body := in.get("/ui/sessions/big")
+	require.Equal(t, http.StatusOK, code)
+	require.Less(t, len(body), 256<<10, "a page of 3 records of 2 MiB or 500 messages")
+	require.Contains(t, body, `[19] user`)
+	require.NotContains(t, body, `[20] user`)
+	require.Contains(t, body, `480 more message(s)`)
+	require.Contains(t, body, `href="/ui/sessions/big/records/2"`, "the raw record is a link away")
+	require.Contains(t, body, "context 502 messages")
+}
+
+// TestHandler_PageOfSessions: the list's page is a number in range, or 400.
+func TestHandler_PageOfSessions(t *testing.T) {
+	in := startInstance(t, inspect.Options{PageSessions: 2})
+	for _, id := range []string{"a", "b", "c"} {
+		in.publish("transcripts."+id, m("role", "user", "content", "hi"))
+	}
+	code, _, body := in.get("/ui/?page=1")
+	require.Equal(t, http.StatusOK, code, body)
+	require.Equal(t, 1, strings.Count(body, `data-session=`))
+	for _, p := range []string{"99999999999999999999", "9223372036854775807", "-1", "x", "2", "1.5"} {
+		code, _, body := in.get("/ui/?page=" + p)
+		require.Equal(t, http.StatusBadRequest, code, p)
+		require.Contains(t, body, "page", p)
+	}
+}
+
+// TestHandler_Follow: following a session fetches the records after the
+// one the page shows last, and the fates of those it shows, not the page.
+func TestHandler_Follow(t *testing.T) {
+	in := startInstance(t, inspect.Options{})
+	in.publish("transcripts.f",
+		m("role", "assistant", "content", []any{m("type", "toolCall", "id", "c1", "name", "bash")}),
+		m("role", "user", "content", "two"))
+	seq := in.publish("transcripts.f",
+		m("role", "toolResult", "toolCallId", "c1", "content", "done"),
+		m("role", "user", "content", "four"))
+	code, ctype, body := in.get("/ui/sessions/f?after=2&from=1")
+	require.Equal(t, http.StatusOK, code, body)
+	require.Equal(t, "text/html; charset=utf-8", ctype)
+	require.NotContains(t, body, "<html", "a fragment, not a page")
+	require.Equal(t, 2, strings.Count(body, `class="rec `))
+	require.Contains(t, body, `id="seq-3"`)
+	require.Contains(t, body, fmt.Sprintf(`id="seq-%d"`, seq))
+	require.NotContains(t, body, `id="seq-2"`)
+	require.Contains(t, body, fmt.Sprintf(`data-seq="%d"`, seq))
+	require.Regexp(t, `<li data-seq="1" data-status="kept"`, body, "the call is paired now")
+	code, _, body = in.get(fmt.Sprintf("/ui/sessions/f?after=%d&from=1", seq))
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, 0, strings.Count(body, `class="rec `))
+	for _, p := range []string{"?after=x", "?after=-1&from=1", "?after=2&from=y"} {
+		code, _, _ = in.get("/ui/sessions/f" + p)
+		require.Equal(t, http.StatusBadRequest, code, p)
+	}
+}
+
+// blocking is a Source whose reads of a session wait until release is
+// closed.
+type blocking struct {
+	inspect.Source
+	reading chan struct{}
+	release chan struct{}
+}
+
+func (b *blocking) Records(ctx context.Context, session string, to uint64, fn func(uint64, []byte) error) error {
+	b.reading <- struct{}{}
+	select {
+	case <-b.release:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return b.Source.Records(ctx, session, to, fn)
+}
+
+// TestHandler_LoadsBounded: past MaxLoads views reading at once, a view
+// is refused with 503 at once rather than reading too.
+func TestHandler_LoadsBounded(t *testing.T) {
+	in := startInstance(t, inspect.Options{})
+	in.publish("transcripts.s", m("role", "user", "content", "one"))
+	src := &blocking{Source: in.app.InspectSource(), reading: make(chan struct{}, 8), release: make(chan struct{})}
+	ui := inspect.New(src, inspect.Options{Config: in.app.InspectConfig(), MaxLoads: 2})
+	srv := httptest.NewServer(ui)
+	t.Cleanup(func() { ui.Close(); srv.Close() })
+	get := func(path string) (int, string, string) {
+		resp, err := http.Get(srv.URL + path)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, resp.Header.Get("Retry-After"), string(body)
+	}
+	done := make(chan int, 2)
+	for _, p := range []string{"/ui/sessions/s", "/ui/sessions/s?format=json"} {
+		go func() { code, _, _ := get(p); done <- code }()
+	}
+	<-src.reading
+	<-src.reading
+	for _, p := range []string{"/ui/sessions/s", "/ui/sessions/s?format=json", "/ui/sessions/s?after=1&from=1"} {
+		code, retry, body := get(p)
+		require.Equal(t, http.StatusServiceUnavailable, code, p)
+		require.NotEmpty(t, retry, p)
+		require.Contains(t, body, "views", p)
+	}
+	close(src.release)
+	require.Equal(t, http.StatusOK, <-done)
+	require.Equal(t, http.StatusOK, <-done)
+	code, _, _ := get("/ui/sessions/s")
+	require.Equal(t, http.StatusOK, code, "a slot is free again")
 }
 
 func TestHandler_Compaction(t *testing.T) {
