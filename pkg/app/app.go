@@ -188,7 +188,12 @@ type App struct {
 	ops *ops.Server
 	// inspector is mounted at /ui/ on ops unless HTTPHandlers take it.
 	inspector *inspector
-	metrics   *ops.Metrics
+	// url is the NATS server the app connected to; the inspector's
+	// connection goes there too.
+	url string
+	// inspectConn is the inspector's connection (inspect.go).
+	inspectConn inspectConn
+	metrics     *ops.Metrics
 	// serving is set once Open has started everything.
 	serving atomic.Bool
 	// failed is closed, and failErr set, when the app cannot go on.
@@ -280,6 +285,7 @@ func (a *App) Open(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("connect to %s: %w", Redact(url), err)
 	}
+	a.url = url
 	js, err := bus.JetStream(a.nc)
 	if err != nil {
 		return err
@@ -631,6 +637,7 @@ func (a *App) Close() error {
 	if a.roles != nil {
 		errs = append(errs, a.roles.reader.Close())
 	}
+	a.inspectConn.close() // after the listener: no view reads any more
 	if a.nc != nil {
 		if err := a.nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 			errs = append(errs, err)
