@@ -195,13 +195,19 @@ func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, LoginPath, http.StatusSeeOther)
 }
 
-// sameOrigin reports whether a POST comes from a page of this listener:
-// browsers send Origin with every POST, and a page of another site
-// names its own. A request with no Origin is no browser's form.
+// sameOrigin reports whether a POST comes from a page of this listener.
+// Browsers say where a request comes from in Sec-Fetch-Site; those that
+// do not send Origin, a page of another site its own (or "null", which
+// pages with no-referrer, as these, send too, hence Sec-Fetch-Site
+// first). A request with neither is no browser's: a script, which needs
+// the token anyway.
 func sameOrigin(r *http.Request) bool {
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" {
+		return site == "same-origin"
+	}
 	o := r.Header.Get("Origin")
 	if o == "" {
-		return r.Header.Get("Sec-Fetch-Site") == "" || r.Header.Get("Sec-Fetch-Site") == "same-origin"
+		return true
 	}
 	u, err := url.Parse(o)
 	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && strings.EqualFold(u.Host, r.Host)

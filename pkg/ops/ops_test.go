@@ -174,9 +174,11 @@ func TestServer_Login(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
 	require.Empty(t, resp.Cookies())
 	require.Contains(t, body, "wrong token")
-	resp, _ = request(t, s, "POST", "/login", form("s3cret"), "Content-Type", ct, "Origin", "http://attacker.example")
-	require.Equal(t, http.StatusForbidden, resp.StatusCode)
-	require.Empty(t, resp.Cookies())
+	for _, from := range [][]string{{"Origin", "http://attacker.example"}, {"Origin", "null"}, {"Sec-Fetch-Site", "cross-site", "Origin", origin}, {"Sec-Fetch-Site", "same-site"}} {
+		resp, _ = request(t, s, "POST", "/login", form("s3cret"), append([]string{"Content-Type", ct}, from...)...)
+		require.Equal(t, http.StatusForbidden, resp.StatusCode, from)
+		require.Empty(t, resp.Cookies(), from)
+	}
 	resp, _ = request(t, s, "POST", "/login", strings.NewReader("token="+strings.Repeat("x", 1<<20)), "Content-Type", ct, "Origin", origin)
 	require.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode)
 
