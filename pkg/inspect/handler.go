@@ -104,8 +104,12 @@ type Handler struct {
 
 	thumbs chan struct{} // a slot per thumbnail being made
 	loads  chan struct{} // a slot per view reading a session
-	closed chan struct{}
-	once   sync.Once
+
+	mu      sync.Mutex
+	flights map[viewKey]*flight // latest pages being loaded
+	pages   []cachedPage        // latest pages loaded, oldest first
+	closed  chan struct{}
+	once    sync.Once
 }
 
 // New returns the inspector's handler over src.
@@ -137,7 +141,7 @@ func New(src Source, opt Options) *Handler {
 	if opt.Thumbnails <= 0 {
 		opt.Thumbnails = 2
 	}
-	h := &Handler{src: src, opt: opt, mux: http.NewServeMux(), closed: make(chan struct{}), thumbs: make(chan struct{}, opt.Thumbnails), loads: make(chan struct{}, opt.MaxLoads)}
+	h := &Handler{src: src, opt: opt, mux: http.NewServeMux(), closed: make(chan struct{}), thumbs: make(chan struct{}, opt.Thumbnails), loads: make(chan struct{}, opt.MaxLoads), flights: map[viewKey]*flight{}}
 	h.tmpl = parseTemplates(opt.Prefix)
 	p := opt.Prefix
 	h.mux.HandleFunc("GET "+p+"{$}", h.sessions)
@@ -403,18 +407,29 @@ func (h *Handler) session(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusBadRequest, errors.New("page: not with after"))
 		return
 	}
+	base := h.opt.Prefix + "sessions/" + url.PathEscape(id)
+	if q.Get("format") != "json" && (follow || q.Get("page") == "" || q.Get("page") == "0") {
+		// The latest page and follow updates: from the view shared by
+		// every request for it, loaded once per record applied.
+		pv, ok := h.latest(w, r, id, at, base)
+		if !ok {
+			return
+		}
+		if follow {
+			h.followUpdate(w, r, pv, after, from)
+			return
+		}
+		h.renderPage(w, r, pv)
+		return
+	}
 	release, ok := h.load(w, r)
 	if !ok {
 		return
 	}
 	defer release()
 	v, err := Load(r.Context(), h.src, id, at, h.opt.Config)
-	if errors.Is(err, ErrNoSession) {
-		h.fail(w, r, http.StatusNotFound, err)
-		return
-	}
 	if err != nil {
-		h.fail(w, r, http.StatusBadGateway, err)
+		h.loadFailed(w, r, err)
 		return
 	}
 	if q.Get("format") == "json" {
@@ -427,49 +442,189 @@ func (h *Handler) session(w http.ResponseWriter, r *http.Request) {
 		w.Write(out)
 		return
 	}
-	base := h.opt.Prefix + "sessions/" + url.PathEscape(id)
-	n := h.opt.PageRecords
-	if follow {
-		h.followUpdate(w, r, v, base, after, from)
-		return
-	}
-	last := (len(v.Rows) - 1) / n
-	page, err := pageOf(r, last)
+	page, err := pageOf(r, (len(v.Rows)-1)/h.opt.PageRecords)
 	if err != nil {
 		h.fail(w, r, http.StatusBadRequest, err)
 		return
 	}
-	// Page 0 holds the latest records, page 1 the n before, and so on.
+	h.renderPage(w, r, h.pageView(v, base, page))
+}
+
+func (h *Handler) loadFailed(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, ErrBusy) {
+		w.Header().Set("Retry-After", "2")
+		h.fail(w, r, http.StatusServiceUnavailable, err)
+		return
+	}
+	if errors.Is(err, ErrNoSession) {
+		h.fail(w, r, http.StatusNotFound, err)
+		return
+	}
+	h.fail(w, r, http.StatusBadGateway, err)
+}
+
+// pageView is a page of a session's view, ready to render: its rows'
+// previews made, and the view without the records' values, which a
+// large session holds hundreds of MiB of.
+type pageView struct {
+	View    *View // Rows without Value, no Messages
+	Base    string
+	Page    int
+	Rows    []recordRow
+	Hidden  int // records on older pages
+	Dropped []droppedItem
+	Newer   string
+	Older   string
+}
+
+// pageView makes page of v (page 0 the latest records, page 1 the n
+// before, and so on); page is in range.
+func (h *Handler) pageView(v *View, base string, page int) *pageView {
+	n := h.opt.PageRecords
+	last := (len(v.Rows) - 1) / n
 	end := len(v.Rows) - page*n
 	shown := v.Rows[max(end-n, 0):end]
+	pv := &pageView{Base: base, Page: page, Rows: h.rows(v, shown, base), Hidden: max(end-n, 0)}
 	// A link to a record goes to the page that shows it.
 	href := func(seq uint64) string {
 		i, _ := slices.BinarySearchFunc(v.Rows, seq, func(r Row, seq uint64) int { return cmp.Compare(r.Seq, seq) })
 		if p := (len(v.Rows) - 1 - i) / n; p != page {
-			return fmt.Sprintf("%s#seq-%d", sessionURL(base, at, p), seq)
+			return fmt.Sprintf("%s#seq-%d", sessionURL(base, v.At, p), seq)
 		}
 		return fmt.Sprintf("#seq-%d", seq)
 	}
-	var dropped []droppedItem
 	for _, c := range v.Dropped.UnpairedCalls {
-		dropped = append(dropped, droppedItem{What: "unpaired call", ID: c.ID, Tool: c.Tool, Seq: c.Seq, Href: href(c.Seq)})
+		pv.Dropped = append(pv.Dropped, droppedItem{What: "unpaired call", ID: c.ID, Tool: c.Tool, Seq: c.Seq, Href: href(c.Seq)})
 	}
 	for _, o := range v.Dropped.OrphanResults {
-		dropped = append(dropped, droppedItem{What: "orphan result", ID: o.ID, Seq: o.Seq, Href: href(o.Seq)})
-	}
-	data := map[string]any{
-		"Title": "session " + id, "ID": id, "View": v, "Rows": h.rows(v, shown, base), "Dropped": dropped,
-		"Hidden": max(end-n, 0), "Live": at == 0 && page == 0, "Base": base, "Page": page,
-		"Statuses": []projection.Status{projection.StatusKept, projection.StatusConverted, projection.StatusPruned, projection.StatusTrimmed,
-			projection.StatusCheckpoint, projection.StatusReplaced, projection.StatusDropped, StatusRejected, StatusQuarantined},
+		pv.Dropped = append(pv.Dropped, droppedItem{What: "orphan result", ID: o.ID, Seq: o.Seq, Href: href(o.Seq)})
 	}
 	if page < last {
-		data["Older"] = sessionURL(base, at, page+1)
+		pv.Older = sessionURL(base, v.At, page+1)
 	}
 	if page > 0 {
-		data["Newer"] = sessionURL(base, at, page-1)
+		pv.Newer = sessionURL(base, v.At, page-1)
 	}
-	h.render(w, r, "session", data)
+	bare := *v
+	bare.Messages = nil
+	bare.Rows = make([]Row, len(v.Rows))
+	for i, row := range v.Rows {
+		row.Value = nil
+		bare.Rows[i] = row
+	}
+	pv.View = &bare
+	return pv
+}
+
+func (h *Handler) renderPage(w http.ResponseWriter, r *http.Request, pv *pageView) {
+	h.render(w, r, "session", map[string]any{
+		"Title": "session " + pv.View.Session, "ID": pv.View.Session, "View": pv.View, "Rows": pv.Rows, "Dropped": pv.Dropped,
+		"Hidden": pv.Hidden, "Live": pv.View.At == 0 && pv.Page == 0, "Base": pv.Base, "Page": pv.Page,
+		"Older": pv.Older, "Newer": pv.Newer,
+		"Statuses": []projection.Status{projection.StatusKept, projection.StatusConverted, projection.StatusPruned, projection.StatusTrimmed,
+			projection.StatusCheckpoint, projection.StatusReplaced, projection.StatusDropped, StatusRejected, StatusQuarantined},
+	})
+}
+
+// viewKey names a latest page: a session as of at (0: all its records),
+// with the records the service had applied when it was loaded.
+type viewKey struct {
+	session     string
+	at, applied uint64
+}
+
+// flight is a load of a latest page in progress, which every request
+// for it waits for rather than loading it too.
+type flight struct {
+	done chan struct{}
+	pv   *pageView
+	err  error
+}
+
+// cachedPages bounds the latest pages held, a page's previews (at most
+// PageBytes) and a few hundred bytes a record each.
+const cachedPages = 16
+
+// latest returns the latest page of a session as of at: the one held
+// while the service applied no record since it was loaded, else the one
+// being loaded, else one it loads in a slot of MaxLoads (503 when none
+// is free). It answers the request itself when it fails.
+func (h *Handler) latest(w http.ResponseWriter, r *http.Request, id string, at uint64, base string) (*pageView, bool) {
+	key := viewKey{session: id, at: at, applied: h.src.Applied()}
+	h.mu.Lock()
+	for _, e := range h.pages {
+		if e.key == key {
+			h.mu.Unlock()
+			return e.pv, true
+		}
+	}
+	f, joined := h.flights[key]
+	if !joined {
+		f = &flight{done: make(chan struct{})}
+		h.flights[key] = f
+	}
+	h.mu.Unlock()
+	if joined {
+		select {
+		case <-f.done:
+		case <-r.Context().Done():
+			return nil, false
+		}
+		if f.err != nil {
+			h.loadFailed(w, r, f.err)
+			return nil, false
+		}
+		return f.pv, true
+	}
+	release, ok := h.load(w, r)
+	if ok {
+		// Others may wait for this load: it goes on if this request
+		// ends, until the handler closes.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 2*time.Minute)
+		go func() {
+			select {
+			case <-h.closed:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		var v *View
+		v, f.err = Load(ctx, h.src, id, at, h.opt.Config)
+		cancel()
+		if f.err == nil {
+			f.pv = h.pageView(v, base, 0)
+		}
+		release()
+	} else {
+		f.err = fmt.Errorf("%w: %d views are reading sessions, the most at once; try again shortly", ErrBusy, cap(h.loads))
+	}
+	h.mu.Lock()
+	delete(h.flights, key)
+	if f.err == nil {
+		// The latest of its session and at replaces the one before.
+		h.pages = slices.DeleteFunc(h.pages, func(e cachedPage) bool { return e.key.session == id && e.key.at == at })
+		if len(h.pages) == cachedPages {
+			h.pages = h.pages[1:]
+		}
+		h.pages = append(h.pages, cachedPage{key: key, pv: f.pv})
+	}
+	h.mu.Unlock()
+	close(f.done)
+	if !ok {
+		return nil, false // answered 503
+	}
+	if f.err != nil {
+		h.loadFailed(w, r, f.err)
+		return nil, false
+	}
+	return f.pv, true
+}
+
+// cachedPage is a latest page held for the requests after the one that
+// loaded it.
+type cachedPage struct {
+	key viewKey
+	pv  *pageView
 }
 
 // rows makes the rows of a page, their previews bounded by PageBytes.
@@ -521,26 +676,27 @@ type fate struct {
 }
 
 // followUpdate answers a followed page with what it lacks: the records
-// after the last it shows (a page of them at most: past that, More asks
-// it to load again), the fates now of those it shows from from on (a
-// later record can change them: a call paired, a screenshot trimmed)
-// and the summary.
-func (h *Handler) followUpdate(w http.ResponseWriter, r *http.Request, v *View, base string, after, from uint64) {
-	n := h.opt.PageRecords
+// after the last it shows (those of the latest page at most: past that,
+// More asks it to load again), the fates now of those it shows from
+// from on (a later record can change them: a call paired, a screenshot
+// trimmed) and the summary.
+func (h *Handler) followUpdate(w http.ResponseWriter, r *http.Request, pv *pageView, after, from uint64) {
+	v := pv.View
 	i, _ := slices.BinarySearchFunc(v.Rows, after+1, func(r Row, seq uint64) int { return cmp.Compare(r.Seq, seq) })
-	fresh := v.Rows[i:]
-	more := len(fresh) > n
+	k, _ := slices.BinarySearchFunc(pv.Rows, after+1, func(r recordRow, seq uint64) int { return cmp.Compare(r.Seq, seq) })
+	fresh := pv.Rows[k:]
+	more := len(v.Rows)-i > len(fresh)
 	if more {
 		fresh = nil
 	}
 	j, _ := slices.BinarySearchFunc(v.Rows[:i], from, func(r Row, seq uint64) int { return cmp.Compare(r.Seq, seq) })
 	var fates []fate
-	for _, row := range v.Rows[max(j, i-n):i] {
+	for _, row := range v.Rows[max(j, i-h.opt.PageRecords):i] {
 		fates = append(fates, fate{Seq: row.Seq, Status: row.Status, Rule: row.Rule})
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
-	data := map[string]any{"View": v, "Rows": h.rows(v, fresh, base), "Fates": fates, "More": more, "Prefix": h.opt.Prefix}
+	data := map[string]any{"View": v, "Rows": fresh, "Fates": fates, "More": more, "Prefix": h.opt.Prefix}
 	if err := h.tmpl["follow"].ExecuteTemplate(w, "follow", data); err != nil {
 		h.opt.Logger.Warn("inspector template failed", "page", "follow", "err", err)
 	}

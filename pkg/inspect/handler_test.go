@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -453,14 +454,16 @@ func TestHandler_Follow(t *testing.T) {
 }
 
 // blocking is a Source whose reads of a session wait until release is
-// closed.
+// closed, and are counted.
 type blocking struct {
 	inspect.Source
+	reads   atomic.Int64
 	reading chan struct{}
 	release chan struct{}
 }
 
 func (b *blocking) Records(ctx context.Context, session string, to uint64, fn func(uint64, []byte) error) error {
+	b.reads.Add(1)
 	b.reading <- struct{}{}
 	select {
 	case <-b.release:
@@ -471,7 +474,9 @@ func (b *blocking) Records(ctx context.Context, session string, to uint64, fn fu
 }
 
 // TestHandler_LoadsBounded: past MaxLoads views reading at once, a view
-// is refused with 503 at once rather than reading too.
+// that would read too is refused with 503 at once; views of the latest
+// page being read wait for that read, and the page read is shared until
+// the service applies a record.
 func TestHandler_LoadsBounded(t *testing.T) {
 	in := startInstance(t, inspect.Options{})
 	in.publish("transcripts.s", m("role", "user", "content", "one"))
@@ -487,23 +492,35 @@ func TestHandler_LoadsBounded(t *testing.T) {
 		require.NoError(t, err)
 		return resp.StatusCode, resp.Header.Get("Retry-After"), string(body)
 	}
-	done := make(chan int, 2)
+	done := make(chan int, 3)
 	for _, p := range []string{"/ui/sessions/s", "/ui/sessions/s?format=json"} {
 		go func() { code, _, _ := get(p); done <- code }()
 	}
 	<-src.reading
 	<-src.reading
-	for _, p := range []string{"/ui/sessions/s", "/ui/sessions/s?format=json", "/ui/sessions/s?after=1&from=1"} {
+	for _, p := range []string{"/ui/sessions/s?at=1", "/ui/sessions/s?format=json", "/ui/sessions/s?after=0&at=1", "/ui/"} {
 		code, retry, body := get(p)
 		require.Equal(t, http.StatusServiceUnavailable, code, p)
 		require.NotEmpty(t, retry, p)
 		require.Contains(t, body, "views", p)
 	}
+	go func() { code, _, _ := get("/ui/sessions/s?after=0"); done <- code }() // waits for the read in progress
 	close(src.release)
-	require.Equal(t, http.StatusOK, <-done)
-	require.Equal(t, http.StatusOK, <-done)
+	for range 3 {
+		require.Equal(t, http.StatusOK, <-done)
+	}
+	require.Equal(t, int64(2), src.reads.Load())
 	code, _, _ := get("/ui/sessions/s")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, int64(2), src.reads.Load(), "the latest page is held while nothing is applied")
+	code, _, _ = get("/ui/sessions/s?at=1")
 	require.Equal(t, http.StatusOK, code, "a slot is free again")
+	require.Equal(t, int64(3), src.reads.Load())
+	in.publish("transcripts.s", m("role", "user", "content", "two"))
+	code, _, body := get("/ui/sessions/s")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, `id="seq-2"`, "a record applied: the page is read again")
+	require.Equal(t, int64(4), src.reads.Load())
 }
 
 func TestHandler_Compaction(t *testing.T) {
