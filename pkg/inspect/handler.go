@@ -106,8 +106,9 @@ type Handler struct {
 	loads  chan struct{} // a slot per view reading a session
 
 	mu      sync.Mutex
-	flights map[viewKey]*flight // latest pages being loaded
-	pages   []cachedPage        // latest pages loaded, oldest first
+	flights map[viewKey]*flight   // latest pages being loaded
+	pages   []cachedPage          // latest pages loaded, oldest first
+	sums    map[string]*summaryAt // by session, for the event streams
 	closed  chan struct{}
 	once    sync.Once
 }
@@ -141,7 +142,7 @@ func New(src Source, opt Options) *Handler {
 	if opt.Thumbnails <= 0 {
 		opt.Thumbnails = 2
 	}
-	h := &Handler{src: src, opt: opt, mux: http.NewServeMux(), closed: make(chan struct{}), thumbs: make(chan struct{}, opt.Thumbnails), loads: make(chan struct{}, opt.MaxLoads), flights: map[viewKey]*flight{}}
+	h := &Handler{src: src, opt: opt, mux: http.NewServeMux(), closed: make(chan struct{}), thumbs: make(chan struct{}, opt.Thumbnails), loads: make(chan struct{}, opt.MaxLoads), flights: map[viewKey]*flight{}, sums: map[string]*summaryAt{}}
 	h.tmpl = parseTemplates(opt.Prefix)
 	p := opt.Prefix
 	h.mux.HandleFunc("GET "+p+"{$}", h.sessions)
@@ -728,7 +729,7 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 	for {
 		if a := h.src.Applied(); first || a != applied {
 			applied = a
-			s, err := h.src.Summary(r.Context(), id)
+			s, err := h.summary(r.Context(), id, a)
 			if err == nil && (first || s.Seq != sent) {
 				sent = s.Seq
 				fmt.Fprintf(w, "event: seq\ndata: %d\n\n", s.Seq)
@@ -749,6 +750,45 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 		case <-h.closed:
 			return
 		}
+	}
+}
+
+// summaryAt is a session's summary asked for once the service had
+// applied up to applied, shared by the event streams following it.
+type summaryAt struct {
+	applied uint64
+	done    chan struct{}
+	s       Summary
+	err     error
+}
+
+// summary returns the session's summary once the service applied up to
+// applied: each is asked of the service once, for every page following
+// the session, since a large session that the service does not hold is
+// read from the stream to answer it.
+func (h *Handler) summary(ctx context.Context, id string, applied uint64) (Summary, error) {
+	h.mu.Lock()
+	f := h.sums[id]
+	if f == nil || f.applied != applied {
+		if len(h.sums) >= 1024 {
+			clear(h.sums) // sessions no longer followed
+		}
+		f = &summaryAt{applied: applied, done: make(chan struct{})}
+		h.sums[id] = f
+		h.mu.Unlock()
+		// Others wait for it: it goes on if this stream ends.
+		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		f.s, f.err = h.src.Summary(c, id)
+		cancel()
+		close(f.done)
+		return f.s, f.err
+	}
+	h.mu.Unlock()
+	select {
+	case <-f.done:
+		return f.s, f.err
+	case <-ctx.Done():
+		return Summary{}, ctx.Err()
 	}
 }
 

@@ -557,3 +557,53 @@ func bigSeqSize(t testing.TB, in *instance, seq uint64) int {
 	_, _, raw := in.get(fmt.Sprintf("/ui/sessions/demo-1/records/%d", seq))
 	return len(raw)
 }
+
+// counting is a Source that counts the summaries asked for.
+type counting struct {
+	inspect.Source
+	summaries atomic.Int64
+}
+
+func (c *counting) Summary(ctx context.Context, session string) (inspect.Summary, error) {
+	c.summaries.Add(1)
+	return c.Source.Summary(ctx, session)
+}
+
+// TestHandler_EventsShareSummaries: the pages following a session ask
+// the service for its summary once per record applied between them, not
+// once each.
+func TestHandler_EventsShareSummaries(t *testing.T) {
+	in := startInstance(t, inspect.Options{})
+	in.publish("transcripts.live", m("role", "user", "content", "one"))
+	src := &counting{Source: in.app.InspectSource()}
+	ui := inspect.New(src, inspect.Options{Config: in.app.InspectConfig(), Poll: 10 * time.Millisecond})
+	srv := httptest.NewServer(ui)
+	t.Cleanup(func() { ui.Close(); srv.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const viewers = 4
+	events := make(chan string, 64)
+	for range viewers {
+		req, err := http.NewRequestWithContext(ctx, "GET", srv.URL+"/ui/sessions/live/events", nil)
+		require.NoError(t, err)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		t.Cleanup(func() { resp.Body.Close() })
+		go func() {
+			sc := bufio.NewScanner(resp.Body)
+			for sc.Scan() {
+				if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+					events <- d
+				}
+			}
+		}()
+	}
+	for range viewers {
+		require.Equal(t, "1", <-events)
+	}
+	seq := in.publish("transcripts.live", m("role", "user", "content", "two"))
+	for range viewers {
+		require.Equal(t, fmt.Sprint(seq), <-events)
+	}
+	require.LessOrEqual(t, src.summaries.Load(), int64(2), "one summary per record applied, for every viewer")
+}
