@@ -232,3 +232,41 @@ func TestServer_NoLoginWithoutToken(t *testing.T) {
 	resp, _ = request(t, s, "GET", "/login", nil)
 	require.Equal(t, http.StatusNotFound, resp.StatusCode)
 }
+
+// FuzzLocalPath: whatever next a login is given, it sends the browser to
+// a path of this listener.
+func FuzzLocalPath(f *testing.F) {
+	for _, s := range []string{"/ui/", "//evil.example/", "/\\evil.example", "https://evil.example", "javascript:alert(1)", "/ui/sessions/a?at=1#seq-2", "", "/%2F%2Fevil", "/\t/evil"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, next string) {
+		p := localPath(next)
+		require.True(t, strings.HasPrefix(p, "/") && !strings.HasPrefix(p, "//"), "%q -> %q", next, p)
+		u, err := url.Parse(p)
+		require.NoError(t, err)
+		require.Empty(t, u.Scheme, "%q -> %q", next, p)
+		require.Empty(t, u.Host, "%q -> %q", next, p)
+		require.NotContains(t, p, "\\")
+	})
+}
+
+// FuzzHostServed: on loopback, no name but localhost and the listed ones
+// is served, whatever the Host header holds.
+func FuzzHostServed(f *testing.F) {
+	for _, s := range []string{"localhost:1", "127.0.0.1", "[::1]:9", "attacker.example", "LOCALHOST.", "localhost.attacker", "", ":", "[", "ctxd.example.com:1"} {
+		f.Add(s)
+	}
+	s := &Server{Addr: "127.0.0.1:9090", Hosts: []string{"ctxd.example.com"}}
+	f.Fuzz(func(t *testing.T, host string) {
+		if !s.hostServed(host) {
+			return
+		}
+		h, _, err := net.SplitHostPort(host)
+		if err != nil {
+			h = host
+		}
+		h = strings.TrimSuffix(strings.ToLower(strings.Trim(h, "[]")), ".")
+		ip := net.ParseIP(h)
+		require.True(t, h == "localhost" || h == "ctxd.example.com" || (ip != nil && ip.IsLoopback()), "%q served", host)
+	})
+}
