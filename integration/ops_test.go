@@ -291,3 +291,54 @@ func TestOps_Inspector(t *testing.T) {
 	// connection is still held.
 	require.NoError(t, a.Close())
 }
+
+// TestOps_InspectorLogin: on ctxd's listener a browser logs in to the
+// inspector with the token once, and its cookie opens /ui/ (with a log
+// out button) but not /metrics; a host name the listener does not serve
+// reads nothing.
+func TestOps_InspectorLogin(t *testing.T) {
+	a := startApp(t, t.TempDir(), func(c *app.Config) {
+		c.HTTPAddr = "127.0.0.1:0"
+		c.HTTPToken = "s3cret"
+		c.HTTPHosts = []string{"ctxd.example.com"}
+	})
+	c := newClient(t, a.URL())
+	seq := c.publish("insp2", []byte(`{"role":"user","content":"hello"}`))
+	require.NoError(t, a.Wait(context.Background(), seq, 20*time.Second))
+	addr := a.HTTPListenAddr()
+	hc := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+
+	req, err := http.NewRequest("POST", "http://"+addr+"/login?next=%2Fui%2Fsessions%2Finsp2", strings.NewReader(url.Values{"token": {"s3cret"}}.Encode()))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", "http://"+addr)
+	resp, err := hc.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	require.Equal(t, "/ui/sessions/insp2", resp.Header.Get("Location"))
+	require.Len(t, resp.Cookies(), 1)
+	cookie := resp.Cookies()[0].Name + "=" + resp.Cookies()[0].Value
+
+	code, body := httpGet(t, addr, "/ui/sessions/insp2", "Cookie", cookie)
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, `id="seq-`+strconv.FormatUint(seq, 10)+`"`)
+	require.Contains(t, body, `<form method="post" action="/logout" class="logout">`)
+	code, _ = httpGet(t, addr, "/metrics", "Cookie", cookie)
+	require.Equal(t, http.StatusUnauthorized, code)
+
+	for _, host := range []string{"attacker.example", "ctxd.example.com"} {
+		req, err := http.NewRequest("GET", "http://"+addr+"/ui/sessions/insp2", nil)
+		require.NoError(t, err)
+		req.Host = host
+		req.Header.Set("Cookie", cookie)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		if host == "attacker.example" {
+			require.Equal(t, http.StatusMisdirectedRequest, resp.StatusCode)
+		} else {
+			require.Equal(t, http.StatusOK, resp.StatusCode)
+		}
+	}
+}

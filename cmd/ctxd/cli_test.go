@@ -78,6 +78,14 @@ func TestCLI_MaxPayloadRange(t *testing.T) {
 	}
 }
 
+func TestCLI_HTTPHosts(t *testing.T) {
+	for _, v := range []string{"http://ctxd.example.com", "ctxd.example.com:9090", "a b"} {
+		code, _, errOut := runCmd(t, "", "serve", "--http", "127.0.0.1:0", "--http-hosts", v, "--data", t.TempDir())
+		require.Equal(t, exitUsage, code, v)
+		require.Contains(t, errOut, "--http-hosts: want host names without scheme or port", v)
+	}
+}
+
 // A port in use fails at once (not after 30 s) and says so.
 func TestCLI_PortInUse(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

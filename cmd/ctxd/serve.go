@@ -38,8 +38,14 @@ ingest running, at most --ready-max-lag records behind the stream) and
 /ui/, the inspector (each session's records beside what the model saw; see
 ctxd inspect). It is off unless given. /metrics and /ui/ need the bearer
 token --http-token when one is set; listening beyond loopback
-(0.0.0.0:9090) requires one. The probes answer anyone and tell only "ok"
-or why not.
+(0.0.0.0:9090) requires one. A browser opening /ui/ is sent to /login,
+where the token, posted once, is exchanged for an HttpOnly,
+SameSite=Strict session cookie (12 hours; /ui/ has a log out button).
+The listener answers only the host names it serves: localhost, the
+loopback addresses, its own address (any IP address on 0.0.0.0) and
+--http-hosts; another name gets 421 unless the request carries the
+bearer token, so a web page that rebinds its name to 127.0.0.1 reads
+nothing. The probes answer anyone and tell only "ok" or why not.
 
 An embedded server that listens beyond loopback (--host 0.0.0.0) needs
 authentication: --nats-config FILE with users or accounts (see
@@ -87,7 +93,8 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	fs.DurationVar(&cfg.AckWait, "ack-wait", 0, "how long the ingest may hold a record before JetStream redelivers it, on an ingest consumer with acks (0: the definition's; ctxd's definition acknowledges nothing, so it has no effect there)")
 	fs.IntVar(&cfg.RejectLog, "rejected-log", cfg.RejectLog, "rejected records ctxd.rejected lists, the latest (all are counted)")
 	fs.StringVar(&cfg.HTTPAddr, "http", "", "serve /metrics, /healthz and /readyz over HTTP on `ADDR` (host:port, e.g. 127.0.0.1:8222; off when empty)")
-	fs.StringVar(&cfg.HTTPToken, "http-token", "", "bearer token --http requires on /metrics (not on /healthz and /readyz); needed to listen beyond loopback (prefer CTXD_HTTP_TOKEN)")
+	fs.StringVar(&cfg.HTTPToken, "http-token", "", "bearer token --http requires on /metrics and /ui/ (not on /healthz and /readyz); a browser logs in to /ui/ with it at /login; needed to listen beyond loopback (prefer CTXD_HTTP_TOKEN)")
+	httpHosts := fs.String("http-hosts", "", "comma-separated host `NAMES` --http serves besides localhost, the loopback addresses and its own address (e.g. ctxd.example.com); a request naming another is refused with 421, unless it carries the token")
 	fs.DurationVar(&cfg.ShutdownCheckpoints, "shutdown-checkpoints", cfg.ShutdownCheckpoints, "how long a shutdown writes checkpoints at most, and then snapshots; those not written are counted in one log line each (those sessions load from earlier checkpoints, or by their checkpoints)")
 	fs.DurationVar(&cfg.IdleSnapshots, "idle-snapshots", cfg.IdleSnapshots, "how often the ingest writes the snapshots of the sessions that had no record since the time before, so that after a crash their first load reads little (0: the default, below 0: only at shutdown)")
 	fs.Uint64Var(&cfg.ReadyMaxLag, "ready-max-lag", cfg.ReadyMaxLag, "records the ingest may be behind the stream and /readyz still say ready")
@@ -116,6 +123,12 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	}
 	cfg.MaxPayload = int32(*maxPayload)
 	cfg.BrowserTools = splitList(*browser)
+	cfg.HTTPHosts = splitList(*httpHosts)
+	for _, h := range cfg.HTTPHosts {
+		if strings.ContainsAny(h, "/:@ ") && !strings.HasPrefix(h, "[") {
+			return usageError(e, "serve", fmt.Errorf("--http-hosts: want host names without scheme or port (ctxd.example.com), got %q", h))
+		}
+	}
 	if *sync == "always" {
 		cfg.SyncAlways = true
 	} else {

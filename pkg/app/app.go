@@ -107,6 +107,10 @@ type Config struct {
 	// every path but /healthz and /readyz; without it the listener
 	// refuses an address beyond loopback.
 	HTTPToken string
+	// HTTPHosts are host names the listener serves besides localhost,
+	// the loopback addresses and the address it listens on; requests for
+	// others are refused (see package ops).
+	HTTPHosts []string
 	// HTTPHandlers are mounted on the listener, behind its token, by
 	// pattern: {"/ui/": inspector} serves an inspector at /ui/. They are
 	// served from the start of Open: one that reads the app checks
@@ -185,7 +189,12 @@ type App struct {
 	ops *ops.Server
 	// inspector is mounted at /ui/ on ops unless HTTPHandlers take it.
 	inspector *inspector
-	metrics   *ops.Metrics
+	// url is the NATS server the app connected to; the inspector's
+	// connection goes there too.
+	url string
+	// inspectConn is the inspector's connection (inspect.go).
+	inspectConn inspectConn
+	metrics     *ops.Metrics
 	// serving is set once Open has started everything.
 	serving atomic.Bool
 	// failed is closed, and failErr set, when the app cannot go on.
@@ -286,6 +295,7 @@ func (a *App) Open(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("connect to %s: %w", Redact(url), err)
 	}
+	a.url = url
 	// Every JetStream reply and ingest delivery comes to the
 	// connection's inboxes: a user refused them is told now, not by a
 	// timeout.
@@ -643,6 +653,7 @@ func (a *App) Close() error {
 	if a.roles != nil {
 		errs = append(errs, a.roles.reader.Close())
 	}
+	a.inspectConn.close() // after the listener: no view reads any more
 	if a.nc != nil {
 		if err := a.nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 			errs = append(errs, err)

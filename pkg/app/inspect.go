@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/ctxd/ctxd/pkg/bus"
 	"github.com/ctxd/ctxd/pkg/inspect"
+	"github.com/ctxd/ctxd/pkg/ops"
 	"github.com/ctxd/ctxd/pkg/projection"
 	"github.com/ctxd/ctxd/pkg/store"
 	"github.com/ctxd/ctxd/pkg/subject"
@@ -29,8 +31,52 @@ func (a *App) InspectConfig() inspect.Config {
 // InspectSource returns the inspector's source over the running app:
 // the records of its stream, and its live projections and rejected
 // list. Call it after Open.
+//
+// It reads the stream on a connection of its own, opened at its first
+// read and closed by Close: a view reads a session's whole history,
+// several MiB a record with screenshots, and on the app's connection
+// those replies would queue ahead of the ingest's deliveries and the
+// service's requests, and a slow reader there gets the connection reset.
 func (a *App) InspectSource() inspect.Source {
-	return &inspectSource{StreamReader: StreamReader{NC: a.nc, Stream: streamName()}, a: a}
+	return &inspectSource{StreamReader: StreamReader{Stream: streamName()}, a: a}
+}
+
+// inspectConn is the inspector's connection, opened at its first use.
+type inspectConn struct {
+	mu     sync.Mutex
+	nc     *nats.Conn
+	closed bool
+}
+
+// get returns the connection, connecting to the app's server with the
+// app's options (credentials, TLS) the first time.
+func (c *inspectConn) get(a *App) (*nats.Conn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || a.url == "" {
+		return nil, errors.New("ctxd is not running")
+	}
+	if c.nc != nil {
+		return c.nc, nil
+	}
+	opts := []nats.Option{nats.Name("ctxd " + a.Instance + " inspector"), nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond), nats.PingInterval(2 * time.Second), nats.MaxPingsOutstanding(2)}
+	nc, err := nats.Connect(a.url, append(opts, a.NATSOptions...)...)
+	if err != nil {
+		return nil, fmt.Errorf("inspector: connect to %s: %w", Redact(a.url), err)
+	}
+	c.nc = nc
+	return nc, nil
+}
+
+func (c *inspectConn) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	if c.nc != nil {
+		c.nc.Close()
+		c.nc = nil
+	}
 }
 
 func streamName() string {
@@ -62,11 +108,31 @@ func (s StreamReader) Records(ctx context.Context, session string, to uint64, fn
 
 type inspectSource struct {
 	StreamReader
-	a *App
+	a *App // nil: StreamReader.NC is the connection
+}
+
+// conn returns the connection the source reads on.
+func (s *inspectSource) conn() (*nats.Conn, error) {
+	if s.a == nil {
+		return s.NC, nil
+	}
+	return s.a.inspectConn.get(s.a)
+}
+
+func (s *inspectSource) Records(ctx context.Context, session string, to uint64, fn func(seq uint64, data []byte) error) error {
+	nc, err := s.conn()
+	if err != nil {
+		return err
+	}
+	return StreamReader{NC: nc, Stream: s.Stream}.Records(ctx, session, to, fn)
 }
 
 func (s *inspectSource) Sessions(ctx context.Context) ([]inspect.SessionRef, error) {
-	js, err := bus.JetStream(s.NC)
+	nc, err := s.conn()
+	if err != nil {
+		return nil, err
+	}
+	js, err := bus.JetStream(nc)
 	if err != nil {
 		return nil, err
 	}
@@ -109,9 +175,13 @@ func (s *inspectSource) Summary(ctx context.Context, session string) (inspect.Su
 }
 
 func (s *inspectSource) Record(ctx context.Context, seq uint64) (string, []byte, error) {
+	nc, err := s.conn()
+	if err != nil {
+		return "", nil, err
+	}
 	var subj string
 	var data []byte
-	err := bus.ReadRange(ctx, s.NC, s.Stream, seq, seq, func(m bus.Msg) error {
+	err = bus.ReadRange(ctx, nc, s.Stream, seq, seq, func(m bus.Msg) error {
 		if m.Seq == seq {
 			subj, data = m.Subject, m.Data
 		}
@@ -171,7 +241,11 @@ func (m *inspector) handler() *inspect.Handler {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.h == nil && !m.closed && m.a.Serving() {
-		m.h = inspect.New(m.a.InspectSource(), inspect.Options{Config: m.a.InspectConfig(), Logger: m.a.Logger})
+		opt := inspect.Options{Config: m.a.InspectConfig(), Logger: m.a.Logger}
+		if m.a.HTTPToken != "" {
+			opt.Logout = ops.LogoutPath // a browser's login (package ops)
+		}
+		m.h = inspect.New(m.a.InspectSource(), opt)
 	}
 	if m.closed {
 		return nil

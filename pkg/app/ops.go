@@ -34,11 +34,12 @@ func (a *App) openHTTP() error {
 	})
 	a.ops = ops.New(a.HTTPAddr)
 	a.ops.Token = a.HTTPToken
+	a.ops.Hosts = a.HTTPHosts
 	a.ops.Registry = a.metrics.Registry
 	a.ops.Ready = a.Ready
 	a.ops.Logger = a.Logger
 	if _, taken := a.HTTPHandlers["/ui/"]; !taken {
-		// The inspector, behind the same token as /metrics.
+		// The inspector, behind the same token as /metrics, or a login.
 		a.inspector = &inspector{a: a}
 		a.ops.Mount("/ui/", a.inspector)
 	}

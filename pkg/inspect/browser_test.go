@@ -6,10 +6,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/ctxd/ctxd/pkg/inspect"
+	"github.com/ctxd/ctxd/pkg/ops"
 )
 
 // chromium returns the headless browser's path. Outside CI a machine
@@ -108,4 +110,39 @@ func TestBrowser(t *testing.T) {
 	b.open(in.srv.URL + "/ui/rejected")
 	require.Contains(t, b.dom(), "not a map")
 	shot("rejected")
+}
+
+// TestBrowser_Login opens the inspector behind the listener's token as a
+// browser does: sent to the login page, the token typed once, then the
+// pages and the following of a session on an HttpOnly cookie that
+// scripts cannot read, until the log out button ends it.
+func TestBrowser_Login(t *testing.T) {
+	bin := chromium(t)
+	in := startInstance(t, inspect.Options{})
+	demoSession(t, in, "demo-1")
+	ui := inspect.New(in.app.InspectSource(), inspect.Options{Config: in.app.InspectConfig(), Poll: 20 * time.Millisecond, Logout: ops.LogoutPath})
+	srv := ops.New("127.0.0.1:0")
+	srv.Token = "s3cret"
+	srv.Mount("/ui/", ui)
+	require.NoError(t, srv.Open())
+	t.Cleanup(func() { ui.Close(); srv.Close() })
+	base := "http://" + srv.ListenAddr()
+	b := startBrowser(t, bin)
+
+	b.call("Page.navigate", map[string]any{"url": base + "/ui/sessions/demo-1"}, nil)
+	b.waitFor(`location.pathname === "/login" && document.readyState === "complete"`)
+	b.eval(`document.querySelector("input[name=token]").value = "wrong"; document.querySelector("form").submit(); true`)
+	b.waitFor(`document.readyState === "complete" && document.body.textContent.includes("wrong token")`)
+	b.eval(`document.querySelector("input[name=token]").value = "s3cret"; document.querySelector("form").submit(); true`)
+	b.waitFor(`location.pathname === "/ui/sessions/demo-1" && document.getElementById("session") !== null`)
+	require.Equal(t, "", b.eval(`document.cookie`), "the session cookie is HttpOnly")
+	b.waitFor(`document.getElementById("live-status").textContent.startsWith("following")`)
+	seq := in.publish("transcripts.demo-1", m("role", "user", "content", "followed behind the login"))
+	b.waitFor(fmt.Sprintf(`document.getElementById("seq-%d") !== null`, seq))
+	require.Equal(t, fmt.Sprintf("following, seq %d", seq), b.eval(`document.getElementById("live-status").textContent`))
+
+	b.eval(`document.querySelector("form.logout button").click(); true`)
+	b.waitFor(`location.pathname === "/login" && document.readyState === "complete"`)
+	b.call("Page.navigate", map[string]any{"url": base + "/ui/"}, nil)
+	b.waitFor(`location.pathname === "/login" && document.readyState === "complete"`)
 }

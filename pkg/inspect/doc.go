@@ -15,9 +15,11 @@
 // pages (html/template, auto-escaping) with a little JavaScript, all
 // embedded with go:embed. Its pages, under its prefix, /ui/ by default:
 //
-//	/ui/                            sessions, recently active first; ?q= searches ids
-//	/ui/sessions/ID                 one session: records beside the context
+//	/ui/                            sessions, recently active first; ?q= searches ids, ?page=N pages
+//	/ui/sessions/ID                 one session: its latest records beside the context
+//	/ui/sessions/ID?page=N          the records before, a page of them at a time
 //	/ui/sessions/ID?at=SEQ          the same, as it was at stream sequence SEQ
+//	/ui/sessions/ID?after=SEQ       what a followed page lacks: the records after SEQ, fates, summary
 //	/ui/sessions/ID?format=json     the view as JSON, as ctxd inspect --json prints it
 //	/ui/sessions/ID/events          server-sent events: the session's last applied seq
 //	/ui/sessions/ID/records/SEQ     a stored record, raw
@@ -48,6 +50,17 @@
 // session a request would show (list lines, pages, records, thumbnails,
 // events, rejected records, with "" for those of no session), and a
 // session it refuses is answered 404, as one that does not exist.
+//
+// # What a view costs
+//
+// A view reads and decodes a session's whole history: several MiB a
+// record with screenshots. Options.MaxLoads views read at once, and one
+// past them is answered 503 at once. The latest page of a session is read
+// once for every view of it until the service applies another record
+// (Source.Applied moves), and held without the records' values; a
+// followed page fetches only what it lacks. A page holds PageRecords
+// records and PageBytes of previews at most, whatever the session holds.
+// A number out of range in a query is a 400.
 //
 // Pages carry a Content-Security-Policy that runs no inline script or
 // style, record contents are cut for display and escaped, and raw

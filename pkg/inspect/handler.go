@@ -64,10 +64,22 @@ type Options struct {
 	// PageSessions is how many sessions a page of the list shows, each
 	// loaded to size its context; 0 means 50.
 	PageSessions int
-	// PageRecords is how many records a session page shows, the latest,
-	// unless ?all=1 asks for every one; 0 means 500. The context is
-	// always built from every record.
+	// PageRecords is how many records a page of a session shows: the
+	// latest on the first, earlier ones on the pages after it (?page=N);
+	// 0 means 100. The context is always built from every record.
 	PageRecords int
+	// PageBytes bounds the previews of a page, records and context
+	// messages together; past it the rows left show no preview, only the
+	// link to their raw record. 0 means 1 MiB.
+	PageBytes int
+	// MaxLoads bounds the views that read a session's records at once
+	// (session pages, their JSON and follow updates, the sessions list):
+	// each reads and decodes a session's whole history, several MiB a
+	// record with screenshots. Past it a view is answered 503 at once,
+	// with Retry-After. 0 means 2.
+	MaxLoads int
+	// Logout, when set, is the path a "log out" button posts to.
+	Logout string
 	// Poll is how often a followed session is checked for new records;
 	// 0 means 500ms.
 	Poll time.Duration
@@ -91,8 +103,14 @@ type Handler struct {
 	tmpl map[string]*template.Template
 
 	thumbs chan struct{} // a slot per thumbnail being made
-	closed chan struct{}
-	once   sync.Once
+	loads  chan struct{} // a slot per view reading a session
+
+	mu      sync.Mutex
+	flights map[viewKey]*flight   // latest pages being loaded
+	pages   []cachedPage          // latest pages loaded, oldest first
+	sums    map[string]*summaryAt // by session, for the event streams
+	closed  chan struct{}
+	once    sync.Once
 }
 
 // New returns the inspector's handler over src.
@@ -107,7 +125,13 @@ func New(src Source, opt Options) *Handler {
 		opt.PageSessions = 50
 	}
 	if opt.PageRecords <= 0 {
-		opt.PageRecords = 500
+		opt.PageRecords = 100
+	}
+	if opt.PageBytes <= 0 {
+		opt.PageBytes = 1 << 20
+	}
+	if opt.MaxLoads <= 0 {
+		opt.MaxLoads = 2
 	}
 	if opt.Poll <= 0 {
 		opt.Poll = 500 * time.Millisecond
@@ -118,7 +142,7 @@ func New(src Source, opt Options) *Handler {
 	if opt.Thumbnails <= 0 {
 		opt.Thumbnails = 2
 	}
-	h := &Handler{src: src, opt: opt, mux: http.NewServeMux(), closed: make(chan struct{}), thumbs: make(chan struct{}, opt.Thumbnails)}
+	h := &Handler{src: src, opt: opt, mux: http.NewServeMux(), closed: make(chan struct{}), thumbs: make(chan struct{}, opt.Thumbnails), loads: make(chan struct{}, opt.MaxLoads), flights: map[viewKey]*flight{}, sums: map[string]*summaryAt{}}
 	h.tmpl = parseTemplates(opt.Prefix)
 	p := opt.Prefix
 	h.mux.HandleFunc("GET "+p+"{$}", h.sessions)
@@ -168,6 +192,52 @@ func (h *Handler) sessionOf(w http.ResponseWriter, r *http.Request) (string, boo
 	return id, true
 }
 
+// ErrBusy is the error of a view refused because MaxLoads views are
+// reading sessions.
+var ErrBusy = errors.New("busy")
+
+// load takes a slot of the views reading sessions, or answers 503.
+func (h *Handler) load(w http.ResponseWriter, r *http.Request) (release func(), ok bool) {
+	select {
+	case h.loads <- struct{}{}:
+		return func() { <-h.loads }, true
+	default:
+		w.Header().Set("Retry-After", "2")
+		h.fail(w, r, http.StatusServiceUnavailable, fmt.Errorf("%w: %d views are reading sessions, the most at once; try again shortly", ErrBusy, cap(h.loads)))
+		return nil, false
+	}
+}
+
+// pageOf reads a page number from the query: absent is 0; not a number,
+// negative or past last is an error that names it.
+func pageOf(r *http.Request, last int) (int, error) {
+	s := r.URL.Query().Get("page")
+	if s == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("page: %q is not a page number (0 to %d)", cut(s, 40), last)
+	}
+	if n > last {
+		return 0, fmt.Errorf("page %d: there are pages 0 to %d", n, last)
+	}
+	return n, nil
+}
+
+// seqParam reads a stream sequence from the query; def when absent.
+func seqParam(r *http.Request, name string, def uint64) (uint64, error) {
+	s := r.URL.Query().Get(name)
+	if s == "" {
+		return def, nil
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %q is not a stream sequence", name, cut(s, 40))
+	}
+	return n, nil
+}
+
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, code int, err error) {
 	if code >= 500 {
 		h.opt.Logger.Warn("inspector request failed", "path", r.URL.Path, "err", err)
@@ -180,6 +250,7 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, code int, err err
 func (h *Handler) render(w http.ResponseWriter, r *http.Request, name string, data map[string]any) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8") // before the status, or it is not sent
 	data["Prefix"] = h.opt.Prefix
+	data["Logout"] = h.opt.Logout
 	if err := h.tmpl[name].ExecuteTemplate(w, "page", data); err != nil {
 		h.opt.Logger.Warn("inspector template failed", "page", name, "err", err)
 	}
@@ -195,6 +266,11 @@ type sessionRow struct {
 
 func (h *Handler) sessions(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
+	release, ok := h.load(w, r)
+	if !ok {
+		return
+	}
+	defer release()
 	refs, err := h.src.Sessions(ctx)
 	if err != nil {
 		h.fail(w, r, http.StatusBadGateway, err)
@@ -214,10 +290,13 @@ func (h *Handler) sessions(w http.ResponseWriter, r *http.Request) {
 	slices.SortFunc(shown, func(a, b SessionRef) int {
 		return cmp.Or(cmp.Compare(b.LastSeq, a.LastSeq), strings.Compare(a.ID, b.ID))
 	})
-	page, _ := strconv.Atoi(r.URL.Query().Get("page"))
-	page = max(page, 0)
 	n := h.opt.PageSessions
-	from := min(page*n, len(shown))
+	page, err := pageOf(r, max(len(shown)-1, 0)/n)
+	if err != nil {
+		h.fail(w, r, http.StatusBadRequest, err)
+		return
+	}
+	from := page * n // page <= len/n: no overflow
 	to := min(from+n, len(shown))
 	rejected := map[string]int{}
 	if rj, err := h.src.Rejected(ctx); err == nil {
@@ -257,9 +336,12 @@ func pageURL(q string, page int) string {
 // recordRow is a stored record on the session page.
 type recordRow struct {
 	Row
+	Base    string // the session page's path, for the record's links
 	Preview string
+	Cut     bool // the preview is not the whole record
 	Images  []imageRef
 	Context []contextMsg
+	More    int // context messages the record gives beyond those shown
 	Divider bool
 }
 
@@ -281,30 +363,77 @@ type contextMsg struct {
 	Preview string
 }
 
+// contextPerRow bounds the context messages a row shows: a compaction
+// gives hundreds.
+const contextPerRow = 20
+
+// sessionURL is the path of a page of a session, as of at.
+func sessionURL(base string, at uint64, page int) string {
+	v := url.Values{}
+	if at != 0 {
+		v.Set("at", strconv.FormatUint(at, 10))
+	}
+	if page != 0 {
+		v.Set("page", strconv.Itoa(page))
+	}
+	if len(v) == 0 {
+		return base
+	}
+	return base + "?" + v.Encode()
+}
+
 func (h *Handler) session(w http.ResponseWriter, r *http.Request) {
 	id, ok := h.sessionOf(w, r)
 	if !ok {
 		return
 	}
-	var at uint64
-	if s := r.URL.Query().Get("at"); s != "" {
-		n, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			h.fail(w, r, http.StatusBadRequest, fmt.Errorf("at: %q is not a stream sequence", cut(s, 40)))
+	q := r.URL.Query()
+	at, err := seqParam(r, "at", 0)
+	if err != nil {
+		h.fail(w, r, http.StatusBadRequest, err)
+		return
+	}
+	follow := q.Has("after")
+	after, err := seqParam(r, "after", 0)
+	if err != nil {
+		h.fail(w, r, http.StatusBadRequest, err)
+		return
+	}
+	from, err := seqParam(r, "from", after+1)
+	if err != nil {
+		h.fail(w, r, http.StatusBadRequest, err)
+		return
+	}
+	if q.Has("page") && follow {
+		h.fail(w, r, http.StatusBadRequest, errors.New("page: not with after"))
+		return
+	}
+	base := h.opt.Prefix + "sessions/" + url.PathEscape(id)
+	if q.Get("format") != "json" && (follow || q.Get("page") == "" || q.Get("page") == "0") {
+		// The latest page and follow updates: from the view shared by
+		// every request for it, loaded once per record applied.
+		pv, ok := h.latest(w, r, id, at, base)
+		if !ok {
 			return
 		}
-		at = n
+		if follow {
+			h.followUpdate(w, r, pv, after, from)
+			return
+		}
+		h.renderPage(w, r, pv)
+		return
 	}
+	release, ok := h.load(w, r)
+	if !ok {
+		return
+	}
+	defer release()
 	v, err := Load(r.Context(), h.src, id, at, h.opt.Config)
-	if errors.Is(err, ErrNoSession) {
-		h.fail(w, r, http.StatusNotFound, err)
-		return
-	}
 	if err != nil {
-		h.fail(w, r, http.StatusBadGateway, err)
+		h.loadFailed(w, r, err)
 		return
 	}
-	if r.URL.Query().Get("format") == "json" {
+	if q.Get("format") == "json" {
 		out, err := v.MarshalJSON()
 		if err != nil {
 			h.fail(w, r, http.StatusInternalServerError, err)
@@ -314,60 +443,264 @@ func (h *Handler) session(w http.ResponseWriter, r *http.Request) {
 		w.Write(out)
 		return
 	}
-	base := h.opt.Prefix + "sessions/" + url.PathEscape(id)
-	all := base + "?all=1"
-	if at != 0 {
-		all = fmt.Sprintf("%s?at=%d&all=1", base, at)
+	page, err := pageOf(r, (len(v.Rows)-1)/h.opt.PageRecords)
+	if err != nil {
+		h.fail(w, r, http.StatusBadRequest, err)
+		return
 	}
-	shown, hidden := v.Rows, 0
-	if r.URL.Query().Get("all") == "" && len(shown) > h.opt.PageRecords {
-		hidden = len(shown) - h.opt.PageRecords
-		shown = shown[hidden:]
+	h.renderPage(w, r, h.pageView(v, base, page))
+}
+
+func (h *Handler) loadFailed(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, ErrBusy) {
+		w.Header().Set("Retry-After", "2")
+		h.fail(w, r, http.StatusServiceUnavailable, err)
+		return
 	}
-	// A link to a record not shown goes to the page that shows them all.
+	if errors.Is(err, ErrNoSession) {
+		h.fail(w, r, http.StatusNotFound, err)
+		return
+	}
+	h.fail(w, r, http.StatusBadGateway, err)
+}
+
+// pageView is a page of a session's view, ready to render: its rows'
+// previews made, and the view without the records' values, which a
+// large session holds hundreds of MiB of.
+type pageView struct {
+	View    *View // Rows without Value, no Messages
+	Base    string
+	Page    int
+	Rows    []recordRow
+	Hidden  int // records on older pages
+	Dropped []droppedItem
+	Newer   string
+	Older   string
+}
+
+// pageView makes page of v (page 0 the latest records, page 1 the n
+// before, and so on); page is in range.
+func (h *Handler) pageView(v *View, base string, page int) *pageView {
+	n := h.opt.PageRecords
+	last := (len(v.Rows) - 1) / n
+	end := len(v.Rows) - page*n
+	shown := v.Rows[max(end-n, 0):end]
+	pv := &pageView{Base: base, Page: page, Rows: h.rows(v, shown, base), Hidden: max(end-n, 0)}
+	// A link to a record goes to the page that shows it.
 	href := func(seq uint64) string {
-		if seq < shown[0].Seq {
-			return fmt.Sprintf("%s#seq-%d", all, seq)
+		i, _ := slices.BinarySearchFunc(v.Rows, seq, func(r Row, seq uint64) int { return cmp.Compare(r.Seq, seq) })
+		if p := (len(v.Rows) - 1 - i) / n; p != page {
+			return fmt.Sprintf("%s#seq-%d", sessionURL(base, v.At, p), seq)
 		}
 		return fmt.Sprintf("#seq-%d", seq)
 	}
-	var dropped []droppedItem
 	for _, c := range v.Dropped.UnpairedCalls {
-		dropped = append(dropped, droppedItem{What: "unpaired call", ID: c.ID, Tool: c.Tool, Seq: c.Seq, Href: href(c.Seq)})
+		pv.Dropped = append(pv.Dropped, droppedItem{What: "unpaired call", ID: c.ID, Tool: c.Tool, Seq: c.Seq, Href: href(c.Seq)})
 	}
 	for _, o := range v.Dropped.OrphanResults {
-		dropped = append(dropped, droppedItem{What: "orphan result", ID: o.ID, Seq: o.Seq, Href: href(o.Seq)})
+		pv.Dropped = append(pv.Dropped, droppedItem{What: "orphan result", ID: o.ID, Seq: o.Seq, Href: href(o.Seq)})
 	}
+	if page < last {
+		pv.Older = sessionURL(base, v.At, page+1)
+	}
+	if page > 0 {
+		pv.Newer = sessionURL(base, v.At, page-1)
+	}
+	bare := *v
+	bare.Messages = nil
+	bare.Rows = make([]Row, len(v.Rows))
+	for i, row := range v.Rows {
+		row.Value = nil
+		bare.Rows[i] = row
+	}
+	pv.View = &bare
+	return pv
+}
+
+func (h *Handler) renderPage(w http.ResponseWriter, r *http.Request, pv *pageView) {
+	h.render(w, r, "session", map[string]any{
+		"Title": "session " + pv.View.Session, "ID": pv.View.Session, "View": pv.View, "Rows": pv.Rows, "Dropped": pv.Dropped,
+		"Hidden": pv.Hidden, "Live": pv.View.At == 0 && pv.Page == 0, "Base": pv.Base, "Page": pv.Page,
+		"Older": pv.Older, "Newer": pv.Newer,
+		"Statuses": []projection.Status{projection.StatusKept, projection.StatusConverted, projection.StatusPruned, projection.StatusTrimmed,
+			projection.StatusCheckpoint, projection.StatusReplaced, projection.StatusDropped, StatusRejected, StatusQuarantined},
+	})
+}
+
+// viewKey names a latest page: a session as of at (0: all its records),
+// with the records the service had applied when it was loaded.
+type viewKey struct {
+	session     string
+	at, applied uint64
+}
+
+// flight is a load of a latest page in progress, which every request
+// for it waits for rather than loading it too.
+type flight struct {
+	done chan struct{}
+	pv   *pageView
+	err  error
+}
+
+// cachedPages bounds the latest pages held, a page's previews (at most
+// PageBytes) and a few hundred bytes a record each.
+const cachedPages = 16
+
+// latest returns the latest page of a session as of at: the one held
+// while the service applied no record since it was loaded, else the one
+// being loaded, else one it loads in a slot of MaxLoads (503 when none
+// is free). It answers the request itself when it fails.
+func (h *Handler) latest(w http.ResponseWriter, r *http.Request, id string, at uint64, base string) (*pageView, bool) {
+	key := viewKey{session: id, at: at, applied: h.src.Applied()}
+	h.mu.Lock()
+	for _, e := range h.pages {
+		if e.key == key {
+			h.mu.Unlock()
+			return e.pv, true
+		}
+	}
+	f, joined := h.flights[key]
+	if !joined {
+		f = &flight{done: make(chan struct{})}
+		h.flights[key] = f
+	}
+	h.mu.Unlock()
+	if joined {
+		select {
+		case <-f.done:
+		case <-r.Context().Done():
+			return nil, false
+		}
+		if f.err != nil {
+			h.loadFailed(w, r, f.err)
+			return nil, false
+		}
+		return f.pv, true
+	}
+	release, ok := h.load(w, r)
+	if ok {
+		// Others may wait for this load: it goes on if this request
+		// ends, until the handler closes.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 2*time.Minute)
+		go func() {
+			select {
+			case <-h.closed:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		var v *View
+		v, f.err = Load(ctx, h.src, id, at, h.opt.Config)
+		cancel()
+		if f.err == nil {
+			f.pv = h.pageView(v, base, 0)
+		}
+		release()
+	} else {
+		f.err = fmt.Errorf("%w: %d views are reading sessions, the most at once; try again shortly", ErrBusy, cap(h.loads))
+	}
+	h.mu.Lock()
+	delete(h.flights, key)
+	if f.err == nil {
+		// The latest of its session and at replaces the one before.
+		h.pages = slices.DeleteFunc(h.pages, func(e cachedPage) bool { return e.key.session == id && e.key.at == at })
+		if len(h.pages) == cachedPages {
+			h.pages = h.pages[1:]
+		}
+		h.pages = append(h.pages, cachedPage{key: key, pv: f.pv})
+	}
+	h.mu.Unlock()
+	close(f.done)
+	if !ok {
+		return nil, false // answered 503
+	}
+	if f.err != nil {
+		h.loadFailed(w, r, f.err)
+		return nil, false
+	}
+	return f.pv, true
+}
+
+// cachedPage is a latest page held for the requests after the one that
+// loaded it.
+type cachedPage struct {
+	key viewKey
+	pv  *pageView
+}
+
+// rows makes the rows of a page, their previews bounded by PageBytes.
+func (h *Handler) rows(v *View, shown []Row, base string) []recordRow {
 	inContext := imagesIn(v.Messages)
+	budget := h.opt.PageBytes
 	rows := make([]recordRow, len(shown))
 	for i, row := range shown {
-		rr := recordRow{Row: row, Divider: row.Class == "compaction"}
-		if row.Value != nil {
-			rr.Preview = preview(row.Value, previewTotal)
+		rr := recordRow{Row: row, Base: base, Divider: row.Class == "compaction"}
+		switch {
+		case row.Value == nil:
+			rr.Preview = "(not decoded: open the raw record)"
+		case budget <= 0:
+			rr.Preview, rr.Cut = "(left out: the page holds enough; open the raw record)", true
+		default:
+			rr.Preview = preview(row.Value, min(previewTotal, budget))
+			rr.Cut = strings.HasSuffix(rr.Preview, "…") || strings.Contains(rr.Preview, "…[")
+			budget -= len(rr.Preview)
 			n := 0
 			walkImages(row.Value, func(blk *record.Map, _ inline) {
 				rr.Images = append(rr.Images, imageRef{N: n, InContext: inContext[blk]})
 				n++
 			})
-		} else {
-			rr.Preview = "(not decoded: open the raw record)"
 		}
 		for k := range row.Messages {
+			if k == contextPerRow || budget <= 0 {
+				rr.More = row.Messages - k
+				break
+			}
 			m := v.Messages[row.First+k]
 			role := ""
 			if mm, ok := m.(*record.Map); ok {
 				role, _ = mm.String("role")
 			}
-			rr.Context = append(rr.Context, contextMsg{Index: row.First + k, Role: role, Preview: preview(m, previewTotal/2)})
+			p := preview(m, min(previewTotal/2, budget))
+			budget -= len(p)
+			rr.Context = append(rr.Context, contextMsg{Index: row.First + k, Role: role, Preview: p})
 		}
 		rows[i] = rr
 	}
-	h.render(w, r, "session", map[string]any{
-		"Title": "session " + id, "ID": id, "View": v, "Rows": rows, "Dropped": dropped,
-		"Hidden": hidden, "All": all, "Live": at == 0, "Base": base,
-		"Statuses": []projection.Status{projection.StatusKept, projection.StatusConverted, projection.StatusPruned, projection.StatusTrimmed,
-			projection.StatusCheckpoint, projection.StatusReplaced, projection.StatusDropped, StatusRejected, StatusQuarantined},
-	})
+	return rows
+}
+
+// fate is a record's fate as a follow update sends it.
+type fate struct {
+	Seq    uint64
+	Status projection.Status
+	Rule   string
+}
+
+// followUpdate answers a followed page with what it lacks: the records
+// after the last it shows (those of the latest page at most: past that,
+// More asks it to load again), the fates now of those it shows from
+// from on (a later record can change them: a call paired, a screenshot
+// trimmed) and the summary.
+func (h *Handler) followUpdate(w http.ResponseWriter, r *http.Request, pv *pageView, after, from uint64) {
+	v := pv.View
+	i, _ := slices.BinarySearchFunc(v.Rows, after+1, func(r Row, seq uint64) int { return cmp.Compare(r.Seq, seq) })
+	k, _ := slices.BinarySearchFunc(pv.Rows, after+1, func(r recordRow, seq uint64) int { return cmp.Compare(r.Seq, seq) })
+	fresh := pv.Rows[k:]
+	more := len(v.Rows)-i > len(fresh)
+	if more {
+		fresh = nil
+	}
+	j, _ := slices.BinarySearchFunc(v.Rows[:i], from, func(r Row, seq uint64) int { return cmp.Compare(r.Seq, seq) })
+	var fates []fate
+	for _, row := range v.Rows[max(j, i-h.opt.PageRecords):i] {
+		fates = append(fates, fate{Seq: row.Seq, Status: row.Status, Rule: row.Rule})
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	data := map[string]any{"View": v, "Rows": fresh, "Fates": fates, "More": more, "Prefix": h.opt.Prefix}
+	if err := h.tmpl["follow"].ExecuteTemplate(w, "follow", data); err != nil {
+		h.opt.Logger.Warn("inspector template failed", "page", "follow", "err", err)
+	}
 }
 
 // events streams a session's progress as server-sent events: an event
@@ -396,7 +729,7 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 	for {
 		if a := h.src.Applied(); first || a != applied {
 			applied = a
-			s, err := h.src.Summary(r.Context(), id)
+			s, err := h.summary(r.Context(), id, a)
 			if err == nil && (first || s.Seq != sent) {
 				sent = s.Seq
 				fmt.Fprintf(w, "event: seq\ndata: %d\n\n", s.Seq)
@@ -417,6 +750,45 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 		case <-h.closed:
 			return
 		}
+	}
+}
+
+// summaryAt is a session's summary asked for once the service had
+// applied up to applied, shared by the event streams following it.
+type summaryAt struct {
+	applied uint64
+	done    chan struct{}
+	s       Summary
+	err     error
+}
+
+// summary returns the session's summary once the service applied up to
+// applied: each is asked of the service once, for every page following
+// the session, since a large session that the service does not hold is
+// read from the stream to answer it.
+func (h *Handler) summary(ctx context.Context, id string, applied uint64) (Summary, error) {
+	h.mu.Lock()
+	f := h.sums[id]
+	if f == nil || f.applied != applied {
+		if len(h.sums) >= 1024 {
+			clear(h.sums) // sessions no longer followed
+		}
+		f = &summaryAt{applied: applied, done: make(chan struct{})}
+		h.sums[id] = f
+		h.mu.Unlock()
+		// Others wait for it: it goes on if this stream ends.
+		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		f.s, f.err = h.src.Summary(c, id)
+		cancel()
+		close(f.done)
+		return f.s, f.err
+	}
+	h.mu.Unlock()
+	select {
+	case <-f.done:
+		return f.s, f.err
+	case <-ctx.Done():
+		return Summary{}, ctx.Err()
 	}
 }
 
@@ -602,6 +974,7 @@ func parseTemplates(prefix string) map[string]*template.Template {
 	for _, name := range []string{"sessions", "session", "rejected", "error"} {
 		out[name] = template.Must(template.New(name).Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/"+name+".html"))
 	}
+	out["follow"] = out["session"]
 	_ = prefix
 	return out
 }

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -357,16 +358,169 @@ func TestHandler_LongSession(t *testing.T) {
 	code, _, body := in.get("/ui/sessions/long")
 	require.Equal(t, http.StatusOK, code)
 	require.Equal(t, 10, strings.Count(body, `class="rec `))
-	require.Contains(t, body, `20 earlier record(s) not shown: <a href="/ui/sessions/long?all=1">show all</a>`)
-	require.Contains(t, body, `<a href="/ui/sessions/long?all=1#seq-1">seq 1</a>`, "a dropped record not shown links to the full page")
+	require.Contains(t, body, `id="seq-21"`)
+	require.Contains(t, body, `id="seq-30"`)
+	require.Contains(t, body, `20 earlier record(s) on <a href="/ui/sessions/long?page=1">older pages</a>`)
+	require.Contains(t, body, `<a href="/ui/sessions/long?page=2#seq-1">seq 1</a>`, "a dropped record not shown links to its page")
 	require.Contains(t, body, "context 29 messages", "the context is built from every record")
-	code, _, body = in.get("/ui/sessions/long?all=1")
+	code, _, body = in.get("/ui/sessions/long?page=2")
 	require.Equal(t, http.StatusOK, code)
-	require.Equal(t, 30, strings.Count(body, `class="rec `))
+	require.Equal(t, 10, strings.Count(body, `class="rec `))
+	require.Contains(t, body, `id="seq-1"`)
 	require.Contains(t, body, `<a href="#seq-1">seq 1</a>`)
-	code, _, body = in.get("/ui/sessions/long?at=20")
+	require.Contains(t, body, `href="/ui/sessions/long?page=1">newer</a>`)
+	code, _, body = in.get("/ui/sessions/long?at=20&page=1")
 	require.Equal(t, http.StatusOK, code)
-	require.Contains(t, body, `href="/ui/sessions/long?at=20&amp;all=1"`)
+	require.Equal(t, 10, strings.Count(body, `class="rec `))
+	require.Contains(t, body, `id="seq-1"`)
+	require.Contains(t, body, `href="/ui/sessions/long?at=20">newer</a>`)
+	for _, p := range []string{"?page=3", "?page=-1", "?page=x", "?page=99999999999999999999", "?all=1&page=1e3"} {
+		code, _, body = in.get("/ui/sessions/long" + p)
+		require.Equal(t, http.StatusBadRequest, code, p)
+		require.Contains(t, body, "page", p)
+	}
+}
+
+// TestHandler_PageBounded: a page holds a bounded number of records and
+// bytes, whatever the session holds: large values are cut, with a link
+// to the raw record, and a record that gives many messages shows a few.
+func TestHandler_PageBounded(t *testing.T) {
+	in := startInstance(t, inspect.Options{PageRecords: 5})
+	var many []any
+	for i := range 500 {
+		many = append(many, m("role", "user", "content", fmt.Sprintf("summary message %d %s", i, strings.Repeat("x", 2000))))
+	}
+	huge := strings.Repeat("y", 2<<20)
+	in.publish("transcripts.big",
+		m("type", "compaction", "at", "2026-01-02T03:04:05Z", "baseSeq", int64(1), "plannerVersion", int64(1),
+			"summaryModelRef", "m", "summary", "s", "qualityAudit", "passed", "messages", many,
+			"firstKeptIndex", int64(0), "tokensBefore", int64(10), "tokensAfter", int64(5)),
+		m("role", "user", "content", huge),
+		m("role", "assistant", "content", []any{m("type", "text", "text", huge[:1<<20]), m("type", "text", "text", huge[:1<<20])}),
+	)
+	code, _, body := in.get("/ui/sessions/big")
+	require.Equal(t, http.StatusOK, code)
+	require.Less(t, len(body), 256<<10, "a page of 3 records of 2 MiB or 500 messages")
+	require.Contains(t, body, `[19] user`)
+	require.NotContains(t, body, `[20] user`)
+	require.Contains(t, body, `480 more message(s)`)
+	require.Contains(t, body, `href="/ui/sessions/big/records/2"`, "the raw record is a link away")
+	require.Contains(t, body, "context 502 messages")
+}
+
+// TestHandler_PageOfSessions: the list's page is a number in range, or 400.
+func TestHandler_PageOfSessions(t *testing.T) {
+	in := startInstance(t, inspect.Options{PageSessions: 2})
+	for _, id := range []string{"a", "b", "c"} {
+		in.publish("transcripts."+id, m("role", "user", "content", "hi"))
+	}
+	code, _, body := in.get("/ui/?page=1")
+	require.Equal(t, http.StatusOK, code, body)
+	require.Equal(t, 1, strings.Count(body, `data-session=`))
+	for _, p := range []string{"99999999999999999999", "9223372036854775807", "-1", "x", "2", "1.5"} {
+		code, _, body := in.get("/ui/?page=" + p)
+		require.Equal(t, http.StatusBadRequest, code, p)
+		require.Contains(t, body, "page", p)
+	}
+}
+
+// TestHandler_Follow: following a session fetches the records after the
+// one the page shows last, and the fates of those it shows, not the page.
+func TestHandler_Follow(t *testing.T) {
+	in := startInstance(t, inspect.Options{})
+	in.publish("transcripts.f",
+		m("role", "assistant", "content", []any{m("type", "toolCall", "id", "c1", "name", "bash")}),
+		m("role", "user", "content", "two"))
+	seq := in.publish("transcripts.f",
+		m("role", "toolResult", "toolCallId", "c1", "content", "done"),
+		m("role", "user", "content", "four"))
+	code, ctype, body := in.get("/ui/sessions/f?after=2&from=1")
+	require.Equal(t, http.StatusOK, code, body)
+	require.Equal(t, "text/html; charset=utf-8", ctype)
+	require.NotContains(t, body, "<html", "a fragment, not a page")
+	require.Equal(t, 2, strings.Count(body, `class="rec `))
+	require.Contains(t, body, `id="seq-3"`)
+	require.Contains(t, body, fmt.Sprintf(`id="seq-%d"`, seq))
+	require.NotContains(t, body, `id="seq-2"`)
+	require.Contains(t, body, fmt.Sprintf(`data-seq="%d"`, seq))
+	require.Regexp(t, `<li data-seq="1" data-status="kept"`, body, "the call is paired now")
+	code, _, body = in.get(fmt.Sprintf("/ui/sessions/f?after=%d&from=1", seq))
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, 0, strings.Count(body, `class="rec `))
+	for _, p := range []string{"?after=x", "?after=-1&from=1", "?after=2&from=y"} {
+		code, _, _ = in.get("/ui/sessions/f" + p)
+		require.Equal(t, http.StatusBadRequest, code, p)
+	}
+}
+
+// blocking is a Source whose reads of a session wait until release is
+// closed, and are counted.
+type blocking struct {
+	inspect.Source
+	reads   atomic.Int64
+	reading chan struct{}
+	release chan struct{}
+}
+
+func (b *blocking) Records(ctx context.Context, session string, to uint64, fn func(uint64, []byte) error) error {
+	b.reads.Add(1)
+	b.reading <- struct{}{}
+	select {
+	case <-b.release:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return b.Source.Records(ctx, session, to, fn)
+}
+
+// TestHandler_LoadsBounded: past MaxLoads views reading at once, a view
+// that would read too is refused with 503 at once; views of the latest
+// page being read wait for that read, and the page read is shared until
+// the service applies a record.
+func TestHandler_LoadsBounded(t *testing.T) {
+	in := startInstance(t, inspect.Options{})
+	in.publish("transcripts.s", m("role", "user", "content", "one"))
+	src := &blocking{Source: in.app.InspectSource(), reading: make(chan struct{}, 8), release: make(chan struct{})}
+	ui := inspect.New(src, inspect.Options{Config: in.app.InspectConfig(), MaxLoads: 2})
+	srv := httptest.NewServer(ui)
+	t.Cleanup(func() { ui.Close(); srv.Close() })
+	get := func(path string) (int, string, string) {
+		resp, err := http.Get(srv.URL + path)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, resp.Header.Get("Retry-After"), string(body)
+	}
+	done := make(chan int, 3)
+	for _, p := range []string{"/ui/sessions/s", "/ui/sessions/s?format=json"} {
+		go func() { code, _, _ := get(p); done <- code }()
+	}
+	<-src.reading
+	<-src.reading
+	for _, p := range []string{"/ui/sessions/s?at=1", "/ui/sessions/s?format=json", "/ui/sessions/s?after=0&at=1", "/ui/"} {
+		code, retry, body := get(p)
+		require.Equal(t, http.StatusServiceUnavailable, code, p)
+		require.NotEmpty(t, retry, p)
+		require.Contains(t, body, "views", p)
+	}
+	go func() { code, _, _ := get("/ui/sessions/s?after=0"); done <- code }() // waits for the read in progress
+	close(src.release)
+	for range 3 {
+		require.Equal(t, http.StatusOK, <-done)
+	}
+	require.Equal(t, int64(2), src.reads.Load())
+	code, _, _ := get("/ui/sessions/s")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, int64(2), src.reads.Load(), "the latest page is held while nothing is applied")
+	code, _, _ = get("/ui/sessions/s?at=1")
+	require.Equal(t, http.StatusOK, code, "a slot is free again")
+	require.Equal(t, int64(3), src.reads.Load())
+	in.publish("transcripts.s", m("role", "user", "content", "two"))
+	code, _, body := get("/ui/sessions/s")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, `id="seq-2"`, "a record applied: the page is read again")
+	require.Equal(t, int64(4), src.reads.Load())
 }
 
 func TestHandler_Compaction(t *testing.T) {
@@ -402,4 +556,54 @@ func bigSeqSize(t testing.TB, in *instance, seq uint64) int {
 	t.Helper()
 	_, _, raw := in.get(fmt.Sprintf("/ui/sessions/demo-1/records/%d", seq))
 	return len(raw)
+}
+
+// counting is a Source that counts the summaries asked for.
+type counting struct {
+	inspect.Source
+	summaries atomic.Int64
+}
+
+func (c *counting) Summary(ctx context.Context, session string) (inspect.Summary, error) {
+	c.summaries.Add(1)
+	return c.Source.Summary(ctx, session)
+}
+
+// TestHandler_EventsShareSummaries: the pages following a session ask
+// the service for its summary once per record applied between them, not
+// once each.
+func TestHandler_EventsShareSummaries(t *testing.T) {
+	in := startInstance(t, inspect.Options{})
+	in.publish("transcripts.live", m("role", "user", "content", "one"))
+	src := &counting{Source: in.app.InspectSource()}
+	ui := inspect.New(src, inspect.Options{Config: in.app.InspectConfig(), Poll: 10 * time.Millisecond})
+	srv := httptest.NewServer(ui)
+	t.Cleanup(func() { ui.Close(); srv.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const viewers = 4
+	events := make(chan string, 64)
+	for range viewers {
+		req, err := http.NewRequestWithContext(ctx, "GET", srv.URL+"/ui/sessions/live/events", nil)
+		require.NoError(t, err)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		t.Cleanup(func() { resp.Body.Close() })
+		go func() {
+			sc := bufio.NewScanner(resp.Body)
+			for sc.Scan() {
+				if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+					events <- d
+				}
+			}
+		}()
+	}
+	for range viewers {
+		require.Equal(t, "1", <-events)
+	}
+	seq := in.publish("transcripts.live", m("role", "user", "content", "two"))
+	for range viewers {
+		require.Equal(t, fmt.Sprint(seq), <-events)
+	}
+	require.LessOrEqual(t, src.summaries.Load(), int64(2), "one summary per record applied, for every viewer")
 }

@@ -6,12 +6,19 @@
 // answer anyone: they say only "ok" or why not. Every other path,
 // /metrics and mounted handlers included, requires the bearer token when
 // one is set; binding beyond loopback without a token is refused, so what
-// the listener exposes is always a choice.
+// the listener exposes is always a choice. A browser, which sends no
+// bearer token, logs in at /login: the token, posted once, is exchanged
+// for an HttpOnly, SameSite=Strict session cookie that opens the mounted
+// handlers (not /metrics); /logout ends it.
+//
+// Every path but the probes answers only the host names the listener
+// serves (localhost, the loopback addresses, the address it listens on,
+// Hosts), so that a web page that rebinds its own name to this address
+// reads nothing; a request with the bearer token may use any name.
 package ops
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -36,6 +43,11 @@ type Server struct {
 	// Token, when set, must come as "Authorization: Bearer TOKEN" on every
 	// path but /healthz and /readyz.
 	Token string
+	// Hosts are names the listener serves besides localhost, the
+	// loopback addresses and the address it listens on (any IP address
+	// when that is every interface): a request for another name is
+	// answered 421 unless it carries the bearer token.
+	Hosts []string
 	// Registry is served at /metrics; nil serves none.
 	Registry *prometheus.Registry
 	// Ready reports why the service is not ready, nil when it is: /readyz
@@ -43,6 +55,8 @@ type Server struct {
 	Ready func(ctx context.Context) error
 	// Logger receives errors; nil discards them.
 	Logger *slog.Logger
+
+	logins logins
 
 	mu     sync.Mutex
 	mounts map[string]http.Handler
@@ -57,7 +71,8 @@ func New(addr string) *Server {
 }
 
 // Mount serves h under pattern (an http.ServeMux pattern such as
-// "/ui/"), behind the token like /metrics. Mount before Open.
+// "/ui/"), behind the token like /metrics, or a login's cookie. Mount
+// before Open.
 func (s *Server) Mount(pattern string, h http.Handler) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -84,15 +99,25 @@ func (s *Server) Open() error {
 	}
 	s.mu.Lock()
 	for p, h := range s.mounts {
-		mux.Handle(p, s.guard(h))
+		mux.Handle(p, s.guardMount(h))
 	}
 	s.mu.Unlock()
+	if s.Token != "" {
+		mux.HandleFunc("GET "+LoginPath, func(w http.ResponseWriter, r *http.Request) { s.loginForm(w, r, http.StatusOK, "") })
+		mux.HandleFunc("POST "+LoginPath, s.login)
+		mux.HandleFunc("POST "+LogoutPath, s.logout)
+	}
+	// The probes answer any name: kubelets and load balancers use theirs.
+	top := http.NewServeMux()
+	top.Handle("GET /healthz", mux)
+	top.Handle("GET /readyz", mux)
+	top.Handle("/", s.checkHost(mux))
 	ln, err := net.Listen("tcp", s.Addr)
 	if err != nil {
 		return fmt.Errorf("ops: %w", err)
 	}
 	s.ln = ln
-	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	s.srv = &http.Server{Handler: top, ReadHeaderTimeout: 10 * time.Second}
 	s.done = make(chan struct{})
 	go func() {
 		defer close(s.done)
@@ -141,14 +166,13 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintln(w, "ok")
 }
 
-// guard requires the token, when one is set.
+// guard requires the bearer token, when one is set.
 func (s *Server) guard(h http.Handler) http.Handler {
 	if s.Token == "" {
 		return h
 	}
-	want := []byte("Bearer " + s.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+		if !s.bearer(r) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="ctxd"`)
 			http.Error(w, "unauthorized", http.StatusUnauthorized)
 			return
