@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"strings"
@@ -58,6 +59,7 @@ func runPartition(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.stderr, "ctxd partition: --partitions %d; 2 to %d\n", *p, streams.MaxPartitions)
 		return errUsage
 	}
+	var srv *natsd.Server // the embedded server's, with --data
 	if *data != "" {
 		explicit := false
 		fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "nats" })
@@ -67,7 +69,7 @@ func runPartition(ctx context.Context, e *env, args []string) error {
 		}
 		// The store of the embedded server, opened here alone: a ctxd
 		// serve that runs on it holds it, and the open fails.
-		srv := natsd.New(*data)
+		srv = natsd.New(*data)
 		srv.Port = -1
 		if err := srv.OpenContext(ctx); err != nil {
 			return fmt.Errorf("open the store in %s (stop the ctxd serve that runs on it first): %w", *data, err)
@@ -98,10 +100,41 @@ func runPartition(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("%d ctxd instance(s) serve stream %s (%s): stop them first, and start them again after the change; records published meanwhile are kept and applied when they start",
 			len(names), stream, strings.Join(names, ", "))
 	}
-	l, err := bus.Partition(ctx, js, stream, *p)
+	if srv != nil {
+		// The update rewrites the stream's configuration in the store, in
+		// this process: killed half way, the server would skip the stream
+		// at its next start. The next open puts the copy back instead.
+		drop, err := srv.KeepStreamConfig(stream)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err := drop(); err != nil {
+				fmt.Fprintf(e.stderr, "ctxd partition: %v\n", err)
+			}
+		}()
+	}
+	done, err := bus.Partition(ctx, js, stream, *p)
 	if err != nil {
+		if *data != "" {
+			err = withDataHint(err, *data)
+		}
 		return err
 	}
-	fmt.Fprintf(e.stdout, "stream %s: %d partitions; records up to sequence %d stay on transcripts.<session>\n", l.Stream, l.P, l.After)
+	if done.Finished {
+		fmt.Fprintf(e.stdout, "stream %s: its partitioning was not finished, and is now; the snapshot and checkpoint buckets were emptied (ctxd may have written them from a wrong read; sessions load from the stream)\n", done.Stream)
+	}
+	fmt.Fprintf(e.stdout, "stream %s: %d partitions; records up to sequence %d stay on transcripts.<session>\n", done.Stream, done.P, done.After)
 	return nil
+}
+
+// withDataHint adds to the error of a stream whose partitioning is not
+// finished the command that finishes it on the embedded server's store
+// in dir.
+func withDataHint(err error, dir string) error {
+	var ue *bus.UnfinishedError
+	if !errors.As(err, &ue) {
+		return err
+	}
+	return fmt.Errorf("%w\n(on the embedded server's store: ctxd partition --data %s --partitions %d, with ctxd serve stopped)", err, dir, ue.P)
 }

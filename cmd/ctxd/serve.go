@@ -151,6 +151,9 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		if errors.Is(err, bus.ErrLimit) {
 			return fmt.Errorf("%w\n(--allow-stream-limits runs on it all the same: records past a limit leave the stream, and the contexts)", err)
 		}
+		if cfg.NATSURL == "" {
+			err = withDataHint(err, cfg.DataDir)
+		}
 		return err
 	}
 	if addr := a.HTTPListenAddr(); addr != "" {
