@@ -28,7 +28,7 @@ import (
 	"github.com/ctxd/ctxd/streams"
 )
 
-var partitionKills = flag.Int("partition.kills", 20, "runs of TestPartition_KilledAtRandom, each with a SIGKILL of ctxd partition at a random moment (make partition-kills: 100)")
+var partitionKills = flag.Int("partition.kills", 20, "runs of TestPartition_KilledAtRandom, each with a SIGKILL of ctxd partition at a random moment (-short: 5 at most; make partition-kills: 100)")
 
 // sessionRecords are the records of each session, as published.
 type sessionRecords map[string][]projection.Record
@@ -194,9 +194,13 @@ func TestPartition_KilledAtRandom(t *testing.T) {
 	rng := rand.New(rand.NewPCG(rngSeed, 23))
 	t.Logf("one run of ctxd partition: %v at the quickest; kills in [0, %v); seed %d", full.Round(time.Millisecond), full.Round(time.Millisecond), rngSeed)
 
+	runs := *partitionKills
+	if testing.Short() {
+		runs = min(runs, 5)
+	}
 	left := map[string]int{}
 	var refused, served, wrong, finishedFirst int
-	for i := range *partitionKills {
+	for i := range runs {
 		dir := copyStore()
 		delay := time.Duration(rng.Int64N(int64(full)))
 		cmd := exec.Command(bin, "partition", "--data", dir, "--partitions", "4")
@@ -242,7 +246,7 @@ func TestPartition_KilledAtRandom(t *testing.T) {
 		}
 	}
 	t.Logf("%d runs (%d finished before the kill): left %v; ctxd serve refused %d, served %d; wrong replies: %d",
-		*partitionKills, finishedFirst, left, refused, served, wrong)
+		runs, finishedFirst, left, refused, served, wrong)
 	require.Zero(t, wrong, "wrong replies")
 }
 
