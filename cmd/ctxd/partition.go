@@ -25,8 +25,18 @@ The last sequence stored before the transform is written in the stream's
 metadata (ctxd_partitioned_after), and ctxd reads a session's records on
 both subjects up to it.
 
+The transform and the metadata go in one stream update. A record stored
+between the read of the last sequence and that update lands before the
+transform; the command then raises the metadata over it in a second
+update. A stream left between the two (the command killed there, or an
+earlier ctxd, which always made two updates) is refused by ctxd serve,
+rebuild, inspect and import, with an error naming this command: run it
+again with the stream's P to finish it. Finishing also empties the
+snapshot and checkpoint buckets, which a ctxd that read the stream wrong
+may have written; sessions then load from the stream.
+
 P is fixed for the stream's life; a stream already partitioned is left as
-it is when P is its own, and refused otherwise.
+it is when P is its own (once finished), and refused otherwise.
 
 Stop every ctxd instance of the stream first, and start them again after
 this command (they read P from the stream): an instance reads a session on
@@ -38,8 +48,13 @@ supervisor to start it again. Publishers may go on meanwhile: ctxd applies
 what they stored when it starts.
 
 With the embedded server (ctxd serve without --nats), stop ctxd serve and
-give its store directory: ctxd partition --data ./data --partitions 16. Instances of a ctxd without partitions
-reject the partitioned records: upgrade them first.`
+give its store directory: ctxd partition --data ./data --partitions 16.
+The server then runs in this process, and killing it while it rewrites
+the stream's configuration would leave the file and its checksum
+disagreeing, a stream the next server skips: the files are kept aside in
+the store (ctxd-kept) until the update is done, and the next open of the
+store puts them back if it was not. Instances of a ctxd without
+partitions reject the partitioned records: upgrade them first.`
 
 func runPartition(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "partition", "partition --partitions P [flags]", partitionAbout)
