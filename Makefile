@@ -45,9 +45,9 @@ bench:
 fault-long:
 	$(GO) test ./integration -run '^TestFault_KillUnderLoad$$' -count 1 -v -timeout 30m -fault.kills 25 -fault.writers 8 -fault.sessions 64
 
-## partition-kills: ctxd partition SIGKILLed at 100 random moments
+## partition-kills: ctxd partition SIGKILLed at 100 random moments, on the embedded server's store and on a running server with publishers
 partition-kills:
-	$(GO) test ./integration -run '^TestPartition_KilledAtRandom$$' -count 1 -v -timeout 30m -partition.kills 100
+	$(GO) test ./integration -run '^TestPartition_KilledAtRandom' -count 1 -v -timeout 30m -partition.kills 100
 
 ## cluster-long: the cluster faults with 10 s of load before and after each, and more writers
 cluster-long:

@@ -305,3 +305,151 @@ func TestPartition_HalfDoneIsRefusedAndFinished(t *testing.T) {
 	recs["alpha"] = append(recs["alpha"], projection.Record{Seq: c.publishValue("alpha", v, false), Value: v})
 	require.Zero(t, checkReplies(t, url, recs))
 }
+
+// TestPartition_KilledAtRandomWhilePublishing: ctxd partition --nats URL
+// --partitions 4 on a running server is SIGKILLed at a random moment
+// while publishers keep publishing, so that records land between its
+// read of the last sequence and its update (the stream is then left
+// half partitioned when the kill comes before the metadata is raised
+// over them). Whatever it left, a ctxd either refuses to start, naming
+// the command that finishes it, or answers every request right; ctxd
+// partition run again finishes it, and a ctxd then answers right.
+func TestPartition_KilledAtRandomWhilePublishing(t *testing.T) {
+	bin := ctxdBinary(t)
+	runs := *partitionKills
+	if testing.Short() {
+		runs = min(runs, 5)
+	}
+	// setup makes a server with a stream of records, and publishers that
+	// go on until stop is called, which returns every record acknowledged.
+	setup := func(t *testing.T) (url string, stop func() sessionRecords) {
+		url = natstest.Start(t)
+		c := newClient(t, url)
+		def, err := streams.Transcripts()
+		require.NoError(t, err)
+		_, err = bus.EnsureStream(t.Context(), c.js, def)
+		require.NoError(t, err)
+		recs := sessionRecords{}
+		publish := func(s string, i int) error {
+			v := record.NewMap("role", "user", "content", fmt.Sprintf("%s %d", s, i))
+			data, err := record.MarshalJSON(v)
+			require.NoError(t, err)
+			ack, err := c.js.Publish(t.Context(), "transcripts."+s, data)
+			if err == nil {
+				recs[s] = append(recs[s], projection.Record{Seq: ack.Sequence, Value: v})
+			}
+			return err
+		}
+		for i := range 10 {
+			require.NoError(t, publish([]string{"alpha", "beta"}[i%2], i))
+		}
+		quit, done := make(chan struct{}), make(chan error)
+		go func() {
+			for i := 10; ; i++ {
+				select {
+				case <-quit:
+					done <- nil
+					return
+				default:
+				}
+				if err := publish([]string{"alpha", "beta"}[i%2], i); err != nil {
+					done <- err
+					return
+				}
+			}
+		}()
+		return url, func() sessionRecords {
+			close(quit)
+			require.NoError(t, <-done)
+			return recs
+		}
+	}
+	partition := func(url string) *exec.Cmd {
+		return exec.Command(bin, "partition", "--nats", url, "--partitions", "4")
+	}
+	// serve starts a ctxd on url: refused (only a half partitioned
+	// stream, naming the command) or answering right.
+	serve := func(t *testing.T, url string, recs sessionRecords, wrong *int) bool {
+		cfg := app.DefaultConfig()
+		cfg.NATSURL = url
+		a := app.New(cfg)
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		if err := a.Open(ctx); err != nil {
+			var ue *bus.UnfinishedError
+			require.ErrorAs(t, err, &ue)
+			require.ErrorContains(t, err, "ctxd partition --partitions 4")
+			return false
+		}
+		defer a.Close()
+		*wrong += checkReplies(t, url, recs)
+		return true
+	}
+	state := func(t *testing.T, url string) string {
+		nc := natstest.Connect(t, url)
+		js, err := jetstream.New(nc)
+		require.NoError(t, err)
+		st, err := js.Stream(t.Context(), "TRANSCRIPTS")
+		require.NoError(t, err)
+		l, err := bus.LayoutOf(st.CachedInfo().Config)
+		require.NoError(t, err)
+		if !l.Partitioned() {
+			return "unpartitioned"
+		}
+		m, err := st.GetLastMsgForSubject(t.Context(), "transcripts.*")
+		if errors.Is(err, jetstream.ErrMsgNotFound) || err == nil && m.Sequence <= l.After {
+			return "partitioned"
+		}
+		require.NoError(t, err)
+		return "half"
+	}
+
+	// How long a run takes, at the quickest.
+	full := time.Hour
+	for range 3 {
+		url, stop := setup(t)
+		start := time.Now()
+		out, err := partition(url).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		full = min(full, time.Since(start))
+		stop()
+	}
+	rngSeed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(rngSeed, 29))
+	t.Logf("one run of ctxd partition: %v at the quickest; kills in [0, %v); seed %d", full.Round(time.Millisecond), full.Round(time.Millisecond), rngSeed)
+
+	left := map[string]int{}
+	var refused, served, wrong int
+	for i := range runs {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			url, stop := setup(t)
+			cmd := partition(url)
+			require.NoError(t, cmd.Start())
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			select {
+			case <-done:
+			case <-time.After(time.Duration(rng.Int64N(int64(full)))):
+				if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+					require.ErrorIs(t, err, os.ErrProcessDone)
+				}
+				<-done
+			}
+			recs := stop()
+			s := state(t, url)
+			left[s]++
+			if serve(t, url, recs, &wrong) {
+				served++
+			} else {
+				refused++
+				require.Equal(t, "half", s, "only a half partitioned stream is refused")
+			}
+			out, err := partition(url).CombinedOutput()
+			require.NoError(t, err, "ctxd partition again: %s", out)
+			require.Equal(t, "partitioned", state(t, url))
+			require.True(t, serve(t, url, recs, &wrong), "served once ctxd partition ran again")
+		})
+	}
+	t.Logf("%d runs: left %v; ctxd refused %d, served %d; wrong replies: %d", runs, left, refused, served, wrong)
+	require.Zero(t, wrong, "wrong replies")
+}
