@@ -298,8 +298,12 @@ type UnfinishedError struct {
 }
 
 func (e *UnfinishedError) Error() string {
-	return fmt.Sprintf("stream %s: its partitioning was not finished: it stores new records in %d partitions, but record %d on %s is past the last sequence its metadata %s names as stored before (%d), and would not be read: run ctxd partition --partitions %d to finish it",
-		e.Stream, e.P, e.Seq, e.Subject, streams.PartitionedAfter, e.After, e.P)
+	after := "none"
+	if e.After > 0 {
+		after = strconv.FormatUint(e.After, 10)
+	}
+	return fmt.Sprintf("stream %s: its partitioning was not finished: it stores new records in %d partitions, but record %d on %s is past the last sequence its metadata %s names as stored before (%s), and would not be read: run ctxd partition --partitions %d to finish it",
+		e.Stream, e.P, e.Seq, e.Subject, streams.PartitionedAfter, after, e.P)
 }
 
 // CheckLayout checks a stream's layout against what the stream stores:
