@@ -183,8 +183,8 @@ func ReadPartition(ctx context.Context, nc *nats.Conn, stream string, k int, fro
 // over it, in a second update. A stream left between the two (by a
 // crash, or by an earlier ctxd, which wrote the transform and the
 // metadata in two updates) is unfinished: CheckLayout says so, and
-// Partition run again finishes it, emptying the snapshot and checkpoint
-// buckets, which a ctxd that read it wrong may have written.
+// Partition run again finishes it, emptying first the snapshot and
+// checkpoint buckets, which a ctxd that read it wrong may have written.
 func Partition(ctx context.Context, js jetstream.JetStream, stream string, p int) (Partitioning, error) {
 	if p < 2 || p > streams.MaxPartitions {
 		return Partitioning{}, fmt.Errorf("partitions: %d; 2 to %d", p, streams.MaxPartitions)
@@ -205,6 +205,7 @@ func Partition(ctx context.Context, js jetstream.JetStream, stream string, p int
 		}
 		return Partitioning{}, err
 	}
+	unfinished := false
 	if have.P == 1 {
 		cfg := info.Config
 		cfg.SubjectTransform = streams.PartitionTransform(p)
@@ -212,20 +213,28 @@ func Partition(ctx context.Context, js jetstream.JetStream, stream string, p int
 		if _, err := js.UpdateStream(ctx, cfg); err != nil {
 			return Partitioning{}, fmt.Errorf("stream %s: add the partition transform: %w", stream, err)
 		}
+	} else {
+		var ue *UnfinishedError
+		switch err := CheckLayout(ctx, js.Conn(), have); {
+		case errors.As(err, &ue):
+			// The buckets first: a crash before the metadata is raised
+			// leaves the stream unfinished, and the next run empties them
+			// again.
+			unfinished = true
+			for _, bucket := range []string{streams.SnapshotsBucket, streams.CheckpointsBucket} {
+				if err := emptyBucket(ctx, js, bucket); err != nil {
+					return Partitioning{}, fmt.Errorf("stream %s: its partitioning was not finished, and %w", stream, err)
+				}
+			}
+		case err != nil:
+			return Partitioning{}, err
+		}
 	}
-	l, raised, err := finishPartition(ctx, js, st)
+	l, err := finishPartition(ctx, js, st)
 	if err != nil {
 		return Partitioning{}, err
 	}
-	done := Partitioning{Layout: l, Finished: have.P > 1 && raised}
-	if done.Finished {
-		for _, bucket := range []string{streams.SnapshotsBucket, streams.CheckpointsBucket} {
-			if err := emptyBucket(ctx, js, bucket); err != nil {
-				return done, fmt.Errorf("stream %s: partitioning finished, but %w: empty it (nats stream purge KV_%s) before ctxd starts", stream, err, bucket)
-			}
-		}
-	}
-	return done, nil
+	return Partitioning{Layout: l, Finished: unfinished}, nil
 }
 
 // Partitioning is what Partition did.
@@ -243,21 +252,21 @@ type Partitioning struct {
 const finishTries = 5
 
 // finishPartition raises a partitioned stream's metadata over the
-// records on transcripts.<session> past it, until there is none; raised
-// says whether it did.
-func finishPartition(ctx context.Context, js jetstream.JetStream, st jetstream.Stream) (l Layout, raised bool, err error) {
+// records on transcripts.<session> past it, until there is none.
+func finishPartition(ctx context.Context, js jetstream.JetStream, st jetstream.Stream) (Layout, error) {
 	for try := 0; ; try++ {
 		info, err := st.Info(ctx)
 		if err != nil {
-			return Layout{}, raised, fmt.Errorf("stream %s: %w", st.CachedInfo().Config.Name, err)
+			return Layout{}, fmt.Errorf("stream %s: %w", st.CachedInfo().Config.Name, err)
 		}
-		if l, err = LayoutOf(info.Config); err != nil {
-			return Layout{}, raised, err
+		l, err := LayoutOf(info.Config)
+		if err != nil {
+			return Layout{}, err
 		}
 		err = CheckLayout(ctx, js.Conn(), l)
 		var ue *UnfinishedError
 		if !errors.As(err, &ue) || try == finishTries {
-			return l, raised, err
+			return l, err
 		}
 		// The transform was in place when info was read: every record
 		// stored since is on a partitioned subject, so the last sequence
@@ -265,9 +274,8 @@ func finishPartition(ctx context.Context, js jetstream.JetStream, st jetstream.S
 		cfg := info.Config
 		cfg.Metadata = withAfter(cfg.Metadata, max(info.State.LastSeq, ue.Seq))
 		if _, err := js.UpdateStream(ctx, cfg); err != nil {
-			return Layout{}, raised, fmt.Errorf("stream %s: the partition transform is in place, but the metadata %s could not be raised over record %d on %s (run ctxd partition --partitions %d again): %w", l.Stream, streams.PartitionedAfter, ue.Seq, ue.Subject, l.P, err)
+			return Layout{}, fmt.Errorf("stream %s: the partition transform is in place, but the metadata %s could not be raised over record %d on %s (run ctxd partition --partitions %d again): %w", l.Stream, streams.PartitionedAfter, ue.Seq, ue.Subject, l.P, err)
 		}
-		raised = true
 	}
 }
 
