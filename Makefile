@@ -1,7 +1,7 @@
 GO ?= go
 FUZZTIME ?= 1m
 
-.PHONY: all build test race fuzz bench fault-long cluster-long cluster-race cluster-bench node-long node-bench serve lint ci
+.PHONY: all build test race fuzz bench fault-long partition-kills cluster-long cluster-race cluster-bench node-long node-bench serve lint ci
 
 all: lint test
 
@@ -47,6 +47,10 @@ bench:
 ## fault-long: the SIGKILL fault test with 25 kills and more writers
 fault-long:
 	$(GO) test ./integration -run '^TestFault_KillUnderLoad$$' -count 1 -v -timeout 30m -fault.kills 25 -fault.writers 8 -fault.sessions 64
+
+## partition-kills: ctxd partition SIGKILLed at 100 random moments, on the embedded server's store and on a running server with publishers
+partition-kills:
+	$(GO) test ./integration -run '^TestPartition_KilledAtRandom' -count 1 -v -timeout 30m -partition.kills 100
 
 ## cluster-long: the cluster faults with 10 s of load before and after each, and more writers
 cluster-long:

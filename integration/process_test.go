@@ -68,6 +68,15 @@ var ctxdEnv = flag.String("ctxd.env", "", "comma-separated `KEY=VALUE` pairs add
 // startProcess runs `ctxd serve` with args and waits for its ready line.
 func startProcess(t testing.TB, args ...string) *proc {
 	t.Helper()
+	p, err := tryProcess(t, args...)
+	require.NoError(t, err)
+	return p
+}
+
+// tryProcess runs `ctxd serve` with args and waits for its ready line;
+// the error says what it wrote when it exited before.
+func tryProcess(t testing.TB, args ...string) (*proc, error) {
+	t.Helper()
 	cmd := exec.Command(ctxdBinary(t), append([]string{"serve"}, args...)...)
 	if *ctxdEnv != "" {
 		cmd.Env = append(os.Environ(), strings.Split(*ctxdEnv, ",")...)
@@ -75,7 +84,8 @@ func startProcess(t testing.TB, args ...string) *proc {
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	p := &proc{cmd: cmd, stderr: &strings.Builder{}, done: make(chan error, 1)}
-	cmd.Stderr = &syncWriter{b: p.stderr}
+	errOut := &syncWriter{b: p.stderr}
+	cmd.Stderr = errOut
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() {
 		if cmd.ProcessState == nil {
@@ -94,14 +104,17 @@ func startProcess(t testing.TB, args ...string) *proc {
 	}()
 	select {
 	case line, ok := <-lines:
-		require.True(t, ok, "ctxd exited before ready: %s", p.stderr)
+		if !ok {
+			err := <-p.done
+			return nil, fmt.Errorf("ctxd exited before ready (%v): %s", err, errOut.String())
+		}
 		m := readyLine.FindStringSubmatch(line)
 		require.NotNil(t, m, "first line %q is not the ready line", line)
 		p.url = m[1]
 	case <-time.After(60 * time.Second):
-		t.Fatalf("ctxd not ready after 60s: %s", p.stderr)
+		t.Fatalf("ctxd not ready after 60s: %s", errOut.String())
 	}
-	return p
+	return p, nil
 }
 
 type syncWriter struct {
@@ -113,6 +126,12 @@ func (w *syncWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.b.Write(p)
+}
+
+func (w *syncWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
 }
 
 // wait returns the process's exit error once it exits.

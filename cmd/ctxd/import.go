@@ -308,6 +308,16 @@ func (p *importPublisher) findStream(ctx context.Context) {
 	defer close(p.ready)
 	if p.stream, p.err = bus.StreamFor(ctx, p.js, subject.TranscriptsPrefix+">"); p.err != nil {
 		p.err = fmt.Errorf("%w (is ctxd serve running?)", p.err)
+		return
+	}
+	// The records already there are found through the layout: one that
+	// misses some would publish them again.
+	l, err := bus.LayoutOf(p.stream.CachedInfo().Config)
+	if err == nil {
+		err = bus.CheckLayout(ctx, p.nc, l)
+	}
+	if err != nil {
+		p.stream, p.err = nil, err
 	}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"strings"
@@ -24,8 +25,18 @@ The last sequence stored before the transform is written in the stream's
 metadata (ctxd_partitioned_after), and ctxd reads a session's records on
 both subjects up to it.
 
+The transform and the metadata go in one stream update. A record stored
+between the read of the last sequence and that update lands before the
+transform; the command then raises the metadata over it in a second
+update. A stream left between the two (the command killed there, or an
+earlier ctxd, which always made two updates) is refused by ctxd serve,
+rebuild, inspect and import, with an error naming this command: run it
+again with the stream's P to finish it. Finishing also empties the
+snapshot and checkpoint buckets, which a ctxd that read the stream wrong
+may have written; sessions then load from the stream.
+
 P is fixed for the stream's life; a stream already partitioned is left as
-it is when P is its own, and refused otherwise.
+it is when P is its own (once finished), and refused otherwise.
 
 Stop every ctxd instance of the stream first, and start them again after
 this command (they read P from the stream): an instance reads a session on
@@ -37,8 +48,13 @@ supervisor to start it again. Publishers may go on meanwhile: ctxd applies
 what they stored when it starts.
 
 With the embedded server (ctxd serve without --nats), stop ctxd serve and
-give its store directory: ctxd partition --data ./data --partitions 16. Instances of a ctxd without partitions
-reject the partitioned records: upgrade them first.`
+give its store directory: ctxd partition --data ./data --partitions 16.
+The server then runs in this process, and killing it while it rewrites
+the stream's configuration would leave the file and its checksum
+disagreeing, a stream the next server skips: the files are kept aside in
+the store (ctxd-kept) until the update is done, and the next open of the
+store puts them back if it was not. Instances of a ctxd without
+partitions reject the partitioned records: upgrade them first.`
 
 func runPartition(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "partition", "partition --partitions P [flags]", partitionAbout)
@@ -58,6 +74,7 @@ func runPartition(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.stderr, "ctxd partition: --partitions %d; 2 to %d\n", *p, streams.MaxPartitions)
 		return errUsage
 	}
+	var srv *natsd.Server // the embedded server's, with --data
 	if *data != "" {
 		explicit := false
 		fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "nats" })
@@ -67,7 +84,7 @@ func runPartition(ctx context.Context, e *env, args []string) error {
 		}
 		// The store of the embedded server, opened here alone: a ctxd
 		// serve that runs on it holds it, and the open fails.
-		srv := natsd.New(*data)
+		srv = natsd.New(*data)
 		srv.Port = -1
 		if err := srv.OpenContext(ctx); err != nil {
 			return fmt.Errorf("open the store in %s (stop the ctxd serve that runs on it first): %w", *data, err)
@@ -98,10 +115,41 @@ func runPartition(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("%d ctxd instance(s) serve stream %s (%s): stop them first, and start them again after the change; records published meanwhile are kept and applied when they start",
 			len(names), stream, strings.Join(names, ", "))
 	}
-	l, err := bus.Partition(ctx, js, stream, *p)
+	if srv != nil {
+		// The update rewrites the stream's configuration in the store, in
+		// this process: killed half way, the server would skip the stream
+		// at its next start. The next open puts the copy back instead.
+		drop, err := srv.KeepStreamConfig(stream)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err := drop(); err != nil {
+				fmt.Fprintf(e.stderr, "ctxd partition: %v\n", err)
+			}
+		}()
+	}
+	done, err := bus.Partition(ctx, js, stream, *p)
 	if err != nil {
+		if *data != "" {
+			err = withDataHint(err, *data)
+		}
 		return err
 	}
-	fmt.Fprintf(e.stdout, "stream %s: %d partitions; records up to sequence %d stay on transcripts.<session>\n", l.Stream, l.P, l.After)
+	if done.Finished {
+		fmt.Fprintf(e.stdout, "stream %s: its partitioning was not finished, and is now; the snapshot and checkpoint buckets were emptied (ctxd may have written them from a wrong read; sessions load from the stream)\n", done.Stream)
+	}
+	fmt.Fprintf(e.stdout, "stream %s: %d partitions; records up to sequence %d stay on transcripts.<session>\n", done.Stream, done.P, done.After)
 	return nil
+}
+
+// withDataHint adds to the error of a stream whose partitioning is not
+// finished the command that finishes it on the embedded server's store
+// in dir.
+func withDataHint(err error, dir string) error {
+	var ue *bus.UnfinishedError
+	if !errors.As(err, &ue) {
+		return err
+	}
+	return fmt.Errorf("%w\n(on the embedded server's store: ctxd partition --data %s --partitions %d, with ctxd serve stopped)", err, dir, ue.P)
 }

@@ -174,6 +174,9 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		if errors.Is(err, client.ErrInboxRefused) {
 			return fmt.Errorf("%w; --inbox-prefix sets it", err)
 		}
+		if cfg.NATSURL == "" {
+			err = withDataHint(err, cfg.DataDir)
+		}
 		return err
 	}
 	if addr := a.HTTPListenAddr(); addr != "" {

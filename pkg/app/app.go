@@ -352,6 +352,14 @@ func (a *App) Open(ctx context.Context) (err error) {
 	if a.Partitions > 1 && layout.P != a.Partitions {
 		return fmt.Errorf("%w: stream %s has %d partition(s), not %d: the number is the stream's, fixed for its life (ctxd partition moves an unpartitioned stream)", bus.ErrIncompatible, want.Name, layout.P, a.Partitions)
 	}
+	// A partitioning stopped half way leaves records where this layout
+	// does not look: refused, until ctxd partition finishes it.
+	err = a.retryStart(ctx, url, "stream "+want.Name, func(ctx context.Context) error {
+		return bus.CheckLayout(ctx, a.nc, layout)
+	})
+	if err != nil {
+		return err
+	}
 
 	var snaps *bus.Snapshots
 	err = a.retryStart(ctx, url, "snapshot bucket", func(ctx context.Context) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 
 	"github.com/nats-io/nats.go"
@@ -167,55 +168,190 @@ func ReadPartition(ctx context.Context, nc *nats.Conn, stream string, k int, fro
 }
 
 // Partition makes a TRANSCRIPTS stream store its records in p partitions
-// from now on (a stream update that adds the subject transform), and
-// records in its metadata the last sequence stored before: the records
-// up to it stay where they are, on transcripts.<session>, with their
+// from now on (the subject transform), and records in its metadata the
+// last sequence stored before (streams.PartitionedAfter): the records up
+// to it stay where they are, on transcripts.<session>, with their
 // sequences, and Layout reads both. A stream already in p partitions is
-// left as it is; one in another number of partitions is refused.
+// left as it is, once finished (below); one in another number of
+// partitions is refused.
 //
-// The update and the sequence read after it are two steps: a record
-// stored between them is on either subject, and the sequence covers it.
-func Partition(ctx context.Context, js jetstream.JetStream, stream string, p int) (Layout, error) {
+// The transform and the metadata go in one stream update, the metadata
+// holding the stream's last sequence read just before it: a crash leaves
+// the stream as it was, or partitioned. A record stored between that read
+// and the update is on transcripts.<session> past the metadata, where no
+// read through the layout would look: Partition then raises the metadata
+// over it, in a second update. A stream left between the two (by a
+// crash, or by an earlier ctxd, which wrote the transform and the
+// metadata in two updates) is unfinished: CheckLayout says so, and
+// Partition run again finishes it, emptying first the snapshot and
+// checkpoint buckets, which a ctxd that read it wrong may have written.
+func Partition(ctx context.Context, js jetstream.JetStream, stream string, p int) (Partitioning, error) {
 	if p < 2 || p > streams.MaxPartitions {
-		return Layout{}, fmt.Errorf("partitions: %d; 2 to %d", p, streams.MaxPartitions)
+		return Partitioning{}, fmt.Errorf("partitions: %d; 2 to %d", p, streams.MaxPartitions)
 	}
 	st, err := js.Stream(ctx, stream)
 	if err != nil {
-		return Layout{}, fmt.Errorf("stream %s: %w", stream, err)
+		return Partitioning{}, fmt.Errorf("stream %s: %w", stream, err)
 	}
-	cfg := st.CachedInfo().Config
-	have, err := LayoutOf(cfg)
+	info := st.CachedInfo()
+	have, err := LayoutOf(info.Config)
 	if err != nil {
-		return Layout{}, err
+		return Partitioning{}, err
 	}
-	if have.P == p {
-		return have, nil
-	}
-	if have.P > 1 {
-		return Layout{}, fmt.Errorf("%w: stream %s has %d partitions already; the number of partitions is fixed for a stream's life", ErrIncompatible, stream, have.P)
-	}
-	cfg.SubjectTransform = streams.PartitionTransform(p)
-	if _, err := js.UpdateStream(ctx, cfg); err != nil {
-		return Layout{}, fmt.Errorf("stream %s: add the partition transform: %w", stream, err)
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		return Layout{}, fmt.Errorf("stream %s: %w", stream, err)
-	}
-	after := info.State.LastSeq
-	if after > 0 {
-		cfg = info.Config
-		if cfg.Metadata == nil {
-			cfg.Metadata = map[string]string{}
+	if have.P > 1 && have.P != p {
+		err := fmt.Errorf("%w: stream %s has %d partitions already; the number of partitions is fixed for a stream's life", ErrIncompatible, stream, have.P)
+		if uerr := CheckLayout(ctx, js.Conn(), have); uerr != nil {
+			err = fmt.Errorf("%w; and %w", err, uerr)
 		}
-		cfg.Metadata[streams.PartitionedAfter] = strconv.FormatUint(after, 10)
+		return Partitioning{}, err
+	}
+	unfinished := false
+	if have.P == 1 {
+		cfg := info.Config
+		cfg.SubjectTransform = streams.PartitionTransform(p)
+		cfg.Metadata = withAfter(cfg.Metadata, info.State.LastSeq)
 		if _, err := js.UpdateStream(ctx, cfg); err != nil {
-			// The transform is on and the boundary not written: ctxd would
-			// not read the records before it. Say so loudly.
-			return Layout{}, fmt.Errorf("stream %s: the transform is added, but the metadata %s=%d could not be written (write it, or ctxd does not read the records stored before): %w", stream, streams.PartitionedAfter, after, err)
+			return Partitioning{}, fmt.Errorf("stream %s: add the partition transform: %w", stream, err)
+		}
+	} else {
+		var ue *UnfinishedError
+		switch err := CheckLayout(ctx, js.Conn(), have); {
+		case errors.As(err, &ue):
+			// The buckets first: a crash before the metadata is raised
+			// leaves the stream unfinished, and the next run empties them
+			// again.
+			unfinished = true
+			for _, bucket := range []string{streams.SnapshotsBucket, streams.CheckpointsBucket} {
+				if err := emptyBucket(ctx, js, bucket); err != nil {
+					return Partitioning{}, fmt.Errorf("stream %s: its partitioning was not finished, and %w", stream, err)
+				}
+			}
+		case err != nil:
+			return Partitioning{}, err
 		}
 	}
-	return Layout{Stream: stream, P: p, After: after}, nil
+	l, err := finishPartition(ctx, js, st)
+	if err != nil {
+		return Partitioning{}, err
+	}
+	return Partitioning{Layout: l, Finished: unfinished}, nil
+}
+
+// Partitioning is what Partition did.
+type Partitioning struct {
+	Layout
+	// Finished is set when the stream was found partitioned but
+	// unfinished, and Partition finished it: the snapshot and checkpoint
+	// buckets were emptied too.
+	Finished bool
+}
+
+// finishTries bounds the updates finishPartition makes: each covers
+// every record stored before it, so a second one is needed only when the
+// first was read before the transform.
+const finishTries = 5
+
+// finishPartition raises a partitioned stream's metadata over the
+// records on transcripts.<session> past it, until there is none.
+func finishPartition(ctx context.Context, js jetstream.JetStream, st jetstream.Stream) (Layout, error) {
+	for try := 0; ; try++ {
+		info, err := st.Info(ctx)
+		if err != nil {
+			return Layout{}, fmt.Errorf("stream %s: %w", st.CachedInfo().Config.Name, err)
+		}
+		l, err := LayoutOf(info.Config)
+		if err != nil {
+			return Layout{}, err
+		}
+		err = CheckLayout(ctx, js.Conn(), l)
+		var ue *UnfinishedError
+		if !errors.As(err, &ue) || try == finishTries {
+			return l, err
+		}
+		// The transform was in place when info was read: every record
+		// stored since is on a partitioned subject, so the last sequence
+		// then bounds those on transcripts.<session>.
+		cfg := info.Config
+		cfg.Metadata = withAfter(cfg.Metadata, max(info.State.LastSeq, ue.Seq))
+		if _, err := js.UpdateStream(ctx, cfg); err != nil {
+			return Layout{}, fmt.Errorf("stream %s: the partition transform is in place, but the metadata %s could not be raised over record %d on %s (run ctxd partition --partitions %d again): %w", l.Stream, streams.PartitionedAfter, ue.Seq, ue.Subject, l.P, err)
+		}
+	}
+}
+
+// withAfter returns a stream's metadata with PartitionedAfter set to
+// after, or without it when after is 0 (no record before the transform).
+func withAfter(md map[string]string, after uint64) map[string]string {
+	out := maps.Clone(md)
+	if out == nil {
+		out = map[string]string{}
+	}
+	delete(out, streams.PartitionedAfter)
+	if after > 0 {
+		out[streams.PartitionedAfter] = strconv.FormatUint(after, 10)
+	}
+	return out
+}
+
+// UnfinishedError says that a stream's partitioning was stopped half
+// way: the stream has the partition transform, but a record on
+// transcripts.<session> stored past the sequence its metadata names as
+// the last before it, which no read through its layout finds.
+type UnfinishedError struct {
+	Stream  string
+	P       int    // partitions of the transform
+	After   uint64 // the sequence the metadata names (0: none)
+	Seq     uint64 // the last record on transcripts.<session>
+	Subject string // its subject
+}
+
+func (e *UnfinishedError) Error() string {
+	after := "none"
+	if e.After > 0 {
+		after = strconv.FormatUint(e.After, 10)
+	}
+	return fmt.Sprintf("stream %s: its partitioning was not finished: it stores new records in %d partitions, but record %d on %s is past the last sequence its metadata %s names as stored before (%s), and would not be read: run ctxd partition --partitions %d to finish it",
+		e.Stream, e.P, e.Seq, e.Subject, streams.PartitionedAfter, after, e.P)
+}
+
+// CheckLayout checks a stream's layout against what the stream stores:
+// on a partitioned stream no record may be on transcripts.<session> past
+// l.After, since the transform stores every record published after it on
+// its partition's subject. One that is there was stored before the
+// transform, but after the sequence the metadata names: the error is an
+// *UnfinishedError. The stream leader answers, so a replica behind does
+// not hide the record.
+func CheckLayout(ctx context.Context, nc *nats.Conn, l Layout) error {
+	if !l.Partitioned() {
+		return nil
+	}
+	var last *Msg
+	err := attempt(ctx, nc, l.Stream, func(d *directGet) (err error) {
+		last, err = d.leaderGet(ctx, getRequest{LastFor: subject.TranscriptsPrefix + "*"})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("stream %s: check the partition layout: %w", l.Stream, err)
+	}
+	if last != nil && last.Seq > l.After {
+		return &UnfinishedError{Stream: l.Stream, P: l.P, After: l.After, Seq: last.Seq, Subject: last.Subject}
+	}
+	return nil
+}
+
+// emptyBucket purges a key-value bucket's stream, if there is one.
+func emptyBucket(ctx context.Context, js jetstream.JetStream, bucket string) error {
+	st, err := js.Stream(ctx, "KV_"+bucket)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil
+	}
+	if err == nil {
+		err = st.Purge(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("bucket %s not emptied: %w", bucket, err)
+	}
+	return nil
 }
 
 // ErrPartitions is wrapped by the error of a partition count that is not

@@ -113,7 +113,7 @@ func TestPartition_Migrate(t *testing.T) {
 	require.NoError(t, err)
 	have, err := bus.LayoutOf(st.CachedInfo().Config)
 	require.NoError(t, err)
-	require.Equal(t, l, have)
+	require.Equal(t, l.Layout, have)
 	for s, seqs := range want {
 		var got []uint64
 		require.NoError(t, l.ReadSubject(ctx, nc, s, 1, ^uint64(0), func(seq uint64, _ []byte) error {
@@ -194,5 +194,150 @@ func TestLayout_SubjectAt(t *testing.T) {
 		{bus.Layout{P: 4, After: 10}, 11, part},
 	} {
 		require.Equal(t, tc.want, tc.layout.SubjectAt(s, tc.seq), "%+v at %d", tc.layout, tc.seq)
+	}
+}
+
+// interrupt leaves TRANSCRIPTS as a partitioning stopped half way may:
+// 15 records of alpha on transcripts.alpha, the transform of 4
+// partitions, and the metadata ctxd_partitioned_after as after says
+// ("": none).
+func interrupt(t *testing.T, js jetstream.JetStream, after string) {
+	t.Helper()
+	ctx := testContext(t)
+	st := ensureTranscripts(t, js)
+	for i := range 15 {
+		_, err := js.Publish(ctx, "transcripts.alpha", []byte(fmt.Sprintf(`{"role":"user","content":"m%d"}`, i)))
+		require.NoError(t, err)
+	}
+	cfg := st.CachedInfo().Config
+	cfg.SubjectTransform = streams.PartitionTransform(4)
+	if after != "" {
+		cfg.Metadata = map[string]string{streams.PartitionedAfter: after}
+	}
+	_, err := js.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+}
+
+// A partitioning stopped half way (a crash between the transform and
+// the metadata that says where the older records end, or a boundary
+// read before records that the transform did not catch) is finished by
+// running Partition again: every record of alpha is read.
+func TestPartition_FinishesAnInterruptedOne(t *testing.T) {
+	for _, tc := range []struct{ name, after string }{
+		{"transform without metadata", ""},
+		{"metadata short of the records", "5"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nc := natstest.Connect(t, natstest.Start(t))
+			js, err := jetstream.New(nc)
+			require.NoError(t, err)
+			ctx := testContext(t)
+			interrupt(t, js, tc.after)
+
+			// Found unfinished, by whoever reads the stream.
+			st, err := js.Stream(ctx, "TRANSCRIPTS")
+			require.NoError(t, err)
+			half, err := bus.LayoutOf(st.CachedInfo().Config)
+			require.NoError(t, err)
+			err = bus.CheckLayout(ctx, nc, half)
+			var ue *bus.UnfinishedError
+			require.ErrorAs(t, err, &ue)
+			require.Equal(t, bus.UnfinishedError{Stream: "TRANSCRIPTS", P: 4, After: half.After, Seq: 15, Subject: "transcripts.alpha"}, *ue)
+			require.ErrorContains(t, err, "run ctxd partition --partitions 4 to finish it")
+			_, err = bus.OpenStream(ctx, nc, "TRANSCRIPTS")
+			require.ErrorAs(t, err, &ue)
+			// Another number of partitions is refused, and says how to finish.
+			_, err = bus.Partition(ctx, js, "TRANSCRIPTS", 8)
+			require.ErrorIs(t, err, bus.ErrIncompatible)
+			require.ErrorAs(t, err, &ue)
+			// Buckets a ctxd may have written from a wrong read.
+			for _, b := range []string{streams.SnapshotsBucket, streams.CheckpointsBucket} {
+				kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: b})
+				require.NoError(t, err)
+				_, err = kv.Put(ctx, "alpha", []byte("x"))
+				require.NoError(t, err)
+			}
+
+			l, err := bus.Partition(ctx, js, "TRANSCRIPTS", 4)
+			require.NoError(t, err)
+			require.True(t, l.Finished)
+			require.Equal(t, 4, l.P)
+			require.NoError(t, bus.CheckLayout(ctx, nc, l.Layout))
+			for _, b := range []string{streams.SnapshotsBucket, streams.CheckpointsBucket} {
+				kv, err := js.KeyValue(ctx, b)
+				require.NoError(t, err)
+				_, err = kv.Get(ctx, "alpha")
+				require.ErrorIs(t, err, jetstream.ErrKeyNotFound, "bucket %s emptied", b)
+			}
+			require.GreaterOrEqual(t, l.After, uint64(15), "the records on transcripts.alpha are before the boundary")
+			var seqs []uint64
+			require.NoError(t, l.ReadSubject(ctx, nc, "alpha", 1, ^uint64(0), func(seq uint64, _ []byte) error {
+				seqs = append(seqs, seq)
+				return nil
+			}))
+			require.Len(t, seqs, 15)
+			_, err = js.Publish(ctx, "transcripts.alpha", []byte(`{"role":"user","content":"after"}`))
+			require.NoError(t, err)
+			seqs = nil
+			require.NoError(t, l.ReadSubject(ctx, nc, "alpha", 1, ^uint64(0), func(seq uint64, _ []byte) error {
+				seqs = append(seqs, seq)
+				return nil
+			}))
+			require.Equal(t, []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, seqs)
+			again, err := bus.Partition(ctx, js, "TRANSCRIPTS", 4)
+			require.NoError(t, err)
+			require.Equal(t, bus.Partitioning{Layout: l.Layout}, again, "finished: nothing more to do")
+		})
+	}
+}
+
+// A record stored between the read of the last sequence and the update
+// that adds the transform is on transcripts.<session> past the metadata
+// written with it: Partition raises the metadata over it before it
+// returns. Publishers race the command here, many times.
+func TestPartition_PublishersMeanwhile(t *testing.T) {
+	for run := range 10 {
+		nc := natstest.Connect(t, natstest.Start(t))
+		js, err := jetstream.New(nc)
+		require.NoError(t, err)
+		ctx := testContext(t)
+		ensureTranscripts(t, js)
+		stop := make(chan struct{})
+		published := make(chan []uint64)
+		go func() {
+			var seqs []uint64
+			defer func() { published <- seqs }()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ack, err := js.Publish(ctx, "transcripts.alpha", []byte(fmt.Sprint(i)))
+				if err != nil {
+					return
+				}
+				seqs = append(seqs, ack.Sequence)
+			}
+		}()
+		for {
+			st, err := js.Stream(ctx, "TRANSCRIPTS")
+			require.NoError(t, err)
+			if st.CachedInfo().State.Msgs >= 20 {
+				break
+			}
+		}
+		l, err := bus.Partition(ctx, js, "TRANSCRIPTS", 4)
+		require.NoError(t, err)
+		close(stop)
+		seqs := <-published
+		require.False(t, l.Finished)
+		require.NoError(t, bus.CheckLayout(ctx, nc, l.Layout), "run %d", run)
+		var got []uint64
+		require.NoError(t, l.ReadSubject(ctx, nc, "alpha", 1, ^uint64(0), func(seq uint64, _ []byte) error {
+			got = append(got, seq)
+			return nil
+		}))
+		require.Equal(t, seqs, got, "run %d: every record of alpha is read", run)
 	}
 }

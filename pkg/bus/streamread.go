@@ -19,14 +19,24 @@ type Stream struct {
 }
 
 // OpenStream opens the stream called name; the error wraps
-// jetstream.ErrStreamNotFound when there is none.
+// jetstream.ErrStreamNotFound when there is none, and is an
+// *UnfinishedError when its partitioning was stopped half way
+// (CheckLayout): reads of its sessions would miss records.
 func OpenStream(ctx context.Context, nc *nats.Conn, name string) (*Stream, error) {
 	js, err := JetStream(nc)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := js.Stream(ctx, name); err != nil {
+	st, err := js.Stream(ctx, name)
+	if err != nil {
 		return nil, fmt.Errorf("stream %s: %w", name, err)
+	}
+	l, err := LayoutOf(st.CachedInfo().Config)
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckLayout(ctx, nc, l); err != nil {
+		return nil, err
 	}
 	return &Stream{nc: nc, js: js, name: name}, nil
 }

@@ -60,8 +60,9 @@ type Server struct {
 	// other servers'.
 	Cluster Cluster
 
-	ns   *server.Server
-	lock *os.File // the store directory's lock, held while ns runs
+	ns       *server.Server
+	lock     *os.File // the store directory's lock, held while ns runs
+	storeDir string   // where ns stores, as it was opened
 }
 
 // Cluster says where a server meets the other servers of its cluster.
@@ -179,14 +180,22 @@ func (s *Server) OpenContext(ctx context.Context) error {
 			lock.Close()
 		}
 	}
+	logger := s.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	restored, err := restoreKept(opts.StoreDir)
+	if err != nil {
+		unlock()
+		return err
+	}
+	if len(restored) > 0 {
+		logger.Warn("stream configuration put back as it was before an update that was not done (the process died during it)", "streams", restored)
+	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
 		unlock()
 		return fmt.Errorf("natsd: %w", err)
-	}
-	logger := s.Logger
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
 	}
 	la := &logAdapter{l: logger, fatal: make(chan string, 1)}
 	ns.SetLoggerV2(la, false, false, false)
@@ -210,7 +219,7 @@ func (s *Server) OpenContext(ctx context.Context) error {
 			return stop(fmt.Errorf("natsd: server on %s:%d not ready after 30s", opts.Host, opts.Port))
 		}
 	}
-	s.ns, s.lock = ns, lock
+	s.ns, s.lock, s.storeDir = ns, lock, opts.StoreDir
 	return nil
 }
 

@@ -248,3 +248,102 @@ func TestServer_MonitoringExposed(t *testing.T) {
 		s.Close()
 	}
 }
+
+// A stream update writes the stream's configuration file and then its
+// checksum; a process killed between the two leaves a store whose
+// stream the server skips at its next start. KeepStreamConfig keeps the
+// files until the update is done, and Open puts them back when the
+// process died before: the stream is there, as before the update.
+func TestServer_KeepStreamConfig(t *testing.T) {
+	// update makes the store as a server killed during an update of T's
+	// configuration leaves it: the new configuration, the old checksum.
+	update := func(t *testing.T, s *Server, js jetstream.JetStream) {
+		t.Helper()
+		ctx := testContext(t)
+		dir := filepath.Join(s.storeDir, "jetstream", "$G", "streams", "T")
+		oldSum, err := os.ReadFile(filepath.Join(dir, "meta.sum"))
+		require.NoError(t, err)
+		_, err = js.UpdateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}, Storage: jetstream.FileStorage, Description: "updated"})
+		require.NoError(t, err)
+		require.NoError(t, s.Close())
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "meta.sum"), oldSum, 0o644))
+	}
+	start := func(t *testing.T) (*Server, jetstream.JetStream) {
+		t.Helper()
+		s := New(t.TempDir())
+		open(t, s)
+		_, js := connect(t, s.ClientURL())
+		ctx := testContext(t)
+		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}, Storage: jetstream.FileStorage})
+		require.NoError(t, err)
+		_, err = js.Publish(ctx, "t.a", []byte("hello"))
+		require.NoError(t, err)
+		return s, js
+	}
+	reopen := func(t *testing.T, s *Server) (jetstream.Stream, error) {
+		t.Helper()
+		var logs syncBuffer
+		s.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		open(t, s)
+		_, js := connect(t, s.ClientURL())
+		return js.Stream(testContext(t), "T")
+	}
+
+	t.Run("without a copy the stream is skipped", func(t *testing.T) {
+		s, js := start(t)
+		update(t, s, js)
+		_, err := reopen(t, s)
+		require.ErrorIs(t, err, jetstream.ErrStreamNotFound)
+	})
+	t.Run("the copy is put back", func(t *testing.T) {
+		s, js := start(t)
+		_, err := s.KeepStreamConfig("T")
+		require.NoError(t, err)
+		update(t, s, js) // and no drop: the process died
+		st, err := reopen(t, s)
+		require.NoError(t, err)
+		require.Empty(t, st.CachedInfo().Config.Description, "as before the update")
+		require.Equal(t, uint64(1), st.CachedInfo().State.Msgs)
+		_, err = os.Stat(filepath.Join(s.storeDir, keptDir))
+		require.ErrorIs(t, err, os.ErrNotExist, "the copy goes once put back")
+		drop, err := s.KeepStreamConfig("T")
+		require.NoError(t, err, "a copy can be kept again")
+		require.NoError(t, drop())
+	})
+	t.Run("dropped once the update is done", func(t *testing.T) {
+		s, js := start(t)
+		drop, err := s.KeepStreamConfig("T")
+		require.NoError(t, err)
+		_, err = js.UpdateStream(testContext(t), jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}, Storage: jetstream.FileStorage, Description: "updated"})
+		require.NoError(t, err)
+		require.NoError(t, drop())
+		require.NoError(t, drop(), "twice is fine")
+		require.NoError(t, s.Close())
+		st, err := reopen(t, s)
+		require.NoError(t, err)
+		require.Equal(t, "updated", st.CachedInfo().Config.Description)
+	})
+	t.Run("what an interrupted copy left is not put back", func(t *testing.T) {
+		s, js := start(t)
+		part := filepath.Join(s.storeDir, keptDir+".tmp-1", "$G", "T")
+		require.NoError(t, os.MkdirAll(part, 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(part, "meta.inf"), []byte("{"), 0o644))
+		_, err := js.UpdateStream(testContext(t), jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}, Storage: jetstream.FileStorage, Description: "updated"})
+		require.NoError(t, err)
+		require.NoError(t, s.Close())
+		st, err := reopen(t, s)
+		require.NoError(t, err)
+		require.Equal(t, "updated", st.CachedInfo().Config.Description)
+		_, err = os.Stat(filepath.Dir(filepath.Dir(part)))
+		require.ErrorIs(t, err, os.ErrNotExist)
+	})
+	t.Run("bad names", func(t *testing.T) {
+		s, _ := start(t)
+		for _, name := range []string{"", "..", "a/b"} {
+			_, err := s.KeepStreamConfig(name)
+			require.Error(t, err, "%q", name)
+		}
+		_, err := New(t.TempDir()).KeepStreamConfig("T")
+		require.Error(t, err, "not open")
+	})
+}
