@@ -105,3 +105,25 @@ func TestDirectReads_InboxRoom(t *testing.T) {
 	t.Logf("%d bytes allocated a read, the server's included", per)
 	require.Less(t, per, uint64(128<<10), "bytes allocated a read of one record")
 }
+
+// A read by sequences of large records has no more of them in flight
+// than the server lets the connection fall behind (its max_pending, 64
+// MiB by default, past which it closes the connection as a slow
+// consumer's): 144 MiB of records are read whole, on one connection.
+func TestDirectReads_SeqsOfLargeRecords(t *testing.T) {
+	js := natstest.JetStream(t)
+	nc := js.Conn()
+	all := bigRecords(t, js, 24, 6<<20)
+	ctx := testContext(t)
+	var want, seqs []uint64
+	for _, p := range all {
+		want = append(want, p.seq)
+	}
+	require.NoError(t, bus.ReadSeqs(ctx, nc, "BIG", want, func(seq uint64, data []byte) error {
+		require.Equal(t, all[seq-1].data, string(data))
+		seqs = append(seqs, seq)
+		return nil
+	}))
+	require.Equal(t, want, seqs)
+	require.Zero(t, nc.Stats().Reconnects, "the connection was closed as a slow consumer's")
+}
