@@ -109,7 +109,14 @@ record up to stream sequence N (pass the sequence ctxd publish printed).
 With --format F (anthropic, openai-chat, openai-responses, gemini) the
 reply holds the context rendered for that provider, with a report of what
 the rendering changed (docs/RENDER.md); --budget-tokens N adds whether it
-is over N input tokens and where a compaction may cut.`
+is over N input tokens and where a compaction may cut.
+A reply larger than the server's max payload comes in chunks and is
+printed whole: --wait-ms plus 5 s bound the wait for the answer, then each
+chunk may take 30 s, however many there are.`
+
+// contextChunkTimeout is how long ctxd context waits for each chunk of a
+// large reply after the first.
+const contextChunkTimeout = 30 * time.Second
 
 func runContext(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "context", "context SESSION [flags]", contextAbout)
@@ -138,7 +145,10 @@ func runContext(ctx context.Context, e *env, args []string) error {
 	timeout := time.Duration(min(max(*waitMS, 0), 30000))*time.Millisecond + 5*time.Second
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	data, err := client.Context(ctx, nc, pos[0], client.Request{MinSeq: *minSeq, WaitMS: max(*waitMS, 0), Format: *format, BudgetTokens: *budget, Partitions: *partitions})
+	// The timeout is the answer's; a large one then takes as long as its
+	// chunks keep coming.
+	data, err := client.Context(ctx, nc, pos[0], client.Request{MinSeq: *minSeq, WaitMS: max(*waitMS, 0), Format: *format,
+		BudgetTokens: *budget, Partitions: *partitions, ChunkTimeout: contextChunkTimeout})
 	if err != nil {
 		return err
 	}
