@@ -432,16 +432,17 @@ func (d *directGet) readBatches(ctx context.Context, subject string, next, to ui
 // that got a 404 are asked again, and at last of the leader; those whose
 // reply did not come are asked again (see askSeqs).
 //
-// The window is bounded in bytes too, about directMaxBytes in flight, as a
-// batch is: the server closes a connection that falls more than its
-// max_pending behind (a slow consumer), and 128 records of 6 MiB would
-// be 768 MiB at once. Until a reply says how large the records are, the
-// window is what that many bytes of the largest messages hold; then what
-// as many of the largest record read so far hold.
+// The window is bounded in bytes too, as a batch is (PullBytes, at most
+// directMaxBytes): the server closes a connection that falls more than
+// its max_pending behind (a slow consumer), and 128 records of 6 MiB
+// would be 768 MiB at once. Until a reply says how large the records
+// are, the window holds one message as large as the server takes; then
+// as many of the largest record read so far as the bytes hold.
 func (d *directGet) readSeqs(ctx context.Context, seqs []uint64, fn func(seq uint64, data []byte) error) error {
 	got := make(map[uint64][]byte, min(len(seqs), directWindow))
 	var missing []uint64
-	window := seqWindow(PullBytes(d.nc))
+	budget := min(PullBytes(d.nc), directMaxBytes)
+	window := seqWindow(budget, budget)
 	largest := 0
 	for start := 0; start < len(seqs); {
 		part := seqs[start:min(start+window, len(seqs))]
@@ -494,16 +495,16 @@ func (d *directGet) readSeqs(ctx context.Context, seqs []uint64, fn func(seq uin
 			}
 		}
 		if largest > 0 {
-			window = seqWindow(largest)
+			window = seqWindow(budget, largest)
 		}
 	}
 	return nil
 }
 
 // seqWindow is how many single direct gets of messages of size bytes are
-// in flight at once: directMaxBytes of them, at least one.
-func seqWindow(size int) int {
-	return min(max(1, directMaxBytes/max(size, 1)), directWindow)
+// in flight at once: budget bytes of them, at least one.
+func seqWindow(budget, size int) int {
+	return min(max(1, budget/max(size, 1)), directWindow)
 }
 
 // lostAfter is how long a read by sequence waits for the next reply once
