@@ -442,7 +442,7 @@ func (d *directGet) readSeqs(ctx context.Context, seqs []uint64, fn func(seq uin
 	got := make(map[uint64][]byte, min(len(seqs), directWindow))
 	var missing []uint64
 	budget := min(PullBytes(d.nc), directMaxBytes)
-	window := seqWindow(budget, budget)
+	window := seqWindow(budget, budget, directWindow)
 	largest := 0
 	for start := 0; start < len(seqs); {
 		part := seqs[start:min(start+window, len(seqs))]
@@ -495,16 +495,16 @@ func (d *directGet) readSeqs(ctx context.Context, seqs []uint64, fn func(seq uin
 			}
 		}
 		if largest > 0 {
-			window = seqWindow(budget, largest)
+			window = seqWindow(budget, largest, directWindow)
 		}
 	}
 	return nil
 }
 
 // seqWindow is how many single direct gets of messages of size bytes are
-// in flight at once: budget bytes of them, at least one.
-func seqWindow(budget, size int) int {
-	return min(max(1, budget/max(size, 1)), directWindow)
+// in flight at once: budget bytes of them, at least one, at most most.
+func seqWindow(budget, size, most int) int {
+	return min(max(1, budget/max(size, 1)), most)
 }
 
 // lostAfter is how long a read by sequence waits for the next reply once
