@@ -152,7 +152,11 @@ func runContext(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	_, err = e.stdout.Write(append(data, '\n'))
+	// Not appended to: a reply of hundreds of MiB would be copied.
+	if _, err := e.stdout.Write(data); err != nil {
+		return err
+	}
+	_, err = e.stdout.Write([]byte{'\n'})
 	return err
 }
 
