@@ -101,19 +101,16 @@ func TestService_LargeScreenshots(t *testing.T) {
 	require.Len(t, decodeReply(t, out).Messages, 3)
 }
 
-// The tests of large contexts take GiBs and tens of seconds: they run
-// when asked for.
-var (
-	large      = flag.Bool("large", false, "run TestService_LargeContext: a context of 100 MB, delivered whole")
-	largeLimit = flag.Bool("large.limit", false, "run TestService_LargeContextAtTheLimit: a session of --max-session-bytes (256 MiB) of records, delivered whole")
-)
+// largeLimit runs the test of a context at --max-session-bytes, which
+// takes about 4 GiB.
+var largeLimit = flag.Bool("large.limit", false, "run TestService_LargeContextAtTheLimit: a session of --max-session-bytes (256 MiB) of records, delivered whole")
 
 // A context of 100 MB, beyond the server's 64 MiB of pending bytes per
 // client, reaches ctxd context, pkg/client and a client that fetches the
 // chunks, each equal to Build over the session's records.
 func TestService_LargeContext(t *testing.T) {
-	if !*large {
-		t.Skip("run with -large: 100 MB through the embedded server")
+	if testing.Short() {
+		t.Skip("-short: 100 MB through the embedded server")
 	}
 	requireLargeContext(t, 100_000_000)
 }
