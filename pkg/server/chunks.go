@@ -239,7 +239,8 @@ func (c *chunked) expire(now time.Time) {
 // respondChunked sends a reply larger than the max payload: the first
 // chunk answers the request, with headers that say how to get the rest.
 // A request that accepts pushed chunks gets all of them on its reply
-// subject; any other has the rest held for it to fetch.
+// subject when the reply is at most PushBytes; any other has the rest
+// held for it to fetch. A reply over MaxReplyBytes is refused.
 func (s *Service) respondChunked(r micro.Request, out []byte, maxPayload int64) error {
 	if s.MaxReplyBytes > 0 && len(out) > s.MaxReplyBytes {
 		return &tooLargeError{size: len(out), max: s.MaxReplyBytes}
