@@ -110,7 +110,14 @@ for --wait-ms at most; --wait-ms 0 answers now or fails (504).
 With --format F (anthropic, openai-chat, openai-responses, gemini) the
 reply holds the context rendered for that provider, with a report of what
 the rendering changed (docs/RENDER.md); --budget-tokens N adds whether it
-is over N input tokens and where a compaction may cut.`
+is over N input tokens and where a compaction may cut.
+A reply larger than the server's max payload comes in chunks and is
+printed whole: --wait-ms plus 5 s bound the wait for the answer, then each
+chunk may take 30 s, however many there are.`
+
+// contextChunkTimeout is how long ctxd context waits for each chunk of a
+// large reply after the first.
+const contextChunkTimeout = 30 * time.Second
 
 func runContext(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "context", "context SESSION [flags]", contextAbout)
@@ -143,11 +150,18 @@ func runContext(ctx context.Context, e *env, args []string) error {
 	timeout := time.Duration(min(*waitMS, 30000))*time.Millisecond + 5*time.Second
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	data, err := client.Context(ctx, nc, pos[0], client.Request{MinSeq: *minSeq, WaitMS: *waitMS, NoWait: *waitMS == 0, Format: *format, BudgetTokens: *budget, Partitions: *partitions})
+	// The timeout is the answer's; a large one then takes as long as its
+	// chunks keep coming.
+	data, err := client.Context(ctx, nc, pos[0], client.Request{MinSeq: *minSeq, WaitMS: *waitMS, NoWait: *waitMS == 0, Format: *format,
+		BudgetTokens: *budget, Partitions: *partitions, ChunkTimeout: contextChunkTimeout})
 	if err != nil {
 		return err
 	}
-	_, err = e.stdout.Write(append(data, '\n'))
+	// Not appended to: a reply of hundreds of MiB would be copied.
+	if _, err := e.stdout.Write(data); err != nil {
+		return err
+	}
+	_, err = e.stdout.Write([]byte{'\n'})
 	return err
 }
 

@@ -472,6 +472,9 @@ func (a *App) openService() error {
 		a.svc.Observe = a.metrics.Observe
 	}
 	a.svc.MaxLoads, a.svc.MaxWaiters = a.MaxLoads, a.MaxWaiters
+	// A session within its bound has a reply about as large as its
+	// records: twice that is sent, whatever the format.
+	a.svc.MaxReplyBytes = int(max(server.DefaultMaxReplyBytes, 2*a.MaxSessionBytes))
 	a.svc.MissRate = a.EmptyRate
 	a.svc.Instance, a.svc.Stream = a.Instance, a.stream
 	// A stopping instance finishes the reads in hand: with other

@@ -431,16 +431,28 @@ func (d *directGet) readBatches(ctx context.Context, subject string, next, to ui
 // request has one reply, a message or a 404. The sequences of a window
 // that got a 404 are asked again, and at last of the leader; those whose
 // reply did not come are asked again (see askSeqs).
+//
+// The window is bounded in bytes too, as a batch is (PullBytes, at most
+// directMaxBytes): the server closes a connection that falls more than
+// its max_pending behind (a slow consumer), and 128 records of 6 MiB
+// would be 768 MiB at once. Until a reply says how large the records
+// are, the window holds one message as large as the server takes; then
+// as many of the largest record read so far as the bytes hold.
 func (d *directGet) readSeqs(ctx context.Context, seqs []uint64, fn func(seq uint64, data []byte) error) error {
 	got := make(map[uint64][]byte, min(len(seqs), directWindow))
 	var missing []uint64
-	for start := 0; start < len(seqs); start += directWindow {
-		part := seqs[start:min(start+directWindow, len(seqs))]
+	budget := min(PullBytes(d.nc), directMaxBytes)
+	window := seqWindow(budget, budget, directWindow)
+	largest := 0
+	for start := 0; start < len(seqs); {
+		part := seqs[start:min(start+window, len(seqs))]
+		start += len(part)
 		clear(got)
 		missing = append(missing[:0], part...)
 		for try, lost := 0, 0; len(missing) > 0; {
 			more, err := d.askSeqs(ctx, missing, func(r directReply) error {
 				got[r.seq] = r.data
+				largest = max(largest, len(r.data))
 				return nil
 			})
 			if err != nil {
@@ -482,8 +494,17 @@ func (d *directGet) readSeqs(ctx context.Context, seqs []uint64, fn func(seq uin
 				}
 			}
 		}
+		if largest > 0 {
+			window = seqWindow(budget, largest, directWindow)
+		}
 	}
 	return nil
+}
+
+// seqWindow is how many single direct gets of messages of size bytes are
+// in flight at once: budget bytes of them, at least one, at most most.
+func seqWindow(budget, size, most int) int {
+	return min(max(1, budget/max(size, 1)), most)
 }
 
 // lostAfter is how long a read by sequence waits for the next reply once

@@ -3,6 +3,8 @@ package bus_test
 import (
 	"bytes"
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
 	"testing"
 
@@ -11,6 +13,7 @@ import (
 
 	"github.com/ctxd/ctxd/internal/natstest"
 	"github.com/ctxd/ctxd/pkg/bus"
+	"github.com/ctxd/ctxd/pkg/natsd"
 )
 
 // bigRecords fills a memory stream BIG with n records of size bytes each,
@@ -104,4 +107,45 @@ func TestDirectReads_InboxRoom(t *testing.T) {
 	per := (after.TotalAlloc - before.TotalAlloc) / reads
 	t.Logf("%d bytes allocated a read, the server's included", per)
 	require.Less(t, per, uint64(128<<10), "bytes allocated a read of one record")
+}
+
+// A read by sequences of large records has no more of them in flight
+// than the server lets the connection fall behind (its max_pending, here
+// 16 MiB, past which it closes the connection as a slow consumer's): 72
+// MiB of records are read whole, on one connection, by ReadSeqs and by
+// ReadSubjectSeqs.
+func TestDirectReads_SeqsOfLargeRecords(t *testing.T) {
+	conf := filepath.Join(t.TempDir(), "nats.conf")
+	require.NoError(t, os.WriteFile(conf, []byte("max_pending: 16MB\n"), 0o600))
+	nc := natstest.Connect(t, natstest.Start(t, func(s *natsd.Server) { s.ConfigFile = conf }))
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	all := bigRecords(t, js, 12, 6<<20)
+	ctx := testContext(t)
+	var want, seqs []uint64
+	for _, p := range all {
+		want = append(want, p.seq)
+	}
+	require.NoError(t, bus.ReadSeqs(ctx, nc, "BIG", want, func(seq uint64, data []byte) error {
+		require.Equal(t, all[seq-1].data, string(data))
+		seqs = append(seqs, seq)
+		return nil
+	}))
+	require.Equal(t, want, seqs)
+	seqs = nil
+	for _, subj := range []string{"big.a", "big.b"} {
+		var of []uint64
+		for _, p := range all {
+			if p.subject == subj {
+				of = append(of, p.seq)
+			}
+		}
+		require.NoError(t, bus.ReadSubjectSeqs(ctx, nc, "BIG", subj, of, func(seq uint64, data []byte) error {
+			require.Equal(t, all[seq-1].data, string(data))
+			seqs = append(seqs, seq)
+			return nil
+		}), subj)
+	}
+	require.Len(t, seqs, len(all))
+	require.Zero(t, nc.Stats().Reconnects, "the connection was closed as a slow consumer's")
 }

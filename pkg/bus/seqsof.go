@@ -39,8 +39,13 @@ func ReadSubjectSeqs(ctx context.Context, nc *nats.Conn, stream, subject string,
 	}
 	have := make(map[uint64]got, min(len(seqs), seqsWindow))
 	var missing []uint64
-	for start := 0; start < len(seqs); start += seqsWindow {
-		part := seqs[start:min(start+seqsWindow, len(seqs))]
+	// Bounded in bytes too, as ReadSeqs's window is.
+	budget := min(PullBytes(d.nc), directMaxBytes)
+	window := seqWindow(budget, budget, seqsWindow)
+	largest := 0
+	for start := 0; start < len(seqs); {
+		part := seqs[start:min(start+window, len(seqs))]
+		start += len(part)
 		clear(have)
 		next := 0 // of part: the first not handed on yet
 		// handOn hands on the records of part in order from next, as far
@@ -65,6 +70,7 @@ func ReadSubjectSeqs(ctx context.Context, nc *nats.Conn, stream, subject string,
 		for try, lost := 0, 0; len(missing) > 0; {
 			more, err := d.askSeqs(ctx, missing, func(r directReply) error {
 				have[r.seq] = got{r.subject, r.data}
+				largest = max(largest, len(r.data))
 				// Decoding the records that came overlaps with the
 				// server sending the others.
 				return handOn()
@@ -113,6 +119,9 @@ func ReadSubjectSeqs(ctx context.Context, nc *nats.Conn, stream, subject string,
 		}
 		if next < len(part) {
 			return d.errorf("of %d: no reply", part[next])
+		}
+		if largest > 0 {
+			window = seqWindow(budget, largest, seqsWindow)
 		}
 	}
 	return nil

@@ -108,6 +108,13 @@ type Request struct {
 	// on ctxd.p.<k>.<session>, and to ctxd.context.<session> when no
 	// instance holds it; 0 or 1 sends it to ctxd.context.<session>.
 	Partitions int
+	// ChunkTimeout, when set, lets a reply in chunks take longer than
+	// ctx's deadline, as long as it comes: once the first chunk arrived,
+	// each next one is waited for at most ChunkTimeout (ctx's
+	// cancellation still ends the wait). A context of hundreds of MiB
+	// takes seconds to arrive, which a deadline chosen for the answer
+	// cannot foresee.
+	ChunkTimeout time.Duration
 }
 
 // Partitions asks the service for the stream's number of partitions
@@ -206,7 +213,7 @@ func Context(ctx context.Context, nc *nats.Conn, session string, req Request) ([
 		}
 		data := msg.Data
 		msg.Data = requestBody(req, timeoutOf(actx))
-		out, err := Do(actx, nc, msg)
+		out, err := do(actx, nc, msg, req.ChunkTimeout)
 		msg.Data = data
 		stalled := err != nil && ctx.Err() == nil && errors.Is(actx.Err(), context.DeadlineExceeded)
 		cancel()
@@ -217,15 +224,24 @@ func Context(ctx context.Context, nc *nats.Conn, session string, req Request) ([
 		// answer in time: any instance answers.
 		msg.Subject = v1
 	}
-	return Do(ctx, nc, msg)
+	return do(ctx, nc, msg, req.ChunkTimeout)
 }
 
 // Do sends a request to the service and returns the reply body, joining
 // the chunks of a reply larger than the max payload. It asks for the
 // chunks to be pushed to its own inbox (Ctxd-Accept-Chunks: push), so
-// the service holds nothing for it; a service that does not push
-// (protocol 2) names a subject to fetch them from, and Do fetches them.
+// the service holds nothing for it. A service that does not push
+// (protocol 2), or not a reply that large (more than the NATS server
+// lets a connection fall behind), names a subject to fetch them from,
+// and Do fetches them one after the other: at most one waits for it at
+// the NATS server, whatever the reply's size.
 func Do(ctx context.Context, nc *nats.Conn, msg *nats.Msg) ([]byte, error) {
+	return do(ctx, nc, msg, 0)
+}
+
+// do is Do, with each chunk after the first waited for at most
+// chunkTimeout past ctx's deadline when it is set (Request.ChunkTimeout).
+func do(ctx context.Context, nc *nats.Conn, msg *nats.Msg, chunkTimeout time.Duration) ([]byte, error) {
 	// A subscription of its own, read through a small channel: a sync
 	// subscription would allocate a queue of 64k messages per request.
 	inbox := nc.NewInbox()
@@ -267,13 +283,30 @@ func Do(ctx context.Context, nc *nats.Conn, msg *nats.Msg) ([]byte, error) {
 	b.Grow(total)
 	b.Write(reply.Data)
 	prefix := reply.Header.Get(headerChunkSubject)
+	chunkCtx := ctx
+	if chunkTimeout > 0 {
+		// Past ctx's deadline, but not past its cancellation.
+		c, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		defer cancel()
+		defer context.AfterFunc(ctx, func() {
+			if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				cancel()
+			}
+		})()
+		chunkCtx = c
+	}
 	for k := 1; k < n; k++ {
+		cctx, cancel := chunkCtx, context.CancelFunc(func() {})
+		if chunkTimeout > 0 {
+			cctx, cancel = context.WithTimeout(chunkCtx, chunkTimeout)
+		}
 		var part *nats.Msg
 		if prefix != "" {
-			part, err = request(ctx, nc, nats.NewMsg(prefix+"."+strconv.Itoa(k)))
-		} else if part, err = next(ctx, msgs, msg.Subject); err == nil && part.Header.Get(headerChunk) != strconv.Itoa(k) {
+			part, err = request(cctx, nc, nats.NewMsg(prefix+"."+strconv.Itoa(k)))
+		} else if part, err = next(cctx, msgs, msg.Subject); err == nil && part.Header.Get(headerChunk) != strconv.Itoa(k) {
 			err = fmt.Errorf("got chunk %q", part.Header.Get(headerChunk))
 		}
+		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("chunk %d of %d: %w", k+1, n, err)
 		}

@@ -135,3 +135,56 @@ func TestContext_PartitionOwnerStalled(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "v1", string(got))
 }
+
+// With ChunkTimeout a large reply may take longer than ctx's deadline,
+// as long as its chunks come; ctx's cancellation still ends the wait.
+func TestContext_ChunkTimeout(t *testing.T) {
+	nc := startNATS(t)
+	whole := bytes.Repeat([]byte("0123456789"), 3000)
+	// serve answers session's context in 3 chunks, the second once gate
+	// is closed.
+	serve := func(session string, gate <-chan struct{}) {
+		_, err := nc.Subscribe("ctxd.context."+session, func(m *nats.Msg) {
+			m.RespondMsg(&nats.Msg{Data: whole[:10000], Header: nats.Header{
+				headerChunks: {"3"}, headerChunkSubject: {"held." + session}, headerReplyBytes: {strconv.Itoa(len(whole))},
+			}})
+		})
+		require.NoError(t, err)
+		_, err = nc.Subscribe("held."+session+".*", func(m *nats.Msg) {
+			k := int(m.Subject[len(m.Subject)-1] - '0')
+			if k == 1 {
+				<-gate
+			}
+			m.Respond(whole[10000*k:][:10000])
+		})
+		require.NoError(t, err)
+	}
+
+	// Chunk 1 comes after the deadline: without ChunkTimeout, too late.
+	late := make(chan struct{})
+	defer close(late)
+	serve("s1", late)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err := Context(ctx, nc, "s1", Request{})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+
+	ctx, cancel = context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	serve("s2", ctx.Done())
+	got, err := Context(ctx, nc, "s2", Request{ChunkTimeout: 20 * time.Second})
+	require.NoError(t, err)
+	require.Equal(t, whole, got)
+
+	never := make(chan struct{})
+	defer close(never)
+	serve("s3", never)
+	ctx, cancel = context.WithCancel(context.Background())
+	errs := make(chan error, 1)
+	go func() {
+		_, err := Context(ctx, nc, "s3", Request{ChunkTimeout: 20 * time.Second})
+		errs <- err
+	}()
+	cancel()
+	require.ErrorIs(t, <-errs, context.Canceled)
+}

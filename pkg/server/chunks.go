@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/base64"
 	"strconv"
@@ -32,8 +33,19 @@ const (
 	HeaderChunk = "Ctxd-Chunk"
 )
 
-// DefaultChunkHoldBytes bounds the chunked replies held.
-const DefaultChunkHoldBytes = 1 << 30
+// Defaults of chunked replies.
+const (
+	// DefaultChunkHoldBytes bounds the chunked replies held.
+	DefaultChunkHoldBytes = 1 << 30
+	// DefaultPushBytes is the largest reply pushed whole: half the 64
+	// MiB a NATS server lets a client fall behind by default (its
+	// max_pending) before it closes the client's connection as a slow
+	// consumer, leaving room for the connection's other messages.
+	DefaultPushBytes = 32 << 20
+	// DefaultMaxReplyBytes is the largest reply sent in chunks: twice
+	// store.DefaultMaxSessionBytes.
+	DefaultMaxReplyBytes = 512 << 20
+)
 
 // Limits of held chunked replies.
 const (
@@ -72,12 +84,23 @@ const (
 // A client that varies its reply subjects gets a share for each, and can
 // still push others' unread replies out; it cannot make a reply fail to
 // be held, nor evict one being read while older unread ones are held.
-// Clients that send HeaderAcceptChunks: push are not held at all.
+// Clients that send HeaderAcceptChunks: push are not held at all, when
+// the reply is at most PushBytes.
+//
+// Pushing is not paced: the NATS server queues every chunk for the client
+// at once, and closes the client's connection when more than its
+// max_pending (64 MiB by default) waits (a slow consumer): the client
+// then gets nothing more. So a larger reply is held even when the client
+// asks for push: it fetches the chunks one after the other, at the pace
+// it reads them, which any client of protocol 3 does with a service of
+// protocol 2. A reply of up to MaxReplyBytes is held whatever its
+// requester's share, which then counts its older replies only.
 
 // chunked holds the chunks of large replies until their client fetched
 // them, or they expire or are evicted.
 type chunked struct {
 	max     int // bytes held at most
+	one     int // bytes of one reply at most; 0: a requester's share
 	mu      sync.Mutex
 	replies map[string]*heldReply
 	owners  map[string]int // bytes held by each requester
@@ -123,17 +146,19 @@ func newChunkID() string {
 }
 
 // hold keeps a reply's chunks for owner; it returns the id under which
-// chunks 1.. are requested, or "" when the reply is larger than a
-// requester's share of the budget.
+// chunks 1.. are requested, or "" when the reply is larger than one
+// reply may be (one, or else a requester's share of the budget).
 func (c *chunked) hold(chunks [][]byte, owner string) string {
 	total := 0
 	for _, ch := range chunks {
 		total += len(ch)
 	}
 	share := c.max / requesterShares
-	if total > share {
+	if one := cmp.Or(c.one, share); total > min(one, c.max) {
 		return ""
 	}
+	// A requester's newest reply is held: its share bounds the others.
+	share = max(share, total)
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -214,11 +239,15 @@ func (c *chunked) expire(now time.Time) {
 // respondChunked sends a reply larger than the max payload: the first
 // chunk answers the request, with headers that say how to get the rest.
 // A request that accepts pushed chunks gets all of them on its reply
-// subject; any other has the rest held for it to fetch.
+// subject when the reply is at most PushBytes; any other has the rest
+// held for it to fetch. A reply over MaxReplyBytes is refused.
 func (s *Service) respondChunked(r micro.Request, out []byte, maxPayload int64) error {
+	if s.MaxReplyBytes > 0 && len(out) > s.MaxReplyBytes {
+		return &tooLargeError{size: len(out), max: s.MaxReplyBytes}
+	}
 	chunks := split(out, int(maxPayload)-chunkHeaderRoom)
 	n := strconv.Itoa(len(chunks))
-	if r.Headers().Get(HeaderAcceptChunks) == "push" {
+	if r.Headers().Get(HeaderAcceptChunks) == "push" && len(out) <= s.PushBytes {
 		hdr := micro.Headers{
 			HeaderChunks:     []string{n},
 			HeaderChunk:      []string{"0"},
@@ -271,7 +300,14 @@ func (s *Service) handleChunk(r micro.Request) {
 		s.fail(r, errNoChunk)
 		return
 	}
-	if err := r.Respond(chunk); err != nil {
-		s.log("respond", "err", err)
+	// A chunk is a large reply: on its own connection, off the endpoint's
+	// goroutine, so that small replies do not wait behind it.
+	send := func(r micro.Request) {
+		if err := r.Respond(chunk); err != nil {
+			s.log("respond", "err", err)
+		}
+	}
+	if !s.sendLarge(r, len(chunk), send) {
+		send(r)
 	}
 }

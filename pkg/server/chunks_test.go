@@ -214,6 +214,27 @@ func TestChunked_Hold(t *testing.T) {
 		require.NotContains(t, c.replies, unread[0], "the oldest unread goes")
 		require.Equal(t, 4000, c.bytes)
 	})
+	t.Run("one reply up to the largest is held past a requester's share", func(t *testing.T) {
+		c := chunked{max: 8000, one: 4000} // shares of 1000
+		a1 := c.hold(chunks(400), "a")
+		b1 := c.hold(chunks(3000), "b")
+		require.NotEmpty(t, b1, "a reply over a share, within the largest")
+		a2 := c.hold(chunks(4000), "a") // its newest; a1 goes
+		require.NotEmpty(t, a2)
+		require.NotContains(t, c.replies, a1)
+		require.Contains(t, c.replies, b1)
+		require.Equal(t, 4000, c.owners["a"])
+		require.Empty(t, c.hold(chunks(4001), "c"), "larger than the largest")
+		b2 := c.hold(chunks(2000), "b") // b: 5000 > its share: b1 goes
+		require.NotContains(t, c.replies, b1)
+		require.Equal(t, 6000, c.bytes)
+		for _, id := range []string{a2, b2} {
+			n := len(c.replies[id].chunks)
+			_, ok := c.get(id, n-1)
+			require.True(t, ok)
+		}
+		require.Zero(t, c.bytes)
+	})
 	t.Run("the last chunk fetched forgets the reply", func(t *testing.T) {
 		c := chunked{max: 8000}
 		id := c.hold(chunks(400), "a")
@@ -307,6 +328,52 @@ func TestService_LargeChunkedReplies(t *testing.T) {
 		}
 		require.Equal(t, want, got, session)
 		sub.Unsubscribe()
+	}
+}
+
+// A reply larger than PushBytes is held for fetching even when the
+// request asks for push: pushed at once, it would wait at the NATS server
+// for the client, which closes a connection that falls too far behind.
+// One larger than MaxReplyBytes is refused, with an error that says so.
+func TestService_LargeRepliesAreFetched(t *testing.T) {
+	url := startNATS(t, 16<<10)
+	nc := connect(t, url)
+	open := func(pushBytes, maxReplyBytes int) *Service {
+		svc := New(connect(t, url), bigSession(t))
+		svc.LargeReplyBytes = 8 << 10
+		svc.PushBytes, svc.MaxReplyBytes = pushBytes, maxReplyBytes
+		svc.ChunkHoldBytes = 8 * (16 << 10) // a requester's share is smaller than the reply
+		require.NoError(t, svc.Open())
+		t.Cleanup(func() { svc.Close() })
+		return svc
+	}
+	svc := open(DefaultPushBytes, DefaultMaxReplyBytes)
+	want := fetchAll(t, nc, request(t, nc, "ctxd.context.big", nil, nil))
+	require.Greater(t, len(want), 32<<10)
+	svc.Close()
+	push := nats.Header{HeaderAcceptChunks: []string{"push"}}
+
+	svc = open(len(want), DefaultMaxReplyBytes) // pushed whole
+	first := request(t, nc, "ctxd.context.big", nil, push)
+	require.Empty(t, first.Header.Get(HeaderChunkSubject))
+	require.Equal(t, "0", first.Header.Get(HeaderChunk))
+	svc.Close()
+
+	svc = open(len(want)-1, DefaultMaxReplyBytes) // held, fetched a chunk at a time
+	held := request(t, nc, "ctxd.context.big", nil, push)
+	require.NotEmpty(t, held.Header.Get(HeaderChunkSubject), "a reply over PushBytes is fetched")
+	require.Empty(t, held.Header.Get(HeaderChunk))
+	before := svc.nc.Stats().OutBytes
+	require.Equal(t, want, fetchAll(t, nc, held))
+	require.Less(t, svc.nc.Stats().OutBytes-before, uint64(8<<10), "the chunks go out on the connection of large replies")
+	svc.Close()
+
+	open(DefaultPushBytes, len(want)-1)
+	for _, hdr := range []nats.Header{nil, push} {
+		msg := request(t, nc, "ctxd.context.big", nil, hdr)
+		require.Equal(t, CodeInternal, errorCode(msg))
+		require.Equal(t, fmt.Sprintf("context reply of %d bytes is larger than the largest this service sends, %d bytes (twice ctxd serve --max-session-bytes, at least 512 MiB)", len(want), len(want)-1),
+			msg.Header.Get(micro.ErrorHeader))
 	}
 }
 

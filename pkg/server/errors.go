@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/ctxd/ctxd/pkg/render"
 	"github.com/ctxd/ctxd/pkg/store"
@@ -31,10 +32,20 @@ var (
 	errNoChunk = errors.New("no such chunk")
 )
 
+// tooLargeError: a reply larger than the service sends (MaxReplyBytes).
+type tooLargeError struct{ size, max int }
+
+func (e *tooLargeError) Error() string {
+	return fmt.Sprintf("context reply of %d bytes is larger than the largest this service sends, %d bytes (twice ctxd serve --max-session-bytes, at least 512 MiB)", e.size, e.max)
+}
+
+func (e *tooLargeError) Is(target error) bool { return target == errTooLarge }
+
 // errorReply maps an error to its code and description: the one place
 // errors become wire codes. Only errors the client caused are described;
 // anything else is a 500 with no internal detail.
 func errorReply(err error) (code, description string) {
+	var tooLarge *tooLargeError
 	switch {
 	case errors.Is(err, subject.ErrBadSession), errors.Is(err, errBadBody):
 		return CodeBadRequest, err.Error()
@@ -55,8 +66,10 @@ func errorReply(err error) (code, description string) {
 		return CodeBusy, "too many requests for sessions not in the cache: retry later"
 	case errors.Is(err, errNoChunk):
 		return CodeNotFound, "no such chunk: expired, evicted, fetched already, or never made; request the context again"
+	case errors.As(err, &tooLarge):
+		return CodeInternal, tooLarge.Error()
 	case errors.Is(err, errTooLarge):
-		return CodeInternal, "context too large to hold for chunked delivery; request it with the header Ctxd-Accept-Chunks: push"
+		return CodeInternal, "context too large to hold for chunked delivery"
 	case errors.Is(err, errNotMsgpack):
 		return CodeInternal, "context holds a number msgpack cannot carry; request JSON"
 	}

@@ -84,8 +84,15 @@ type Service struct {
 	// Observe, when set, is told of every answer (see Observer).
 	Observe Observer
 	// ChunkHoldBytes bounds the bytes of chunked replies held for their
-	// clients to fetch (chunks.go).
+	// clients to fetch (chunks.go); Open raises it to MaxReplyBytes.
 	ChunkHoldBytes int
+	// PushBytes is the largest reply pushed to a client that asks for
+	// pushed chunks; a larger one is held for it to fetch (chunks.go).
+	PushBytes int
+	// MaxReplyBytes is the largest reply sent in chunks; a larger one is
+	// refused with an error that says so. 0: a requester's share of
+	// ChunkHoldBytes.
+	MaxReplyBytes int
 	// LargeReplyBytes: replies of at least this many bytes go out on a
 	// connection of their own, off the endpoint's goroutine (bulk.go); 0
 	// sends every reply on the service's connection. LargeQueueBytes
@@ -170,6 +177,8 @@ func New(nc *nats.Conn, proj Projections) *Service {
 		MissBurst:        DefaultMissBurst,
 		MaxWaiters:       DefaultMaxWaiters,
 		ChunkHoldBytes:   DefaultChunkHoldBytes,
+		PushBytes:        DefaultPushBytes,
+		MaxReplyBytes:    DefaultMaxReplyBytes,
 		LargeReplyBytes:  DefaultLargeReplyBytes,
 		LargeQueueBytes:  DefaultLargeQueueBytes,
 	}
@@ -180,7 +189,7 @@ func (s *Service) Open() error {
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.closing = false
 	s.rendered.max = s.RenderCacheBytes
-	s.chunks.max = s.ChunkHoldBytes
+	s.chunks.max, s.chunks.one = max(s.ChunkHoldBytes, s.MaxReplyBytes), s.MaxReplyBytes
 	if err := s.openLarge(); err != nil {
 		return fmt.Errorf("server: %w", err)
 	}
