@@ -193,7 +193,6 @@ func (s *Service) toLane(r micro.Request, session string, req contextRequest) {
 		if req.claim() {
 			s.fail(r, errBusy)
 		}
-		_, done := req.context(s)
-		done()
+		req.release()
 	}
 }

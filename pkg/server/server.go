@@ -338,14 +338,14 @@ func (s *Service) ready(session string, seq uint64) bool {
 }
 
 // reach waits until the session holds every record up to seq.
-func (s *Service) reach(ctx context.Context, session string, seq uint64, timeout time.Duration) (Viewer, error) {
+func (s *Service) reach(session string, seq uint64, timeout time.Duration) (Viewer, error) {
 	if rc, ok := s.proj.(Reacher); ok {
-		return rc.Reach(ctx, session, seq, timeout)
+		return rc.Reach(s.ctx, session, seq, timeout)
 	}
 	if seq == 0 {
 		return s.proj, nil
 	}
-	return s.proj, s.proj.Wait(ctx, seq, timeout)
+	return s.proj, s.proj.Wait(s.ctx, seq, timeout)
 }
 
 // answer replies once the session holds every record up to the
@@ -356,32 +356,28 @@ func (s *Service) answer(r micro.Request, session string, req contextRequest, wa
 	if req.expired() {
 		return // answered at its deadline while it was queued
 	}
-	ctx, done := req.context(s)
-	defer done()
-	v, err := s.reach(ctx, session, req.minSeq, wait)
+	defer req.release()
+	v, err := s.reach(session, req.minSeq, wait)
 	if !req.claim() {
 		return
 	}
 	if err != nil {
-		s.fail(r, s.why(ctx, err))
+		s.fail(r, s.why(err))
 		return
 	}
-	s.reply(ctx, r, v, session, req, paced)
+	s.reply(r, v, session, req, paced)
 }
 
 // why is the error a request failed with: a canceled wait is the
-// service shutting down; reads cut short by the request's own deadline
-// are that (errNoTime), whatever the read was; and a read of the stream
-// or its buckets that timed out by its own bound is errStreamTimeout:
-// the stream did not answer (a leader election), not a fault of ctxd's.
-func (s *Service) why(ctx context.Context, err error) error {
+// service shutting down, and a read of the stream or its buckets that
+// timed out by its own bound is errStreamTimeout: the stream did not
+// answer (a leader election), not a fault of ctxd's.
+func (s *Service) why(err error) error {
 	switch {
 	case s.ctx.Err() != nil && errors.Is(err, context.Canceled):
 		return fmt.Errorf("%w: shutting down", store.ErrWaitExpired)
 	case errors.Is(err, store.ErrWaitExpired):
 		return err
-	case ctx != s.ctx && ctx.Err() != nil:
-		return fmt.Errorf("%w: %w", errNoTime, err)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
 		return fmt.Errorf("%w: %w", errStreamTimeout, err)
 	}
@@ -431,12 +427,12 @@ func (s *Service) track() bool {
 
 // reply answers a request from the session's projection; an answer of no
 // records is paced when paced is set (see pace).
-func (s *Service) reply(ctx context.Context, r micro.Request, v Viewer, session string, req contextRequest, paced bool) {
+func (s *Service) reply(r micro.Request, v Viewer, session string, req contextRequest, paced bool) {
 	var empty bool
 	var out []byte
 	var buf *[]byte // the msgpack reply's buffer, from replyBuffers
 	var err error
-	verr := v.View(ctx, session, func(p *projection.Session) {
+	verr := v.View(s.ctx, session, func(p *projection.Session) {
 		empty = p == nil
 		switch {
 		case req.rendered():
@@ -462,7 +458,7 @@ func (s *Service) reply(ctx context.Context, r micro.Request, v Viewer, session 
 		}
 	})
 	if verr != nil {
-		err = s.why(ctx, verr)
+		err = s.why(verr)
 	}
 	if err != nil {
 		s.fail(r, err)

@@ -17,11 +17,16 @@ import (
 // Without it, a request whose session must be read from the stream while
 // JetStream elects a leader (a node down) waits for the stream as long as
 // the reads allow (store.LoadTimeout), long after its client gave up, and
-// holds a load worker meanwhile: the requests queued behind it wait too.
+// the requests queued behind it on the load lane wait as long.
 //
-// The deadline bounds the request's reads (their context), and a timer
-// answers 504 at the deadline whatever the reads are doing. Whoever
-// answers first claims the request; the other sends nothing.
+// A timer answers 504 at the deadline whatever the reads are doing.
+// Whoever answers first claims the request; the other sends nothing. The
+// reads themselves go on under the service's context: a load is shared
+// by every request of the session (store.View), and one cut at a short
+// deadline would be cut again at the next, so a session that takes
+// longer to load than its clients wait would never load; finished, it
+// serves the request that asks again. A request still queued at its
+// deadline is dropped when a worker takes it.
 
 // errNoTime: the request's timeout_ms passed before the stream answered
 // what the context needs.
@@ -32,7 +37,7 @@ var errNoTime = errors.New("no answer within timeout_ms")
 var errStreamTimeout = errors.New("the stream did not answer in time")
 
 // bounded is the deadline of a request answered off the endpoint's
-// goroutine.
+// goroutine: its timer's context.
 type bounded struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -66,13 +71,11 @@ func (s *Service) bound(r micro.Request, req contextRequest) contextRequest {
 	return req
 }
 
-// context returns the context of a request's reads, and a func to call
-// once the request is answered.
-func (req contextRequest) context(s *Service) (context.Context, context.CancelFunc) {
+// release stops the request's timer once it is answered.
+func (req contextRequest) release() {
 	if b := req.bounded; b != nil {
-		return b.ctx, b.cancel
+		b.cancel()
 	}
-	return s.ctx, func() {}
 }
 
 // claim reports whether the caller may answer the request: false once
