@@ -1,0 +1,134 @@
+package store
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// forgedFixture is session victim with records at 1, 3, 5 and 6 (noise
+// holds 2 and 4), and a checkpoint whose index leaves 3 out.
+func forgedFixture(t *testing.T) (*fakeLoader, Checkpoint) {
+	t.Helper()
+	l := newFakeLoader()
+	require.Equal(t, uint64(1), l.publish("victim", userRecord("one")))
+	l.publish("noise", userRecord("noise two"))
+	require.Equal(t, uint64(3), l.publish("victim", userRecord("three")))
+	l.publish("noise", userRecord("noise four"))
+	l.publish("victim", userRecord("five"))
+	require.Equal(t, uint64(6), l.publish("victim", userRecord("six")))
+	forged := Checkpoint{From: 0, Seq: 6}.WithSeqs([]uint64{1, 5, 6})
+	require.NotEmpty(t, forged.Index)
+	l.checkpoints["victim"] = forged
+	return l, forged
+}
+
+// newerLoader is a seqLoader whose checkpoint writes keep a stored
+// checkpoint that is as new (Checkpoint.Newer), as the bucket's do.
+type newerLoader struct{ seqLoader }
+
+func (l newerLoader) SaveCheckpoint(ctx context.Context, session string, cp Checkpoint) error {
+	l.mu.Lock()
+	old, ok := l.checkpoints[session]
+	l.mu.Unlock()
+	if ok && !cp.Newer(old) {
+		return ctx.Err()
+	}
+	return l.fakeLoader.SaveCheckpoint(ctx, session, cp)
+}
+
+// newerStore is coldStore on a newerLoader.
+func newerStore(t *testing.T, l *fakeLoader) *Store {
+	s := coldStore(t, l, false)
+	s.Loader = newerLoader{seqLoader{l}}
+	return s
+}
+
+// A checkpoint index that leaves a record of the session out is found
+// out before the load uses it: the session loads from its subject, the
+// view is Build of every record, and the checkpoint is replaced by one
+// that lists them all.
+func TestStore_IndexLeavingRecordsOut(t *testing.T) {
+	l, _ := forgedFixture(t)
+	s := newerStore(t, l)
+	requireView(t, s, l, "victim")
+	require.NotEmpty(t, l.readsOf("victim"), "the subject was read")
+	require.NoError(t, s.SaveCheckpoints(context.Background()))
+	require.Equal(t, []uint64{1, 3, 5, 6}, indexOf(t, l, "victim"), "the checkpoint was replaced")
+
+	// Loaded again from the checkpoint written: by its index.
+	fresh := coldStore(t, l, false)
+	seqReads := l.seqReads
+	requireView(t, fresh, l, "victim")
+	require.Equal(t, seqReads+1, l.seqReads, "loaded by the index written")
+}
+
+// Indexes that leave out a session's first record, or a record after
+// its compaction, are found out as well.
+func TestStore_IndexLeavingRecordsOut_Cases(t *testing.T) {
+	t.Run("the first record", func(t *testing.T) {
+		l, _ := forgedFixture(t)
+		l.checkpoints["victim"] = Checkpoint{From: 0, Seq: 6}.WithSeqs([]uint64{3, 5, 6})
+		s := newerStore(t, l)
+		requireView(t, s, l, "victim")
+		require.NoError(t, s.SaveCheckpoints(context.Background()))
+		require.Equal(t, []uint64{1, 3, 5, 6}, indexOf(t, l, "victim"))
+	})
+	t.Run("after a compaction", func(t *testing.T) {
+		l := newFakeLoader()
+		l.publish("a", userRecord("before"))
+		c := l.publish("a", compactionRecord("kept"))
+		l.publish("b", userRecord("b"))
+		left := l.publish("a", userRecord("left out"))
+		last := l.publish("a", userRecord("last"))
+		l.checkpoints["a"] = Checkpoint{From: c, Seq: last}.WithSeqs([]uint64{c, last})
+		s := newerStore(t, l)
+		requireView(t, s, l, "a")
+		require.NoError(t, s.SaveCheckpoints(context.Background()))
+		require.Equal(t, []uint64{c, left, last}, indexOf(t, l, "a"))
+	})
+	t.Run("records after the index", func(t *testing.T) {
+		// A complete index, and records stored after it was written:
+		// proven, and loaded by it.
+		l, _ := forgedFixture(t)
+		l.checkpoints["victim"] = Checkpoint{From: 0, Seq: 6}.WithSeqs([]uint64{1, 3, 5, 6})
+		l.publish("victim", userRecord("seven"))
+		s := newerStore(t, l)
+		requireView(t, s, l, "victim")
+		require.Equal(t, 1, l.seqReads, "loaded by the index")
+		require.Equal(t, 1, l.counts, "proven by one count")
+	})
+}
+
+// A snapshot is written only from a projection whose load proved it
+// holds every record: after a load by an index that leaves a record
+// out, the snapshot written at shutdown holds that record, and a load
+// from it shows every record.
+func TestStore_NoSnapshotFromAnUnprovenLoad(t *testing.T) {
+	l, _ := forgedFixture(t)
+	sl := newSnapLoader(l)
+	s := snapStore(t, sl)
+	requireView(t, s, l, "victim")
+	require.Equal(t, 1, shutdown(t, s, sl))
+
+	fresh := snapStore(t, sl)
+	requireView(t, fresh, l, "victim")
+	require.Equal(t, uint64(1), fresh.Stats().SnapshotLoads)
+}
+
+// A checkpoint whose Seq lies past the stream's last sequence is
+// replaced by the load's, although it looks newer.
+func TestStore_CheckpointPastTheStreamReplaced(t *testing.T) {
+	l := newFakeLoader()
+	l.publish("a", userRecord("one"))
+	l.publish("b", userRecord("b"))
+	last := l.publish("a", userRecord("two"))
+	l.checkpoints["a"] = Checkpoint{From: 0, Seq: last + 100}
+	s := newerStore(t, l)
+	requireView(t, s, l, "a")
+	require.NoError(t, s.SaveCheckpoints(context.Background()))
+	cp := checkpointsOf(l)["a"]
+	require.Equal(t, last, cp.Seq, "replaced: %+v", cp)
+	require.Equal(t, []uint64{1, last}, indexOf(t, l, "a"))
+}
