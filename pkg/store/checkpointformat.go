@@ -116,6 +116,11 @@ func (cp Checkpoint) Newer(old Checkpoint) bool {
 	return cp.Index != "" && old.Index == ""
 }
 
+// Corrective reports whether the checkpoint replaces a stored one a load
+// found wrong (see Newer): an instance that writes no checkpoints of its
+// own writes those.
+func (cp Checkpoint) Corrective() bool { return cp.replaces != "" }
+
 // key names a checkpoint by what it stores of the session.
 func (cp Checkpoint) key() string {
 	return fmt.Sprintf("%d %d %s", cp.From, cp.Seq, cp.Index)
