@@ -158,3 +158,54 @@ func TestForgedIndex_Reader(t *testing.T) {
 		require.NoError(t, rd.Close())
 	}
 }
+
+// A checkpoint whose last record lies past the stream's last sequence
+// (put back by hand, or of a stream made again with its name) is not
+// used, and the first load replaces it: before, it looked newer than
+// any checkpoint ctxd wrote, and stayed for good.
+func TestForgedIndex_CheckpointPastTheStream(t *testing.T) {
+	dir := t.TempDir()
+	a := startAppWith(t, dir, func(*app.Config) {})
+	c := newClient(t, a.URL())
+	recs := forgedRecords(t, c)
+	want := projection.Build(recs, projection.Options{}).Messages
+	c.nc.Close()
+	require.NoError(t, a.Close())
+
+	alone := func(fn func(cps *bus.Checkpoints)) {
+		ns := natsd.New(dir)
+		ns.Port = -1
+		require.NoError(t, ns.Open())
+		nc := natstest.Connect(t, ns.ClientURL())
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		js, err := bus.JetStream(nc)
+		require.NoError(t, err)
+		st, err := js.Stream(ctx, "TRANSCRIPTS")
+		require.NoError(t, err)
+		cps, err := bus.OpenCheckpoints(ctx, js, 0)
+		require.NoError(t, err)
+		cps.Stream = bus.StreamIdentity(st.CachedInfo())
+		fn(cps)
+		nc.Close()
+		require.NoError(t, ns.Close())
+	}
+	alone(func(cps *bus.Checkpoints) {
+		require.NoError(t, cps.Put(context.Background(), "victim", store.Checkpoint{From: 0, Seq: 1000}))
+	})
+
+	a = startAppWith(t, dir, func(*app.Config) {})
+	c = newClient(t, a.URL())
+	requireMessages(t, want, c.fetchSeq("victim", 6, false).Messages)
+	c.nc.Close()
+	require.NoError(t, a.Close())
+	alone(func(cps *bus.Checkpoints) {
+		cp, ok, err := cps.Get(context.Background(), "victim")
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Equal(t, uint64(6), cp.Seq, "replaced")
+		seqs, err := cp.Seqs()
+		require.NoError(t, err)
+		require.Equal(t, []uint64{1, 3, 5, 6}, seqs)
+	})
+}
