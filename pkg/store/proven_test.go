@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -131,4 +132,47 @@ func TestStore_CheckpointPastTheStreamReplaced(t *testing.T) {
 	cp := checkpointsOf(l)["a"]
 	require.Equal(t, last, cp.Seq, "replaced: %+v", cp)
 	require.Equal(t, []uint64{1, last}, indexOf(t, l, "a"))
+}
+
+// behindLoader is a newerLoader whose first counts come from a replica
+// behind: one record short.
+type behindLoader struct {
+	newerLoader
+	behind *int
+}
+
+func (l behindLoader) CountRecords(ctx context.Context, session string, from uint64) (uint64, error) {
+	n, err := l.newerLoader.CountRecords(ctx, session, from)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if *l.behind > 0 && n > 0 {
+		*l.behind--
+		n--
+	}
+	return n, err
+}
+
+// A count below the records read comes from a replica behind: the load
+// asks again, and uses the index once a count is right; when none is,
+// it reads the subject. Either way the view is Build of every record.
+func TestStore_IndexCountedBehind(t *testing.T) {
+	for _, c := range []struct {
+		behind  int
+		byIndex bool
+	}{{1, true}, {proveRetries, true}, {proveRetries + 1, false}} {
+		t.Run(fmt.Sprint(c.behind), func(t *testing.T) {
+			l, _ := forgedFixture(t)
+			l.checkpoints["victim"] = Checkpoint{From: 0, Seq: 6}.WithSeqs([]uint64{1, 3, 5, 6})
+			s := coldStore(t, l, false)
+			behind := c.behind
+			s.Loader = behindLoader{newerLoader{seqLoader{l}}, &behind}
+			requireView(t, s, l, "victim")
+			require.Equal(t, min(c.behind+1, proveRetries+1), l.counts, "counts asked")
+			if c.byIndex {
+				require.Empty(t, l.readsOf("victim"), "loaded by the index")
+			} else {
+				require.NotEmpty(t, l.readsOf("victim"), "the subject was read")
+			}
+		})
+	}
 }
