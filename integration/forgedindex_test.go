@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -208,4 +209,43 @@ func TestForgedIndex_CheckpointPastTheStream(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, []uint64{1, 3, 5, 6}, seqs)
 	})
+}
+
+// On a stream partitioned after it had records, a session's records are
+// on two subjects: transcripts.<session> up to the partitioning, then
+// its partition's. A checkpoint whose index lists only the later ones
+// leaves the earlier out: found out by the count on both subjects.
+func TestForgedIndex_Partitioned(t *testing.T) {
+	url := natstest.Start(t)
+	c := newClient(t, url)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	scfg, err := streams.Transcripts()
+	require.NoError(t, err)
+	_, err = bus.EnsureStream(ctx, c.js, scfg)
+	require.NoError(t, err)
+	recs := forgedRecords(t, c) // on transcripts.victim
+	l, err := bus.Partition(ctx, c.js, "TRANSCRIPTS", 4)
+	require.NoError(t, err)
+	require.Equal(t, recs[len(recs)-1].Seq, l.After)
+	for i := range 3 {
+		v := record.NewMap("role", "user", "content", fmt.Sprintf("victim after %d", i))
+		seq := c.publishValue("victim", v, false)
+		recs = append(recs, projection.Record{Seq: seq, Value: v})
+		c.publishValue("noise", v, false)
+	}
+	require.Greater(t, recs[len(recs)-3].Seq, l.After)
+	later := seqsOf(recs[len(recs)-3:])
+	st, err := c.js.Stream(ctx, "TRANSCRIPTS")
+	require.NoError(t, err)
+	cps, err := bus.OpenCheckpoints(ctx, c.js, 0)
+	require.NoError(t, err)
+	cps.Stream = bus.StreamIdentity(st.CachedInfo())
+	require.NoError(t, cps.Put(ctx, "victim", store.Checkpoint{From: 0, Seq: later[len(later)-1]}.WithSeqs(later)))
+
+	startApp(t, t.TempDir(), func(cfg *app.Config) { cfg.NATSURL = url })
+	last := recs[len(recs)-1].Seq
+	r := c.fetchSeq("victim", last, false)
+	require.Equal(t, last, r.Seq)
+	requireMessages(t, projection.Build(recs, projection.Options{}).Messages, r.Messages)
 }
