@@ -81,11 +81,11 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 		sl.mu.Unlock()
 
 		var b *build
-		var saved uint64    // the checkpoint's From, when read
-		var read Checkpoint // the checkpoint, when read
-		var stored []uint64 // the checkpoint's sequences the load reads
-		var storedTo uint64 // the checkpoint's Seq, when they are all read
-		var snap *restored  // the snapshot the load starts from
+		var saved uint64     // the checkpoint's From, when read
+		var read *Checkpoint // the checkpoint, when there is one
+		var stored []uint64  // the checkpoint's sequences the load reads
+		var storedTo uint64  // the checkpoint's Seq, when they are all read
+		var snap *restored   // the snapshot the load starts from
 		err := func() error {
 			if !fromKnown {
 				var snapped <-chan fetched
@@ -104,19 +104,26 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 				if ierr := cp.IndexError(); ok && ierr != nil {
 					s.Logger.Warn("checkpoint's record index dropped; the session loads from its subject", "session", sl.id, "err", ierr)
 				}
-				read = cp
+				if ok {
+					c := cp
+					read = &c
+				}
 				if ok && cp.Seq > ld.to && proves {
 					// Ahead of the ingest (a rebuild writes at the
 					// stream's end), or past the stream's end: a
 					// checkpoint no writer could write, which would
-					// never give way to a right one.
+					// never give way to a right one. Not knowing
+					// which, the load goes on: what of the index it
+					// reads is proven all the same.
 					last, err := pv.StreamLast(ctx)
-					if err != nil {
-						return err
-					}
-					if cp.Seq > last {
+					switch {
+					case err != nil:
+						if ctx.Err() == nil {
+							s.Logger.Warn("the stream's last sequence could not be read, to check a checkpoint past the records applied", "session", sl.id, "seq", cp.Seq, "err", err)
+						}
+					case cp.Seq > last:
 						s.Logger.Warn("checkpoint's last record lies past the stream's end; its record index is not used, and the checkpoint is replaced", "session", sl.id, "seq", cp.Seq, "stream_last", last)
-						wrong = &read
+						wrong = read
 						cp = cp.WithoutIndex()
 					}
 				}
@@ -198,8 +205,8 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 			s.Logger.Warn("record index does not hold; the session loads from its subject", "session", sl.id, "stored", len(stored) > 0, "err", err)
 			s.dropIndex(sl)
 			scan = true
-			if len(stored) > 0 || snap != nil {
-				wrong = &read
+			if read != nil && (len(stored) > 0 || snap != nil) {
+				wrong = read
 			}
 			continue
 		}

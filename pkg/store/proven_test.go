@@ -125,13 +125,21 @@ func TestStore_CheckpointPastTheStreamReplaced(t *testing.T) {
 	l.publish("a", userRecord("one"))
 	l.publish("b", userRecord("b"))
 	last := l.publish("a", userRecord("two"))
-	l.checkpoints["a"] = Checkpoint{From: 0, Seq: last + 100}
-	s := newerStore(t, l)
-	requireView(t, s, l, "a")
-	require.NoError(t, s.SaveCheckpoints(context.Background()))
-	cp := checkpointsOf(l)["a"]
-	require.Equal(t, last, cp.Seq, "replaced: %+v", cp)
-	require.Equal(t, []uint64{1, last}, indexOf(t, l, "a"))
+	for name, cp := range map[string]Checkpoint{
+		"without an index": {From: 0, Seq: last + 100},
+		"with one":         Checkpoint{From: 0, Seq: last + 100}.WithSeqs([]uint64{1, last + 100}),
+	} {
+		t.Run(name, func(t *testing.T) {
+			require.NotEqual(t, name == "with one", cp.Index == "")
+			l.checkpoints["a"] = cp
+			s := newerStore(t, l)
+			requireView(t, s, l, "a")
+			require.NoError(t, s.SaveCheckpoints(context.Background()))
+			got := checkpointsOf(l)["a"]
+			require.Equal(t, last, got.Seq, "replaced: %+v", got)
+			require.Equal(t, []uint64{1, last}, indexOf(t, l, "a"))
+		})
+	}
 }
 
 // behindLoader is a newerLoader whose first counts come from a replica
