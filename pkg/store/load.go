@@ -191,11 +191,15 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 			// The checkpoint names no compaction of the session where it
 			// says (tampered, or of another stream): a hint that does not
 			// hold. What it read is dropped, and the load reads the
-			// session's subject from its start.
+			// session's subject from its start; the checkpoint is
+			// replaced.
 			s.Logger.Warn("checkpoint's from is not a compaction of the session; the session loads from its subject's start", "session", sl.id, "from", b.expect)
 			s.dropIndex(sl)
 			distrust, scan = true, true
 			saved = 0
+			if read != nil {
+				wrong = read
+			}
 			continue
 		}
 		if (byIndex || len(stored) > 0 || snap != nil) && (errors.Is(err, ErrIndexStale) || errors.Is(err, ErrIndexIncomplete)) {

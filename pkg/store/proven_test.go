@@ -184,3 +184,20 @@ func TestStore_IndexCountedBehind(t *testing.T) {
 		})
 	}
 }
+
+// A checkpoint whose From is not a compaction of the session, at the
+// session's last record, is replaced, though it looks as new as the
+// load's or newer.
+func TestStore_CheckpointFromNoCompactionReplaced(t *testing.T) {
+	l := newFakeLoader()
+	c := l.publish("a", compactionRecord("kept"))
+	plain := l.publish("a", userRecord("one"))
+	last := l.publish("a", userRecord("two"))
+	l.checkpoints["a"] = Checkpoint{From: plain, Seq: last}.WithSeqs([]uint64{plain, last})
+	s := newerStore(t, l)
+	requireView(t, s, l, "a")
+	require.NoError(t, s.SaveCheckpoints(context.Background()))
+	got := checkpointsOf(l)["a"]
+	require.Equal(t, c, got.From, "replaced: %+v", got)
+	require.Equal(t, []uint64{c, plain, last}, indexOf(t, l, "a"))
+}
