@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -200,4 +201,32 @@ func TestStore_CheckpointFromNoCompactionReplaced(t *testing.T) {
 	got := checkpointsOf(l)["a"]
 	require.Equal(t, c, got.From, "replaced: %+v", got)
 	require.Equal(t, []uint64{c, plain, last}, indexOf(t, l, "a"))
+}
+
+// A load from a snapshot reads the records after it by the checkpoint's
+// index: an index that leaves one of them out is found out too, and the
+// checkpoint rewritten.
+func TestStore_SnapshotThenIndexLeavingRecordsOut(t *testing.T) {
+	l := newFakeLoader()
+	sl := newSnapLoader(l)
+	s := snapStore(t, sl)
+	var seqs []uint64
+	for _, text := range []string{"one", "two", "three"} {
+		seqs = append(seqs, ingest(s, l, "a", userRecord(text)))
+		ingest(s, l, "b", userRecord("b "+text))
+	}
+	requireView(t, s, l, "a")
+	require.Equal(t, 1, shutdown(t, s, sl), "a's snapshot, at its last record")
+	left := l.publish("a", userRecord("four, left out"))
+	l.publish("b", userRecord("b four"))
+	five := l.publish("a", userRecord("five"))
+	six := l.publish("a", userRecord("six"))
+	l.mu.Lock()
+	l.checkpoints["a"] = Checkpoint{From: 0, Seq: six}.WithSeqs(append(slices.Clone(seqs), five, six))
+	l.mu.Unlock()
+
+	fresh := snapStore(t, sl)
+	requireView(t, fresh, l, "a")
+	require.NoError(t, fresh.SaveCheckpoints(context.Background()))
+	require.Equal(t, append(seqs, left, five, six), indexOf(t, l, "a"))
 }
