@@ -94,6 +94,11 @@ func BenchmarkColdStart(b *testing.B) {
 	require.NoError(b, err)
 	cps, err := bus.OpenCheckpoints(ctx, js, 0)
 	require.NoError(b, err)
+	// Written as ctxd writes them, naming the stream: one that names
+	// none is not trusted.
+	st, err := js.Stream(ctx, "TRANSCRIPTS")
+	require.NoError(b, err)
+	cps.Stream = bus.StreamIdentity(st.CachedInfo())
 	snaps, err := bus.OpenSnapshots(ctx, js, 0)
 	require.NoError(b, err)
 	kv, err := js.KeyValue(ctx, streams.SnapshotsBucket)

@@ -55,6 +55,11 @@ func TestColdStart_StoredIndexes(t *testing.T) {
 	require.NoError(t, err)
 	cps, err := bus.OpenCheckpoints(ctx, js, 0)
 	require.NoError(t, err)
+	// Written as ctxd writes them, naming the stream: one that names
+	// none is not trusted.
+	st, err := js.Stream(ctx, "TRANSCRIPTS")
+	require.NoError(t, err)
+	cps.Stream = bus.StreamIdentity(st.CachedInfo())
 	stored := map[string]store.Checkpoint{}
 	for _, id := range ids {
 		cp, ok, err := cps.Get(ctx, id)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"iter"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
 	"sync/atomic"
@@ -787,16 +788,40 @@ func (l *streamLoader) Records(ctx context.Context, session string, from, to uin
 	return l.layout.ReadSubject(ctx, l.nc, session, from, to, fn)
 }
 
-// readOnly is a streamLoader that writes no checkpoint: a checkpoint is
-// a hint, and a second writer could only make it older.
+// readOnly is a streamLoader that writes no checkpoint, but those that
+// replace one a load found wrong (store.Checkpoint.Corrective): a
+// checkpoint is a hint, and a second writer could only make it older;
+// a wrong one, which the owner may never load, is replaced by the first
+// instance that finds it, and only that one.
 type readOnly struct{ *streamLoader }
 
-func (readOnly) SaveCheckpoint(context.Context, string, store.Checkpoint) error { return nil }
+func (l readOnly) SaveCheckpoint(ctx context.Context, session string, cp store.Checkpoint) error {
+	return l.SaveCheckpoints(ctx, maps.All(map[string]store.Checkpoint{session: cp}))
+}
 
-func (readOnly) SaveCheckpoints(context.Context, iter.Seq2[string, store.Checkpoint]) error {
-	return nil
+func (l readOnly) SaveCheckpoints(ctx context.Context, cps iter.Seq2[string, store.Checkpoint]) error {
+	return l.cps.PutAll(ctx, func(yield func(string, store.Checkpoint) bool) {
+		for id, cp := range cps {
+			if cp.Corrective() && !yield(id, cp) {
+				return
+			}
+		}
+	})
 }
 
 func (l *streamLoader) RecordsAt(ctx context.Context, session string, seqs []uint64, fn func(seq uint64, data []byte) error) error {
 	return l.layout.ReadSubjectSeqs(ctx, l.nc, session, seqs, fn)
+}
+
+// CountRecords counts a session's records from from on, on every
+// subject they are stored on (store.Prover).
+func (l *streamLoader) CountRecords(ctx context.Context, session string, from uint64) (uint64, error) {
+	return l.layout.Count(ctx, l.nc, session, from)
+}
+
+// StreamLast returns the stream's last sequence, as its leader says it
+// (store.Prover).
+func (l *streamLoader) StreamLast(ctx context.Context) (uint64, error) {
+	_, last, err := bus.Removed(ctx, l.nc, l.stream)
+	return last, err
 }

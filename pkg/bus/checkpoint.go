@@ -35,7 +35,10 @@ type Checkpoints struct {
 	// Stream, when set, names the transcripts stream the checkpoints are
 	// of (StreamIdentity): writes carry it, and a read finds no
 	// checkpoint where the stored one names another stream (the stream
-	// was deleted and created again; its sequences are other records).
+	// was deleted and created again; its sequences are other records)
+	// or none (written before checkpoints named their stream, or by
+	// hand): such a checkpoint is not trusted, and any write replaces
+	// it.
 	Stream string
 	// maxValue is the largest value the bucket stores (its max_msg_size,
 	// less room for the headers); a checkpoint larger is stored without
@@ -96,10 +99,11 @@ func (c *Checkpoints) open(ctx context.Context) error {
 }
 
 // ofStream reports whether a stored checkpoint is of the stream c is of
-// (or names none: written before checkpoints named their stream), and
-// clears the name: it is the bucket's business, not the checkpoint's.
+// (any, when c names none), and clears the name: it is the bucket's
+// business, not the checkpoint's. One that names no stream is not of
+// it: nothing says which stream's sequences it lists.
 func (c *Checkpoints) ofStream(cp *store.Checkpoint) bool {
-	of := c.Stream == "" || cp.Stream == "" || cp.Stream == c.Stream
+	of := c.Stream == "" || cp.Stream == c.Stream
 	cp.Stream = ""
 	return of
 }

@@ -62,7 +62,8 @@ func TestCheckpoints_BucketDeleted(t *testing.T) {
 // of; read against another (the stream deleted and created again, which
 // numbers other records with the same sequences), they are not there,
 // and a write replaces them. Checkpoints that name no stream (written
-// before they did) are read as they are.
+// before they did, or by hand) are not trusted either: not there, and
+// replaced by any write.
 func TestCheckpoints_OfAnotherStream(t *testing.T) {
 	ctx := testContext(t)
 	js := natstest.JetStream(t)
@@ -80,20 +81,28 @@ func TestCheckpoints_OfAnotherStream(t *testing.T) {
 	_, ok, err := cps.Get(ctx, "s1")
 	require.NoError(t, err)
 	require.False(t, ok, "a checkpoint of another stream")
-	got, ok, err := cps.Get(ctx, "s2")
+	_, ok, err = cps.Get(ctx, "s2")
 	require.NoError(t, err)
-	require.True(t, ok)
-	require.Equal(t, store.Checkpoint{From: 1, Seq: 2}, got)
+	require.False(t, ok, "a checkpoint that names no stream")
 	all, err := cps.All(ctx)
 	require.NoError(t, err)
-	require.Equal(t, map[string]store.Checkpoint{"s2": {From: 1, Seq: 2}}, all)
+	require.Empty(t, all)
+	got, ok, err := untagged.Get(ctx, "s2")
+	require.NoError(t, err)
+	require.True(t, ok, "read as it is where no stream is named")
+	require.Equal(t, store.Checkpoint{From: 1, Seq: 2}, got)
 
-	// An older checkpoint of this stream replaces the other stream's.
-	require.NoError(t, cps.PutAll(ctx, maps.All(map[string]store.Checkpoint{"s1": {From: 3, Seq: 5}})))
+	// Older checkpoints of this stream replace the other stream's, and
+	// the one that names none.
+	require.NoError(t, cps.PutAll(ctx, maps.All(map[string]store.Checkpoint{"s1": {From: 3, Seq: 5}, "s2": {From: 0, Seq: 1}})))
 	got, ok, err = cps.Get(ctx, "s1")
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, store.Checkpoint{From: 3, Seq: 5}, got)
+	got, ok, err = cps.Get(ctx, "s2")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, store.Checkpoint{From: 0, Seq: 1}, got)
 	_, ok, err = old.Get(ctx, "s1")
 	require.NoError(t, err)
 	require.False(t, ok, "and is not the old stream's")

@@ -184,6 +184,52 @@ func LastOf(ctx context.Context, nc *nats.Conn, stream, subject string) (last *M
 	return last, upTo, nil
 }
 
+// CountSubject returns how many messages stored on subject have a
+// stream sequence at or after from, as the replica that answers holds
+// them: a batched direct get of one message, the subject's first from
+// there, whose end of batch counts the messages of the subject after it
+// (Nats-Num-Pending), both read at one moment of the replica. A replica
+// behind counts fewer messages than the stream leader, never more:
+// messages are only added past a stream's end. 0 when the replica holds
+// none, or no replica answers.
+func CountSubject(ctx context.Context, nc *nats.Conn, stream, subject string, from uint64) (n uint64, err error) {
+	err = attempt(ctx, nc, stream, func(d *directGet) error {
+		n, err = d.count(ctx, subject, from)
+		return err
+	})
+	return n, err
+}
+
+// count asks a replica for subject's first message from from on, and
+// the count of those after it.
+func (d *directGet) count(ctx context.Context, subject string, from uint64) (uint64, error) {
+	from = max(from, 1)
+	if err := d.send(getRequest{Seq: from, NextFor: subject, Batch: 1}); err != nil {
+		return 0, d.errorf("count of %s from %d: %w", subject, from, err)
+	}
+	r, err := d.reply(ctx)
+	if err != nil {
+		return 0, d.errorf("count of %s from %d: %w", subject, from, err)
+	}
+	switch r.kind {
+	case notFound, unavailable:
+		return 0, nil
+	case endOfBatch:
+		return 0, d.errorf("count of %s from %d: an end of batch without a message", subject, from)
+	}
+	if r.subject != subject || r.seq < from {
+		return 0, d.errorf("count of %s from %d: message %d of %s", subject, from, r.seq, r.subject)
+	}
+	eob, err := d.reply(ctx)
+	if err != nil {
+		return 0, d.errorf("count of %s from %d: %w", subject, from, err)
+	}
+	if eob.kind != endOfBatch {
+		return 0, d.errorf("count of %s from %d: no end of batch after the message", subject, from)
+	}
+	return 1 + eob.pending, nil
+}
+
 // directGet sends direct gets to one stream and reads their replies on
 // one inbox, each reply within a timeout. It is the one place the
 // package speaks the direct get protocol. One directGet serves one read.

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -148,4 +149,44 @@ func TestDirectReads_SeqsOfLargeRecords(t *testing.T) {
 	}
 	require.Len(t, seqs, len(all))
 	require.Zero(t, nc.Stats().Reconnects, "the connection was closed as a slow consumer's")
+}
+
+// CountSubject counts a subject's messages from a sequence on: those
+// stored, less those deleted; none for a subject without any, or from
+// past its last.
+func TestCountSubject(t *testing.T) {
+	js := natstest.JetStream(t)
+	nc := js.Conn()
+	all := bigRecords(t, js, 40, 100)
+	ctx := testContext(t)
+	count := func(subj string, from uint64) uint64 {
+		t.Helper()
+		n, err := bus.CountSubject(ctx, nc, "BIG", subj, from)
+		require.NoError(t, err)
+		return n
+	}
+	want := func(subj string, from uint64) uint64 {
+		var n uint64
+		for _, r := range all {
+			if r.subject == subj && r.seq >= from {
+				n++
+			}
+		}
+		return n
+	}
+	for _, subj := range []string{"big.a", "big.b"} {
+		for _, from := range []uint64{0, 1, 2, 3, 17, 39, 40, 41, 1000} {
+			require.Equal(t, want(subj, from), count(subj, from), "%s from %d", subj, from)
+		}
+	}
+	require.Zero(t, count("big.c", 1), "a subject without messages")
+
+	st, err := js.Stream(ctx, "BIG")
+	require.NoError(t, err)
+	require.NoError(t, st.DeleteMsg(ctx, 3))
+	require.NoError(t, st.DeleteMsg(ctx, 1))
+	all = slices.DeleteFunc(all, func(r published) bool { return r.seq == 1 || r.seq == 3 })
+	for _, from := range []uint64{1, 2, 3, 4} {
+		require.Equal(t, want("big.a", from), count("big.a", from), "after deletions, from %d", from)
+	}
 }

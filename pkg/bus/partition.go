@@ -109,6 +109,18 @@ func (l Layout) ReadSubjectSeqs(ctx context.Context, nc *nats.Conn, session stri
 	return ReadSubjectSeqs(ctx, nc, l.Stream, l.Subject(session), seqs, fn)
 }
 
+// Count returns how many records of a session the stream holds with a
+// sequence at or after from, as CountSubject counts them, on both its
+// subjects when the stream was partitioned after it had records.
+func (l Layout) Count(ctx context.Context, nc *nats.Conn, session string, from uint64) (uint64, error) {
+	n, err := CountSubject(ctx, nc, l.Stream, l.Subject(session), from)
+	if err != nil || !l.mixed() || from > l.After {
+		return n, err
+	}
+	old, err := CountSubject(ctx, nc, l.Stream, subject.TranscriptsPrefix+session, from)
+	return n + old, err
+}
+
 // LastOf returns a session's last record and a stream sequence up to
 // which that is proven, as LastOf does, over both its subjects when the
 // stream was partitioned after it had records.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -133,6 +134,12 @@ func TestPartition_Migrate(t *testing.T) {
 		require.GreaterOrEqual(t, upTo, uint64(40))
 		err = l.ReadSubjectSeqs(ctx, nc, s, seqs, func(uint64, []byte) error { return nil })
 		require.Error(t, err, "an index across the boundary is stale: the store reads the subjects")
+		// Counted on both subjects.
+		for _, from := range []uint64{0, 1, seqs[2], l.After, l.After + 1, seqs[len(seqs)-1], seqs[len(seqs)-1] + 1} {
+			n, err := l.Count(ctx, nc, s, from)
+			require.NoError(t, err)
+			require.Equal(t, uint64(len(upFrom(seqs, from))), n, "%s from %d", s, from)
+		}
 	}
 	// Again: nothing changes; another count is refused.
 	again, err := bus.Partition(ctx, js, "TRANSCRIPTS", 16)
@@ -340,4 +347,10 @@ func TestPartition_PublishersMeanwhile(t *testing.T) {
 		}))
 		require.Equal(t, seqs, got, "run %d: every record of alpha is read", run)
 	}
+}
+
+// upFrom returns the suffix of increasing seqs from from on.
+func upFrom(seqs []uint64, from uint64) []uint64 {
+	n, _ := slices.BinarySearch(seqs, from)
+	return seqs[n:]
 }

@@ -92,7 +92,7 @@ func (cp Checkpoint) IndexError() error {
 
 // WithoutIndex returns the checkpoint without its index.
 func (cp Checkpoint) WithoutIndex() Checkpoint {
-	return Checkpoint{From: cp.From, Seq: cp.Seq, Stream: cp.Stream}
+	return Checkpoint{From: cp.From, Seq: cp.Seq, Stream: cp.Stream, replaces: cp.replaces}
 }
 
 // Newer reports whether cp should replace old, a stored checkpoint of the
@@ -100,15 +100,30 @@ func (cp Checkpoint) WithoutIndex() Checkpoint {
 // that race (the ingest behind, a shutdown, another instance, a rebuild)
 // never move a session's checkpoint back. cp is newer when it reaches a
 // later record, or the same record with a later compaction, or the same
-// with an index where old has none.
+// with an index where old has none. A checkpoint a load wrote after it
+// found old wrong (an index that does not list the session's records, a
+// Seq past the stream's end) replaces old, and only old: it is newer
+// than old whatever their sequences.
 func (cp Checkpoint) Newer(old Checkpoint) bool {
 	switch {
+	case cp.replaces != "" && cp.replaces == old.key():
+		return true
 	case cp.Seq != old.Seq:
 		return cp.Seq > old.Seq
 	case cp.From != old.From:
 		return cp.From > old.From
 	}
 	return cp.Index != "" && old.Index == ""
+}
+
+// Corrective reports whether the checkpoint replaces a stored one a load
+// found wrong (see Newer): an instance that writes no checkpoints of its
+// own writes those.
+func (cp Checkpoint) Corrective() bool { return cp.replaces != "" }
+
+// key names a checkpoint by what it stores of the session.
+func (cp Checkpoint) key() string {
+	return fmt.Sprintf("%d %d %s", cp.From, cp.Seq, cp.Index)
 }
 
 // encodeSeqs encodes increasing sequences as uvarints: their count, the

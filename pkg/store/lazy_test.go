@@ -57,6 +57,7 @@ type fakeLoader struct {
 	saved           []savedCheckpoint // every SaveCheckpoint, in order
 	reads           []readRange       // every Records, in order
 	seqReads        int               // RecordsAt calls
+	counts          int               // CountRecords calls
 }
 
 func newFakeLoader() *fakeLoader {
@@ -122,6 +123,25 @@ func (l seqLoader) RecordsAt(ctx context.Context, session string, seqs []uint64,
 		}
 	}
 	return nil
+}
+
+// CountRecords counts the session's records from from on (Prover).
+func (l seqLoader) CountRecords(ctx context.Context, session string, from uint64) (uint64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.counts++
+	var n uint64
+	for _, r := range l.streams[session] {
+		if r.seq >= from {
+			n++
+		}
+	}
+	return n, ctx.Err()
+}
+
+// StreamLast returns the stream's last sequence (Prover).
+func (l seqLoader) StreamLast(ctx context.Context) (uint64, error) {
+	return l.lastSeq(), ctx.Err()
 }
 
 func (l *fakeLoader) publish(session string, data []byte) uint64 {

@@ -31,6 +31,10 @@ type Checkpoint struct {
 	Stream string
 
 	indexErr string // why the stored index was dropped (IndexError)
+	// replaces is the key of a stored checkpoint found wrong (its index
+	// leaves records out or names others', or its Seq lies past the
+	// stream's end): Newer replaces that one, though it looks as new.
+	replaces string
 }
 
 // Limits bound what one record and one session may hold. They decide

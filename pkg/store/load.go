@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/ctxd/ctxd/pkg/projection"
 )
@@ -56,8 +57,12 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 	defer cancel()
 	sr, bySeq := s.Loader.(SeqLoader)
 	sv, snaps := s.Loader.(SnapshotLoader)
+	pv, proves := s.Loader.(Prover)
 	scan := false     // an index did not hold: read the subject
 	distrust := false // the checkpoint's From is not a compaction: ignore it
+	// wrong is the stored checkpoint found wrong, which the load's
+	// replaces once it has loaded.
+	var wrong *Checkpoint
 	for attempt := 1; ; attempt++ {
 		// Every record up to the watermark is stored, and so is every
 		// record this session has seen: the ingest notes it before moving
@@ -76,10 +81,11 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 		sl.mu.Unlock()
 
 		var b *build
-		var saved uint64    // the checkpoint's From, when read
-		var stored []uint64 // the checkpoint's sequences the load reads
-		var storedTo uint64 // the checkpoint's Seq, when they are all read
-		var snap *restored  // the snapshot the load starts from
+		var saved uint64     // the checkpoint's From, when read
+		var read *Checkpoint // the checkpoint, when there is one
+		var stored []uint64  // the checkpoint's sequences the load reads
+		var storedTo uint64  // the checkpoint's Seq, when they are all read
+		var snap *restored   // the snapshot the load starts from
 		err := func() error {
 			if !fromKnown {
 				var snapped <-chan fetched
@@ -98,6 +104,29 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 				if ierr := cp.IndexError(); ok && ierr != nil {
 					s.Logger.Warn("checkpoint's record index dropped; the session loads from its subject", "session", sl.id, "err", ierr)
 				}
+				if ok {
+					c := cp
+					read = &c
+				}
+				if ok && cp.Seq > ld.to && proves {
+					// Ahead of the ingest (a rebuild writes at the
+					// stream's end), or past the stream's end: a
+					// checkpoint no writer could write, which would
+					// never give way to a right one. Not knowing
+					// which, the load goes on: what of the index it
+					// reads is proven all the same.
+					last, err := pv.StreamLast(ctx)
+					switch {
+					case err != nil:
+						if ctx.Err() == nil {
+							s.Logger.Warn("the stream's last sequence could not be read, to check a checkpoint past the records applied", "session", sl.id, "seq", cp.Seq, "err", err)
+						}
+					case cp.Seq > last:
+						s.Logger.Warn("checkpoint's last record lies past the stream's end; its record index is not used, and the checkpoint is replaced", "session", sl.id, "seq", cp.Seq, "stream_last", last)
+						wrong = read
+						cp = cp.WithoutIndex()
+					}
+				}
 				// A checkpoint past what the load reads (written by a
 				// rebuild at the stream's end, ahead of the ingest) would
 				// start the read after the records it must hold.
@@ -105,7 +134,7 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 					saved, start = cp.From, max(start, cp.From)
 					if idx, err := cp.Seqs(); err != nil {
 						s.Logger.Warn("checkpoint's record index dropped; the session loads from its subject", "session", sl.id, "err", err)
-					} else if bySeq && !scan && start == cp.From && idx != nil {
+					} else if bySeq && proves && !scan && start == cp.From && idx != nil {
 						stored = upTo(idx, ld.to)
 						if len(stored) == len(idx) {
 							storedTo = cp.Seq
@@ -117,7 +146,7 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 				}
 			}
 			if snap != nil {
-				return s.readAfterSnapshot(ctx, sr, sl.id, snap, stored, ld.to, known, &b)
+				return s.readAfterSnapshot(ctx, sr, pv, sl.id, snap, stored, ld.to, known, &b)
 			}
 			b = s.newBuild(sl.id, start, known)
 			if saved != 0 && start == saved {
@@ -132,7 +161,7 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 				return sr.RecordsAt(ctx, sl.id, seqs, b.addData)
 			}
 			if len(stored) > 0 {
-				return s.readStored(ctx, sr, sl.id, stored, ld.to, b)
+				return s.readStored(ctx, sr, pv, sl.id, stored, start, ld.to, b)
 			}
 			return s.Loader.Records(ctx, sl.id, start, ld.to, b.addData)
 		}()
@@ -162,19 +191,27 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 			// The checkpoint names no compaction of the session where it
 			// says (tampered, or of another stream): a hint that does not
 			// hold. What it read is dropped, and the load reads the
-			// session's subject from its start.
+			// session's subject from its start; the checkpoint is
+			// replaced.
 			s.Logger.Warn("checkpoint's from is not a compaction of the session; the session loads from its subject's start", "session", sl.id, "from", b.expect)
 			s.dropIndex(sl)
 			distrust, scan = true, true
 			saved = 0
+			if read != nil {
+				wrong = read
+			}
 			continue
 		}
-		if (byIndex || len(stored) > 0 || snap != nil) && errors.Is(err, ErrIndexStale) {
-			// An index that does not hold: what it read is dropped, and
-			// the load reads the session's subject instead.
+		if (byIndex || len(stored) > 0 || snap != nil) && (errors.Is(err, ErrIndexStale) || errors.Is(err, ErrIndexIncomplete)) {
+			// An index that does not hold, or is not proven to list
+			// every record: what it read is dropped, and the load reads
+			// the session's subject instead. A checkpoint's is replaced.
 			s.Logger.Warn("record index does not hold; the session loads from its subject", "session", sl.id, "stored", len(stored) > 0, "err", err)
 			s.dropIndex(sl)
 			scan = true
+			if read != nil && (len(stored) > 0 || snap != nil) {
+				wrong = read
+			}
 			continue
 		}
 		if err == nil {
@@ -216,8 +253,11 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 		}
 		sl.proj, sl.size, sl.weight = b.proj, b.size, b.weight
 		sl.seq = max(sl.seq, b.proj.Seq())
+		if wrong != nil {
+			sl.replaces = wrong.key()
+		}
 		switch {
-		case later:
+		case later || wrong != nil:
 			s.checkpoints.put(sl.id, s.checkpointOf(sl))
 		case !byIndex && sl.indexed && (storedTo == 0 || sl.seq > storedTo):
 			// Not the index stored: written behind.
@@ -234,37 +274,55 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 // took in after the checkpoint was written. The two reads run at once,
 // the records after the index kept until those of the index are added:
 // the second read's round trips cost nothing when the first takes
-// longer, as it does.
-func (s *Store) readStored(ctx context.Context, sr SeqLoader, session string, stored []uint64, to uint64, b *build) error {
-	return s.readStoredWith(ctx, sr, session, stored, to, b.addData)
+// longer, as it does. So does the count that proves the index lists
+// every record of the session from from, the checkpoint's compaction (or
+// the subject's start), on (proveIndex).
+func (s *Store) readStored(ctx context.Context, sr SeqLoader, pv Prover, session string, stored []uint64, from, to uint64, b *build) error {
+	return s.readStoredWith(ctx, sr, pv, session, stored, max(from, 1), to, b.addData)
 }
 
-// readStoredWith is readStored, handing each record to add.
-func (s *Store) readStoredWith(ctx context.Context, sr SeqLoader, session string, stored []uint64, to uint64, add func(seq uint64, data []byte) error) error {
-	tail := stored[len(stored)-1] + 1
-	if tail > to {
-		return sr.RecordsAt(ctx, session, stored, add)
-	}
+// readStoredWith is readStored, handing each record to add. The index
+// is proven from from on: the session's records from there are those of
+// stored and those after its last.
+func (s *Store) readStoredWith(ctx context.Context, sr SeqLoader, pv Prover, session string, stored []uint64, from, to uint64, add func(seq uint64, data []byte) error) error {
 	type rec struct {
 		seq  uint64
 		data []byte
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	listed := len(upFrom(stored, from))
+	var counted chan count
+	if listed > 0 {
+		// The count, asked while the records are read.
+		counted = make(chan count, 1)
+		go func() {
+			n, err := pv.CountRecords(ctx, session, from)
+			counted <- count{n, err}
+		}()
+	}
+	tail := stored[len(stored)-1] + 1
 	var after []rec
 	done := make(chan error, 1)
-	go func() {
-		done <- s.Loader.Records(ctx, session, tail, to, func(seq uint64, data []byte) error {
-			after = append(after, rec{seq, data}) // the Loader's data is never written again
-			return nil
-		})
-	}()
+	if tail > to {
+		done <- nil
+	} else {
+		go func() {
+			done <- s.Loader.Records(ctx, session, tail, to, func(seq uint64, data []byte) error {
+				after = append(after, rec{seq, data}) // the Loader's data is never written again
+				return nil
+			})
+		}()
+	}
 	err := sr.RecordsAt(ctx, session, stored, add)
 	if err != nil {
 		cancel()
 	}
 	if terr := <-done; err == nil {
 		err = terr
+	}
+	if err == nil && counted != nil {
+		err = s.proveIndex(ctx, pv, session, from, uint64(listed+len(after)), <-counted)
 	}
 	if err != nil {
 		return err
@@ -277,13 +335,60 @@ func (s *Store) readStoredWith(ctx context.Context, sr SeqLoader, session string
 	return nil
 }
 
+// count is a Prover's count of a session's records.
+type count struct {
+	n   uint64
+	err error
+}
+
+// proveRetries bounds how often proveIndex asks again for a count below
+// what the load read: a replica behind answered.
+const proveRetries = 4
+
+// proveIndex proves that the stream holds want records of the session
+// from from on, those a load by index read (the index's from there, and
+// those after its last up to the load's end), given c, a count asked
+// while they were read. A count above want is records the index leaves
+// out, or records stored after the load's end: either way the index is
+// not proven, and the load reads the subject (the session's records
+// are then all read, and its checkpoint rewritten). A count below want
+// comes from a replica behind (or records removed meanwhile, which the
+// store is told of): it asks again, and at last gives up, as for a count
+// above. Records are only ever added past the stream's end, so no append
+// makes an index that leaves records out look complete.
+func (s *Store) proveIndex(ctx context.Context, pv Prover, session string, from, want uint64, c count) error {
+	for try := 0; ; try++ {
+		switch {
+		case c.err != nil:
+			if ctx.Err() != nil {
+				return c.err
+			}
+			return fmt.Errorf("count the records of %s from %d: %w: %w", session, from, ErrIndexIncomplete, c.err)
+		case c.n == want:
+			return nil
+		case c.n > want:
+			return fmt.Errorf("the stream holds %d records of %s from %d, the index and the records after it %d: %w", c.n, session, from, want, ErrIndexIncomplete)
+		case try >= proveRetries:
+			return fmt.Errorf("the stream holds %d records of %s from %d, fewer than the %d read: %w", c.n, session, from, want, ErrIndexIncomplete)
+		}
+		t := time.NewTimer(time.Duration(1<<try) * time.Millisecond)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+		c.n, c.err = pv.CountRecords(ctx, session, from)
+	}
+}
+
 // readAfterSnapshot starts a load from a snapshot: its projection, and
 // the records after it, read as readStored reads them: the checkpoint's
 // sequences past the snapshot's last record (stored), then the subject up
 // to to. The snapshot's last record is read first, and not applied: a
 // record of another subject there fails the read with ErrIndexStale, and
 // the load reads the subject instead.
-func (s *Store) readAfterSnapshot(ctx context.Context, sr SeqLoader, session string, snap *restored, stored []uint64, to uint64, known []uint64, out **build) error {
+func (s *Store) readAfterSnapshot(ctx context.Context, sr SeqLoader, pv Prover, session string, snap *restored, stored []uint64, to uint64, known []uint64, out **build) error {
 	sn := snap.sn
 	b := s.newBuild(session, sn.from, known)
 	b.proj, b.weight, b.size = snap.proj, sn.weight, sn.size
@@ -292,7 +397,7 @@ func (s *Store) readAfterSnapshot(ctx context.Context, sr SeqLoader, session str
 	*out = b
 	after := upFrom(stored, sn.seq+1)
 	seqs := append([]uint64{sn.seq}, after...)
-	return s.readStoredWith(ctx, sr, session, seqs, to, func(seq uint64, data []byte) error {
+	return s.readStoredWith(ctx, sr, pv, session, seqs, sn.seq+1, to, func(seq uint64, data []byte) error {
 		if seq == sn.seq {
 			return nil // in the snapshot: read only to prove it is the session's
 		}

@@ -38,7 +38,16 @@ import (
 //   - its last record is a record of the session's subject.
 //
 // The records after its last are read as a load by index reads them: the
-// checkpoint's sequences past it, then the subject from there.
+// checkpoint's sequences past it, then the subject from there, the count
+// of the session's records past the snapshot proving the sequences list
+// them all (Prover).
+//
+// A snapshot is written only of a session whose record index the store
+// holds (snapshotOf): the ingest met its every record since the
+// compaction, or a load read them and proved it read them all (a scan of
+// the subject, or a checkpoint's index counted against the stream). A
+// projection built from an index that leaves records out is never shown,
+// and so never written, where a later load would take it for the truth.
 //
 // The records quarantined before the snapshot's last (too large for the
 // session, or failing to apply) stay skipped, but a load from a snapshot

@@ -92,6 +92,31 @@ type SeqLoader interface {
 // wrong (a stored one tampered with, or records deleted since).
 var ErrIndexStale = errors.New("store: the record index names a sequence that holds no record of the session")
 
+// Prover is a SeqLoader that can prove a stored record index complete.
+// A checkpoint's index is a hint: reading its sequences proves each is a
+// record of the session (RecordsAt), not that it lists them all. A load
+// by a checkpoint's index counts the session's records in the stream
+// from the index's first on, while it reads them: the index is used only
+// when the count is what the load read, the index's records and those
+// after it (see readStored). A Loader that is not a Prover never loads
+// by a checkpoint's index.
+type Prover interface {
+	// CountRecords returns how many records of the session the stream
+	// holds with a sequence at or after from, as the replica that
+	// answers holds them: a replica behind counts fewer, never more.
+	CountRecords(ctx context.Context, session string, from uint64) (uint64, error)
+	// StreamLast returns the stream's last sequence, as its leader says
+	// it: a checkpoint past it is wrong, and replaced.
+	StreamLast(ctx context.Context) (uint64, error)
+}
+
+// ErrIndexIncomplete is wrapped by a load's error when a stored record
+// index is not proven to list every record of the session it covers:
+// the stream holds more of them than it lists (it leaves some out), or
+// the count could not be taken. The load then reads the session's
+// subject instead, and replaces the checkpoint.
+var ErrIndexIncomplete = errors.New("store: the record index is not proven to list every record of the session")
+
 // DefaultMaxIndexed bounds the record sequences the store remembers across
 // all sessions (8 bytes each) so loads can read records by sequence.
 const DefaultMaxIndexed = 8 << 20
@@ -203,6 +228,11 @@ type slot struct {
 	// marked says the checkpoint writer was told the index grew, and
 	// has not yet asked for it.
 	marked bool
+
+	// replaces is the key of the session's stored checkpoint a load
+	// found wrong: every checkpoint of the slot replaces it, until one
+	// is written.
+	replaces string
 
 	// quarantined lists the session's records since its latest
 	// compaction that failed to apply, in order: a load never applies
@@ -369,6 +399,9 @@ func (s *Store) checkpointsWritten(batch map[string]Checkpoint, idle bool) {
 			sl.mu.Lock()
 			if cp.Seq >= sl.savedSeq {
 				sl.saved, sl.savedSeq = max(sl.saved, cp.From), cp.Seq
+			}
+			if cp.replaces == sl.replaces {
+				sl.replaces = ""
 			}
 			sl.mu.Unlock()
 		}
@@ -703,6 +736,7 @@ func (s *Store) checkpointOf(sl *slot) Checkpoint {
 	if sl.indexed {
 		cp = cp.WithSeqs(sl.seqs)
 	}
+	cp.replaces = sl.replaces
 	return cp
 }
 
