@@ -47,7 +47,9 @@ approximated, with its line. A line that does not decode otherwise (not
 JSON, nested too deep, cut short) fails its file, naming the line: entries
 hang off each other, and leaving one out could leave out the conversation
 before it. So does a line longer than --max-line, as soon as it is read,
-whatever the input (a device, a pipe).
+whatever the input (a device, a pipe), and a file larger than --max-file
+(each file is read whole before it is converted): an import's memory is
+bounded whatever it is given.
 
 A record larger than the server accepts (its max_payload, or the stream's
 largest message) is never cut: its session is not published at all, the
@@ -65,6 +67,7 @@ func runImport(ctx context.Context, e *env, args []string) error {
 	session := fs.String("session", "", "publish to this session instead of the one the file names")
 	printOnly := fs.Bool("print", false, "write the records to standard output as JSON lines; publish nothing")
 	maxLine := fs.Int("max-line", importer.DefaultMaxLine, "the longest line of a file read, in `BYTES`: a longer one fails its file")
+	maxFile := fs.Int64("max-file", importer.DefaultMaxFile, "the largest file read, in `BYTES`: a file is read whole before it is converted, so this bounds the memory an import takes; a larger one fails")
 	pos, err := parse(e, fs, args)
 	if err != nil {
 		return err
@@ -91,7 +94,11 @@ func runImport(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.stderr, "ctxd import: --max-line: %d: want 1 or more bytes\n", *maxLine)
 		return errUsage
 	}
-	parser := importer.Parser{MaxLine: *maxLine}
+	if *maxFile < 1 {
+		fmt.Fprintf(e.stderr, "ctxd import: --max-file: %d: want 1 or more bytes\n", *maxFile)
+		return errUsage
+	}
+	parser := importer.Parser{MaxLine: *maxLine, MaxFile: *maxFile}
 
 	if e.getenv("GOGC") == "" {
 		// A conversion's heap grows to hold every entry of the file before
@@ -139,6 +146,9 @@ func runImport(ctx context.Context, e *env, args []string) error {
 			}
 			if errors.Is(err, importer.ErrLineTooLong) {
 				err = fmt.Errorf("%w (--max-line)", err)
+			}
+			if errors.Is(err, importer.ErrFileTooLarge) {
+				err = fmt.Errorf("%w (--max-file)", err)
 			}
 			fmt.Fprintf(e.stderr, "ctxd import: %v\n", err)
 			failed++

@@ -662,6 +662,8 @@ func TestImport_BadLines(t *testing.T) {
 		{"an input without newlines", []string{"--from", "auto", "/dev/zero"}, 1, fmt.Sprintf("/dev/zero: line 1: line too long: more than %d bytes (--max-line)", importer.DefaultMaxLine)},
 		{"a line longer than --max-line", []string{"--from", "claude-code", "--max-line", "4096", long}, 1, "long.jsonl: line 10: line too long: more than 4096 bytes (--max-line)"},
 		{"--max-line must be positive", []string{"--from", "pi", "--max-line", "0", long}, 2, "--max-line: 0: want 1 or more bytes"},
+		{"a file larger than --max-file", []string{"--from", "claude-code", "--max-file", "4096", long}, 1, "long.jsonl: file too large: more than 4096 bytes (--max-file)"},
+		{"--max-file must be positive", []string{"--from", "pi", "--max-file", "0", long}, 2, "--max-file: 0: want 1 or more bytes"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

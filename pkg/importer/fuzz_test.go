@@ -175,7 +175,7 @@ func FuzzReadLines(f *testing.F) {
 		maxLine = 1 + int(uint(maxLine)%64)
 		want := checkLines(data, maxLine)
 		for _, r := range []io.Reader{bytes.NewReader(data), iotest.OneByteReader(bytes.NewReader(data)), iotest.HalfReader(bytes.NewReader(data))} {
-			got, err := readAll(r, maxLine)
+			got, err := readAll(r, maxLine, DefaultMaxFile)
 			if want != nil {
 				if err == nil || err.Error() != want.Error() || !errors.Is(err, ErrLineTooLong) {
 					t.Fatalf("read: %v, checked: %v", err, want)

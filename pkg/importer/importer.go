@@ -197,6 +197,17 @@ const DefaultMaxLine = 16 << 20
 // the Parser's MaxLine.
 var ErrLineTooLong = errors.New("line too long")
 
+// DefaultMaxFile is the largest file a Parser reads unless told
+// otherwise: 4 GiB. A file is read whole before it is converted (a
+// Claude Code file is a tree whose branches are known only at its end),
+// so this bounds what an import holds, whatever its input: an endless
+// stream of valid lines is refused once it passes the bound.
+const DefaultMaxFile = 4 << 30
+
+// ErrFileTooLarge is wrapped by the error of a file larger than the
+// Parser's MaxFile.
+var ErrFileTooLarge = errors.New("file too large")
+
 // Parser converts transcript files within limits. The zero Parser uses the
 // defaults.
 type Parser struct {
@@ -205,6 +216,10 @@ type Parser struct {
 	// is met: an input without newlines (a device, a binary file) is
 	// refused after MaxLine bytes, not read whole.
 	MaxLine int
+	// MaxFile is the largest file read, in bytes; 0 means DefaultMaxFile.
+	// A larger one fails as soon as it is known to be: at once for a file
+	// whose size is known, after MaxFile bytes for a stream.
+	MaxFile int64
 }
 
 func (p Parser) maxLine() int {
@@ -212,6 +227,17 @@ func (p Parser) maxLine() int {
 		return DefaultMaxLine
 	}
 	return p.MaxLine
+}
+
+func (p Parser) maxFile() int64 {
+	if p.MaxFile <= 0 {
+		return DefaultMaxFile
+	}
+	return p.MaxFile
+}
+
+func fileTooLarge(maxFile int64) error {
+	return fmt.Errorf("%w: more than %d bytes", ErrFileTooLarge, maxFile)
 }
 
 // Parse converts one transcript file with the default Parser.
@@ -235,7 +261,7 @@ func ParseFS(f Format, fsys fs.FS, name string) ([]*Transcript, error) {
 // no session id, it names the source. An OpenHands conversation is a
 // directory: use ParseFS.
 func (p Parser) Parse(f Format, name string, r io.Reader) ([]*Transcript, error) {
-	data, err := readAll(r, p.maxLine())
+	data, err := readAll(r, p.maxLine(), p.maxFile())
 	if err != nil {
 		return nil, named(name, err)
 	}
@@ -245,6 +271,9 @@ func (p Parser) Parse(f Format, name string, r io.Reader) ([]*Transcript, error)
 // ParseBytes is Parse of a file's bytes, which the records it returns may
 // share: data must not change while they are in use.
 func (p Parser) ParseBytes(f Format, name string, data []byte) ([]*Transcript, error) {
+	if int64(len(data)) > p.maxFile() {
+		return nil, named(name, fileTooLarge(p.maxFile()))
+	}
 	if err := checkLines(data, p.maxLine()); err != nil {
 		return nil, named(name, err)
 	}
@@ -298,7 +327,7 @@ func (p Parser) ParseFS(f Format, fsys fs.FS, name string) ([]*Transcript, error
 	if f != OpenHands {
 		return nil, &Error{Name: name, Err: fmt.Errorf("a directory: only an OpenHands conversation is a directory; pass %s's files", f)}
 	}
-	ts, err := parseOpenHands(fsys, name, p.maxLine())
+	ts, err := parseOpenHands(fsys, name, p.maxLine(), p.maxFile())
 	if err != nil {
 		return nil, named(name, err)
 	}
@@ -311,7 +340,7 @@ func (p Parser) ParseFS(f Format, fsys fs.FS, name string) ([]*Transcript, error
 // readAll reads r whole, in one allocation when r knows its size (a file),
 // and fails as soon as a line is longer than maxLine: what it holds is
 // bounded by the input's lines, whatever the input.
-func readAll(r io.Reader, maxLine int) ([]byte, error) {
+func readAll(r io.Reader, maxLine int, maxFile int64) ([]byte, error) {
 	var size int64
 	switch f := r.(type) {
 	case interface{ Len() int }:
@@ -321,7 +350,10 @@ func readAll(r io.Reader, maxLine int) ([]byte, error) {
 			size = st.Size()
 		}
 	}
-	buf := make([]byte, 0, int(min(size, 1<<40))+bytes.MinRead)
+	if size > maxFile {
+		return nil, fileTooLarge(maxFile)
+	}
+	buf := make([]byte, 0, int(size)+bytes.MinRead)
 	n, start := 1, 0 // the line being read, and where it starts in buf
 	for {
 		if len(buf) == cap(buf) {
@@ -330,6 +362,9 @@ func readAll(r io.Reader, maxLine int) ([]byte, error) {
 		k, err := r.Read(buf[len(buf):cap(buf)])
 		from := len(buf)
 		buf = buf[:len(buf)+k]
+		if int64(len(buf)) > maxFile {
+			return nil, fileTooLarge(maxFile)
+		}
 		for {
 			i := bytes.IndexByte(buf[from:], '\n')
 			if i < 0 {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -344,4 +345,48 @@ func TestParse_LongLine(t *testing.T) {
 		require.ErrorAs(t, err, &e)
 		require.Equal(t, "event-00001-a.json: line 1", e.Where)
 	})
+}
+
+// endlessLines is an endless input of short valid lines, counting what was
+// read and failing past limit bytes.
+type endlessLines struct{ read, limit int }
+
+func (z *endlessLines) Read(p []byte) (int, error) {
+	if z.read >= z.limit {
+		return 0, fmt.Errorf("read %d bytes of an endless input", z.read)
+	}
+	const line = `{"type":"user","uuid":"u","message":{"role":"user","content":"x"}}` + "\n"
+	p = p[:min(len(p), z.limit-z.read)]
+	for i := range p {
+		p[i] = line[(z.read+i)%len(line)]
+	}
+	z.read += len(p)
+	return len(p), nil
+}
+
+// A file is read whole before it is converted; MaxFile bounds it, so an
+// endless input of valid lines is refused once past the bound, not read
+// until the machine's memory runs out; a file known to be larger is
+// refused before it is read.
+func TestParse_LargeFile(t *testing.T) {
+	p := Parser{MaxFile: 1 << 20}
+	for _, f := range []Format{Auto, ClaudeCode, Codex, Pi} {
+		z := &endlessLines{limit: 16 << 20}
+		_, err := p.Parse(f, "endless", z)
+		require.ErrorIs(t, err, ErrFileTooLarge, "%s", f)
+		require.Contains(t, err.Error(), "endless: file too large: more than 1048576 bytes")
+		require.LessOrEqual(t, z.read, 2<<20, "%s: read no further than needed", f)
+	}
+	_, err := p.ParseBytes(ClaudeCode, "big.jsonl", make([]byte, 1<<20+1))
+	require.ErrorIs(t, err, ErrFileTooLarge)
+	big := filepath.Join(t.TempDir(), "big.jsonl")
+	require.NoError(t, os.WriteFile(big, bytes.Repeat([]byte("{}\n"), 1<<19), 0o600))
+	file, err := os.Open(big)
+	require.NoError(t, err)
+	defer file.Close()
+	_, err = p.Parse(ClaudeCode, big, file)
+	require.ErrorIs(t, err, ErrFileTooLarge, "a file whose size says so, at once")
+	fsys := fstest.MapFS{"events/event-00001-a.json": {Data: bytes.Repeat([]byte(" "), 1<<20+1)}}
+	_, err = p.ParseFS(OpenHands, fsys, "conv")
+	require.ErrorIs(t, err, ErrFileTooLarge, "an event file")
 }

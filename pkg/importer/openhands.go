@@ -73,7 +73,7 @@ func parseOpenHandsFile(name string, data []byte) ([]*Transcript, error) {
 	return nil, fmt.Errorf("%w (openhands): a conversation is a directory of event files; pass the directory", ErrFormat)
 }
 
-func parseOpenHands(fsys fs.FS, name string, maxLine int) ([]*Transcript, error) {
+func parseOpenHands(fsys fs.FS, name string, maxLine int, maxFile int64) ([]*Transcript, error) {
 	files, err := openHandsEvents(fsys)
 	if err != nil {
 		return nil, fmt.Errorf("%w (openhands): %v", ErrFormat, err)
@@ -83,7 +83,7 @@ func parseOpenHands(fsys fs.FS, name string, maxLine int) ([]*Transcript, error)
 	for i, f := range files {
 		rep.Entries++
 		where := path.Base(f)
-		data, err := readFile(fsys, f, maxLine)
+		data, err := readFile(fsys, f, maxLine, maxFile)
 		if err != nil {
 			return nil, inFile(where, err)
 		}
@@ -118,7 +118,7 @@ func parseOpenHands(fsys fs.FS, name string, maxLine int) ([]*Transcript, error)
 	}
 
 	conv, leafID := "", ""
-	if data, err := readFile(fsys, "base_state.json", maxLine); err == nil {
+	if data, err := readFile(fsys, "base_state.json", maxLine, maxFile); err == nil {
 		if v, err := lineDecoder.DecodeJSON(data); err == nil {
 			if m, ok := v.(*record.Map); ok {
 				conv, leafID = str(m, "id"), str(m, "leaf_event_id")
@@ -358,13 +358,13 @@ func (p *ohParser) condensation(e *ohEvent) {
 }
 
 // readFile reads a file of fsys as Parse reads one.
-func readFile(fsys fs.FS, name string, maxLine int) ([]byte, error) {
+func readFile(fsys fs.FS, name string, maxLine int, maxFile int64) ([]byte, error) {
 	f, err := fsys.Open(name)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	return readAll(f, maxLine)
+	return readAll(f, maxLine, maxFile)
 }
 
 // inFile names an event file in the place of an error: its line, when the
