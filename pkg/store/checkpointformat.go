@@ -100,13 +100,22 @@ func (cp Checkpoint) WithoutIndex() Checkpoint {
 // that race (the ingest behind, a shutdown, another instance, a rebuild)
 // never move a session's checkpoint back. cp is newer when it reaches a
 // later record, or the same record with a later compaction, or the same
-// with an index where old has none. A checkpoint a load wrote after it
-// found old wrong (an index that does not list the session's records, a
-// Seq past the stream's end) replaces old, and only old: it is newer
-// than old whatever their sequences.
+// with an index where old has none; never when it stores what old does.
+// A checkpoint a load wrote after it found old wrong (an index that does
+// not list the session's records) replaces old, and only old, when it
+// reaches old's record too; one written after old was found past the
+// stream's end replaces it whatever their sequences.
 func (cp Checkpoint) Newer(old Checkpoint) bool {
 	switch {
-	case cp.replaces != "" && cp.replaces == old.key():
+	case cp.key() == old.key():
+		return false // nothing to change
+	case cp.replaces != "" && cp.replaces == pastEnd+old.key():
+		return true // no writer reaches old's Seq: any checkpoint is better
+	case cp.replaces != "" && cp.replaces == old.key() && cp.Seq >= old.Seq:
+		// Found wrong by a load that read as far: what it read holds.
+		// One that read less (an instance behind the writer of old) may
+		// have found old "wrong" only for records it has not read, and
+		// never moves the session's checkpoint back.
 		return true
 	case cp.Seq != old.Seq:
 		return cp.Seq > old.Seq
@@ -120,6 +129,10 @@ func (cp Checkpoint) Newer(old Checkpoint) bool {
 // found wrong (see Newer): an instance that writes no checkpoints of its
 // own writes those.
 func (cp Checkpoint) Corrective() bool { return cp.replaces != "" }
+
+// pastEnd marks the key of a checkpoint found past the stream's end in
+// replaces.
+const pastEnd = "past the end: "
 
 // key names a checkpoint by what it stores of the session.
 func (cp Checkpoint) key() string {

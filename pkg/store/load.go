@@ -63,6 +63,7 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 	// wrong is the stored checkpoint found wrong, which the load's
 	// replaces once it has loaded.
 	var wrong *Checkpoint
+	past := false // wrong for lying past the stream's end
 	for attempt := 1; ; attempt++ {
 		// Every record up to the watermark is stored, and so is every
 		// record this session has seen: the ingest notes it before moving
@@ -123,7 +124,7 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 						}
 					case cp.Seq > last:
 						s.Logger.Warn("checkpoint's last record lies past the stream's end; its record index is not used, and the checkpoint is replaced", "session", sl.id, "seq", cp.Seq, "stream_last", last)
-						wrong = read
+						wrong, past = read, true
 						cp = cp.WithoutIndex()
 					}
 				}
@@ -255,6 +256,9 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 		sl.seq = max(sl.seq, b.proj.Seq())
 		if wrong != nil {
 			sl.replaces = wrong.key()
+			if past {
+				sl.replaces = pastEnd + sl.replaces
+			}
 		}
 		switch {
 		case later || wrong != nil:

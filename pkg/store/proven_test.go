@@ -230,3 +230,57 @@ func TestStore_SnapshotThenIndexLeavingRecordsOut(t *testing.T) {
 	require.NoError(t, fresh.SaveCheckpoints(context.Background()))
 	require.Equal(t, append(seqs, left, five, six), indexOf(t, l, "a"))
 }
+
+// A reader whose ingest is behind the writer of a right checkpoint
+// cannot prove that checkpoint's index (the count holds records past
+// what it reads): it reads the subject, and its corrective checkpoint,
+// older than the one stored, does not move the session's checkpoint back.
+func TestStore_ReaderBehindKeepsANewerCheckpoint(t *testing.T) {
+	l := newFakeLoader()
+	l.publish("a", userRecord("one"))
+	l.publish("b", userRecord("b"))
+	l.publish("a", userRecord("three"))
+	four := l.publish("a", userRecord("four"))
+	good := Checkpoint{From: 0, Seq: four}.WithSeqs([]uint64{1, 3, four})
+	l.checkpoints["a"] = good
+	s := New()
+	s.Loader = newerLoader{seqLoader{l}}
+	s.checkpoints.every = 1
+	s.Advance(3) // this instance's ingest is at 3
+	t.Cleanup(func() { s.Close() })
+	viewJSON(t, s, "a") // up to 3: what this instance has applied
+	require.NoError(t, s.SaveCheckpoints(context.Background()))
+	got := checkpointsOf(l)["a"]
+	require.Equal(t, good.Seq, got.Seq, "the checkpoint is not moved back")
+	seqs, err := got.Seqs()
+	require.NoError(t, err)
+	require.Equal(t, []uint64{1, 3, four}, seqs)
+}
+
+// staleLoader refuses every index, as a layout does an index from before
+// its partitioning.
+type staleLoader struct{ newerLoader }
+
+func (l staleLoader) RecordsAt(context.Context, string, []uint64, func(uint64, []byte) error) error {
+	return ErrIndexStale
+}
+
+// A load that finds nothing to change in a checkpoint writes none: an
+// index the layout refuses, loaded again and again, costs no write each
+// time.
+func TestStore_NoRewriteOfTheSameCheckpoint(t *testing.T) {
+	l := newFakeLoader()
+	l.publish("a", userRecord("one"))
+	l.publish("b", userRecord("b"))
+	last := l.publish("a", userRecord("two"))
+	l.checkpoints["a"] = Checkpoint{From: 0, Seq: last}.WithSeqs([]uint64{1, last})
+	for range 3 {
+		s := coldStore(t, l, false)
+		s.Loader = staleLoader{newerLoader{seqLoader{l}}}
+		requireView(t, s, l, "a")
+		require.NoError(t, s.SaveCheckpoints(context.Background()))
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	require.Empty(t, l.saved, "checkpoints written that change nothing")
+}
