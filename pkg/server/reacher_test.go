@@ -194,3 +194,78 @@ func TestService_StreamTimeoutIs504(t *testing.T) {
 	require.Equal(t, CodeWaitExpired, errorCode(msg))
 	require.Contains(t, msg.Header.Get(micro.ErrorHeader), "the stream did not answer in time")
 }
+
+// A session not in the cache is loaded by the Viewer's View (store.View),
+// after Reach: a request with timeout_ms is answered at its deadline
+// while that load blocks too.
+func TestService_TimeoutCoversTheLoad(t *testing.T) {
+	url := startNATS(t, 0)
+	release := make(chan struct{})
+	proj := &reacher{
+		fakeProjections: fakeProjections{view: func(context.Context, string, func(*projection.Session)) error {
+			return fmt.Errorf("the Projections' own View is not used")
+		}},
+		reach: func(string, uint64, time.Duration) (Viewer, error) {
+			return viewerFunc(func(context.Context, string, func(*projection.Session)) error {
+				<-release // a load the stream does not answer
+				return fmt.Errorf("store: load: %w", context.DeadlineExceeded)
+			}), nil
+		},
+	}
+	svc := New(connect(t, url), proj)
+	svc.MaxLoads, svc.LoadQueue = 1, 8
+	require.NoError(t, svc.Open())
+	t.Cleanup(func() { svc.Close() })
+	t.Cleanup(func() { close(release) })
+	msg, err := connect(t, url).Request("ctxd.context.s1", []byte(`{"timeout_ms":200}`), 15*time.Second)
+	require.NoError(t, err, "no answer while the load blocked")
+	require.Equal(t, CodeWaitExpired, errorCode(msg))
+	require.Contains(t, msg.Header.Get(micro.ErrorHeader), "no answer within timeout_ms")
+}
+
+// Close waits for the timers of the requests it holds: no answer is
+// sent after it returns, even by a timer that fired as Close ended the
+// waits.
+func TestService_CloseWaitsForTimers(t *testing.T) {
+	url := startNATS(t, 0)
+	nc := connect(t, url)
+	for range 5 {
+		proj := &reacher{
+			fakeProjections: fakeProjections{view: func(context.Context, string, func(*projection.Session)) error { return nil }},
+			reachCtx: func(ctx context.Context, _ string, _ uint64, _ time.Duration) (Viewer, error) {
+				<-ctx.Done()
+				return nil, ctx.Err()
+			},
+		}
+		svc := New(connect(t, url), proj)
+		var sending atomic.Int32
+		var after atomic.Bool
+		var closed atomic.Bool
+		svc.Observe = func(endpoint, _ string, _ time.Duration) {
+			if endpoint != "context" {
+				return
+			}
+			sending.Add(1)
+			time.Sleep(50 * time.Millisecond) // an answer slow to leave
+			if closed.Load() {
+				after.Store(true)
+			}
+			sending.Add(-1)
+		}
+		require.NoError(t, svc.Open())
+		for i := range 10 {
+			require.NoError(t, nc.PublishRequest(fmt.Sprintf("ctxd.context.s%d", i), nc.NewInbox(),
+				[]byte(`{"min_seq":5,"wait_ms":10000,"timeout_ms":10000}`)))
+		}
+		require.NoError(t, nc.Flush())
+		require.Eventually(t, func() bool {
+			proj.mu.Lock()
+			defer proj.mu.Unlock()
+			return len(proj.asked) == 10
+		}, 10*time.Second, 5*time.Millisecond, "every request waits")
+		require.NoError(t, svc.Close())
+		closed.Store(true)
+		require.Zero(t, sending.Load(), "an answer still being sent after Close returned")
+		require.False(t, after.Load())
+	}
+}

@@ -353,19 +353,21 @@ func (s *Service) reach(session string, seq uint64, timeout time.Duration) (View
 // deadline when it has one (within.go).
 // An answer of no records is paced when paced is set (see pace).
 func (s *Service) answer(r micro.Request, session string, req contextRequest, wait time.Duration, paced bool) {
+	defer req.release()
 	if req.expired() {
 		return // answered at its deadline while it was queued
 	}
-	defer req.release()
 	v, err := s.reach(session, req.minSeq, wait)
-	if !req.claim() {
-		return
-	}
 	if err != nil {
-		s.fail(r, s.why(err))
+		if req.claim() {
+			s.fail(r, s.why(err))
+		}
 		return
 	}
-	s.reply(r, v, session, req, paced)
+	if req.expired() {
+		return // answered at its deadline: nobody waits for the view
+	}
+	s.reply(r, v, session, req, paced) // claims once the reply is built
 }
 
 // why is the error a request failed with: a canceled wait is the
@@ -459,6 +461,15 @@ func (s *Service) reply(r micro.Request, v Viewer, session string, req contextRe
 	})
 	if verr != nil {
 		err = s.why(verr)
+	}
+	// The reply is built (the session loaded, if it had to be): the
+	// request's deadline may have answered it meanwhile.
+	if !req.claim() {
+		if buf != nil {
+			*buf = out
+			replyBuffers.Put(buf)
+		}
+		return
 	}
 	if err != nil {
 		s.fail(r, err)

@@ -42,6 +42,8 @@ type bounded struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	claimed atomic.Bool
+	stop    func() bool   // stops the timer before it fires
+	fired   chan struct{} // closed once the timer's func has returned
 }
 
 // bound returns req bounded by its deadline, when it has one: the timer
@@ -51,9 +53,10 @@ func (s *Service) bound(r micro.Request, req contextRequest) contextRequest {
 	if req.deadline.IsZero() {
 		return req
 	}
-	b := &bounded{}
+	b := &bounded{fired: make(chan struct{})}
 	b.ctx, b.cancel = context.WithDeadline(s.ctx, req.deadline)
-	context.AfterFunc(b.ctx, func() {
+	b.stop = context.AfterFunc(b.ctx, func() {
+		defer close(b.fired)
 		// Canceled, not expired: the request was answered.
 		if s.ctx.Err() == nil && !errors.Is(b.ctx.Err(), context.DeadlineExceeded) {
 			return
@@ -71,9 +74,15 @@ func (s *Service) bound(r micro.Request, req contextRequest) contextRequest {
 	return req
 }
 
-// release stops the request's timer once it is answered.
+// release stops the request's timer once it is answered, or waits for
+// it if it fired: whoever holds the request (a load worker, a waiter,
+// counted in the service's WaitGroup) holds its timer too, so no
+// answer is sent after Close returns.
 func (req contextRequest) release() {
 	if b := req.bounded; b != nil {
+		if !b.stop() {
+			<-b.fired
+		}
 		b.cancel()
 	}
 }
