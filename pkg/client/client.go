@@ -211,18 +211,17 @@ func Context(ctx context.Context, nc *nats.Conn, session string, req Request) ([
 		if deadline, ok := ctx.Deadline(); ok {
 			actx, cancel = context.WithTimeout(ctx, time.Until(deadline)/2)
 		}
-		data := msg.Data
 		msg.Data = requestBody(req, timeoutOf(actx))
 		out, err := do(actx, nc, msg, req.ChunkTimeout)
-		msg.Data = data
 		stalled := err != nil && ctx.Err() == nil && errors.Is(actx.Err(), context.DeadlineExceeded)
 		cancel()
 		if !errors.Is(err, ErrNoService) && !stalled {
 			return out, err
 		}
 		// No instance holds the partition now, or its owner did not
-		// answer in time: any instance answers.
+		// answer in time: any instance answers, in the time left.
 		msg.Subject = v1
+		msg.Data = requestBody(req, timeoutOf(ctx))
 	}
 	return do(ctx, nc, msg, req.ChunkTimeout)
 }

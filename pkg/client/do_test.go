@@ -13,6 +13,7 @@ import (
 
 	"github.com/ctxd/ctxd/internal/natstest"
 	"github.com/ctxd/ctxd/pkg/natsd"
+	"github.com/ctxd/ctxd/pkg/record"
 )
 
 func startNATS(t *testing.T) *nats.Conn {
@@ -122,18 +123,34 @@ func TestContext_Partitions(t *testing.T) {
 }
 
 // A partition owner that does not answer within half the time left is
-// passed over: the v1 subject answers.
+// passed over: the v1 subject answers. Each is told the time it has:
+// the owner half, the v1 subject what is left after the owner's half.
 func TestContext_PartitionOwnerStalled(t *testing.T) {
 	nc := startNATS(t)
-	_, err := nc.Subscribe("ctxd.context.s1", func(m *nats.Msg) { m.Respond([]byte("v1")) })
+	timeouts := make(chan uint64, 2)
+	timeoutOf := func(m *nats.Msg) uint64 {
+		v, err := record.DecodeJSON(m.Data)
+		require.NoError(t, err)
+		n, _ := v.(*record.Map).Get("timeout_ms")
+		got, _ := record.Float(n)
+		return uint64(got)
+	}
+	_, err := nc.Subscribe("ctxd.context.s1", func(m *nats.Msg) {
+		timeouts <- timeoutOf(m)
+		m.Respond([]byte("v1"))
+	})
 	require.NoError(t, err)
-	_, err = nc.Subscribe("ctxd.p.1.s1", func(m *nats.Msg) {}) // never answers
+	_, err = nc.Subscribe("ctxd.p.1.s1", func(m *nats.Msg) { timeouts <- timeoutOf(m) }) // never answers
 	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	got, err := Context(ctx, nc, "s1", Request{Partitions: 8})
 	require.NoError(t, err)
 	require.Equal(t, "v1", string(got))
+	owner, v1 := <-timeouts, <-timeouts
+	require.LessOrEqual(t, owner, uint64(1000), "the owner has half the time")
+	require.LessOrEqual(t, v1, uint64(1000), "the v1 subject has what is left")
+	require.Greater(t, v1, uint64(0))
 }
 
 // With ChunkTimeout a large reply may take longer than ctx's deadline,
