@@ -281,6 +281,9 @@ func (s *Service) respondChunked(r micro.Request, out []byte, maxPayload int64) 
 
 // handleChunk answers ctxd.chunk.<instance>.<id>.<k>.
 func (s *Service) handleChunk(r micro.Request) {
+	if !s.replyAllowed(r.Subject(), r.Reply()) {
+		return
+	}
 	r = s.observe(r, "chunk", time.Now())
 	rest := r.Subject()[len(s.chunkPrefix):] // .<id>.<k>
 	var id string

@@ -127,6 +127,9 @@ func (s *Service) Routed() []int {
 
 // handlePartition answers a request on ctxd.p.<k>.<session>.
 func (s *Service) handlePartition(m *nats.Msg) {
+	if !s.replyAllowed(m.Subject, m.Reply) {
+		return
+	}
 	r := s.observe(plainRequest{m}, "context", time.Now())
 	rest := strings.TrimPrefix(m.Subject, subject.PartitionPrefix)
 	_, session, ok := strings.Cut(rest, ".")

@@ -152,6 +152,9 @@ type Service struct {
 	misses  *rate.Limiter // paces the lane's answers of no records
 	delayed atomic.Int64  // answers of no records waiting for the pace
 	waiting atomic.Int64  // requests waiting for min_seq
+	// refusedReplies counts the requests dropped for their reply subject
+	// (replyAllowed).
+	refusedReplies atomic.Int64
 
 	chunks      chunked // replies larger than the max payload
 	chunkPrefix string  // ctxd.chunk.<instance id>
@@ -387,6 +390,9 @@ func (s *Service) why(err error) error {
 }
 
 func (s *Service) handleContext(r micro.Request) {
+	if !s.replyAllowed(r.Subject(), r.Reply()) {
+		return
+	}
 	s.handleSession(s.observe(r, "context", time.Now()), strings.TrimPrefix(r.Subject(), subject.ContextPrefix))
 }
 
@@ -565,6 +571,9 @@ func (d detached) Error(code, description string, data []byte, opts ...micro.Res
 var replyBuffers = sync.Pool{New: func() any { return new([]byte) }}
 
 func (s *Service) handleRejected(r micro.Request) {
+	if !s.replyAllowed(r.Subject(), r.Reply()) {
+		return
+	}
 	r = s.observe(r, "rejected", time.Now())
 	data, err := json.Marshal(s.proj.Rejected())
 	if err != nil {

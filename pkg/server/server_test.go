@@ -478,3 +478,41 @@ func TestService_CloseWithQueuedRequests(t *testing.T) {
 	}
 	require.Zero(t, lateWaits.Load(), "waits begun after Close returned")
 }
+
+// A request whose reply subject is not an inbox gets no answer: NATS
+// does not check a requester's reply subject against its permissions,
+// and the service answers with its own, so a reply on $KV.CTXD_*, a
+// JetStream API, another session's transcripts subject or ctxd's own
+// subjects would write there as ctxd. Nothing is sent there; the request
+// counts as an error.
+func TestService_RefusesRepliesOutsideInboxes(t *testing.T) {
+	url := startNATS(t, 0)
+	p := sessionOf(t, []string{`{"role":"user","content":"hi"}`}, 7)
+	svc := New(connect(t, url), &fakeProjections{view: viewOf(map[string]*projection.Session{"s1": p})})
+	require.NoError(t, svc.Open())
+	t.Cleanup(func() { svc.Close() })
+	nc := connect(t, url)
+	got := make(chan string, 16)
+	for _, spy := range []string{"$KV.>", "$JS.>", "transcripts.>", "ctxd.>", "$SRV.>"} {
+		_, err := nc.Subscribe(spy, func(m *nats.Msg) {
+			if !strings.HasPrefix(m.Subject, "ctxd.context.") && !strings.HasPrefix(m.Subject, "ctxd.rejected") && !strings.HasPrefix(m.Subject, "$SRV.PING") {
+				got <- m.Subject
+			}
+		})
+		require.NoError(t, err)
+	}
+	require.NoError(t, nc.Flush())
+	for _, reply := range []string{"$KV.CTXD_CHECKPOINTS.victim", "$JS.API.STREAM.PURGE.TRANSCRIPTS", "transcripts.victim", "ctxd.handback", "$SRV.x"} {
+		require.NoError(t, nc.PublishRequest("ctxd.context.s1", reply, nil))
+		require.NoError(t, nc.PublishRequest("ctxd.rejected", reply, nil))
+	}
+	// An inbox still gets its answer, after the refused ones.
+	msg := request(t, nc, "ctxd.context.s1", nil, nil)
+	require.Empty(t, errorCode(msg))
+	require.NoError(t, nc.Flush())
+	select {
+	case subj := <-got:
+		t.Fatalf("an answer was sent to %s", subj)
+	default:
+	}
+}

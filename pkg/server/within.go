@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/ctxd/ctxd/pkg/store"
+	"github.com/ctxd/ctxd/pkg/subject"
 )
 
 // A request that says how long its client waits (timeout_ms) is answered
@@ -104,4 +106,24 @@ func (req *contextRequest) receivedAt(t time.Time) {
 	if req.timeout > 0 {
 		req.deadline = t.Add(req.timeout)
 	}
+}
+
+// An answer goes to the request's reply subject, published with the
+// service's own permissions: NATS does not check the reply subject a
+// requester gives against the requester's. So the service answers only
+// on subjects that may be inboxes, never on a subject a stream or ctxd
+// itself listens on: $-subjects ($KV.CTXD_* buckets, $JS.API, $SRV),
+// transcripts.> (another session's records) and ctxd.> (its own
+// endpoints and the handback). A request that names one is dropped.
+
+// replyAllowed reports whether a request's reply subject may be
+// answered; it logs the first refusals, then every power of two.
+func (s *Service) replyAllowed(subj, reply string) bool {
+	if reply != "" && reply[0] != '$' && !strings.HasPrefix(reply, subject.TranscriptsPrefix) && !strings.HasPrefix(reply, "ctxd.") {
+		return true
+	}
+	if n := s.refusedReplies.Add(1); n&(n-1) == 0 {
+		s.log("request dropped: its reply subject is not an inbox", "subject", subj, "reply", reply, "dropped", n)
+	}
+	return false
 }
