@@ -60,10 +60,10 @@
 // fate of every record and the context. A larger one, several MiB a
 // record with screenshots, is shown without fates (View.Cut says so,
 // and names ctxd inspect and ctxd context for the rest): a page reads
-// only those of its records that fit in ReadBytes, newest first, and
-// links to the others' raw records; its summary is the service's own,
-// read from the projection it holds. The JSON of a view is bounded the
-// same way. So the bytes a view reads are bounded whatever the session
+// only those of its records that fit in ReadBytes, newest first, none
+// larger than Options.ReadRecordBytes (1 MiB: a preview shows a few KiB
+// of a record), and links to the others' raw records. The JSON of a view
+// is bounded the same way. So the bytes a view reads are bounded whatever the session
 // holds.
 //
 // Options.MaxLoads views load at once, and one past them is answered 503

@@ -87,6 +87,11 @@ type Options struct {
 	// those of its records that fit in ReadBytes, newest first; the
 	// others are a link to their raw record. 0 means 8 MiB.
 	ReadBytes int
+	// ReadRecordBytes is the largest record such a page reads: a preview
+	// shows a few KiB of a record, and reading and decoding a screenshot
+	// of several MiB for it would take the CPU from the service. A larger
+	// record is a link to its raw record. 0 means 1 MiB.
+	ReadRecordBytes int
 	// MaxLoads bounds the views that load a session at once (session
 	// pages, their JSON and follow updates, the sessions list). Past it
 	// a view is answered 503 at once, with Retry-After. Of those, one at
@@ -147,6 +152,9 @@ func New(src Source, opt Options) *Handler {
 	}
 	if opt.ReadBytes <= 0 {
 		opt.ReadBytes = 8 << 20
+	}
+	if opt.ReadRecordBytes <= 0 {
+		opt.ReadRecordBytes = 1 << 20
 	}
 	if opt.MaxLoads <= 0 {
 		opt.MaxLoads = 2
@@ -514,19 +522,12 @@ func (h *Handler) view(ctx context.Context, id string, at uint64) (*View, error)
 	}
 	v := &View{Session: id, At: at, Seq: last, Rows: rows}
 	v.Cut = fmt.Sprintf("The session's %d records up to seq %d hold %s, more than the %s a view reads: "+
-		"they are listed without their fates, and a page shows those of its records that fit in %s, newest first. "+
+		"they are listed without their fates, and a page shows those of its records that fit in %s, newest first, of at most %s each. "+
 		"Every fate: ctxd inspect %s; the context: ctxd context %s.",
-		len(rows), last, mib(total), mib(h.opt.ReadBytes), mib(h.opt.ReadBytes), id, id)
+		len(rows), last, mib(total), mib(h.opt.ReadBytes), mib(h.opt.ReadBytes), mib(h.opt.ReadRecordBytes), id, id)
 	for i := range v.Rows {
 		v.Rows[i].Status = StatusUnexplained
 		v.Rows[i].Rule = "not explained: the session holds more than a view reads"
-	}
-	if at == 0 {
-		// The service's context now, which it holds or loads for any
-		// request: a view reads none of the records for it.
-		if s, err := h.src.Summary(ctx, id); err == nil {
-			v.Summary = s
-		}
 	}
 	return v, nil
 }
@@ -573,8 +574,9 @@ func mib(n int) string {
 }
 
 // fill reads and decodes the records of shown, rows of an unexplained
-// view, newest first, as long as they fit in ReadBytes; the others keep
-// no value, and the page links to their raw record.
+// view, newest first, as long as they fit in ReadBytes, each of at most
+// ReadRecordBytes; the others keep no value, and the page links to their
+// raw record.
 func (h *Handler) fill(ctx context.Context, session string, shown []Row) error {
 	release, err := h.reading(ctx)
 	if err != nil {
@@ -585,7 +587,7 @@ func (h *Handler) fill(ctx context.Context, session string, shown []Row) error {
 	left := h.opt.ReadBytes
 	for i := len(shown) - 1; i >= 0; i-- {
 		row := &shown[i]
-		if row.Size > left {
+		if row.Size > left || row.Size > h.opt.ReadRecordBytes {
 			continue
 		}
 		subj, data, err := h.src.Record(ctx, row.Seq)
@@ -798,7 +800,7 @@ func (h *Handler) rows(v *View, shown []Row, base string) []recordRow {
 		rr := recordRow{Row: row, Base: base, Divider: row.Class == "compaction"}
 		switch {
 		case row.Value == nil && row.Status == StatusUnexplained:
-			rr.Preview, rr.Cut = fmt.Sprintf("(a record of %s, more than this page reads: open the raw record)", mib(row.Size)), true
+			rr.Preview, rr.Cut = fmt.Sprintf("(a record of %s, not read for this page: open the raw record)", mib(row.Size)), true
 		case row.Value == nil:
 			rr.Preview = "(not decoded: open the raw record)"
 		case budget <= 0:

@@ -654,7 +654,7 @@ func TestHandler_ViewReadsBounded(t *testing.T) {
 			"content", []any{m("type", "image", "data", base64.StdEncoding.EncodeToString(raw), "mimeType", "image/png")}))
 	}
 	src := &metered{Source: in.app.InspectSource()}
-	ui := inspect.New(src, inspect.Options{Config: in.app.InspectConfig(), PageRecords: 5})
+	ui := inspect.New(src, inspect.Options{Config: in.app.InspectConfig(), PageRecords: 5, ReadRecordBytes: 2 << 20})
 	srv := httptest.NewServer(ui)
 	t.Cleanup(func() { ui.Close(); srv.Close() })
 	const bound = 8 << 20
@@ -675,8 +675,8 @@ func TestHandler_ViewReadsBounded(t *testing.T) {
 			require.Contains(t, string(body), "ctxd context big")
 			require.Contains(t, string(body), `class="rec st-unexplained"`)
 			require.Contains(t, string(body), "toolResult", "the records that fit are read and shown")
-			require.NotContains(t, string(body), "more than this page reads", "5 MiB fit")
-			require.Contains(t, string(body), "context as the service holds it at seq 12: 0 messages")
+			require.NotContains(t, string(body), "not read for this page", "5 MiB fit")
+			require.Contains(t, string(body), "no context built for this view")
 		case "?at=10":
 			require.Contains(t, string(body), "no context built for this view")
 		case "?format=json":
@@ -696,8 +696,9 @@ func TestHandler_ViewReadsBounded(t *testing.T) {
 		}
 	}
 
-	// A page reads its records newest first while they fit.
-	ui = inspect.New(src, inspect.Options{Config: in.app.InspectConfig(), PageRecords: 5, ReadBytes: 3 << 20})
+	// A page reads its records newest first while they fit, and none
+	// larger than ReadRecordBytes.
+	ui = inspect.New(src, inspect.Options{Config: in.app.InspectConfig(), PageRecords: 5, ReadBytes: 3 << 20, ReadRecordBytes: 2 << 20})
 	srv = httptest.NewServer(ui)
 	t.Cleanup(func() { ui.Close(); srv.Close() })
 	src.bytes.Store(0)
@@ -708,7 +709,19 @@ func TestHandler_ViewReadsBounded(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.LessOrEqual(t, src.bytes.Load(), int64(3<<20))
-	require.Equal(t, 3, strings.Count(string(body), "more than this page reads: open the raw record"), "2 of 5 records of 1 MiB fit in 3 MiB")
+	require.Equal(t, 3, strings.Count(string(body), "not read for this page: open the raw record"), "2 of 5 records of 1 MiB fit in 3 MiB")
 	require.Regexp(t, `id="seq-12"[^\n]*\n[^\n]*\n<td>toolResult</td>`, string(body), "the newest is read")
 	require.Contains(t, string(body), `href="/ui/sessions/big/records/8"`)
+	ui = inspect.New(src, inspect.Options{Config: in.app.InspectConfig(), PageRecords: 5})
+	srv = httptest.NewServer(ui)
+	t.Cleanup(func() { ui.Close(); srv.Close() })
+	src.bytes.Store(0)
+	resp, err = http.Get(srv.URL + "/ui/sessions/big")
+	require.NoError(t, err)
+	body, err = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Zero(t, src.bytes.Load(), "records past 1 MiB are not read for a preview")
+	require.Equal(t, 5, strings.Count(string(body), "(a record of 1.0 MiB, not read for this page: open the raw record)"))
 }

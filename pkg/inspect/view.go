@@ -66,8 +66,7 @@ type View struct {
 	// Cut, when not empty, says why the view holds no fates and no
 	// context: the session's records hold more than a view reads. Rows
 	// then lists every record by sequence and size, with the status
-	// StatusUnexplained, and Summary is the service's context now, if
-	// any (Summary.Seq 0 when none was asked for).
+	// StatusUnexplained, and Messages, Dropped and Summary are empty.
 	Cut string
 }
 
