@@ -36,7 +36,8 @@ down cleanly on SIGINT or SIGTERM (exit 0; Ctrl-C while it starts: 130).
 process is alive), /readyz (connected, stream and consumer verified,
 ingest running, at most --ready-max-lag records behind the stream) and
 /ui/, the inspector (each session's records beside what the model saw; see
-ctxd inspect). It is off unless given. /metrics and /ui/ need the bearer
+ctxd inspect; a view reads at most 8 MiB of records, and lists a larger
+session's records without their fates). It is off unless given. /metrics and /ui/ need the bearer
 token --http-token when one is set; listening beyond loopback
 (0.0.0.0:9090) requires one. A browser opening /ui/ is sent to /login,
 where the token, posted once, is exchanged for an HttpOnly,

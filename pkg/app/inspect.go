@@ -106,6 +106,20 @@ func (s StreamReader) Records(ctx context.Context, session string, to uint64, fn
 	return st.ReadSession(ctx, session, 1, to, fn) // wherever the stream stores it
 }
 
+// Sizes calls fn with the sequence and size of each of a session's
+// records up to to, from their headers, without reading the records:
+// what a view of a session larger than it reads lists.
+func (s StreamReader) Sizes(ctx context.Context, session string, to uint64, fn func(seq uint64, size int) error) error {
+	if err := subject.CheckSession(session); err != nil {
+		return err
+	}
+	st, err := bus.OpenStream(ctx, s.NC, s.Stream)
+	if err != nil {
+		return err
+	}
+	return st.SessionSizes(ctx, session, to, fn)
+}
+
 type inspectSource struct {
 	StreamReader
 	a *App // nil: StreamReader.NC is the connection
@@ -125,6 +139,14 @@ func (s *inspectSource) Records(ctx context.Context, session string, to uint64, 
 		return err
 	}
 	return StreamReader{NC: nc, Stream: s.Stream}.Records(ctx, session, to, fn)
+}
+
+func (s *inspectSource) Sizes(ctx context.Context, session string, to uint64, fn func(seq uint64, size int) error) error {
+	nc, err := s.conn()
+	if err != nil {
+		return err
+	}
+	return StreamReader{NC: nc, Stream: s.Stream}.Sizes(ctx, session, to, fn)
 }
 
 func (s *inspectSource) Sessions(ctx context.Context) ([]inspect.SessionRef, error) {

@@ -140,6 +140,27 @@ func TestPartition_Migrate(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, uint64(len(upFrom(seqs, from))), n, "%s from %d", s, from)
 		}
+		// The sizes of its records, on both its subjects, without them.
+		stream, err := bus.OpenStream(ctx, nc, "TRANSCRIPTS")
+		require.NoError(t, err)
+		got = nil
+		sizes := map[uint64]int{}
+		require.NoError(t, l.ReadSubject(ctx, nc, s, 1, ^uint64(0), func(seq uint64, data []byte) error {
+			sizes[seq] = len(data)
+			return nil
+		}))
+		require.NoError(t, stream.SessionSizes(ctx, s, ^uint64(0), func(seq uint64, size int) error {
+			require.Equal(t, sizes[seq], size, "seq %d", seq)
+			got = append(got, seq)
+			return nil
+		}))
+		require.Equal(t, seqs, got, s)
+		got = nil
+		require.NoError(t, stream.SessionSizes(ctx, s, seqs[len(seqs)-2], func(seq uint64, _ int) error {
+			got = append(got, seq)
+			return nil
+		}))
+		require.Equal(t, seqs[:len(seqs)-1], got, "up to a sequence")
 	}
 	// Again: nothing changes; another count is refused.
 	again, err := bus.Partition(ctx, js, "TRANSCRIPTS", 16)

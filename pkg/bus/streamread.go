@@ -2,10 +2,15 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ctxd/ctxd/pkg/subject"
 )
 
 // Stream is an existing stream opened for reading over a connection,
@@ -92,4 +97,100 @@ func (s *Stream) OpenCheckpoints(ctx context.Context) (*Checkpoints, error) {
 	}
 	cps.Stream = StreamIdentity(st.CachedInfo())
 	return cps, nil
+}
+
+// SessionSizes calls fn with the stream sequence and the size in bytes of
+// each of a session's records up to to, in order, wherever the stream
+// stores them, without reading them: an ordered consumer that delivers
+// headers only, the size in each message's Nats-Msg-Size, so that a few
+// hundred bytes travel per record however large it is.
+func (s *Stream) SessionSizes(ctx context.Context, session string, to uint64, fn func(seq uint64, size int) error) error {
+	st, err := s.js.Stream(ctx, s.name)
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", s.name, err)
+	}
+	l, err := LayoutOf(st.CachedInfo().Config)
+	if err != nil {
+		return err
+	}
+	filters := []string{l.Subject(session)}
+	if l.mixed() {
+		filters = append(filters, subject.TranscriptsPrefix+session)
+	}
+	if err := readSizes(ctx, s.js, s.name, filters, to, fn); err != nil {
+		return fmt.Errorf("stream %s: sizes of %s: %w", s.name, session, err)
+	}
+	return nil
+}
+
+// sizesBatch is how many headers one fetch of SessionSizes asks for.
+const sizesBatch = 1000
+
+func readSizes(ctx context.Context, js jetstream.JetStream, stream string, filters []string, to uint64, fn func(seq uint64, size int) error) error {
+	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: filters, HeadersOnly: true})
+	if err != nil {
+		return fmt.Errorf("create consumer: %w", err)
+	}
+	defer func() {
+		// An ephemeral consumer would otherwise linger on the server
+		// until its inactivity threshold.
+		if name := cons.CachedInfo().Name; name != "" {
+			js.DeleteConsumer(context.WithoutCancel(ctx), stream, name)
+		}
+	}()
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("consumer info: %w", err)
+	}
+	pending := info.NumPending
+	retries := 0
+	for pending > 0 {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		n := 0
+		batch, err := cons.Fetch(int(min(pending, sizesBatch)))
+		if err == nil {
+			for m := range batch.Messages() {
+				n++
+				meta, err := m.Metadata()
+				if err != nil {
+					return fmt.Errorf("metadata: %w", err)
+				}
+				pending = meta.NumPending
+				seq := meta.Sequence.Stream
+				if seq > to {
+					return nil
+				}
+				size, err := strconv.Atoi(m.Headers().Get("Nats-Msg-Size"))
+				if err != nil || size < 0 {
+					return fmt.Errorf("seq %d: no size in its headers (Nats-Msg-Size %q)", seq, m.Headers().Get("Nats-Msg-Size"))
+				}
+				if err := fn(seq, size); err != nil {
+					return err
+				}
+			}
+			err = batch.Error()
+		}
+		switch {
+		case err == nil || errors.Is(err, nats.ErrTimeout):
+		case errors.Is(err, nats.ErrNoResponders) && retries < fetchRetries:
+			// As ReadSubjectLog: in a cluster the server this connection
+			// uses may not know the new consumer yet.
+			retries++
+			select {
+			case <-time.After(time.Duration(retries) * 20 * time.Millisecond):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			continue
+		default:
+			return fmt.Errorf("fetch: %w", err)
+		}
+		if n == 0 {
+			return fmt.Errorf("%d records announced, none delivered", pending)
+		}
+		retries = 0
+	}
+	return nil
 }

@@ -53,13 +53,26 @@
 //
 // # What a view costs
 //
-// A view reads and decodes a session's whole history: several MiB a
-// record with screenshots. Options.MaxLoads views read at once, and one
-// past them is answered 503 at once. The latest page of a session is read
-// once for every view of it until the service applies another record
-// (Source.Applied moves), and held without the records' values; a
-// followed page fetches only what it lacks. A page holds PageRecords
-// records and PageBytes of previews at most, whatever the session holds.
+// A view costs what it shows, not what the session holds. It first lists
+// the session's records by sequence and size from their headers
+// (Source.Sizes), a few hundred bytes a record. A session whose records
+// fit in Options.ReadBytes (8 MiB) is then read whole and explained: the
+// fate of every record and the context. A larger one, several MiB a
+// record with screenshots, is shown without fates (View.Cut says so,
+// and names ctxd inspect and ctxd context for the rest): a page reads
+// only those of its records that fit in ReadBytes, newest first, none
+// larger than Options.ReadRecordBytes (1 MiB: a preview shows a few KiB
+// of a record), and links to the others' raw records. The JSON of a view
+// is bounded the same way. So the bytes a view reads are bounded whatever the session
+// holds.
+//
+// Options.MaxLoads views load at once, and one past them is answered 503
+// at once; of those, one at a time reads records, so that views never
+// take every core from the service together. The latest page of a
+// session is read once for every view of it until the service applies
+// another record (Source.Applied moves), and held without the records'
+// values; a followed page fetches only what it lacks. A page holds
+// PageRecords records and PageBytes of previews at most.
 // A number out of range in a query is a 400.
 //
 // Pages carry a Content-Security-Policy that runs no inline script or

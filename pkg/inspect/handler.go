@@ -9,6 +9,7 @@ import (
 	"html/template"
 	"io/fs"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -27,6 +28,10 @@ import (
 // ctxd serves, and its service's live state. Package app provides one.
 type Source interface {
 	Reader
+	// Sizes calls fn for each stored record of the session with a
+	// stream sequence up to to, in order, with its size in bytes,
+	// without reading the record; to is math.MaxUint64 for all.
+	Sizes(ctx context.Context, session string, to uint64, fn func(seq uint64, size int) error) error
 	// Sessions lists the sessions with records.
 	Sessions(ctx context.Context) ([]SessionRef, error)
 	// Summary sizes a session's context as the service holds it now.
@@ -66,17 +71,31 @@ type Options struct {
 	PageSessions int
 	// PageRecords is how many records a page of a session shows: the
 	// latest on the first, earlier ones on the pages after it (?page=N);
-	// 0 means 100. The context is always built from every record.
+	// 0 means 100. The context is built from every record, when the
+	// session's records fit in ReadBytes.
 	PageRecords int
 	// PageBytes bounds the previews of a page, records and context
 	// messages together; past it the rows left show no preview, only the
 	// link to their raw record. 0 means 1 MiB.
 	PageBytes int
-	// MaxLoads bounds the views that read a session's records at once
-	// (session pages, their JSON and follow updates, the sessions list):
-	// each reads and decodes a session's whole history, several MiB a
-	// record with screenshots. Past it a view is answered 503 at once,
-	// with Retry-After. 0 means 2.
+	// ReadBytes bounds the bytes of records a view reads (a session
+	// page, its JSON or a follow update), whatever the session holds. A
+	// session whose records up to the sequence asked for fit in it is
+	// read whole and explained: every record's fate, and the context.
+	// A larger one is listed by sequence and size from the records'
+	// headers, without fates (View.Cut says why), and a page reads only
+	// those of its records that fit in ReadBytes, newest first; the
+	// others are a link to their raw record. 0 means 8 MiB.
+	ReadBytes int
+	// ReadRecordBytes is the largest record such a page reads: a preview
+	// shows a few KiB of a record, and reading and decoding a screenshot
+	// of several MiB for it would take the CPU from the service. A larger
+	// record is a link to its raw record. 0 means 1 MiB.
+	ReadRecordBytes int
+	// MaxLoads bounds the views that load a session at once (session
+	// pages, their JSON and follow updates, the sessions list). Past it
+	// a view is answered 503 at once, with Retry-After. Of those, one at
+	// a time reads records. 0 means 2.
 	MaxLoads int
 	// Logout, when set, is the path a "log out" button posts to.
 	Logout string
@@ -103,7 +122,8 @@ type Handler struct {
 	tmpl map[string]*template.Template
 
 	thumbs chan struct{} // a slot per thumbnail being made
-	loads  chan struct{} // a slot per view reading a session
+	loads  chan struct{} // a slot per view loading a session
+	reads  chan struct{} // the one slot of the view reading records
 
 	mu      sync.Mutex
 	flights map[viewKey]*flight   // latest pages being loaded
@@ -130,6 +150,12 @@ func New(src Source, opt Options) *Handler {
 	if opt.PageBytes <= 0 {
 		opt.PageBytes = 1 << 20
 	}
+	if opt.ReadBytes <= 0 {
+		opt.ReadBytes = 8 << 20
+	}
+	if opt.ReadRecordBytes <= 0 {
+		opt.ReadRecordBytes = 1 << 20
+	}
 	if opt.MaxLoads <= 0 {
 		opt.MaxLoads = 2
 	}
@@ -142,7 +168,7 @@ func New(src Source, opt Options) *Handler {
 	if opt.Thumbnails <= 0 {
 		opt.Thumbnails = 2
 	}
-	h := &Handler{src: src, opt: opt, mux: http.NewServeMux(), closed: make(chan struct{}), thumbs: make(chan struct{}, opt.Thumbnails), loads: make(chan struct{}, opt.MaxLoads), flights: map[viewKey]*flight{}, sums: map[string]*summaryAt{}}
+	h := &Handler{src: src, opt: opt, mux: http.NewServeMux(), closed: make(chan struct{}), thumbs: make(chan struct{}, opt.Thumbnails), loads: make(chan struct{}, opt.MaxLoads), reads: make(chan struct{}, 1), flights: map[viewKey]*flight{}, sums: map[string]*summaryAt{}}
 	h.tmpl = parseTemplates(opt.Prefix)
 	p := opt.Prefix
 	h.mux.HandleFunc("GET "+p+"{$}", h.sessions)
@@ -428,7 +454,7 @@ func (h *Handler) session(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	v, err := Load(r.Context(), h.src, id, at, h.opt.Config)
+	v, err := h.view(r.Context(), id, at)
 	if err != nil {
 		h.loadFailed(w, r, err)
 		return
@@ -448,7 +474,138 @@ func (h *Handler) session(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusBadRequest, err)
 		return
 	}
-	h.renderPage(w, r, h.pageView(v, base, page))
+	pv, err := h.pageView(r.Context(), v, base, page)
+	if err != nil {
+		h.loadFailed(w, r, err)
+		return
+	}
+	h.renderPage(w, r, pv)
+}
+
+// view loads a session as of at (0: all its records): it lists the
+// records' sizes, then reads them all and explains them when they fit in
+// ReadBytes; else it returns the list, unexplained, for pageView to read
+// what a page shows.
+func (h *Handler) view(ctx context.Context, id string, at uint64) (*View, error) {
+	if err := subject.CheckSession(id); err != nil {
+		return nil, err
+	}
+	to := at
+	if to == 0 {
+		to = math.MaxUint64
+	}
+	var rows []Row
+	total := 0
+	err := h.src.Sizes(ctx, id, to, func(seq uint64, size int) error {
+		row := Row{Size: size}
+		row.Seq = seq
+		rows = append(rows, row)
+		total += size
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read session %s: %w", id, err)
+	}
+	if len(rows) == 0 {
+		return nil, fmt.Errorf("session %s: %w", id, ErrNoSession)
+	}
+	last := rows[len(rows)-1].Seq
+	if total <= h.opt.ReadBytes {
+		release, err := h.reading(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer release()
+		// Up to the last record listed: one stored since would take the
+		// read past what was weighed.
+		return Load(ctx, &bounded{r: h.src, to: last, left: h.opt.ReadBytes}, id, at, h.opt.Config)
+	}
+	v := &View{Session: id, At: at, Seq: last, Rows: rows}
+	v.Cut = fmt.Sprintf("The session's %d records up to seq %d hold %s, more than the %s a view reads: "+
+		"they are listed without their fates, and a page shows those of its records that fit in %s, newest first, of at most %s each. "+
+		"Every fate: ctxd inspect %s; the context: ctxd context %s.",
+		len(rows), last, mib(total), mib(h.opt.ReadBytes), mib(h.opt.ReadBytes), mib(h.opt.ReadRecordBytes), id, id)
+	for i := range v.Rows {
+		v.Rows[i].Status = StatusUnexplained
+		v.Rows[i].Rule = "not explained: the session holds more than a view reads"
+	}
+	return v, nil
+}
+
+// reading waits for the one slot of the view reading records, so that
+// views read one after the other rather than take every core from the
+// service together.
+func (h *Handler) reading(ctx context.Context) (release func(), err error) {
+	select {
+	case h.reads <- struct{}{}:
+		return func() { <-h.reads }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// ErrReadBound is the error of a view whose read of a session's records
+// went past Options.ReadBytes.
+var ErrReadBound = errors.New("past the bytes a view reads")
+
+// bounded reads a session's records up to a sequence, and fails once
+// they hold more than left bytes.
+type bounded struct {
+	r    Reader
+	to   uint64
+	left int
+}
+
+func (b *bounded) Records(ctx context.Context, session string, to uint64, fn func(seq uint64, data []byte) error) error {
+	return b.r.Records(ctx, session, min(to, b.to), func(seq uint64, data []byte) error {
+		if b.left -= len(data); b.left < 0 {
+			return fmt.Errorf("record at seq %d: %w", seq, ErrReadBound)
+		}
+		return fn(seq, data)
+	})
+}
+
+// mib is a size for people.
+func mib(n int) string {
+	if n < 1<<20 {
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+}
+
+// fill reads and decodes the records of shown, rows of an unexplained
+// view, newest first, as long as they fit in ReadBytes, each of at most
+// ReadRecordBytes; the others keep no value, and the page links to their
+// raw record.
+func (h *Handler) fill(ctx context.Context, session string, shown []Row) error {
+	release, err := h.reading(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
+	dec := h.opt.Config.Limits.Decoder()
+	left := h.opt.ReadBytes
+	for i := len(shown) - 1; i >= 0; i-- {
+		row := &shown[i]
+		if row.Size > left || row.Size > h.opt.ReadRecordBytes {
+			continue
+		}
+		subj, data, err := h.src.Record(ctx, row.Seq)
+		if err != nil {
+			return fmt.Errorf("read session %s: %w", session, err)
+		}
+		if sid, _, err := subject.SessionOfStored(subj); err != nil || sid != session {
+			return fmt.Errorf("session %s: seq %d is a record of %s", session, row.Seq, subj)
+		}
+		left -= len(data)
+		v, err := dec.Decode(data)
+		if err != nil {
+			row.Class, row.Status, row.Rule = "undecodable", StatusRejected, err.Error()
+			continue
+		}
+		row.Value, row.Class = v, projection.Class(v)
+	}
+	return nil
 }
 
 func (h *Handler) loadFailed(w http.ResponseWriter, r *http.Request, err error) {
@@ -479,12 +636,18 @@ type pageView struct {
 }
 
 // pageView makes page of v (page 0 the latest records, page 1 the n
-// before, and so on); page is in range.
-func (h *Handler) pageView(v *View, base string, page int) *pageView {
+// before, and so on); page is in range. Of an unexplained view, it reads
+// the records the page shows, as far as ReadBytes goes.
+func (h *Handler) pageView(ctx context.Context, v *View, base string, page int) (*pageView, error) {
 	n := h.opt.PageRecords
 	last := (len(v.Rows) - 1) / n
 	end := len(v.Rows) - page*n
 	shown := v.Rows[max(end-n, 0):end]
+	if v.Cut != "" {
+		if err := h.fill(ctx, v.Session, shown); err != nil {
+			return nil, err
+		}
+	}
 	pv := &pageView{Base: base, Page: page, Rows: h.rows(v, shown, base), Hidden: max(end-n, 0)}
 	// A link to a record goes to the page that shows it.
 	href := func(seq uint64) string {
@@ -514,7 +677,7 @@ func (h *Handler) pageView(v *View, base string, page int) *pageView {
 		bare.Rows[i] = row
 	}
 	pv.View = &bare
-	return pv
+	return pv, nil
 }
 
 func (h *Handler) renderPage(w http.ResponseWriter, r *http.Request, pv *pageView) {
@@ -590,11 +753,11 @@ func (h *Handler) latest(w http.ResponseWriter, r *http.Request, id string, at u
 			}
 		}()
 		var v *View
-		v, f.err = Load(ctx, h.src, id, at, h.opt.Config)
-		cancel()
+		v, f.err = h.view(ctx, id, at)
 		if f.err == nil {
-			f.pv = h.pageView(v, base, 0)
+			f.pv, f.err = h.pageView(ctx, v, base, 0)
 		}
+		cancel()
 		release()
 	} else {
 		f.err = fmt.Errorf("%w: %d views are reading sessions, the most at once; try again shortly", ErrBusy, cap(h.loads))
@@ -636,6 +799,8 @@ func (h *Handler) rows(v *View, shown []Row, base string) []recordRow {
 	for i, row := range shown {
 		rr := recordRow{Row: row, Base: base, Divider: row.Class == "compaction"}
 		switch {
+		case row.Value == nil && row.Status == StatusUnexplained:
+			rr.Preview, rr.Cut = fmt.Sprintf("(a record of %s, not read for this page: open the raw record)", mib(row.Size)), true
 		case row.Value == nil:
 			rr.Preview = "(not decoded: open the raw record)"
 		case budget <= 0:
@@ -644,6 +809,9 @@ func (h *Handler) rows(v *View, shown []Row, base string) []recordRow {
 			rr.Preview = preview(row.Value, min(previewTotal, budget))
 			rr.Cut = strings.HasSuffix(rr.Preview, "…") || strings.Contains(rr.Preview, "…[")
 			budget -= len(rr.Preview)
+			if v.Cut != "" {
+				break // no context to tell a kept image from an omitted one
+			}
 			n := 0
 			walkImages(row.Value, func(blk *record.Map, _ inline) {
 				rr.Images = append(rr.Images, imageRef{N: n, InContext: inContext[blk]})

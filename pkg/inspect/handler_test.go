@@ -454,12 +454,19 @@ func TestHandler_Follow(t *testing.T) {
 }
 
 // blocking is a Source whose reads of a session wait until release is
-// closed, and are counted.
+// closed, and are counted; listing says when a view lists a session.
 type blocking struct {
 	inspect.Source
 	reads   atomic.Int64
+	listing chan struct{}
 	reading chan struct{}
 	release chan struct{}
+}
+
+func (b *blocking) Sizes(ctx context.Context, session string, to uint64, fn func(uint64, int) error) error {
+	err := b.Source.Sizes(ctx, session, to, fn)
+	b.listing <- struct{}{}
+	return err
 }
 
 func (b *blocking) Records(ctx context.Context, session string, to uint64, fn func(uint64, []byte) error) error {
@@ -473,14 +480,15 @@ func (b *blocking) Records(ctx context.Context, session string, to uint64, fn fu
 	return b.Source.Records(ctx, session, to, fn)
 }
 
-// TestHandler_LoadsBounded: past MaxLoads views reading at once, a view
-// that would read too is refused with 503 at once; views of the latest
-// page being read wait for that read, and the page read is shared until
-// the service applies a record.
+// TestHandler_LoadsBounded: past MaxLoads views loading at once, a view
+// that would load too is refused with 503 at once; of those loading, one
+// reads records at a time; views of the latest page being read wait for
+// that read, and the page read is shared until the service applies a
+// record.
 func TestHandler_LoadsBounded(t *testing.T) {
 	in := startInstance(t, inspect.Options{})
 	in.publish("transcripts.s", m("role", "user", "content", "one"))
-	src := &blocking{Source: in.app.InspectSource(), reading: make(chan struct{}, 8), release: make(chan struct{})}
+	src := &blocking{Source: in.app.InspectSource(), listing: make(chan struct{}, 16), reading: make(chan struct{}, 8), release: make(chan struct{})}
 	ui := inspect.New(src, inspect.Options{Config: in.app.InspectConfig(), MaxLoads: 2})
 	srv := httptest.NewServer(ui)
 	t.Cleanup(func() { ui.Close(); srv.Close() })
@@ -496,8 +504,10 @@ func TestHandler_LoadsBounded(t *testing.T) {
 	for _, p := range []string{"/ui/sessions/s", "/ui/sessions/s?format=json"} {
 		go func() { code, _, _ := get(p); done <- code }()
 	}
+	<-src.listing
+	<-src.listing // both views hold a slot
 	<-src.reading
-	<-src.reading
+	require.Never(t, func() bool { return len(src.reading) > 0 }, 100*time.Millisecond, 10*time.Millisecond, "one view reads at a time")
 	for _, p := range []string{"/ui/sessions/s?at=1", "/ui/sessions/s?format=json", "/ui/sessions/s?after=0&at=1", "/ui/"} {
 		code, retry, body := get(p)
 		require.Equal(t, http.StatusServiceUnavailable, code, p)
@@ -606,4 +616,112 @@ func TestHandler_EventsShareSummaries(t *testing.T) {
 		require.Equal(t, fmt.Sprint(seq), <-events)
 	}
 	require.LessOrEqual(t, src.summaries.Load(), int64(2), "one summary per record applied, for every viewer")
+}
+
+// metered is a Source that counts the bytes of records it hands on.
+type metered struct {
+	inspect.Source
+	bytes atomic.Int64
+}
+
+func (s *metered) Records(ctx context.Context, session string, to uint64, fn func(uint64, []byte) error) error {
+	return s.Source.Records(ctx, session, to, func(seq uint64, data []byte) error {
+		s.bytes.Add(int64(len(data)))
+		return fn(seq, data)
+	})
+}
+
+func (s *metered) Record(ctx context.Context, seq uint64) (string, []byte, error) {
+	subj, data, err := s.Source.Record(ctx, seq)
+	s.bytes.Add(int64(len(data)))
+	return subj, data, err
+}
+
+// TestHandler_ViewReadsBounded: a view of a session larger than a view
+// reads (8 MiB by default) reads at most that much of its records,
+// whichever page, sequence or format it asks for, and still lists every
+// record; a session within the bound is explained whole.
+func TestHandler_ViewReadsBounded(t *testing.T) {
+	in := startInstance(t, inspect.Options{})
+	const records, size = 12, 1 << 20 // 12 MiB
+	raw := make([]byte, size*3/4)
+	var last uint64
+	for i := range records {
+		for k := range raw {
+			raw[k] = byte(i + k)
+		}
+		last = in.publish("transcripts.big", m("role", "toolResult", "toolCallId", fmt.Sprint("b", i),
+			"content", []any{m("type", "image", "data", base64.StdEncoding.EncodeToString(raw), "mimeType", "image/png")}))
+	}
+	src := &metered{Source: in.app.InspectSource()}
+	ui := inspect.New(src, inspect.Options{Config: in.app.InspectConfig(), PageRecords: 5, ReadRecordBytes: 2 << 20})
+	srv := httptest.NewServer(ui)
+	t.Cleanup(func() { ui.Close(); srv.Close() })
+	const bound = 8 << 20
+	for _, p := range []string{"", "?page=1", "?page=2", "?format=json", "?at=10", "?at=10&page=1", "?at=10&format=json", fmt.Sprintf("?after=%d", last-1)} {
+		src.bytes.Store(0)
+		resp, err := http.Get(srv.URL + "/ui/sessions/big" + p)
+		require.NoError(t, err)
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode, p)
+		require.LessOrEqual(t, src.bytes.Load(), int64(bound), "bytes of records read for %q", p)
+		t.Logf("%-22s read %5.1f MiB of records, answered %d bytes", p, float64(src.bytes.Load())/(1<<20), len(body))
+		switch p {
+		case "":
+			require.Equal(t, 5, strings.Count(string(body), `class="rec st-unexplained"`))
+			require.Contains(t, string(body), "The session&#39;s 12 records up to seq 12 hold 12.0 MiB, more than the 8.0 MiB a view reads")
+			require.Contains(t, string(body), "ctxd context big")
+			require.Contains(t, string(body), `class="rec st-unexplained"`)
+			require.Contains(t, string(body), "toolResult", "the records that fit are read and shown")
+			require.NotContains(t, string(body), "not read for this page", "5 MiB fit")
+			require.Contains(t, string(body), "no context built for this view")
+		case "?at=10":
+			require.Contains(t, string(body), "no context built for this view")
+		case "?format=json":
+			var got struct {
+				Records []struct {
+					Seq    uint64 `json:"seq"`
+					Size   int    `json:"size"`
+					Status string `json:"status"`
+				} `json:"records"`
+				Cut string `json:"cut"`
+			}
+			require.NoError(t, json.Unmarshal(body, &got))
+			require.Len(t, got.Records, records)
+			require.Equal(t, "unexplained", got.Records[0].Status)
+			require.Greater(t, got.Records[0].Size, size)
+			require.Contains(t, got.Cut, "ctxd inspect big")
+		}
+	}
+
+	// A page reads its records newest first while they fit, and none
+	// larger than ReadRecordBytes.
+	ui = inspect.New(src, inspect.Options{Config: in.app.InspectConfig(), PageRecords: 5, ReadBytes: 3 << 20, ReadRecordBytes: 2 << 20})
+	srv = httptest.NewServer(ui)
+	t.Cleanup(func() { ui.Close(); srv.Close() })
+	src.bytes.Store(0)
+	resp, err := http.Get(srv.URL + "/ui/sessions/big")
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.LessOrEqual(t, src.bytes.Load(), int64(3<<20))
+	require.Equal(t, 3, strings.Count(string(body), "not read for this page: open the raw record"), "2 of 5 records of 1 MiB fit in 3 MiB")
+	require.Regexp(t, `id="seq-12"[^\n]*\n[^\n]*\n<td>toolResult</td>`, string(body), "the newest is read")
+	require.Contains(t, string(body), `href="/ui/sessions/big/records/8"`)
+	ui = inspect.New(src, inspect.Options{Config: in.app.InspectConfig(), PageRecords: 5})
+	srv = httptest.NewServer(ui)
+	t.Cleanup(func() { ui.Close(); srv.Close() })
+	src.bytes.Store(0)
+	resp, err = http.Get(srv.URL + "/ui/sessions/big")
+	require.NoError(t, err)
+	body, err = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Zero(t, src.bytes.Load(), "records past 1 MiB are not read for a preview")
+	require.Equal(t, 5, strings.Count(string(body), "(a record of 1.0 MiB, not read for this page: open the raw record)"))
 }

@@ -23,6 +23,10 @@ const (
 	// StatusQuarantined: the record would take its session past the
 	// session bound; the service never applies it.
 	StatusQuarantined projection.Status = "quarantined"
+	// StatusUnexplained: the view did not run the rules, since the
+	// session holds more than a view reads (View.Cut says so); ctxd
+	// inspect explains every record.
+	StatusUnexplained projection.Status = "unexplained"
 )
 
 // Reader reads a session's stored records.
@@ -59,6 +63,11 @@ type View struct {
 	Messages []any
 	Dropped  projection.Dropped
 	Summary  Summary
+	// Cut, when not empty, says why the view holds no fates and no
+	// context: the session's records hold more than a view reads. Rows
+	// then lists every record by sequence and size, with the status
+	// StatusUnexplained, and Messages, Dropped and Summary are empty.
+	Cut string
 }
 
 // Row is one stored record and its fate.
@@ -166,7 +175,8 @@ func Load(ctx context.Context, r Reader, session string, at uint64, cfg Config) 
 
 // MarshalJSON encodes the view for scripts: the session, the sequence,
 // the records with their fates (not their contents: read those from the
-// stream), the context and the dropped report.
+// stream), the context and the dropped report, and cut when the view
+// has no fates and no context (see View.Cut).
 func (v *View) MarshalJSON() ([]byte, error) {
 	type row struct {
 		projection.Fate
@@ -192,5 +202,6 @@ func (v *View) MarshalJSON() ([]byte, error) {
 		Records  []row              `json:"records"`
 		Messages json.RawMessage    `json:"messages"`
 		Dropped  projection.Dropped `json:"dropped"`
-	}{v.Session, v.At, v.Seq, v.Summary, rows, msgs, v.Dropped})
+		Cut      string             `json:"cut,omitempty"`
+	}{v.Session, v.At, v.Seq, v.Summary, rows, msgs, v.Dropped, v.Cut})
 }
