@@ -50,20 +50,36 @@ type inspectConn struct {
 
 // get returns the connection, connecting to the app's server with the
 // app's options (credentials, TLS) the first time.
+//
+// The connect runs without the lock: views that wait for it, and Close,
+// never wait behind a server that is slow to answer. Two views that
+// connect at once keep the first connection made.
 func (c *inspectConn) get(a *App) (*nats.Conn, error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.closed || a.url == "" {
+		c.mu.Unlock()
 		return nil, errors.New("ctxd is not running")
 	}
-	if c.nc != nil {
-		return c.nc, nil
+	if nc := c.nc; nc != nil {
+		c.mu.Unlock()
+		return nc, nil
 	}
+	c.mu.Unlock()
 	opts := []nats.Option{nats.Name("ctxd " + a.Instance + " inspector"), nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond), nats.PingInterval(2 * time.Second), nats.MaxPingsOutstanding(2)}
 	nc, err := nats.Connect(a.url, append(opts, a.NATSOptions...)...)
 	if err != nil {
 		return nil, fmt.Errorf("inspector: connect to %s: %w", Redact(a.url), err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.closed:
+		nc.Close()
+		return nil, errors.New("ctxd is not running")
+	case c.nc != nil:
+		nc.Close()
+		return c.nc, nil
 	}
 	c.nc = nc
 	return nc, nil
