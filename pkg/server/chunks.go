@@ -210,22 +210,29 @@ func (c *chunked) drop(r *heldReply) {
 	}
 }
 
-// get returns chunk k of a held reply; the reply is forgotten once its
-// last chunk was fetched.
-func (c *chunked) get(id string, k int) ([]byte, bool) {
+// get returns chunk k of a held reply, and whether it is the last. The
+// reply is forgotten once its last chunk is sent (sent), not when it is
+// asked for: a fetch refused for room (503) can be asked again.
+func (c *chunked) get(id string, k int) (chunk []byte, last, ok bool) {
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.expire(now)
 	r := c.replies[id]
 	if r == nil || k < 1 || k >= len(r.chunks) {
-		return nil, false
+		return nil, false, false
 	}
 	r.fetched, r.expires = now, now.Add(chunkTTL)
-	if k == len(r.chunks)-1 {
+	return r.chunks[k], k == len(r.chunks)-1, true
+}
+
+// sent forgets a held reply whose last chunk was sent.
+func (c *chunked) sent(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r := c.replies[id]; r != nil {
 		c.drop(r)
 	}
-	return r.chunks[k], true
 }
 
 func (c *chunked) expire(now time.Time) {
@@ -298,7 +305,7 @@ func (s *Service) handleChunk(r micro.Request) {
 			}
 		}
 	}
-	chunk, ok := s.chunks.get(id, k)
+	chunk, last, ok := s.chunks.get(id, k)
 	if !ok {
 		s.fail(r, errNoChunk)
 		return
@@ -308,6 +315,10 @@ func (s *Service) handleChunk(r micro.Request) {
 	send := func(r micro.Request) {
 		if err := r.Respond(chunk); err != nil {
 			s.log("respond", "err", err)
+			return
+		}
+		if last {
+			s.chunks.sent(id)
 		}
 	}
 	if !s.sendLarge(r, len(chunk), send) {

@@ -200,7 +200,7 @@ func TestChunked_Hold(t *testing.T) {
 	t.Run("a full budget makes room, unread replies first", func(t *testing.T) {
 		c := chunked{max: 4000} // shares of 500
 		read := c.hold(chunks(500), "reader")
-		_, ok := c.get(read, 0) // chunk 0 is never fetched
+		_, _, ok := c.get(read, 0) // chunk 0 is never fetched
 		require.False(t, ok)
 		c.replies[read].fetched = c.replies[read].made // read from, long ago
 		var unread []string
@@ -230,18 +230,25 @@ func TestChunked_Hold(t *testing.T) {
 		require.Equal(t, 6000, c.bytes)
 		for _, id := range []string{a2, b2} {
 			n := len(c.replies[id].chunks)
-			_, ok := c.get(id, n-1)
+			_, last, ok := c.get(id, n-1)
 			require.True(t, ok)
+			require.True(t, last)
+			c.sent(id)
 		}
 		require.Zero(t, c.bytes)
 	})
-	t.Run("the last chunk fetched forgets the reply", func(t *testing.T) {
+	t.Run("the last chunk sent forgets the reply", func(t *testing.T) {
 		c := chunked{max: 8000}
 		id := c.hold(chunks(400), "a")
-		b, ok := c.get(id, 1)
+		b, last, ok := c.get(id, 1)
 		require.True(t, ok)
+		require.True(t, last)
 		require.Len(t, b, 200)
-		_, ok = c.get(id, 1)
+		// Asked for, not sent (refused for room): asked again, it is there.
+		_, _, ok = c.get(id, 1)
+		require.True(t, ok)
+		c.sent(id)
+		_, _, ok = c.get(id, 1)
 		require.False(t, ok)
 		require.Zero(t, c.bytes)
 		require.Empty(t, c.owners)
