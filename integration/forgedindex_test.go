@@ -157,6 +157,9 @@ func TestForgedIndex_Reader(t *testing.T) {
 		require.Equal(t, map[string]int{"reader": 1}, rc.roles(), "the reply came from the reader path")
 		rc.nc.Close()
 		require.NoError(t, rd.Close())
+		// The reader wrote the checkpoint that replaces the forged one,
+		// at the latest as it stopped.
+		require.Equal(t, seqsOf(recs), victimIndex(t, c.nc), "reader %d: the checkpoint is rewritten", i)
 	}
 }
 

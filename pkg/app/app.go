@@ -663,6 +663,14 @@ func (a *App) Close() error {
 	a.layout.close()
 	a.layout = nil
 	if a.roles != nil {
+		// The reader writes only the checkpoints that replace ones its
+		// loads found wrong: those it holds are written before it stops,
+		// or the next load finds the wrong one again.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		if _, left, err := a.roles.reader.CloseCheckpoints(ctx); left > 0 {
+			a.Logger.Warn("checkpoints at shutdown: corrections of the reader not written; the next load finds the wrong ones again", "not_written", left, "err", err)
+		}
+		cancel()
 		errs = append(errs, a.roles.reader.Close())
 	}
 	a.inspectConn.close() // after the listener: no view reads any more
