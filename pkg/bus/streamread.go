@@ -2,10 +2,8 @@ package bus
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -123,74 +121,16 @@ func (s *Stream) SessionSizes(ctx context.Context, session string, to uint64, fn
 	return nil
 }
 
-// sizesBatch is how many headers one fetch of SessionSizes asks for.
-const sizesBatch = 1000
-
 func readSizes(ctx context.Context, js jetstream.JetStream, stream string, filters []string, to uint64, fn func(seq uint64, size int) error) error {
-	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: filters, HeadersOnly: true})
-	if err != nil {
-		return fmt.Errorf("create consumer: %w", err)
-	}
-	defer func() {
-		// An ephemeral consumer would otherwise linger on the server
-		// until its inactivity threshold.
-		if name := cons.CachedInfo().Name; name != "" {
-			js.DeleteConsumer(context.WithoutCancel(ctx), stream, name)
+	return readHeaders(ctx, js, stream, jetstream.OrderedConsumerConfig{FilterSubjects: filters}, func(m jetstream.Msg, meta *jetstream.MsgMetadata) error {
+		seq := meta.Sequence.Stream
+		if seq > to {
+			return errHeadersDone
 		}
-	}()
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("consumer info: %w", err)
-	}
-	pending := info.NumPending
-	retries := 0
-	for pending > 0 {
-		if err := ctx.Err(); err != nil {
-			return err
+		size, err := strconv.Atoi(m.Headers().Get(nats.MsgSize))
+		if err != nil || size < 0 {
+			return fmt.Errorf("seq %d: no size in its headers (Nats-Msg-Size %q)", seq, m.Headers().Get(nats.MsgSize))
 		}
-		n := 0
-		batch, err := cons.Fetch(int(min(pending, sizesBatch)))
-		if err == nil {
-			for m := range batch.Messages() {
-				n++
-				meta, err := m.Metadata()
-				if err != nil {
-					return fmt.Errorf("metadata: %w", err)
-				}
-				pending = meta.NumPending
-				seq := meta.Sequence.Stream
-				if seq > to {
-					return nil
-				}
-				size, err := strconv.Atoi(m.Headers().Get("Nats-Msg-Size"))
-				if err != nil || size < 0 {
-					return fmt.Errorf("seq %d: no size in its headers (Nats-Msg-Size %q)", seq, m.Headers().Get("Nats-Msg-Size"))
-				}
-				if err := fn(seq, size); err != nil {
-					return err
-				}
-			}
-			err = batch.Error()
-		}
-		switch {
-		case err == nil || errors.Is(err, nats.ErrTimeout):
-		case errors.Is(err, nats.ErrNoResponders) && retries < fetchRetries:
-			// As ReadSubjectLog: in a cluster the server this connection
-			// uses may not know the new consumer yet.
-			retries++
-			select {
-			case <-time.After(time.Duration(retries) * 20 * time.Millisecond):
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-			continue
-		default:
-			return fmt.Errorf("fetch: %w", err)
-		}
-		if n == 0 {
-			return fmt.Errorf("%d records announced, none delivered", pending)
-		}
-		retries = 0
-	}
-	return nil
+		return fn(seq, size)
+	})
 }

@@ -2,11 +2,8 @@ package bus
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -59,64 +56,9 @@ func ReadSubjectLog(ctx context.Context, js jetstream.JetStream, st jetstream.St
 }
 
 func (l *SubjectLog) read(ctx context.Context, js jetstream.JetStream, subject string) error {
-	cons, err := js.OrderedConsumer(ctx, l.Stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{subject},
-		HeadersOnly:    true,
+	return readHeaders(ctx, js, l.Stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}}, func(m jetstream.Msg, meta *jetstream.MsgMetadata) error {
+		l.IDs = append(l.IDs, m.Headers().Get(jetstream.MsgIDHeader))
+		l.Last = max(l.Last, meta.Sequence.Stream)
+		return nil
 	})
-	if err != nil {
-		return fmt.Errorf("create consumer: %w", err)
-	}
-	defer func() {
-		// An ephemeral consumer would otherwise linger on the server
-		// until its inactivity threshold.
-		if name := cons.CachedInfo().Name; name != "" {
-			js.DeleteConsumer(context.WithoutCancel(ctx), l.Stream, name)
-		}
-	}()
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("consumer info: %w", err)
-	}
-	pending := info.NumPending
-	retries := 0
-	for pending > 0 {
-		n := 0
-		batch, err := cons.Fetch(int(min(pending, 1000)))
-		if err == nil {
-			for m := range batch.Messages() {
-				n++
-				l.IDs = append(l.IDs, m.Headers().Get(jetstream.MsgIDHeader))
-				if meta, err := m.Metadata(); err == nil {
-					l.Last = max(l.Last, meta.Sequence.Stream)
-					pending = meta.NumPending
-				}
-			}
-			err = batch.Error()
-		}
-		switch {
-		case err == nil || errors.Is(err, nats.ErrTimeout):
-		case errors.Is(err, nats.ErrNoResponders) && retries < fetchRetries:
-			// Each fetch of an ordered consumer makes a consumer, from
-			// the last message delivered; in a cluster the server this
-			// connection uses may not know it yet.
-			retries++
-			select {
-			case <-time.After(time.Duration(retries) * 20 * time.Millisecond):
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-			continue
-		default:
-			return fmt.Errorf("fetch: %w", err)
-		}
-		if n == 0 {
-			return fmt.Errorf("%d records announced, none delivered", pending)
-		}
-		retries = 0
-	}
-	return nil
 }
-
-// fetchRetries is how many times in a row ReadSubjectLog fetches again
-// when no server answered a fetch.
-const fetchRetries = 5

@@ -2,10 +2,8 @@ package bus
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -47,65 +45,23 @@ func Subjects(ctx context.Context, js jetstream.JetStream, stream, filter string
 		byName[subj] = len(out)
 		out = append(out, SubjectState{Subject: subj, Messages: n})
 	}
-	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+	err = readHeaders(ctx, js, stream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{filter},
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
-		HeadersOnly:    true,
+	}, func(m jetstream.Msg, meta *jetstream.MsgMetadata) error {
+		i, ok := byName[m.Subject()]
+		if !ok {
+			// New since the info: listed without a count.
+			i = len(out)
+			byName[m.Subject()] = i
+			out = append(out, SubjectState{Subject: m.Subject()})
+		}
+		out[i].Last = meta.Sequence.Stream
+		out[i].LastSize, _ = strconv.Atoi(m.Headers().Get(nats.MsgSize))
+		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("stream %s: create consumer: %w", stream, err)
-	}
-	defer func() {
-		if name := cons.CachedInfo().Name; name != "" {
-			js.DeleteConsumer(context.WithoutCancel(ctx), stream, name)
-		}
-	}()
-	ci, err := cons.Info(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("stream %s: consumer info: %w", stream, err)
-	}
-	pending := ci.NumPending
-	retries := 0
-	for pending > 0 {
-		n := 0
-		batch, err := cons.Fetch(int(min(pending, 1000)), jetstream.FetchMaxWait(5*time.Second))
-		if err == nil {
-			for m := range batch.Messages() {
-				n++
-				meta, err := m.Metadata()
-				if err != nil {
-					continue
-				}
-				pending = meta.NumPending
-				i, ok := byName[m.Subject()]
-				if !ok {
-					// New since the info: listed without a count.
-					i = len(out)
-					byName[m.Subject()] = i
-					out = append(out, SubjectState{Subject: m.Subject()})
-				}
-				out[i].Last = meta.Sequence.Stream
-				out[i].LastSize, _ = strconv.Atoi(m.Headers().Get(nats.MsgSize))
-			}
-			err = batch.Error()
-		}
-		switch {
-		case err == nil || errors.Is(err, nats.ErrTimeout):
-		case errors.Is(err, nats.ErrNoResponders) && retries < fetchRetries:
-			retries++
-			select {
-			case <-time.After(time.Duration(retries) * 20 * time.Millisecond):
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-			continue
-		default:
-			return nil, fmt.Errorf("stream %s: fetch: %w", stream, err)
-		}
-		if n == 0 {
-			return nil, fmt.Errorf("stream %s: %d subjects announced, none delivered", stream, pending)
-		}
-		retries = 0
+		return nil, fmt.Errorf("stream %s: %w", stream, err)
 	}
 	return out, nil
 }

@@ -1,0 +1,88 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// errHeadersDone ends readHeaders from its fn before the last message.
+var errHeadersDone = errors.New("headers read far enough")
+
+// readHeaders reads the messages cfg selects with an ordered consumer
+// that delivers headers only (cfg.HeadersOnly is set here): however large
+// the records, only their headers travel. fn is called for each, in
+// stream order; it ends the read early by returning errHeadersDone. The
+// consumer is deleted after, rather than left to its inactivity
+// threshold. It reads as many messages as the consumer said were pending
+// when it was made, and those counted meanwhile.
+func readHeaders(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.OrderedConsumerConfig, fn func(m jetstream.Msg, meta *jetstream.MsgMetadata) error) error {
+	cfg.HeadersOnly = true
+	cons, err := js.OrderedConsumer(ctx, stream, cfg)
+	if err != nil {
+		return fmt.Errorf("create consumer: %w", err)
+	}
+	defer func() {
+		if name := cons.CachedInfo().Name; name != "" {
+			js.DeleteConsumer(context.WithoutCancel(ctx), stream, name)
+		}
+	}()
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("consumer info: %w", err)
+	}
+	pending := info.NumPending
+	retries := 0
+	for pending > 0 {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		n := 0
+		batch, err := cons.Fetch(int(min(pending, 1000)), jetstream.FetchMaxWait(5*time.Second))
+		if err == nil {
+			for m := range batch.Messages() {
+				n++
+				meta, err := m.Metadata()
+				if err != nil {
+					return fmt.Errorf("metadata: %w", err)
+				}
+				pending = meta.NumPending
+				if err := fn(m, meta); errors.Is(err, errHeadersDone) {
+					return nil
+				} else if err != nil {
+					return err
+				}
+			}
+			err = batch.Error()
+		}
+		switch {
+		case err == nil || errors.Is(err, nats.ErrTimeout):
+		case errors.Is(err, nats.ErrNoResponders) && retries < fetchRetries:
+			// Each fetch of an ordered consumer may make a consumer, from
+			// the last message delivered; in a cluster the server this
+			// connection uses may not know it yet.
+			retries++
+			select {
+			case <-time.After(time.Duration(retries) * 20 * time.Millisecond):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			continue
+		default:
+			return fmt.Errorf("fetch: %w", err)
+		}
+		if n == 0 {
+			return fmt.Errorf("%d messages announced, none delivered", pending)
+		}
+		retries = 0
+	}
+	return nil
+}
+
+// fetchRetries is how many times in a row readHeaders fetches again when
+// no server answered a fetch.
+const fetchRetries = 5
