@@ -407,7 +407,9 @@ func (s *Service) handleSession(r micro.Request, session string) {
 		s.fail(r, err)
 		return
 	}
-	req.receivedAt(time.Now())
+	if req.timeout > 0 {
+		req.deadline = time.Now().Add(req.timeout) // from when it was received
+	}
 	if s.ready(session, req.minSeq) {
 		s.dispatch(r, session, req) // the common case: no wait
 		return

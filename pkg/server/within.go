@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	"github.com/nats-io/nats.go/micro"
 
@@ -99,13 +98,6 @@ func (req contextRequest) claim() bool {
 // already.
 func (req contextRequest) expired() bool {
 	return req.bounded != nil && req.bounded.claimed.Load()
-}
-
-// receivedAt sets the request's deadline from when it was received.
-func (req *contextRequest) receivedAt(t time.Time) {
-	if req.timeout > 0 {
-		req.deadline = t.Add(req.timeout)
-	}
 }
 
 // An answer goes to the request's reply subject, published with the
