@@ -92,6 +92,11 @@ type Options struct {
 	// of several MiB for it would take the CPU from the service. A larger
 	// record is a link to its raw record. 0 means 1 MiB.
 	ReadRecordBytes int
+	// MaxRecords bounds the records a view lists: each costs a row in
+	// memory (its sequence and size), and a session of millions of small
+	// records would hold them all. A session of more is refused with 413,
+	// and read whole by ctxd inspect or ctxd context. 0 means 100 000.
+	MaxRecords int
 	// MaxLoads bounds the views that load a session at once (session
 	// pages, their JSON and follow updates, the sessions list). Past it
 	// a view is answered 503 at once, with Retry-After. Of those, one at
@@ -155,6 +160,9 @@ func New(src Source, opt Options) *Handler {
 	}
 	if opt.ReadRecordBytes <= 0 {
 		opt.ReadRecordBytes = 1 << 20
+	}
+	if opt.MaxRecords <= 0 {
+		opt.MaxRecords = 100_000
 	}
 	if opt.MaxLoads <= 0 {
 		opt.MaxLoads = 2
@@ -497,6 +505,10 @@ func (h *Handler) view(ctx context.Context, id string, at uint64) (*View, error)
 	var rows []Row
 	total := 0
 	err := h.src.Sizes(ctx, id, to, func(seq uint64, size int) error {
+		if len(rows) == h.opt.MaxRecords {
+			return fmt.Errorf("%w: session %s has more than the %d records a view lists; read it whole with ctxd inspect %s, or its context with ctxd context %s",
+				ErrTooLong, id, h.opt.MaxRecords, id, id)
+		}
 		row := Row{Size: size}
 		row.Seq = seq
 		rows = append(rows, row)
@@ -616,6 +628,10 @@ func (h *Handler) loadFailed(w http.ResponseWriter, r *http.Request, err error) 
 	}
 	if errors.Is(err, ErrNoSession) {
 		h.fail(w, r, http.StatusNotFound, err)
+		return
+	}
+	if errors.Is(err, ErrTooLong) {
+		h.fail(w, r, http.StatusRequestEntityTooLarge, err)
 		return
 	}
 	h.fail(w, r, http.StatusBadGateway, err)

@@ -725,3 +725,31 @@ func TestHandler_ViewReadsBounded(t *testing.T) {
 	require.Zero(t, src.bytes.Load(), "records past 1 MiB are not read for a preview")
 	require.Equal(t, 5, strings.Count(string(body), "(a record of 1.0 MiB, not read for this page: open the raw record)"))
 }
+
+// A view lists at most MaxRecords of a session's records: a session of
+// more (many small records) is refused with 413, naming the bound and
+// the commands that read it whole, rather than listed into memory.
+func TestHandler_ViewRecordsBounded(t *testing.T) {
+	in := startInstance(t, inspect.Options{})
+	for i := range 12 {
+		in.publish("transcripts.long", m("role", "user", "content", fmt.Sprint("m", i)))
+	}
+	in.publish("transcripts.short", m("role", "user", "content", "one"))
+	ui := inspect.New(in.app.InspectSource(), inspect.Options{Config: in.app.InspectConfig(), MaxRecords: 10})
+	srv := httptest.NewServer(ui)
+	t.Cleanup(func() { ui.Close(); srv.Close() })
+	for _, p := range []string{"", "?page=1", "?format=json", "?at=11", "?after=3"} {
+		resp, err := http.Get(srv.URL + "/ui/sessions/long" + p)
+		require.NoError(t, err)
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		require.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode, "%q: %s", p, body)
+		require.Contains(t, string(body), "more than the 10 records a view lists", p)
+		require.Contains(t, string(body), "ctxd inspect long", p)
+	}
+	resp, err := http.Get(srv.URL + "/ui/sessions/short")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+}

@@ -111,6 +111,10 @@ func Summarize(seq uint64, messages []any, d projection.Dropped) Summary {
 // sequence asked for.
 var ErrNoSession = errors.New("no records")
 
+// ErrTooLong is returned for a session with more records than a view
+// lists (Options.MaxRecords).
+var ErrTooLong = errors.New("too many records for a view")
+
 // Load reads a session's records up to at (every record when at is 0)
 // and explains them: the records the service would apply go through
 // projection.Explain, which is projection.Build, so Messages is exactly
