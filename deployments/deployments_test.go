@@ -13,7 +13,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/ctxd/ctxd/internal/natstest"
 	"github.com/ctxd/ctxd/pkg/ops"
 	"github.com/ctxd/ctxd/pkg/store"
 )
@@ -296,29 +296,6 @@ var serverPasswords = map[string]string{
 	"SYS_PASSWORD": "sys-pw",
 }
 
-// permissionLog keeps the permissions violations a connection is told of.
-type permissionLog struct {
-	mu   sync.Mutex
-	errs []string
-}
-
-func (l *permissionLog) handler(_ *nats.Conn, _ *nats.Subscription, err error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.errs = append(l.errs, err.Error())
-}
-
-func (l *permissionLog) refused(subj string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, e := range l.errs {
-		if strings.Contains(strings.ToLower(e), "permissions violation") && strings.Contains(e, `"`+subj+`"`) {
-			return true
-		}
-	}
-	return false
-}
-
 // TestServerConfigs_Trust runs every shipped nats-server configuration
 // in a real server (ports, store and routes moved to the test's) and
 // checks, for each: monitoring listens on loopback only; no connection
@@ -366,8 +343,8 @@ func TestServerConfigs_Trust(t *testing.T) {
 					continue // the system account holds no bucket of ctxd
 				}
 				users++
-				log := &permissionLog{}
-				nc, err := nats.Connect(url, nats.UserInfo(u.Username, u.Password), nats.ErrorHandler(log.handler))
+				log := &natstest.PermissionLog{}
+				nc, err := nats.Connect(url, nats.UserInfo(u.Username, u.Password), nats.ErrorHandler(log.Handler))
 				require.NoError(t, err, u.Username)
 				t.Cleanup(nc.Close)
 				if strings.HasPrefix(u.Username, "ctxd") {
@@ -383,7 +360,7 @@ func TestServerConfigs_Trust(t *testing.T) {
 				require.NoError(t, err)
 				require.NoError(t, nc.Flush())
 				for _, subj := range append(protected, "_INBOX.>") {
-					require.Eventually(t, func() bool { return log.refused(subj) }, 10*time.Second, 10*time.Millisecond, "%s may use %s", u.Username, subj)
+					require.Eventually(t, func() bool { return log.Refused(subj) }, 10*time.Second, 10*time.Millisecond, "%s may use %s", u.Username, subj)
 				}
 			}
 			require.Positive(t, users)

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ctxd/ctxd/internal/natstest"
 	"github.com/ctxd/ctxd/pkg/app"
 	ctxdclient "github.com/ctxd/ctxd/pkg/client"
 	"github.com/ctxd/ctxd/pkg/natsd"
@@ -216,31 +216,6 @@ func chunkPrefix(t *testing.T, ops *nats.Conn) string {
 	return "ctxd.chunk." + info.ID
 }
 
-// errorLog keeps the asynchronous errors a connection gets from the
-// server (permissions violations among them).
-type errorLog struct {
-	mu   sync.Mutex
-	errs []string
-}
-
-func (l *errorLog) handler(_ *nats.Conn, _ *nats.Subscription, err error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.errs = append(l.errs, err.Error())
-}
-
-// has reports whether an error names subj as a permissions violation.
-func (l *errorLog) has(subj string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, e := range l.errs {
-		if strings.Contains(strings.ToLower(e), "permissions violation") && strings.Contains(e, `"`+subj+`"`) {
-			return true
-		}
-	}
-	return false
-}
-
 // TestTenants_PrivateInboxes: inside one tenant account, no user
 // receives another's replies: not an application's context replies,
 // chunks and PubAcks, not the ingest's deliveries nor ctxd's JetStream
@@ -258,13 +233,13 @@ func TestTenants_PrivateInboxes(t *testing.T) {
 	type spy struct {
 		user string
 		nc   *nats.Conn
-		log  *errorLog
+		log  *natstest.PermissionLog
 		subs map[string]*nats.Subscription
 	}
 	var spies []*spy
 	for _, u := range []string{"app-b", "ops-b"} {
-		s := &spy{user: u, log: &errorLog{}, subs: map[string]*nats.Subscription{}}
-		s.nc = tenantConn(t, url, u, nats.ErrorHandler(s.log.handler))
+		s := &spy{user: u, log: &natstest.PermissionLog{}, subs: map[string]*nats.Subscription{}}
+		s.nc = tenantConn(t, url, u, nats.ErrorHandler(s.log.Handler))
 		subjects := []string{"_INBOX.>"}
 		for _, o := range []string{"ctxd-b", "app-b", "ops-b"} {
 			if p := tenantInboxPrefix(o); o != u && p != "" {
@@ -334,7 +309,7 @@ func TestTenants_PrivateInboxes(t *testing.T) {
 		}
 		require.Empty(t, leaked, "%s received other users' replies", s.user)
 		for subj := range s.subs {
-			require.Eventually(t, func() bool { return s.log.has(subj) }, 10*time.Second, 10*time.Millisecond, "%s may subscribe to %s", s.user, subj)
+			require.Eventually(t, func() bool { return s.log.Refused(subj) }, 10*time.Second, 10*time.Millisecond, "%s may subscribe to %s", s.user, subj)
 		}
 	}
 }
@@ -360,15 +335,15 @@ func TestTenants_BucketsOnlyCtxd(t *testing.T) {
 		"$JS.API.CONSUMER.CREATE.KV_" + streams.CheckpointsBucket,
 	}
 	for _, u := range []string{"app-b", "ops-b"} {
-		log := &errorLog{}
-		nc := tenantConn(t, url, u, nats.ErrorHandler(log.handler))
+		log := &natstest.PermissionLog{}
+		nc := tenantConn(t, url, u, nats.ErrorHandler(log.Handler))
 		inbox := nc.NewRespInbox()
 		for _, subj := range protected {
 			require.NoError(t, nc.PublishRequest(subj, inbox, []byte(`{"forged":true}`)))
 		}
 		require.NoError(t, nc.Flush())
 		for _, subj := range protected {
-			require.Eventually(t, func() bool { return log.has(subj) }, 10*time.Second, 10*time.Millisecond, "%s may publish to %s", u, subj)
+			require.Eventually(t, func() bool { return log.Refused(subj) }, 10*time.Second, 10*time.Millisecond, "%s may publish to %s", u, subj)
 		}
 	}
 	admin, err := jetstream.New(tenantConn(t, url, "ctxd-b"))
