@@ -37,7 +37,7 @@ var (
 // rendered and evicted over and over. It samples the process's RSS every
 // 20 ms and reports the peak (VmHWM), the RSS at the end, the base (RSS
 // before the first record), the cache's own estimate at its largest, the
-// bound, (peak - base) / bound, and (peak - 64 MiB) / bound: README.md
+// bound, (peak - base) / bound, and (peak - 64 MiB) / bound: docs/OPERATING.md
 // says the process stays within 1.3 x --cache-bytes + 64 MiB, so the
 // last stays within 1.3.
 func BenchmarkMemoryBound(b *testing.B) {
@@ -138,7 +138,7 @@ func BenchmarkMemoryBound(b *testing.B) {
 		bound>>20, *memRecords, *memRecordSize>>20, mib(base), mib(peak), mib(end), mib(peakEstimate), samples)
 }
 
-// memoryBase is the fixed part of the memory bound README.md states.
+// memoryBase is the fixed part of the memory bound docs/OPERATING.md states.
 const memoryBase = 64 << 20
 
 // procStatus returns a field of /proc/<pid>/status in bytes.

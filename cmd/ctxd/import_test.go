@@ -77,7 +77,7 @@ func requireUnique(t *testing.T, ids []string) {
 	}
 }
 
-// The printed records are what ctxd build reads: the pipe of the README.
+// The printed records are what ctxd build reads: the pipe of docs/IMPORT.md.
 func TestImport_PrintToBuild(t *testing.T) {
 	code, out, errOut := runCmd(t, "", "import", "--from", "pi", "--print", samples+"pi/agent-sessions-pi-small.jsonl")
 	require.Equal(t, 0, code, errOut)

@@ -30,7 +30,7 @@ const (
 	OpenHands  Format = "openhands"
 )
 
-// Formats lists the formats a parser exists for, in the README's order.
+// Formats lists the formats a parser exists for, in the order docs/IMPORT.md lists them.
 var Formats = []Format{ClaudeCode, Codex, Pi, Gemini, OpenHands}
 
 // ParseFormat checks a format name: one of Formats, or "auto".

@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 )
 
-// Headers of a reply too large for one message (see the README,
+// Headers of a reply too large for one message (see docs/OPERATING.md,
 // "Replies larger than the max payload").
 const (
 	// HeaderChunks is the number of chunks the reply has; the first is
