@@ -31,7 +31,8 @@ func startApp(t testing.TB, dir string, configure ...func(*app.Config)) *app.App
 	for _, f := range configure {
 		f(&cfg)
 	}
-	if testing.Verbose() {
+	if testing.Verbose() && cfg.Logger == nil {
+		// A test that reads the logs keeps its own logger.
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
 	a := app.New(cfg)
