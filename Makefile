@@ -1,7 +1,7 @@
 GO ?= go
 FUZZTIME ?= 1m
 
-.PHONY: all build test race fuzz bench fault-long partition-kills cluster-long cluster-race cluster-bench node-long node-bench serve lint ci
+.PHONY: all build test slow race fuzz bench fault-long partition-kills cluster-long cluster-race cluster-bench node-long node-bench serve lint ci
 
 all: lint test
 
@@ -12,13 +12,17 @@ COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
 build:
 	$(GO) build -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT)" -o bin/ctxd ./cmd/ctxd
 
-## test: the whole suite, as CI runs it (README's test command)
+## test: the fast tier, the README's test command: every package, and the service end to end on an embedded server
 test:
 	$(GO) test ./...
 
+## slow: the process, cluster and fault tier (integration files built with the tag slow); CI runs it as its own step
+slow:
+	$(GO) test -tags slow -count 1 -timeout 30m ./integration
+
 ## race: the concurrent packages under the race detector
 race:
-	$(GO) test -race -short ./pkg/store/... ./pkg/server/... ./pkg/bus/... ./pkg/rebuild/... ./integration/...
+	$(GO) test -race -short ./pkg/store/... ./pkg/server/... ./pkg/bus/... ./pkg/rebuild/... ./pkg/app/... ./integration/...
 
 ## fuzz: each fuzz target for FUZZTIME
 fuzz:
@@ -46,34 +50,34 @@ bench:
 
 ## fault-long: the SIGKILL fault test with 25 kills and more writers
 fault-long:
-	$(GO) test ./integration -run '^TestFault_KillUnderLoad$$' -count 1 -v -timeout 30m -fault.kills 25 -fault.writers 8 -fault.sessions 64
+	$(GO) test -tags slow ./integration -run '^TestFault_KillUnderLoad$$' -count 1 -v -timeout 30m -fault.kills 25 -fault.writers 8 -fault.sessions 64
 
 ## partition-kills: ctxd partition SIGKILLed at 100 random moments, on the embedded server's store and on a running server with publishers
 partition-kills:
-	$(GO) test ./integration -run '^TestPartition_KilledAtRandom' -count 1 -v -timeout 30m -partition.kills 100
+	$(GO) test -tags slow ./integration -run '^TestPartition_KilledAtRandom' -count 1 -v -timeout 30m -partition.kills 100
 
 ## cluster-long: the cluster faults with 10 s of load before and after each, and more writers
 cluster-long:
-	$(GO) test ./integration -run '^TestCluster_' -count 1 -v -timeout 30m -cluster.load 10s -cluster.writers 8
+	$(GO) test -tags slow ./integration -run '^TestCluster_' -count 1 -v -timeout 30m -cluster.load 10s -cluster.writers 8
 
 ## cluster-race: the cluster tests with ctxd built with the race detector (a race makes it exit 66)
 cluster-race:
-	$(GO) test ./integration -run '^TestCluster_' -count 1 -v -timeout 30m -ctxd.race
+	$(GO) test -tags slow ./integration -run '^TestCluster_' -count 1 -v -timeout 30m -ctxd.race
 
 ## cluster-bench: the cluster figures (docs/PERFORMANCE.md): each fault once, and fetch latency with 1 and 3 instances, unpartitioned and routed to partition owners
 cluster-bench:
-	$(GO) test ./integration -run '^$$' -bench '^BenchmarkCluster_Faults$$' -benchtime 1x -timeout 30m -cluster.load 10s
-	$(GO) test ./integration -run '^$$' -bench '^BenchmarkCluster_Fetch$$' -benchtime 2000x -timeout 30m
-	$(GO) test ./integration -run '^$$' -bench '^BenchmarkCluster_FetchRouted$$' -benchtime 2000x -timeout 30m
+	$(GO) test -tags slow ./integration -run '^$$' -bench '^BenchmarkCluster_Faults$$' -benchtime 1x -timeout 30m -cluster.load 10s
+	$(GO) test -tags slow ./integration -run '^$$' -bench '^BenchmarkCluster_Fetch$$' -benchtime 2000x -timeout 30m
+	$(GO) test -tags slow ./integration -run '^$$' -bench '^BenchmarkCluster_FetchRouted$$' -benchtime 2000x -timeout 30m
 
 ## node-long: the SIGKILL and SIGSTOP of a nats-server node with the node down 20 s, 10 s of load around, more writers
 node-long:
-	$(GO) test ./integration -run '^TestCluster_NodeFaults$$' -count 1 -v -timeout 30m -cluster.load 10s -node.down 20s -cluster.writers 8
+	$(GO) test -tags slow ./integration -run '^TestCluster_NodeFaults$$' -count 1 -v -timeout 30m -cluster.load 10s -node.down 20s -cluster.writers 8
 
 ## node-bench: the node fault figures (docs/PERFORMANCE.md), with the servers' default route ping and with a 1 s one
 node-bench:
-	$(GO) test ./integration -run '^$$' -bench '^BenchmarkCluster_NodeFaults$$' -benchtime 1x -timeout 30m -cluster.load 10s -node.down 20s
-	$(GO) test ./integration -run '^$$' -bench '^BenchmarkCluster_NodeFaults$$' -benchtime 1x -timeout 30m -cluster.load 10s -node.down 20s -node.route-ping 1s
+	$(GO) test -tags slow ./integration -run '^$$' -bench '^BenchmarkCluster_NodeFaults$$' -benchtime 1x -timeout 30m -cluster.load 10s -node.down 20s
+	$(GO) test -tags slow ./integration -run '^$$' -bench '^BenchmarkCluster_NodeFaults$$' -benchtime 1x -timeout 30m -cluster.load 10s -node.down 20s -node.route-ping 1s
 
 serve:
 	$(GO) run ./cmd/ctxd serve

@@ -1,3 +1,5 @@
+//go:build slow
+
 package integration
 
 import (
@@ -37,7 +39,7 @@ var routedPartitions = flag.Int("cluster.partitions", 16, "BenchmarkCluster_Fetc
 // both cross the same route. It prints p50 and p99 per owner's node and
 // over all, and the ratios to the bare request-reply.
 //
-//	go test ./integration -run '^$' -bench '^BenchmarkCluster_FetchRouted$' -benchtime 2000x -v
+//	go test -tags slow ./integration -run '^$' -bench '^BenchmarkCluster_FetchRouted$' -benchtime 2000x -v
 func BenchmarkCluster_FetchRouted(b *testing.B) {
 	P := *routedPartitions
 	c := natstest.StartCluster(b, 3)

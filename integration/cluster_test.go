@@ -1,3 +1,5 @@
+//go:build slow
+
 package integration
 
 import (
@@ -146,17 +148,6 @@ func (tc *testCluster) instances() []*instance {
 	tc.mu.Lock()
 	defer tc.mu.Unlock()
 	return slices.Clone(tc.insts)
-}
-
-// instanceStats is the part of an instance's $SRV.STATS the tests read.
-type instanceStats struct {
-	Instance string `json:"instance"`
-	Role     string `json:"role"`
-	Applied  uint64 `json:"applied"`
-	// Partitions the instance applies, on a partitioned stream.
-	Partitions []int `json:"partitions"`
-	// Records its stores took in.
-	Records uint64 `json:"records"`
 }
 
 // stats asks every instance for its $SRV.STATS.

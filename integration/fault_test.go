@@ -1,3 +1,5 @@
+//go:build slow
+
 package integration
 
 import (
@@ -89,15 +91,6 @@ func reconcile(t testing.TB, outs []outcome, byRid map[string][]storedRecord, n 
 	}
 	slices.SortFunc(recs, func(a, b projection.Record) int { return cmp.Compare(a.Seq, b.Seq) })
 	return recs
-}
-
-// read is one context reply a writer received while ctxd was being
-// killed, kept to be checked once the records of unknown outcome are
-// known.
-type read struct {
-	session string
-	minSeq  uint64 // 0: none asked
-	data    []byte
 }
 
 // ctxd is killed with SIGKILL at random moments under a sustained load of
@@ -306,35 +299,6 @@ func TestFault_KillUnderLoad(t *testing.T) {
 	require.Zero(t, unsorted, "the test's stream reads out of order")
 	require.NoError(t, last.cmd.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, last.wait(t))
-}
-
-// checkReply compares a context reply with Build over the session's
-// records up to the reply's seq, and returns what differs, or "".
-func checkReply(t testing.TB, r read, recs []projection.Record) string {
-	t.Helper()
-	got := decodeReply(t, r.data)
-	if got.Session != r.session {
-		return fmt.Sprintf("reply for session %q", got.Session)
-	}
-	if got.Seq < r.minSeq {
-		return fmt.Sprintf("stale: seq %d, below min_seq %d", got.Seq, r.minSeq)
-	}
-	n := 0
-	for n < len(recs) && recs[n].Seq <= got.Seq {
-		n++
-	}
-	if got.Seq > 0 && (n == 0 || recs[n-1].Seq != got.Seq) {
-		return fmt.Sprintf("seq %d is no record of the session", got.Seq)
-	}
-	want := projection.Build(recs[:n], projection.Options{})
-	if !record.Equal(asReplied(t, want.Messages, false), got.Messages) {
-		return fmt.Sprintf("messages at seq %d differ from Build over its %d records: %s", got.Seq, n, diffPath("", asReplied(t, want.Messages, false), got.Messages))
-	}
-	dropped := mustDecode(t, string(mustJSON(t, want.Dropped)))
-	if !record.Equal(dropped, got.Dropped) {
-		return fmt.Sprintf("dropped at seq %d differs from Build's: %s", got.Seq, diffPath("", dropped, got.Dropped))
-	}
-	return ""
 }
 
 // checkReply, the oracle of TestFault_KillUnderLoad, finds wrong replies.

@@ -1,7 +1,8 @@
+//go:build !slow
+
 package integration
 
 import (
-	"slices"
 	"testing"
 	"time"
 
@@ -86,14 +87,3 @@ func benchmarkFetch(b *testing.B, asMsgpack bool) {
 	b.ReportMetric(float64(cp99)/float64(bp99), "p99-ratio")
 	b.ReportMetric(float64(len(body)), "reply-bytes")
 }
-
-func percentiles(d []time.Duration) (p50, p99 time.Duration) {
-	if len(d) == 0 {
-		return 0, 0
-	}
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[len(s)*50/100], s[min(len(s)-1, len(s)*99/100)]
-}
-
-func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }

@@ -1,3 +1,5 @@
+//go:build !slow
+
 package integration
 
 import (
@@ -26,31 +28,6 @@ func fillStream(b testing.TB, js jetstream.JetStream, sessions, perSession int) 
 	return publishWindowed(b, js, sessions*perSession, 2000, func(n int) (string, []byte) {
 		return fmt.Sprintf("transcripts.s%d", n%sessions), payloads[n/sessions]
 	})
-}
-
-// publishWindowed publishes n records, record(i) giving the i-th's
-// subject and data, with at most window acknowledgements outstanding, and
-// returns the last one's sequence.
-func publishWindowed(t testing.TB, js jetstream.JetStream, n, window int, record func(i int) (string, []byte)) uint64 {
-	t.Helper()
-	var last jetstream.PubAckFuture
-	for i := range n {
-		if js.PublishAsyncPending() >= window {
-			<-js.PublishAsyncComplete()
-		}
-		subj, data := record(i)
-		f, err := js.PublishAsync(subj, data)
-		require.NoError(t, err)
-		last = f
-	}
-	<-js.PublishAsyncComplete()
-	select {
-	case ack := <-last.Ok():
-		return ack.Sequence
-	case err := <-last.Err():
-		t.Fatal(err)
-	}
-	return 0
 }
 
 func startAppWith(b testing.TB, dir string, tune func(*app.Config)) *app.App {

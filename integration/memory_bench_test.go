@@ -1,13 +1,12 @@
+//go:build !slow
+
 package integration
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -140,25 +139,6 @@ func BenchmarkMemoryBound(b *testing.B) {
 
 // memoryBase is the fixed part of the memory bound docs/OPERATING.md states.
 const memoryBase = 64 << 20
-
-// procStatus returns a field of /proc/<pid>/status in bytes.
-func procStatus(b testing.TB, pid int, field string) int64 {
-	b.Helper()
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	require.NoError(b, err)
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		name, rest, ok := strings.Cut(sc.Text(), ":")
-		if ok && name == field {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			require.NoError(b, err)
-			return kb << 10
-		}
-	}
-	b.Fatalf("no %s in /proc/%d/status", field, pid)
-	return 0
-}
 
 // cacheEstimate returns the store's estimate of the projections it holds,
 // from $SRV.STATS.

@@ -1,3 +1,5 @@
+//go:build !slow
+
 package integration
 
 import (
@@ -6,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,50 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ctxd/ctxd/pkg/app"
-	"github.com/ctxd/ctxd/pkg/natsd"
 )
-
-// httpGet returns the status and body of GET http://addr/path.
-func httpGet(t *testing.T, addr, path string, header ...string) (int, string) {
-	t.Helper()
-	req, err := http.NewRequest("GET", "http://"+addr+path, nil)
-	require.NoError(t, err)
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return resp.StatusCode, string(body)
-}
-
-// metricValue returns the value of the sample name{labels} in a scrape,
-// or -1 when it is absent. labels are given as in the text format:
-// `code="200",endpoint="context"` (sorted by name, as the format has them).
-func metricValue(t *testing.T, scrape, name, labels string) float64 {
-	t.Helper()
-	sel := name
-	if labels != "" {
-		sel += "{" + labels + "}"
-	}
-	re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(sel) + ` (\S+)$`)
-	m := re.FindStringSubmatch(scrape)
-	if m == nil {
-		return -1
-	}
-	v, err := strconv.ParseFloat(m[1], 64)
-	require.NoError(t, err)
-	return v
-}
-
-func scrape(t *testing.T, addr string) string {
-	t.Helper()
-	code, body := httpGet(t, addr, "/metrics")
-	require.Equal(t, http.StatusOK, code, body)
-	return body
-}
 
 func TestOps_Metrics(t *testing.T) {
 	a := startApp(t, t.TempDir(), func(c *app.Config) {
@@ -190,48 +148,6 @@ func TestOps_HTTPPortInUse(t *testing.T) {
 	err := b.Open(context.Background())
 	require.ErrorContains(t, err, "address already in use")
 	b.Close()
-}
-
-// TestOps_Probes: /healthz says alive, /readyz ready only while ctxd is
-// connected and serving.
-func TestOps_Probes(t *testing.T) {
-	dir := t.TempDir()
-	srv := natsd.New(dir)
-	srv.Port = -1
-	require.NoError(t, srv.Open())
-	u, err := url.Parse(srv.ClientURL())
-	require.NoError(t, err)
-	port, _ := strconv.Atoi(u.Port())
-	t.Cleanup(func() { srv.Close() })
-
-	a := startApp(t, t.TempDir(), func(c *app.Config) {
-		c.NATSURL = srv.ClientURL()
-		c.HTTPAddr = "127.0.0.1:0"
-	})
-	addr := a.HTTPListenAddr()
-	code, _ := httpGet(t, addr, "/readyz")
-	require.Equal(t, http.StatusOK, code)
-
-	// The server goes away: alive, not ready.
-	require.NoError(t, srv.Close())
-	require.Eventually(t, func() bool {
-		code, body := httpGet(t, addr, "/readyz")
-		return code == http.StatusServiceUnavailable && strings.Contains(body, "NATS connection")
-	}, 20*time.Second, 20*time.Millisecond)
-	code, _ = httpGet(t, addr, "/healthz")
-	require.Equal(t, http.StatusOK, code)
-	m := scrape(t, addr)
-	require.Equal(t, 0.0, metricValue(t, m, "ctxd_nats_connected", ""))
-
-	// It comes back: ready again.
-	srv2 := natsd.New(dir)
-	srv2.Port = port
-	require.NoError(t, srv2.Open())
-	t.Cleanup(func() { srv2.Close() })
-	require.Eventually(t, func() bool {
-		code, _ := httpGet(t, addr, "/readyz")
-		return code == http.StatusOK
-	}, 20*time.Second, 20*time.Millisecond)
 }
 
 // TestOps_Lifecycle: not ready before Open has finished; the listener is

@@ -1,18 +1,14 @@
 package integration
 
 import (
-	"bufio"
 	"flag"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -27,124 +23,12 @@ var (
 	buildErr  error
 )
 
-// ctxdBinary builds cmd/ctxd once per test run.
-func ctxdBinary(t testing.TB) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "ctxd-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "ctxd")
-		args := []string{"build", "-o", binPath}
-		if *raceBinary {
-			args = append(args, "-race")
-		}
-		out, err := exec.Command("go", append(args, "../cmd/ctxd")...).CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	require.NoError(t, buildErr)
-	return binPath
-}
-
-// proc is ctxd serve running as a separate process.
-type proc struct {
-	cmd    *exec.Cmd
-	url    string
-	stderr *strings.Builder
-	done   chan error
-}
-
 var readyLine = regexp.MustCompile(`^ctxd ready (nats://[^ ]+:\d+)$`)
 
 // ctxdEnv adds variables to the environment of every ctxd process a test
 // starts: -ctxd.env GOGC=200,GOMAXPROCS=1 measures a benchmark under
 // other runtime settings without touching the test process's own.
 var ctxdEnv = flag.String("ctxd.env", "", "comma-separated `KEY=VALUE` pairs added to the environment of the ctxd processes tests start")
-
-// startProcess runs `ctxd serve` with args and waits for its ready line.
-func startProcess(t testing.TB, args ...string) *proc {
-	t.Helper()
-	p, err := tryProcess(t, args...)
-	require.NoError(t, err)
-	return p
-}
-
-// tryProcess runs `ctxd serve` with args and waits for its ready line;
-// the error says what it wrote when it exited before.
-func tryProcess(t testing.TB, args ...string) (*proc, error) {
-	t.Helper()
-	cmd := exec.Command(ctxdBinary(t), append([]string{"serve"}, args...)...)
-	if *ctxdEnv != "" {
-		cmd.Env = append(os.Environ(), strings.Split(*ctxdEnv, ",")...)
-	}
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	p := &proc{cmd: cmd, stderr: &strings.Builder{}, done: make(chan error, 1)}
-	errOut := &syncWriter{b: p.stderr}
-	cmd.Stderr = errOut
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			<-p.done
-		}
-	})
-	lines := make(chan string, 16)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-		p.done <- cmd.Wait()
-	}()
-	select {
-	case line, ok := <-lines:
-		if !ok {
-			err := <-p.done
-			return nil, fmt.Errorf("ctxd exited before ready (%v): %s", err, errOut.String())
-		}
-		m := readyLine.FindStringSubmatch(line)
-		require.NotNil(t, m, "first line %q is not the ready line", line)
-		p.url = m[1]
-	case <-time.After(60 * time.Second):
-		t.Fatalf("ctxd not ready after 60s: %s", errOut.String())
-	}
-	return p, nil
-}
-
-type syncWriter struct {
-	mu sync.Mutex
-	b  *strings.Builder
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *syncWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
-}
-
-// wait returns the process's exit error once it exits.
-func (p *proc) wait(t testing.TB) error {
-	t.Helper()
-	select {
-	case err := <-p.done:
-		return err
-	case <-time.After(30 * time.Second):
-		t.Fatalf("ctxd did not exit within 30s")
-		return nil
-	}
-}
 
 // SIGTERM drains the service and exits 0; the records it acknowledged are
 // served after a restart on the same store.

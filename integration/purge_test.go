@@ -1,3 +1,5 @@
+//go:build slow
+
 package integration
 
 import (
@@ -34,66 +36,6 @@ var (
 // (its checkpoint then names records that are gone), every reply after
 // the removal equals Build of the session's records the stream holds.
 
-// purgeCompaction is a valid compaction record.
-var purgeCompaction = record.NewMap("type", "compaction", "at", "2026-01-01T00:00:00Z", "baseSeq", int64(1), "plannerVersion", int64(1),
-	"summaryModelRef", "m", "summary", "s", "qualityAudit", "passed",
-	"messages", []any{record.NewMap("role", "user", "content", "summary")},
-	"firstKeptIndex", int64(0), "tokensBefore", int64(10), "tokensAfter", int64(5))
-
-// holds returns the session's records the stream holds now, read
-// through JetStream, not through ctxd.
-func (c *client) holds(session string) []projection.Record {
-	c.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	subj := "transcripts." + session
-	st, err := c.js.Stream(ctx, "TRANSCRIPTS")
-	require.NoError(c.t, err)
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter(subj))
-	require.NoError(c.t, err)
-	n := info.State.Subjects[subj]
-	if n == 0 {
-		return nil
-	}
-	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj}})
-	require.NoError(c.t, err)
-	out := make([]projection.Record, 0, n)
-	for range n {
-		m, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
-		require.NoError(c.t, err)
-		meta, err := m.Metadata()
-		require.NoError(c.t, err)
-		v, err := record.DecodeJSON(m.Data())
-		require.NoError(c.t, err)
-		out = append(out, projection.Record{Seq: meta.Sequence.Stream, Value: v})
-	}
-	// Not left to expire: a long run reads the stream many times a
-	// second, past the server's bound on consumers.
-	if info := cons.CachedInfo(); info != nil {
-		require.NoError(c.t, st.DeleteConsumer(ctx, info.Name))
-	}
-	return out
-}
-
-// fetchChecked fetches a session's context with min_seq at least mark
-// and its last record in the stream, and fails the test unless the reply
-// equals Build of what the stream holds of it. A record stored after a
-// removal, as mark, is applied after it: the reply cannot be one built
-// before the removal.
-func (c *client) fetchChecked(session, label string, mark uint64) {
-	c.t.Helper()
-	recs := c.holds(session)
-	var minSeq uint64
-	if len(recs) > 0 {
-		minSeq = recs[len(recs)-1].Seq
-	}
-	msg := c.request("ctxd.context."+session, []byte(fmt.Sprintf(`{"min_seq":%d,"wait_ms":10000}`, max(minSeq, mark))), nil)
-	require.Empty(c.t, msg.Header.Get(micro.ErrorCodeHeader), "%s: %s: error reply %s", label, session, msg.Header.Get(micro.ErrorHeader))
-	if diff := checkReply(c.t, read{session: session, minSeq: minSeq, data: msg.Data}, recs); diff != "" {
-		c.t.Fatalf("%s: %s: %s (the stream holds %d records of it)", label, session, diff, len(recs))
-	}
-}
-
 // fetchCheckedAmong is fetchChecked where the reply may also be built
 // from what the stream held of the session at one of earlier: before a
 // removal no record followed, which an instance that cached the session
@@ -122,59 +64,6 @@ func (c *client) fetchCheckedAmong(session, label string, mark uint64, earlier [
 		}
 	}
 	c.t.Fatalf("%s: %s: %s (the stream holds %d records of it; nor is it what it held before any of the %d removals since the latest record)", label, session, diff, len(recs), len(earlier))
-}
-
-// purgeAction is what an operator does to the stream; p1 is the
-// session it aims at, given as the records published to it.
-type purgeAction struct {
-	name string
-	do   func(ctx context.Context, st jetstream.Stream, p1 []uint64) error
-}
-
-var purgeActions = []purgeAction{
-	{"subject", func(ctx context.Context, st jetstream.Stream, _ []uint64) error {
-		return st.Purge(ctx, jetstream.WithPurgeSubject("transcripts.p1"))
-	}},
-	{"subject_seq", func(ctx context.Context, st jetstream.Stream, p1 []uint64) error {
-		// Every record of p1 before its fifth: the compaction goes.
-		return st.Purge(ctx, jetstream.WithPurgeSubject("transcripts.p1"), jetstream.WithPurgeSequence(p1[4]))
-	}},
-	{"subject_keep", func(ctx context.Context, st jetstream.Stream, _ []uint64) error {
-		return st.Purge(ctx, jetstream.WithPurgeSubject("transcripts.p1"), jetstream.WithPurgeKeep(2))
-	}},
-	{"stream", func(ctx context.Context, st jetstream.Stream, _ []uint64) error {
-		return st.Purge(ctx)
-	}},
-	{"stream_seq", func(ctx context.Context, st jetstream.Stream, p1 []uint64) error {
-		return st.Purge(ctx, jetstream.WithPurgeSequence(p1[3]))
-	}},
-	{"rmm_compaction", func(ctx context.Context, st jetstream.Stream, p1 []uint64) error {
-		return st.DeleteMsg(ctx, p1[2])
-	}},
-	{"rmm_last", func(ctx context.Context, st jetstream.Stream, p1 []uint64) error {
-		return st.DeleteMsg(ctx, p1[len(p1)-1])
-	}},
-	{"rmm_secure", func(ctx context.Context, st jetstream.Stream, p1 []uint64) error {
-		return st.SecureDeleteMsg(ctx, p1[4])
-	}},
-}
-
-// publishPurgeSessions publishes interleaved records of p1 and p2, each
-// with a compaction, and returns p1's sequences.
-func publishPurgeSessions(c *client, round string) (p1 []uint64, last uint64) {
-	for i := range 7 {
-		for _, id := range []string{"p1", "p2"} {
-			v := any(record.NewMap("role", []string{"user", "assistant"}[i%2], "content", fmt.Sprintf("%s %s %d", id, round, i)))
-			if i == 2 {
-				v = purgeCompaction
-			}
-			last = c.publishValue(id, v, false)
-			if id == "p1" {
-				p1 = append(p1, last)
-			}
-		}
-	}
-	return p1, last
 }
 
 // TestOperator_PurgeWhileRunning: the sessions are cached by a running

@@ -1,3 +1,5 @@
+//go:build !slow
+
 package integration
 
 import (
@@ -67,13 +69,6 @@ func TestService_EmptySessionAndFormats(t *testing.T) {
 	r, serr = c.fetch("fmt", []byte(fmt.Sprintf(`{"min_seq":%d,"future_field":[1,2]}`, seq)), nil)
 	require.Nil(t, serr)
 	requireMessages(t, []any{mustDecode(t, `{"role":"user","content":"hi"}`)}, r.Messages)
-}
-
-func mustDecode(t testing.TB, s string) any {
-	t.Helper()
-	v, err := record.DecodeJSON([]byte(s))
-	require.NoError(t, err)
-	return v
 }
 
 // Many publishers over many sessions, a fetch with min_seq after every

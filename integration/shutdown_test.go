@@ -1,33 +1,16 @@
+//go:build !slow
+
 package integration
 
 import (
-	"flag"
 	"fmt"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 )
-
-// shutdownSessions is how many sessions TestProcess_ShutdownManySessions
-// holds when it stops ctxd; -shutdown.sessions=200000 is the size of a
-// large instance (about a minute to fill on a small machine).
-var shutdownSessions = flag.Int("shutdown.sessions", 20000, "sessions ctxd holds when TestProcess_ShutdownManySessions stops it")
-
-// fillSessions publishes one compaction per session, so every session's
-// latest compaction is known and has a checkpoint to write at shutdown,
-// and returns the last record's sequence.
-func fillSessions(t testing.TB, js jetstream.JetStream, sessions int) uint64 {
-	t.Helper()
-	return publishWindowed(t, js, sessions, 4000, func(s int) (string, []byte) {
-		return fmt.Sprintf("transcripts.many%d", s), []byte(fmt.Sprintf(`{"type":"compaction","at":"2026-01-01T00:00:00Z","baseSeq":1,"plannerVersion":1,`+
-			`"summaryModelRef":"m","summary":"s","qualityAudit":"passed","messages":[{"role":"user","content":"c%d"}],`+
-			`"firstKeptIndex":0,"tokensBefore":10,"tokensAfter":5}`, s))
-	})
-}
 
 // SIGTERM with many sessions in memory ends within the shutdown deadline
 // and exits 0: the checkpoints are written in bulk, and those not written
@@ -83,11 +66,4 @@ func waitIngest(t testing.TB, c *client, session string, seq uint64) {
 		r, serr := c.fetch(session, body, nil)
 		return serr == nil && r.Seq >= seq
 	}, 3*time.Minute, 10*time.Millisecond)
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
 }
