@@ -152,6 +152,12 @@ func (s StreamReader) Last(ctx context.Context, session string) (uint64, error) 
 type inspectSource struct {
 	StreamReader
 	a *App // nil: StreamReader.NC is the connection
+
+	// listed is the stream's subjects as the sessions list found them
+	// last: listed again, only those that moved have their last record
+	// loaded by the server.
+	mu     sync.Mutex
+	listed []bus.SubjectState
 }
 
 // conn returns the connection the source reads on.
@@ -195,10 +201,16 @@ func (s *inspectSource) Sessions(ctx context.Context) ([]inspect.SessionRef, err
 	if err != nil {
 		return nil, err
 	}
-	subs, err := bus.Subjects(ctx, js, s.Stream, subject.TranscriptsPrefix+">")
+	s.mu.Lock()
+	before := s.listed
+	s.mu.Unlock()
+	subs, err := bus.SubjectsSince(ctx, js, s.Stream, subject.TranscriptsPrefix+">", before)
 	if err != nil {
 		return nil, err
 	}
+	s.mu.Lock()
+	s.listed = subs
+	s.mu.Unlock()
 	out := make([]inspect.SessionRef, 0, len(subs))
 	at := map[string]int{} // a session on two subjects (a stream partitioned with records) is listed once
 	for _, st := range subs {
