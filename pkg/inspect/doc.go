@@ -74,8 +74,9 @@
 // (the first ReadBytes at once). The first view of a session of 280 MB
 // takes about 9 s; the service's replies to others keep their latency.
 // A session's listing is held (16 sessions, MaxRecords rows at most): a
-// later view lists only the records stored since, and a view as of an
-// earlier sequence lists nothing. The event streams find a session's
+// later view lists only the records stored since (or, after a listing
+// cut short, on from where it stopped), and a view as of an earlier
+// sequence lists nothing. The event streams find a session's
 // last record from the headers of its last message, then of those after
 // it, and ask the service for no summary; the sessions list asks for a
 // session's summary again only once the session moved.

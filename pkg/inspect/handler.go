@@ -577,6 +577,12 @@ func (h *Handler) view(ctx context.Context, id string, at uint64) (*View, error)
 			return nil
 		})
 		if err != nil {
+			// Those listed are every record up to the last of them: the
+			// next view lists on from there, however long the session
+			// takes to list.
+			if len(rows) > len(known) {
+				h.keepListed(id, rows)
+			}
 			return nil, fmt.Errorf("read session %s: %w", id, err)
 		}
 	}

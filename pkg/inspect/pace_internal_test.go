@@ -87,6 +87,7 @@ type fake struct {
 	read    int      // bytes of the records read
 	lasts   int
 	applied uint64
+	fail    int // Sizes fails after listing this many records, when not 0
 }
 
 func (f *fake) Records(ctx context.Context, session string, to uint64, fn func(uint64, []byte) error) error {
@@ -97,10 +98,15 @@ func (f *fake) Sizes(ctx context.Context, session string, from, to uint64, fn fu
 	f.mu.Lock()
 	f.froms = append(f.froms, from)
 	rows := append([]sized(nil), f.sizes...)
+	fail := f.fail
 	f.mu.Unlock()
+	n := 0
 	for _, r := range rows {
 		if r.seq < from || r.seq > to {
 			continue
+		}
+		if n++; fail != 0 && n > fail {
+			return fmt.Errorf("listing cut")
 		}
 		f.mu.Lock()
 		f.listed += r.size
@@ -207,4 +213,22 @@ func TestHandler_EventsReadNoRecords(t *testing.T) {
 	require.Equal(t, []uint64{41}, src.froms, "only what is new")
 	require.Equal(t, 100, src.listed)
 	require.Zero(t, src.read)
+}
+
+// TestHandler_ListingGoesOn: a listing cut short (a view's time ran out)
+// is held as far as it went, and the next view lists on from there.
+func TestHandler_ListingGoesOn(t *testing.T) {
+	src := &fake{fail: 25}
+	for range 40 {
+		src.add(1 << 20)
+	}
+	h := New(src, Options{ReadRate: -1, Config: DefaultConfig()})
+	_, err := h.view(t.Context(), "big", 0)
+	require.ErrorContains(t, err, "listing cut")
+	src.fail = 0
+	v, err := h.view(t.Context(), "big", 0)
+	require.NoError(t, err)
+	require.Len(t, v.Rows, 40)
+	require.Equal(t, []uint64{1, 26}, src.froms, "listed on from where it stopped")
+	require.Equal(t, 40<<20, src.listed)
 }
