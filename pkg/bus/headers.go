@@ -98,11 +98,11 @@ func readHeaders(ctx context.Context, js jetstream.JetStream, stream string, cfg
 }
 
 // firstHeaderBatch, headerBatchBytes and maxHeaderBatch size the batches
-// of readHeaders: the first of a few messages, each after it of about
-// headerBatchBytes of messages by the mean size seen, between 1 and
-// maxHeaderBatch messages.
+// of readHeaders: the first of one message (its size unknown, it may be a
+// screenshot), each after it of about headerBatchBytes of messages by the
+// mean size seen, between 1 and maxHeaderBatch messages.
 const (
-	firstHeaderBatch = 8
+	firstHeaderBatch = 1
 	headerBatchBytes = 4 << 20
 	maxHeaderBatch   = 1000
 )
