@@ -37,7 +37,9 @@ process is alive), /readyz (connected, stream and consumer verified,
 ingest running, at most --ready-max-lag records behind the stream) and
 /ui/, the inspector (each session's records beside what the model saw; see
 ctxd inspect; a view reads at most 8 MiB of records, and lists a larger
-session's records without their fates). It is off unless given. /metrics and /ui/ need the bearer
+session's records without their fates; the views read at most
+--inspect-read-rate bytes a second together, 32 MiB by default, so that
+the first view of a session of hundreds of MiB takes seconds). It is off unless given. /metrics and /ui/ need the bearer
 token --http-token when one is set; listening beyond loopback
 (0.0.0.0:9090) requires one. A browser opening /ui/ is sent to /login,
 where the token, posted once, is exchanged for an HttpOnly,
@@ -95,6 +97,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&cfg.RejectLog, "rejected-log", cfg.RejectLog, "rejected records ctxd.rejected lists, the latest (all are counted)")
 	fs.StringVar(&cfg.HTTPAddr, "http", "", "serve /metrics, /healthz and /readyz over HTTP on `ADDR` (host:port, e.g. 127.0.0.1:8222; off when empty)")
 	fs.StringVar(&cfg.HTTPToken, "http-token", "", "bearer token --http requires on /metrics and /ui/ (not on /healthz and /readyz); a browser logs in to /ui/ with it at /login; needed to listen beyond loopback (prefer CTXD_HTTP_TOKEN)")
+	fs.IntVar(&cfg.InspectReadRate, "inspect-read-rate", cfg.InspectReadRate, "`BYTES` a second the inspector's views read from the stream together, records and the records the server loads to list their sizes; past it they wait, so that a view of a large session never takes the server from the service (below 0: no bound)")
 	httpHosts := fs.String("http-hosts", "", "comma-separated host `NAMES` --http serves besides localhost, the loopback addresses and its own address (e.g. ctxd.example.com); a request naming another is refused with 421, unless it carries the token")
 	fs.DurationVar(&cfg.ShutdownCheckpoints, "shutdown-checkpoints", cfg.ShutdownCheckpoints, "how long a shutdown writes checkpoints at most, and then snapshots; those not written are counted in one log line each (those sessions load from earlier checkpoints, or by their checkpoints)")
 	fs.DurationVar(&cfg.IdleSnapshots, "idle-snapshots", cfg.IdleSnapshots, "how often the ingest writes the snapshots of the sessions that had no record since the time before, so that after a crash their first load reads little (0: the default, below 0: only at shutdown)")

@@ -20,6 +20,7 @@ import (
 
 	"github.com/ctxd/ctxd/pkg/bus"
 	"github.com/ctxd/ctxd/pkg/client"
+	"github.com/ctxd/ctxd/pkg/inspect"
 	"github.com/ctxd/ctxd/pkg/natsd"
 	"github.com/ctxd/ctxd/pkg/ops"
 	"github.com/ctxd/ctxd/pkg/projection"
@@ -112,6 +113,10 @@ type Config struct {
 	// the loopback addresses and the address it listens on; requests for
 	// others are refused (see package ops).
 	HTTPHosts []string
+	// InspectReadRate bounds the bytes a second the inspector's views
+	// read from the stream together (inspect.Options.ReadRate): below 0,
+	// no bound.
+	InspectReadRate int
 	// HTTPHandlers are mounted on the listener, behind its token, by
 	// pattern: {"/ui/": inspector} serves an inspector at /ui/. They are
 	// served from the start of Open: one that reads the app checks
@@ -160,6 +165,7 @@ func DefaultConfig() Config {
 		MaxSessionBytes:  store.DefaultMaxSessionBytes,
 		RejectLog:        store.DefaultRejectLog,
 		ReadyMaxLag:      DefaultReadyMaxLag,
+		InspectReadRate:  inspect.DefaultReadRate,
 
 		ShutdownCheckpoints: DefaultShutdownCheckpoints,
 		IdleSnapshots:       DefaultIdleSnapshots,

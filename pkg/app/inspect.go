@@ -123,9 +123,9 @@ func (s StreamReader) Records(ctx context.Context, session string, to uint64, fn
 }
 
 // Sizes calls fn with the sequence and size of each of a session's
-// records up to to, from their headers, without reading the records:
-// what a view of a session larger than it reads lists.
-func (s StreamReader) Sizes(ctx context.Context, session string, to uint64, fn func(seq uint64, size int) error) error {
+// records from from up to to, from their headers, without reading the
+// records: what a view of a session larger than it reads lists.
+func (s StreamReader) Sizes(ctx context.Context, session string, from, to uint64, fn func(seq uint64, size int) error) error {
 	if err := subject.CheckSession(session); err != nil {
 		return err
 	}
@@ -133,12 +133,31 @@ func (s StreamReader) Sizes(ctx context.Context, session string, to uint64, fn f
 	if err != nil {
 		return err
 	}
-	return st.SessionSizes(ctx, session, to, fn)
+	return st.SessionSizes(ctx, session, from, to, fn)
+}
+
+// Last returns the stream sequence of a session's last record, 0 when
+// it has none, from its headers.
+func (s StreamReader) Last(ctx context.Context, session string) (uint64, error) {
+	if err := subject.CheckSession(session); err != nil {
+		return 0, err
+	}
+	st, err := bus.OpenStream(ctx, s.NC, s.Stream)
+	if err != nil {
+		return 0, err
+	}
+	return st.SessionLast(ctx, session)
 }
 
 type inspectSource struct {
 	StreamReader
 	a *App // nil: StreamReader.NC is the connection
+
+	// listed is the stream's subjects as the sessions list found them
+	// last: listed again, only those that moved have their last record
+	// loaded by the server.
+	mu     sync.Mutex
+	listed []bus.SubjectState
 }
 
 // conn returns the connection the source reads on.
@@ -157,12 +176,20 @@ func (s *inspectSource) Records(ctx context.Context, session string, to uint64, 
 	return StreamReader{NC: nc, Stream: s.Stream}.Records(ctx, session, to, fn)
 }
 
-func (s *inspectSource) Sizes(ctx context.Context, session string, to uint64, fn func(seq uint64, size int) error) error {
+func (s *inspectSource) Sizes(ctx context.Context, session string, from, to uint64, fn func(seq uint64, size int) error) error {
 	nc, err := s.conn()
 	if err != nil {
 		return err
 	}
-	return StreamReader{NC: nc, Stream: s.Stream}.Sizes(ctx, session, to, fn)
+	return StreamReader{NC: nc, Stream: s.Stream}.Sizes(ctx, session, from, to, fn)
+}
+
+func (s *inspectSource) Last(ctx context.Context, session string) (uint64, error) {
+	nc, err := s.conn()
+	if err != nil {
+		return 0, err
+	}
+	return StreamReader{NC: nc, Stream: s.Stream}.Last(ctx, session)
 }
 
 func (s *inspectSource) Sessions(ctx context.Context) ([]inspect.SessionRef, error) {
@@ -174,10 +201,16 @@ func (s *inspectSource) Sessions(ctx context.Context) ([]inspect.SessionRef, err
 	if err != nil {
 		return nil, err
 	}
-	subs, err := bus.Subjects(ctx, js, s.Stream, subject.TranscriptsPrefix+">")
+	s.mu.Lock()
+	before := s.listed
+	s.mu.Unlock()
+	subs, err := bus.SubjectsSince(ctx, js, s.Stream, subject.TranscriptsPrefix+">", before)
 	if err != nil {
 		return nil, err
 	}
+	s.mu.Lock()
+	s.listed = subs
+	s.mu.Unlock()
 	out := make([]inspect.SessionRef, 0, len(subs))
 	at := map[string]int{} // a session on two subjects (a stream partitioned with records) is listed once
 	for _, st := range subs {
@@ -279,7 +312,7 @@ func (m *inspector) handler() *inspect.Handler {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.h == nil && !m.closed && m.a.Serving() {
-		opt := inspect.Options{Config: m.a.InspectConfig(), Logger: m.a.Logger}
+		opt := inspect.Options{Config: m.a.InspectConfig(), Logger: m.a.Logger, ReadRate: m.a.InspectReadRate}
 		if m.a.HTTPToken != "" {
 			opt.Logout = ops.LogoutPath // a browser's login (package ops)
 		}

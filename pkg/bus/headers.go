@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -20,6 +21,11 @@ var errHeadersDone = errors.New("headers read far enough")
 // consumer is deleted after, rather than left to its inactivity
 // threshold. It reads as many messages as the consumer said were pending
 // when it was made, and those counted meanwhile.
+//
+// The server loads each message whole from its store to send its
+// headers, so the batches are sized to hold about headerBatchBytes of
+// messages (from their Nats-Msg-Size): a session of screenshots is read a
+// few records at a time, and fn, which may wait, paces the next batch.
 func readHeaders(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.OrderedConsumerConfig, fn func(m jetstream.Msg, meta *jetstream.MsgMetadata) error) error {
 	cfg.HeadersOnly = true
 	cons, err := js.OrderedConsumer(ctx, stream, cfg)
@@ -37,12 +43,14 @@ func readHeaders(ctx context.Context, js jetstream.JetStream, stream string, cfg
 	}
 	pending := info.NumPending
 	retries := 0
+	batchSize := firstHeaderBatch
+	var seen, seenBytes int64
 	for pending > 0 {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		n := 0
-		batch, err := cons.Fetch(int(min(pending, 1000)), jetstream.FetchMaxWait(5*time.Second))
+		batch, err := cons.Fetch(int(min(pending, uint64(batchSize))), jetstream.FetchMaxWait(5*time.Second))
 		if err == nil {
 			for m := range batch.Messages() {
 				n++
@@ -51,6 +59,9 @@ func readHeaders(ctx context.Context, js jetstream.JetStream, stream string, cfg
 					return fmt.Errorf("metadata: %w", err)
 				}
 				pending = meta.NumPending
+				if size, err := strconv.Atoi(m.Headers().Get(nats.MsgSize)); err == nil && size > 0 {
+					seen, seenBytes = seen+1, seenBytes+int64(size)
+				}
 				if err := fn(m, meta); errors.Is(err, errHeadersDone) {
 					return nil
 				} else if err != nil {
@@ -79,9 +90,22 @@ func readHeaders(ctx context.Context, js jetstream.JetStream, stream string, cfg
 			return fmt.Errorf("%d messages announced, none delivered", pending)
 		}
 		retries = 0
+		if seenBytes > 0 {
+			batchSize = int(min(max(headerBatchBytes*seen/seenBytes, 1), maxHeaderBatch))
+		}
 	}
 	return nil
 }
+
+// firstHeaderBatch, headerBatchBytes and maxHeaderBatch size the batches
+// of readHeaders: the first of one message (its size unknown, it may be a
+// screenshot), each after it of about headerBatchBytes of messages by the
+// mean size seen, between 1 and maxHeaderBatch messages.
+const (
+	firstHeaderBatch = 1
+	headerBatchBytes = 4 << 20
+	maxHeaderBatch   = 1000
+)
 
 // fetchRetries is how many times in a row readHeaders fetches again when
 // no server answered a fetch.

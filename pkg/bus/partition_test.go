@@ -149,18 +149,27 @@ func TestPartition_Migrate(t *testing.T) {
 			sizes[seq] = len(data)
 			return nil
 		}))
-		require.NoError(t, stream.SessionSizes(ctx, s, ^uint64(0), func(seq uint64, size int) error {
+		require.NoError(t, stream.SessionSizes(ctx, s, 1, ^uint64(0), func(seq uint64, size int) error {
 			require.Equal(t, sizes[seq], size, "seq %d", seq)
 			got = append(got, seq)
 			return nil
 		}))
 		require.Equal(t, seqs, got, s)
 		got = nil
-		require.NoError(t, stream.SessionSizes(ctx, s, seqs[len(seqs)-2], func(seq uint64, _ int) error {
+		require.NoError(t, stream.SessionSizes(ctx, s, 1, seqs[len(seqs)-2], func(seq uint64, _ int) error {
 			got = append(got, seq)
 			return nil
 		}))
 		require.Equal(t, seqs[:len(seqs)-1], got, "up to a sequence")
+		got = nil
+		require.NoError(t, stream.SessionSizes(ctx, s, seqs[1], ^uint64(0), func(seq uint64, _ int) error {
+			got = append(got, seq)
+			return nil
+		}))
+		require.Equal(t, seqs[1:], got, "from a sequence")
+		lastSeq, err := stream.SessionLast(ctx, s)
+		require.NoError(t, err)
+		require.Equal(t, seqs[len(seqs)-1], lastSeq, "the last")
 	}
 	// Again: nothing changes; another count is refused.
 	again, err := bus.Partition(ctx, js, "TRANSCRIPTS", 16)

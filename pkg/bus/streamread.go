@@ -98,31 +98,67 @@ func (s *Stream) OpenCheckpoints(ctx context.Context) (*Checkpoints, error) {
 }
 
 // SessionSizes calls fn with the stream sequence and the size in bytes of
-// each of a session's records up to to, in order, wherever the stream
-// stores them, without reading them: an ordered consumer that delivers
-// headers only, the size in each message's Nats-Msg-Size, so that a few
-// hundred bytes travel per record however large it is.
-func (s *Stream) SessionSizes(ctx context.Context, session string, to uint64, fn func(seq uint64, size int) error) error {
-	st, err := s.js.Stream(ctx, s.name)
-	if err != nil {
-		return fmt.Errorf("stream %s: %w", s.name, err)
-	}
-	l, err := LayoutOf(st.CachedInfo().Config)
+// each of a session's records from from up to to, in order, wherever the
+// stream stores them, without reading them: an ordered consumer that
+// delivers headers only, the size in each message's Nats-Msg-Size, so that
+// a few hundred bytes travel per record however large it is. The server
+// still loads each record from its store to send its headers, a few MiB
+// at a time (see readHeaders); from past the records already listed lists
+// only what is new.
+func (s *Stream) SessionSizes(ctx context.Context, session string, from, to uint64, fn func(seq uint64, size int) error) error {
+	filters, err := s.sessionFilters(ctx, session)
 	if err != nil {
 		return err
 	}
-	filters := []string{l.Subject(session)}
-	if l.mixed() {
-		filters = append(filters, subject.TranscriptsPrefix+session)
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters}
+	if from > 1 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
 	}
-	if err := readSizes(ctx, s.js, s.name, filters, to, fn); err != nil {
+	if err := readSizes(ctx, s.js, s.name, cfg, to, fn); err != nil {
 		return fmt.Errorf("stream %s: sizes of %s: %w", s.name, session, err)
 	}
 	return nil
 }
 
-func readSizes(ctx context.Context, js jetstream.JetStream, stream string, filters []string, to uint64, fn func(seq uint64, size int) error) error {
-	return readHeaders(ctx, js, stream, jetstream.OrderedConsumerConfig{FilterSubjects: filters}, func(m jetstream.Msg, meta *jetstream.MsgMetadata) error {
+// SessionLast returns the stream sequence of a session's last record, 0
+// when it has none, wherever the stream stores it: from the headers of
+// the last message of its subjects, the one record the server loads.
+func (s *Stream) SessionLast(ctx context.Context, session string) (uint64, error) {
+	filters, err := s.sessionFilters(ctx, session)
+	if err != nil {
+		return 0, err
+	}
+	var last uint64
+	err = readHeaders(ctx, s.js, s.name, jetstream.OrderedConsumerConfig{FilterSubjects: filters, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy},
+		func(_ jetstream.Msg, meta *jetstream.MsgMetadata) error {
+			last = max(last, meta.Sequence.Stream)
+			return nil
+		})
+	if err != nil {
+		return 0, fmt.Errorf("stream %s: last of %s: %w", s.name, session, err)
+	}
+	return last, nil
+}
+
+// sessionFilters are the subjects a session's records are stored on.
+func (s *Stream) sessionFilters(ctx context.Context, session string) ([]string, error) {
+	st, err := s.js.Stream(ctx, s.name)
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", s.name, err)
+	}
+	l, err := LayoutOf(st.CachedInfo().Config)
+	if err != nil {
+		return nil, err
+	}
+	filters := []string{l.Subject(session)}
+	if l.mixed() {
+		filters = append(filters, subject.TranscriptsPrefix+session)
+	}
+	return filters, nil
+}
+
+func readSizes(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.OrderedConsumerConfig, to uint64, fn func(seq uint64, size int) error) error {
+	return readHeaders(ctx, js, stream, cfg, func(m jetstream.Msg, meta *jetstream.MsgMetadata) error {
 		seq := meta.Sequence.Stream
 		if seq > to {
 			return errHeadersDone

@@ -28,6 +28,17 @@ type SubjectState struct {
 // that does not include its last message, or the reverse; the list is a
 // view for people, not a position to read from.
 func Subjects(ctx context.Context, js jetstream.JetStream, stream, filter string) ([]SubjectState, error) {
+	return SubjectsSince(ctx, js, stream, filter, nil)
+}
+
+// SubjectsSince lists the subjects as Subjects does, and takes the last
+// message of a subject from before (a list Subjects or SubjectsSince
+// returned) while the stream counts as many messages of it as before:
+// the server loads the last message of the subjects that moved only, not
+// of every subject. A subject whose messages were removed and as many
+// stored since keeps the last it had before; the list is a view for
+// people.
+func SubjectsSince(ctx context.Context, js jetstream.JetStream, stream, filter string, before []SubjectState) ([]SubjectState, error) {
 	st, err := js.Stream(ctx, stream)
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: %w", stream, err)
@@ -39,14 +50,31 @@ func Subjects(ctx context.Context, js jetstream.JetStream, stream, filter string
 	if len(info.State.Subjects) == 0 {
 		return nil, nil
 	}
+	prev := make(map[string]SubjectState, len(before))
+	for _, b := range before {
+		prev[b.Subject] = b
+	}
 	byName := make(map[string]int, len(info.State.Subjects))
 	out := make([]SubjectState, 0, len(info.State.Subjects))
+	var moved []string
 	for subj, n := range info.State.Subjects {
 		byName[subj] = len(out)
+		if p, ok := prev[subj]; ok && p.Messages == n && p.Last != 0 {
+			out = append(out, p)
+			continue
+		}
 		out = append(out, SubjectState{Subject: subj, Messages: n})
+		moved = append(moved, subj)
+	}
+	if len(moved) == 0 {
+		return out, nil
+	}
+	filters := moved
+	if len(moved) > maxSubjectFilters {
+		filters = []string{filter}
 	}
 	err = readHeaders(ctx, js, stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{filter},
+		FilterSubjects: filters,
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
 	}, func(m jetstream.Msg, meta *jetstream.MsgMetadata) error {
 		i, ok := byName[m.Subject()]
@@ -65,3 +93,7 @@ func Subjects(ctx context.Context, js jetstream.JetStream, stream, filter string
 	}
 	return out, nil
 }
+
+// maxSubjectFilters is how many subjects that moved SubjectsSince names
+// to the consumer; past it, the filter: every subject's last is loaded.
+const maxSubjectFilters = 64

@@ -41,3 +41,41 @@ func TestSubjects(t *testing.T) {
 		"t.c": {Subject: "t.c", Messages: 1, Last: 4, LastSize: 1},
 	}, byName)
 }
+
+// TestSubjectsSince: a list taken again from one before has the same
+// lasts as a list taken afresh, for the subjects that moved, the new
+// ones and the others.
+func TestSubjectsSince(t *testing.T) {
+	js := natstest.JetStream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}})
+	require.NoError(t, err)
+	publish := func(subj, data string) {
+		_, err := js.Publish(ctx, subj, []byte(data))
+		require.NoError(t, err)
+	}
+	publish("t.a", "1")
+	publish("t.b", "22")
+	publish("t.c", "333")
+	before, err := bus.Subjects(ctx, js, "T", "t.>")
+	require.NoError(t, err)
+	publish("t.b", "4444")
+	publish("t.d", "55555")
+	byName := func(l []bus.SubjectState) map[string]bus.SubjectState {
+		out := map[string]bus.SubjectState{}
+		for _, s := range l {
+			out[s.Subject] = s
+		}
+		return out
+	}
+	got, err := bus.SubjectsSince(ctx, js, "T", "t.>", before)
+	require.NoError(t, err)
+	fresh, err := bus.Subjects(ctx, js, "T", "t.>")
+	require.NoError(t, err)
+	require.Equal(t, byName(fresh), byName(got))
+	require.Equal(t, bus.SubjectState{Subject: "t.b", Messages: 2, Last: 4, LastSize: 4}, byName(got)["t.b"])
+	again, err := bus.SubjectsSince(ctx, js, "T", "t.>", got)
+	require.NoError(t, err)
+	require.Equal(t, byName(fresh), byName(again), "nothing moved")
+}

@@ -21,7 +21,7 @@
 //	/ui/sessions/ID?at=SEQ          the same, as it was at stream sequence SEQ
 //	/ui/sessions/ID?after=SEQ       what a followed page lacks: the records after SEQ, fates, summary
 //	/ui/sessions/ID?format=json     the view as JSON, as ctxd inspect --json prints it
-//	/ui/sessions/ID/events          server-sent events: the session's last applied seq
+//	/ui/sessions/ID/events          server-sent events: the session's last record's seq
 //	/ui/sessions/ID/records/SEQ     a stored record, raw
 //	/ui/sessions/ID/images/SEQ/N    a thumbnail of the record's N-th image
 //	/ui/rejected                    the records the projections skipped
@@ -65,6 +65,21 @@
 // of a record), and links to the others' raw records. The JSON of a view
 // is bounded the same way. So the bytes a view reads are bounded whatever the session
 // holds.
+//
+// The server loads each record whole from its store to send its headers,
+// so listing a session of screenshots costs the server what the session
+// holds. Hence the views read at most Options.ReadRate bytes a second
+// together (DefaultReadRate, 32 MiB/s): records read and records listed,
+// each counted once read, the next read waiting until they are paid for
+// (the first ReadBytes at once). The first view of a session of 280 MB
+// takes about 9 s; the service's replies to others keep their latency.
+// A session's listing is held (16 sessions, MaxRecords rows at most): a
+// later view lists only the records stored since (or, after a listing
+// cut short, on from where it stopped), and a view as of an earlier
+// sequence lists nothing. The event streams find a session's
+// last record from the headers of its last message, then of those after
+// it, and ask the service for no summary; the sessions list asks for a
+// session's summary again only once the session moved.
 //
 // Options.MaxLoads views load at once, and one past them is answered 503
 // at once; of those, one at a time reads records, so that views never

@@ -29,9 +29,13 @@ import (
 type Source interface {
 	Reader
 	// Sizes calls fn for each stored record of the session with a
-	// stream sequence up to to, in order, with its size in bytes,
-	// without reading the record; to is math.MaxUint64 for all.
-	Sizes(ctx context.Context, session string, to uint64, fn func(seq uint64, size int) error) error
+	// stream sequence from from up to to, in order, with its size in
+	// bytes, without reading the record; from 1 to math.MaxUint64 for
+	// all.
+	Sizes(ctx context.Context, session string, from, to uint64, fn func(seq uint64, size int) error) error
+	// Last returns the stream sequence of the session's last stored
+	// record, 0 when it has none, without reading the others.
+	Last(ctx context.Context, session string) (uint64, error)
 	// Sessions lists the sessions with records.
 	Sessions(ctx context.Context) ([]SessionRef, error)
 	// Summary sizes a session's context as the service holds it now.
@@ -107,6 +111,15 @@ type Options struct {
 	// Poll is how often a followed session is checked for new records;
 	// 0 means 500ms.
 	Poll time.Duration
+	// ReadRate bounds the bytes a second that the views read from the
+	// stream together: records, raw records and thumbnails, and the
+	// records the server loads to send the headers that list their
+	// sizes. A read past it waits; the first ReadBytes are read at once.
+	// The stream's server and the service share the machine with the
+	// views, and a view of a session of screenshots would otherwise load
+	// hundreds of MiB as fast as the server can. 0 means
+	// DefaultReadRate; below 0, no bound.
+	ReadRate int
 	// Thumbnails bounds the thumbnails made at once: each decodes a
 	// whole record and image, several MiB for a screenshot, so a page of
 	// them must not take every core and much memory at once; 0 means 2.
@@ -130,12 +143,14 @@ type Handler struct {
 	loads  chan struct{} // a slot per view loading a session
 	reads  chan struct{} // the one slot of the view reading records
 
-	mu      sync.Mutex
-	flights map[viewKey]*flight   // latest pages being loaded
-	pages   []cachedPage          // latest pages loaded, oldest first
-	sums    map[string]*summaryAt // by session, for the event streams
-	closed  chan struct{}
-	once    sync.Once
+	mu       sync.Mutex
+	flights  map[viewKey]*flight // latest pages being loaded
+	pages    []cachedPage        // latest pages loaded, oldest first
+	lasts    map[string]*lastAt  // by session, for the event streams
+	listings []listing           // sessions' records listed, oldest first
+	sums     map[string]Summary  // by session, for the sessions list
+	closed   chan struct{}
+	once     sync.Once
 }
 
 // New returns the inspector's handler over src.
@@ -176,7 +191,13 @@ func New(src Source, opt Options) *Handler {
 	if opt.Thumbnails <= 0 {
 		opt.Thumbnails = 2
 	}
-	h := &Handler{src: src, opt: opt, mux: http.NewServeMux(), closed: make(chan struct{}), thumbs: make(chan struct{}, opt.Thumbnails), loads: make(chan struct{}, opt.MaxLoads), reads: make(chan struct{}, 1), flights: map[viewKey]*flight{}, sums: map[string]*summaryAt{}}
+	if opt.ReadRate == 0 {
+		opt.ReadRate = DefaultReadRate
+	}
+	if opt.ReadRate > 0 {
+		src = paced{Source: src, p: newPacer(opt.ReadRate, opt.ReadBytes)}
+	}
+	h := &Handler{src: src, opt: opt, mux: http.NewServeMux(), closed: make(chan struct{}), thumbs: make(chan struct{}, opt.Thumbnails), loads: make(chan struct{}, opt.MaxLoads), reads: make(chan struct{}, 1), flights: map[viewKey]*flight{}, lasts: map[string]*lastAt{}, sums: map[string]Summary{}}
 	h.tmpl = parseTemplates(opt.Prefix)
 	p := opt.Prefix
 	h.mux.HandleFunc("GET "+p+"{$}", h.sessions)
@@ -343,7 +364,7 @@ func (h *Handler) sessions(w http.ResponseWriter, r *http.Request) {
 	rows := make([]sessionRow, 0, to-from)
 	for _, ref := range shown[from:to] {
 		row := sessionRow{SessionRef: ref, Rejected: rejected[ref.ID]}
-		if row.Summary, err = h.src.Summary(ctx, ref.ID); err != nil {
+		if row.Summary, err = h.summary(ctx, ref); err != nil {
 			row.Err = err.Error()
 		}
 		rows = append(rows, row)
@@ -357,6 +378,35 @@ func (h *Handler) sessions(w http.ResponseWriter, r *http.Request) {
 	}
 	h.render(w, r, "sessions", data)
 }
+
+// summary returns a session's summary for the sessions list: the one
+// the service gave before when it covers the session's last record, else
+// a new one. A summary sizes the whole context, hundreds of MiB for a
+// session of screenshots, so a list loaded again asks again only for the
+// sessions that moved.
+func (h *Handler) summary(ctx context.Context, ref SessionRef) (Summary, error) {
+	h.mu.Lock()
+	s, ok := h.sums[ref.ID]
+	h.mu.Unlock()
+	if ok && s.Seq == ref.LastSeq {
+		return s, nil
+	}
+	s, err := h.src.Summary(ctx, ref.ID)
+	if err != nil || s.Seq != ref.LastSeq {
+		return s, err // not applied that far yet: asked again next time
+	}
+	h.mu.Lock()
+	if len(h.sums) >= maxSummaries {
+		clear(h.sums) // sessions no longer listed
+	}
+	h.sums[ref.ID] = s
+	h.mu.Unlock()
+	return s, nil
+}
+
+// maxSummaries bounds the summaries held for the sessions list, a few
+// dozen bytes each.
+const maxSummaries = 4096
 
 func pageURL(q string, page int) string {
 	v := url.Values{}
@@ -502,24 +552,45 @@ func (h *Handler) view(ctx context.Context, id string, at uint64) (*View, error)
 	if to == 0 {
 		to = math.MaxUint64
 	}
-	var rows []Row
+	// The records listed before are not listed again: a session's stored
+	// records only grow, and a view of it as it is now lists only those
+	// stored since.
+	known, from := h.listed(id, to)
+	rows := make([]Row, len(known), len(known)+1)
 	total := 0
-	err := h.src.Sizes(ctx, id, to, func(seq uint64, size int) error {
-		if len(rows) == h.opt.MaxRecords {
-			return fmt.Errorf("%w: session %s has more than the %d records a view lists; read it whole with ctxd inspect %s, or its context with ctxd context %s",
-				ErrTooLong, id, h.opt.MaxRecords, id, id)
+	for i, k := range known {
+		rows[i].Seq, rows[i].Size = k.seq, k.size
+		total += k.size
+	}
+	if len(rows) > h.opt.MaxRecords {
+		return nil, h.tooLong(id)
+	}
+	if from <= to {
+		err := h.src.Sizes(ctx, id, from, to, func(seq uint64, size int) error {
+			if len(rows) == h.opt.MaxRecords {
+				return h.tooLong(id)
+			}
+			row := Row{Size: size}
+			row.Seq = seq
+			rows = append(rows, row)
+			total += size
+			return nil
+		})
+		if err != nil {
+			// Those listed are every record up to the last of them: the
+			// next view lists on from there, however long the session
+			// takes to list.
+			if len(rows) > len(known) {
+				h.keepListed(id, rows)
+			}
+			return nil, fmt.Errorf("read session %s: %w", id, err)
 		}
-		row := Row{Size: size}
-		row.Seq = seq
-		rows = append(rows, row)
-		total += size
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read session %s: %w", id, err)
 	}
 	if len(rows) == 0 {
 		return nil, fmt.Errorf("session %s: %w", id, ErrNoSession)
+	}
+	if to == math.MaxUint64 || len(rows) > len(known) {
+		h.keepListed(id, rows)
 	}
 	last := rows[len(rows)-1].Seq
 	if total <= h.opt.ReadBytes {
@@ -542,6 +613,84 @@ func (h *Handler) view(ctx context.Context, id string, at uint64) (*View, error)
 		v.Rows[i].Rule = "not explained: the session holds more than a view reads"
 	}
 	return v, nil
+}
+
+func (h *Handler) tooLong(id string) error {
+	return fmt.Errorf("%w: session %s has more than the %d records a view lists; read it whole with ctxd inspect %s, or its context with ctxd context %s",
+		ErrTooLong, id, h.opt.MaxRecords, id, id)
+}
+
+// sized is a record listed by sequence and size.
+type sized struct {
+	seq  uint64
+	size int
+}
+
+// listing is a session's records as listed last: every one up to the
+// last's sequence.
+type listing struct {
+	session string
+	rows    []sized
+}
+
+// listedSessions bounds the listings held, MaxRecords rows of 16 bytes at
+// most each.
+const listedSessions = 16
+
+// listed returns the records of the session listed before, up to to, and
+// the sequence to list from for the rest.
+func (h *Handler) listed(id string, to uint64) ([]sized, uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, l := range h.listings {
+		if l.session != id {
+			continue
+		}
+		n, _ := slices.BinarySearchFunc(l.rows, to, func(r sized, to uint64) int {
+			if r.seq <= to {
+				return -1
+			}
+			return 1
+		})
+		from := l.rows[len(l.rows)-1].seq + 1
+		if n < len(l.rows) {
+			from = to + 1 // the records up to to are all listed
+		}
+		return l.rows[:n:n], from
+	}
+	return nil, 1
+}
+
+// keepListed holds the records a view listed, for the next view of the
+// session to list only those after them.
+func (h *Handler) keepListed(id string, rows []Row) {
+	out := make([]sized, len(rows))
+	for i, r := range rows {
+		out[i] = sized{seq: r.Seq, size: r.Size}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i, l := range h.listings {
+		if l.session == id {
+			if l.rows[len(l.rows)-1].seq > out[len(out)-1].seq {
+				return // a longer one was kept meanwhile
+			}
+			h.listings = slices.Delete(h.listings, i, i+1)
+			break
+		}
+	}
+	if len(h.listings) == listedSessions {
+		h.listings = h.listings[1:]
+	}
+	h.listings = append(h.listings, listing{session: id, rows: out})
+}
+
+// forgetListed drops a session's listing: a read of it failed, and a
+// record listed may be gone (purged); the next view lists it afresh.
+func (h *Handler) forgetListed(id string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.listings = slices.DeleteFunc(h.listings, func(l listing) bool { return l.session == id })
 }
 
 // reading waits for the one slot of the view reading records, so that
@@ -604,9 +753,11 @@ func (h *Handler) fill(ctx context.Context, session string, shown []Row) error {
 		}
 		subj, data, err := h.src.Record(ctx, row.Seq)
 		if err != nil {
+			h.forgetListed(session)
 			return fmt.Errorf("read session %s: %w", session, err)
 		}
 		if sid, _, err := subject.SessionOfStored(subj); err != nil || sid != session {
+			h.forgetListed(session)
 			return fmt.Errorf("session %s: seq %d is a record of %s", session, row.Seq, subj)
 		}
 		left -= len(data)
@@ -888,8 +1039,9 @@ func (h *Handler) followUpdate(w http.ResponseWriter, r *http.Request, pv *pageV
 }
 
 // events streams a session's progress as server-sent events: an event
-// "seq" with the session's last applied stream sequence, at once and
-// whenever it moves.
+// "seq" with the stream sequence of the session's last record, at once
+// and whenever it moves. It reads no record: the last is found from the
+// headers of the session's last message, then of those after it.
 func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 	id, ok := h.sessionOf(w, r)
 	if !ok {
@@ -913,10 +1065,10 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 	for {
 		if a := h.src.Applied(); first || a != applied {
 			applied = a
-			s, err := h.summary(r.Context(), id, a)
-			if err == nil && (first || s.Seq != sent) {
-				sent = s.Seq
-				fmt.Fprintf(w, "event: seq\ndata: %d\n\n", s.Seq)
+			seq, err := h.last(r.Context(), id, a)
+			if err == nil && seq != 0 && (first || seq != sent) {
+				sent = seq
+				fmt.Fprintf(w, "event: seq\ndata: %d\n\n", seq)
 				flusher.Flush()
 				idle = 0
 			}
@@ -937,42 +1089,60 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// summaryAt is a session's summary asked for once the service had
+// lastAt is a session's last record as found once the service had
 // applied up to applied, shared by the event streams following it.
-type summaryAt struct {
+type lastAt struct {
 	applied uint64
 	done    chan struct{}
-	s       Summary
+	seq     uint64
 	err     error
 }
 
-// summary returns the session's summary once the service applied up to
-// applied: each is asked of the service once, for every page following
-// the session, since a large session that the service does not hold is
-// read from the stream to answer it.
-func (h *Handler) summary(ctx context.Context, id string, applied uint64) (Summary, error) {
+// last returns the stream sequence of the session's last record once
+// the service applied up to applied: found once for every page following
+// the session, from the headers of the records after the last found
+// before, so that following a session reads only what is new.
+func (h *Handler) last(ctx context.Context, id string, applied uint64) (uint64, error) {
 	h.mu.Lock()
-	f := h.sums[id]
+	f := h.lasts[id]
 	if f == nil || f.applied != applied {
-		if len(h.sums) >= 1024 {
-			clear(h.sums) // sessions no longer followed
+		var prev *lastAt
+		if f != nil {
+			select {
+			case <-f.done:
+				if f.err == nil {
+					prev = f
+				}
+			default:
+			}
 		}
-		f = &summaryAt{applied: applied, done: make(chan struct{})}
-		h.sums[id] = f
+		if len(h.lasts) >= 1024 {
+			clear(h.lasts) // sessions no longer followed
+		}
+		f = &lastAt{applied: applied, done: make(chan struct{})}
+		h.lasts[id] = f
 		h.mu.Unlock()
 		// Others wait for it: it goes on if this stream ends.
 		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		f.s, f.err = h.src.Summary(c, id)
+		if prev != nil && prev.seq != 0 {
+			f.seq = prev.seq
+			f.err = h.src.Sizes(c, id, prev.seq+1, math.MaxUint64, func(seq uint64, _ int) error {
+				f.seq = seq
+				return nil
+			})
+		} else {
+			f.seq, f.err = h.src.Last(c, id)
+		}
 		cancel()
 		close(f.done)
-		return f.s, f.err
+		return f.seq, f.err
 	}
 	h.mu.Unlock()
 	select {
 	case <-f.done:
-		return f.s, f.err
+		return f.seq, f.err
 	case <-ctx.Done():
-		return Summary{}, ctx.Err()
+		return 0, ctx.Err()
 	}
 }
 

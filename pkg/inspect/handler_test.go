@@ -463,8 +463,8 @@ type blocking struct {
 	release chan struct{}
 }
 
-func (b *blocking) Sizes(ctx context.Context, session string, to uint64, fn func(uint64, int) error) error {
-	err := b.Source.Sizes(ctx, session, to, fn)
+func (b *blocking) Sizes(ctx context.Context, session string, from, to uint64, fn func(uint64, int) error) error {
+	err := b.Source.Sizes(ctx, session, from, to, fn)
 	b.listing <- struct{}{}
 	return err
 }
@@ -568,21 +568,27 @@ func bigSeqSize(t testing.TB, in *instance, seq uint64) int {
 	return len(raw)
 }
 
-// counting is a Source that counts the summaries asked for.
+// counting is a Source that counts the lookups of a session's last
+// record.
 type counting struct {
 	inspect.Source
-	summaries atomic.Int64
+	lookups atomic.Int64
 }
 
-func (c *counting) Summary(ctx context.Context, session string) (inspect.Summary, error) {
-	c.summaries.Add(1)
-	return c.Source.Summary(ctx, session)
+func (c *counting) Last(ctx context.Context, session string) (uint64, error) {
+	c.lookups.Add(1)
+	return c.Source.Last(ctx, session)
 }
 
-// TestHandler_EventsShareSummaries: the pages following a session ask
-// the service for its summary once per record applied between them, not
-// once each.
-func TestHandler_EventsShareSummaries(t *testing.T) {
+func (c *counting) Sizes(ctx context.Context, session string, from, to uint64, fn func(uint64, int) error) error {
+	c.lookups.Add(1)
+	return c.Source.Sizes(ctx, session, from, to, fn)
+}
+
+// TestHandler_EventsShareLookups: the pages following a session look
+// for its last record once per record applied between them, not once
+// each.
+func TestHandler_EventsShareLookups(t *testing.T) {
 	in := startInstance(t, inspect.Options{})
 	in.publish("transcripts.live", m("role", "user", "content", "one"))
 	src := &counting{Source: in.app.InspectSource()}
@@ -615,7 +621,7 @@ func TestHandler_EventsShareSummaries(t *testing.T) {
 	for range viewers {
 		require.Equal(t, fmt.Sprint(seq), <-events)
 	}
-	require.LessOrEqual(t, src.summaries.Load(), int64(2), "one summary per record applied, for every viewer")
+	require.LessOrEqual(t, src.lookups.Load(), int64(2), "one lookup per record applied, for every viewer")
 }
 
 // metered is a Source that counts the bytes of records it hands on.
@@ -752,4 +758,108 @@ func TestHandler_ViewRecordsBounded(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
+}
+
+// listCounting is a Source that counts the records it lists and the
+// summaries asked for.
+type listCounting struct {
+	inspect.Source
+	listed, summaries atomic.Int64
+}
+
+func (s *listCounting) Sizes(ctx context.Context, session string, from, to uint64, fn func(uint64, int) error) error {
+	return s.Source.Sizes(ctx, session, from, to, func(seq uint64, size int) error {
+		s.listed.Add(1)
+		return fn(seq, size)
+	})
+}
+
+func (s *listCounting) Summary(ctx context.Context, session string) (inspect.Summary, error) {
+	s.summaries.Add(1)
+	return s.Source.Summary(ctx, session)
+}
+
+// TestHandler_FollowListsWhatIsNew: a session larger than a view reads
+// is listed once; after another record, its page lists that record only,
+// and the pages following it ask the service for no summary (a session
+// the service does not hold would be read whole for it).
+func TestHandler_FollowListsWhatIsNew(t *testing.T) {
+	in := startInstance(t, inspect.Options{})
+	const records, size = 12, 1 << 20
+	raw := make([]byte, size*3/4)
+	big := func(i int) any {
+		return m("role", "toolResult", "toolCallId", fmt.Sprint("b", i),
+			"content", []any{m("type", "image", "data", base64.StdEncoding.EncodeToString(raw), "mimeType", "image/png")})
+	}
+	for i := range records {
+		in.publish("transcripts.big", big(i))
+	}
+	src := &listCounting{Source: in.app.InspectSource()}
+	ui := inspect.New(src, inspect.Options{Config: in.app.InspectConfig(), Poll: 10 * time.Millisecond})
+	srv := httptest.NewServer(ui)
+	t.Cleanup(func() { ui.Close(); srv.Close() })
+	get := func(path string) int {
+		resp, err := http.Get(srv.URL + path)
+		require.NoError(t, err)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, http.StatusOK, get("/ui/sessions/big"))
+	require.Equal(t, int64(records), src.listed.Load())
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", srv.URL+"/ui/sessions/big/events", nil)
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	events := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+				events <- d
+			}
+		}
+		close(events)
+	}()
+	<-events
+	seq := in.publish("transcripts.big", m("role", "user", "content", "one more"))
+	require.Equal(t, fmt.Sprint(seq), <-events)
+	require.Equal(t, http.StatusOK, get(fmt.Sprintf("/ui/sessions/big?after=%d", seq-1)))
+	require.Zero(t, src.summaries.Load(), "no summary of the session asked for")
+	// The new record's headers, once for the events and once for the page.
+	require.Equal(t, int64(records+2), src.listed.Load(), "the page after lists the new record only")
+}
+
+// TestHandler_SessionsListSummarizesOnce: the sessions list asks the
+// service for a session's summary once per record it stored, not once
+// per list: a summary of a session of screenshots sizes hundreds of MiB
+// of context.
+func TestHandler_SessionsListSummarizesOnce(t *testing.T) {
+	in := startInstance(t, inspect.Options{})
+	in.publish("transcripts.one", m("role", "user", "content", "one"))
+	in.publish("transcripts.two", m("role", "user", "content", "two"))
+	src := &listCounting{Source: in.app.InspectSource()}
+	ui := inspect.New(src, inspect.Options{Config: in.app.InspectConfig()})
+	srv := httptest.NewServer(ui)
+	t.Cleanup(func() { ui.Close(); srv.Close() })
+	list := func() string {
+		resp, err := http.Get(srv.URL + "/ui/")
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return string(b)
+	}
+	first := list()
+	require.Equal(t, int64(2), src.summaries.Load())
+	require.Equal(t, first, list(), "the same list")
+	require.Equal(t, int64(2), src.summaries.Load(), "no summary asked again")
+	in.publish("transcripts.two", m("role", "assistant", "content", "three"))
+	require.Contains(t, list(), "two")
+	require.Equal(t, int64(3), src.summaries.Load(), "the session that moved only")
 }
