@@ -64,9 +64,6 @@ func Snapshots() (jetstream.StreamConfig, error) {
 	return cfg, load(SnapshotsFile, &cfg)
 }
 
-// Raw returns a definition file's bytes.
-func Raw(name string) ([]byte, error) { return files.ReadFile(name) }
-
 func load(name string, v any) error {
 	data, err := files.ReadFile(name)
 	if err != nil {

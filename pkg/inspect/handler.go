@@ -198,7 +198,7 @@ func New(src Source, opt Options) *Handler {
 		src = paced{Source: src, p: newPacer(opt.ReadRate, opt.ReadBytes)}
 	}
 	h := &Handler{src: src, opt: opt, mux: http.NewServeMux(), closed: make(chan struct{}), thumbs: make(chan struct{}, opt.Thumbnails), loads: make(chan struct{}, opt.MaxLoads), reads: make(chan struct{}, 1), flights: map[viewKey]*flight{}, lasts: map[string]*lastAt{}, sums: map[string]Summary{}}
-	h.tmpl = parseTemplates(opt.Prefix)
+	h.tmpl = parseTemplates()
 	p := opt.Prefix
 	h.mux.HandleFunc("GET "+p+"{$}", h.sessions)
 	h.mux.HandleFunc("GET "+p+"sessions/{id}", h.session)
@@ -1313,7 +1313,7 @@ func (h *Handler) rawRejected(w http.ResponseWriter, r *http.Request) {
 	serveRaw(w, r.PathValue("seq"), data)
 }
 
-func parseTemplates(prefix string) map[string]*template.Template {
+func parseTemplates() map[string]*template.Template {
 	funcs := template.FuncMap{
 		"path": url.PathEscape,
 		"kib": func(n int) string {
@@ -1329,6 +1329,5 @@ func parseTemplates(prefix string) map[string]*template.Template {
 		out[name] = template.Must(template.New(name).Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/"+name+".html"))
 	}
 	out["follow"] = out["session"]
-	_ = prefix
 	return out
 }

@@ -113,18 +113,6 @@ func (s *Service) closeRoutes() {
 	}
 }
 
-// Routed lists the partitions whose endpoint the service serves now.
-func (s *Service) Routed() []int {
-	rt := &s.routes
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	out := make([]int, 0, len(rt.subs))
-	for k := range rt.subs {
-		out = append(out, k)
-	}
-	return out
-}
-
 // handlePartition answers a request on ctxd.p.<k>.<session>.
 func (s *Service) handlePartition(m *nats.Msg) {
 	if !s.replyAllowed(m.Subject, m.Reply) {

@@ -17,7 +17,7 @@ import (
 // last, in order, and applies them; one not loaded only notes last, so
 // its load reads up to it. Either way, a View after Catch shows the
 // session with every one of its records up to last, or later ones,
-// unless the store forgot the session in between (past MaxKnown): ViewAt
+// unless the store forgot the session in between (past MaxKnown): ViewAtChecked
 // does both, and catches up again then.
 //
 // The records are read with the session's lock held: readers of the
@@ -113,16 +113,13 @@ func (s *Store) caught(sl *slot, seq uint64, data []byte) {
 	s.applyLoaded(sl, seq, v, n, resets)
 }
 
-// ViewAt calls fn with the session's projection once it holds every
-// record of the session up to last (see Catch), and checks that under
-// the session's lock: a session the store forgot between Catch and View
-// loads again, without last, and is caught up again.
-func (s *Store) ViewAt(ctx context.Context, session string, last uint64, fn func(p *projection.Session)) error {
-	return s.ViewAtChecked(ctx, session, last, nil, fn)
-}
-
-// ViewAtChecked is ViewAt for a store whose stream may lose records (an
-// operator's purge or deletion) before the store is told (Forget). After
+// ViewAtChecked calls fn with the session's projection once it holds
+// every record of the session up to last (see Catch), and checks that
+// under the session's lock: a session the store forgot between Catch and
+// View loads again, without last, and is caught up again. A nil check
+// is for a stream that never loses records. For a store whose stream may
+// lose records (an operator's purge or deletion) before the store is
+// told (Forget), after
 // each catch-up it calls check, without the session's lock and before
 // the view, with read set when the view is to rest on reads of the
 // stream made now: when Catch read records of the session, which the
@@ -167,6 +164,6 @@ func (s *Store) ViewAtChecked(ctx context.Context, session string, last uint64, 
 	}
 }
 
-// ErrBehind is returned by ViewAt when the session's projection does not
+// ErrBehind is returned by ViewAtChecked when the session's projection does not
 // reach the record it was asked to.
 var ErrBehind = errors.New("projection does not reach the session's record")

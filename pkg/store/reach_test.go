@@ -14,7 +14,7 @@ import (
 )
 
 // A store that no ingest feeds, brought up to each session's last record
-// before every view (ViewAt), as an instance that does not hold the
+// before every view (ViewAtChecked), as an instance that does not hold the
 // ingest answers: every view equals Build over the session's records up
 // to its seq, which is at least the record asked for, whatever was
 // published, evicted or forgotten in between.
@@ -54,7 +54,7 @@ func TestStore_Catch(t *testing.T) {
 					want, _ := m.want(t)
 					var got string
 					var seq uint64
-					require.NoError(t, st.ViewAt(context.Background(), s, last, func(p *projection.Session) {
+					require.NoError(t, st.ViewAtChecked(context.Background(), s, last, nil, func(p *projection.Session) {
 						got = "[]"
 						if p != nil {
 							got, seq = string(p.AppendJSON(nil)), p.Seq()
@@ -69,7 +69,7 @@ func TestStore_Catch(t *testing.T) {
 	}
 }
 
-// ViewAt of one session from many goroutines, while records are
+// ViewAtChecked of one session from many goroutines, while records are
 // published: each view is Build over the records up to its seq.
 func TestStore_CatchConcurrent(t *testing.T) {
 	l := newFakeLoader()
@@ -100,7 +100,7 @@ func TestStore_CatchConcurrent(t *testing.T) {
 				last := recs[len(recs)-1].seq
 				var seq uint64
 				var js string
-				err := st.ViewAt(context.Background(), "s", last, func(p *projection.Session) {
+				err := st.ViewAtChecked(context.Background(), "s", last, nil, func(p *projection.Session) {
 					seq, js = p.Seq(), string(p.AppendJSON(nil))
 				})
 				if err != nil {
