@@ -60,6 +60,9 @@ type State struct {
 	thinking [][2]int32   // Anthropic: the thinking blocks, in order
 	cps      []checkpoint
 	start    int // the first neutral message rendered anew
+	// index finds calls by id, for the next rendering (callIndex); nil
+	// until a rendering from a checkpoint makes it.
+	index *callIndex
 
 	// mp is set for a msgpack rendering (RenderMsgpack): body holds the
 	// body's members as msgpack map entries, whose messages array header
@@ -246,6 +249,9 @@ func (s *State) Size() int {
 			n += len(c.wire)
 		}
 	}
+	if s.index != nil {
+		n += len(s.calls) * indexSize
+	}
 	for _, c := range s.report.Changes {
 		n += len(c.To) + len(c.Reason)
 	}
@@ -256,6 +262,7 @@ const (
 	checkpointSize = 14*8 + 16
 	changeSize     = 8*5 + 16*4
 	callSize       = 16*2 + 8
+	indexSize      = 2 * (16 + 24 + 8 + 16) // a call in both maps of callIndex
 )
 
 // RenderJSON appends the body's members (Body) of the rendering of
@@ -308,11 +315,15 @@ func renderFrom(dst []byte, prev *State, f Format, messages []any, opt Options, 
 		st.start = from.at
 		st.fields = prev.fields
 		ncalls := sort.Search(len(prev.calls), func(i int) bool { return prev.calls[i].src >= from.at })
-		for _, c := range prev.calls[:ncalls] {
-			p.ids.seen[c.id]++
-			p.ids.taken[c.wire] = true
-		}
 		st.calls = grow(prev.calls, ncalls, inPlace)
+		// The index of prev's calls goes on with this rendering's when
+		// it may be written (see callIndex), and is made anew otherwise.
+		if inPlace && prev.index != nil {
+			st.index = prev.index
+		} else {
+			st.index = indexCalls(st.calls)
+		}
+		p.ids.base, p.ids.kept = st.index, st.calls[:ncalls:ncalls]
 		nch := sort.Search(len(prev.report.Changes), func(i int) bool { return prev.report.Changes[i].Message >= from.at })
 		st.report.Changes = grow(prev.report.Changes, nch, inPlace)
 		st.cps = grow(prev.cps, keep, inPlace)
@@ -346,6 +357,9 @@ func renderFrom(dst []byte, prev *State, f Format, messages []any, opt Options, 
 		}
 		p.bad[c.src+1]++ // calls before S not answered before S: S in c.src+1 .. end
 		p.bad[end+1]--
+	}
+	if st.index != nil {
+		st.index.add(st.calls, len(p.ids.kept))
 	}
 	p.layout()
 
