@@ -1,8 +1,10 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -264,38 +266,165 @@ func percentiles(d []time.Duration) (p50, p99 time.Duration) {
 	return s[len(s)*50/100], s[min(len(s)-1, len(s)*99/100)]
 }
 
-// BenchmarkRenderTurn is the rendering alone of a JSON reply after a new
-// record, per format: the session of BenchmarkFetchFormats grows by a user
-// message, and the reply is rendered from the state kept with the one
-// before ("neutral": the neutral reply, for comparison).
+// BenchmarkRenderTurn is the rendering alone of a reply after a new
+// record, per format, as JSON and as msgpack: the session of
+// BenchmarkFetchFormats grows by a user message, and the reply is
+// rendered from the state kept with the one before, in the buffer of a
+// reply no longer kept, as the service does ("neutral": the neutral
+// reply, for comparison).
 func BenchmarkRenderTurn(b *testing.B) {
 	for _, f := range render.Formats {
-		b.Run(string(f), func(b *testing.B) {
-			p := projection.New(projection.Options{})
-			recs := workload.New(1, workload.Default.WithScreenshots(200<<10, 200)).Records(200)
-			for i, r := range recs {
-				p.Apply(uint64(i+1), r)
+		for _, asMsgpack := range []bool{false, true} {
+			name := string(f) + "/json"
+			if asMsgpack {
+				name = string(f) + "/msgpack"
 			}
-			seq := uint64(len(recs))
-			g := workload.New(2, workload.Default)
-			c := &renderCache{max: DefaultRenderCacheBytes}
-			req := contextRequest{format: f}
-			size := 0
-			for b.Loop() {
-				seq++
-				p.Apply(seq, g.User())
-				var out []byte
-				if f == render.Neutral {
-					out = replyJSON("bench", p)
-				} else {
+			b.Run(name, func(b *testing.B) {
+				p := projection.New(projection.Options{})
+				recs := workload.New(1, workload.Default.WithScreenshots(200<<10, 200)).Records(200)
+				for i, r := range recs {
+					p.Apply(uint64(i+1), r)
+				}
+				seq := uint64(len(recs))
+				g := workload.New(2, workload.Default)
+				c := &renderCache{max: DefaultRenderCacheBytes}
+				req := contextRequest{format: f, msgpack: asMsgpack}
+				size := 0
+				var buf []byte
+				for b.Loop() {
+					seq++
+					p.Apply(seq, g.User())
+					var out []byte
 					var err error
-					if out, err = c.appendJSON(make([]byte, 0, sizeHint(size)), "bench", p, req, nil); err != nil {
+					switch {
+					case f == render.Neutral && asMsgpack:
+						out, err = appendReplyMsgpack(buf[:0], "bench", p)
+						buf = out
+					case f == render.Neutral:
+						out = replyJSON("bench", p)
+					case asMsgpack:
+						out, err = c.appendMsgpack(c.buffer(size), "bench", p, req, nil)
+					default:
+						out, err = c.appendJSON(c.buffer(size), "bench", p, req, nil)
+					}
+					if err != nil {
 						b.Fatal(err)
 					}
+					if f != render.Neutral {
+						c.sent("bench", out)
+					}
+					size = len(out)
 				}
-				size = len(out)
-			}
-			b.SetBytes(int64(size))
-		})
+				b.SetBytes(int64(size))
+			})
+		}
 	}
+}
+
+// BenchmarkRenderedTurn is a runtime's call every turn: one agent step
+// appended to a session of 1 000 messages with screenshots (workload's
+// Default), then the context fetched with min_seq at the step's last
+// record, as msgpack, in a provider format ("format"), beside the same
+// fetch of the neutral context ("neutral") and a bare request-reply
+// returning the rendered reply's bytes ("bare", a responder on a
+// connection of its own, as the service has), the three requests in
+// turn, which goes first rotating. It reports each one's p50 and p99 and
+// the ratios of the rendered turn to bare and to neutral (targets: p50 at
+// most 1.3x and p99 at most 1.5x of bare, p50 at most 1.2x of neutral).
+//
+//	go test ./pkg/server -run '^$' -bench RenderedTurn -benchtime 1000x
+func BenchmarkRenderedTurn(b *testing.B) {
+	for _, f := range render.Formats[1:] {
+		b.Run(string(f), func(b *testing.B) { benchmarkRenderedTurn(b, f) })
+	}
+}
+
+func benchmarkRenderedTurn(b *testing.B, f render.Format) {
+	url := natstest.Start(b)
+	p := projection.New(projection.Options{})
+	g := workload.New(1, workload.Default)
+	seq := uint64(0)
+	for _, r := range g.Session(1000) {
+		seq++
+		p.Apply(seq, r)
+	}
+	proj := &fakeProjections{view: viewOf(map[string]*projection.Session{"bench": p}),
+		wait: func(context.Context, uint64, time.Duration) error { return nil }}
+	svc := New(natstest.Connect(b, url), proj)
+	require.NoError(b, svc.Open())
+	b.Cleanup(func() { svc.Close() })
+	nc := natstest.Connect(b, url)
+
+	// The bare responder answers with the latest rendered reply.
+	var bare atomic.Pointer[[]byte]
+	rc := natstest.Connect(b, url)
+	sub, err := rc.Subscribe("bare.bench", func(m *nats.Msg) { m.Respond(*bare.Load()) })
+	require.NoError(b, err)
+	b.Cleanup(func() { sub.Unsubscribe() })
+	require.NoError(b, rc.Flush())
+
+	// A msgpack request body asks for a msgpack reply.
+	ask := func(format string) *nats.Msg {
+		m := record.NewMap("min_seq", seq)
+		if format != "" {
+			m.Set("format", format)
+		}
+		body, err := record.AppendMsgpack(nil, m)
+		require.NoError(b, err)
+		return &nats.Msg{Subject: "ctxd.context.bench", Data: body}
+	}
+	var sizes [3]int
+	fetch := func(k int) time.Duration {
+		m := []*nats.Msg{ask(string(f)), ask(""), {Subject: "bare.bench"}}[k]
+		start := time.Now()
+		reply, err := nc.RequestMsg(m, 10*time.Second)
+		d := time.Since(start)
+		if err != nil || reply.Header.Get("Nats-Service-Error-Code") != "" {
+			b.Fatalf("%s: %v %v", f, err, reply.Header)
+		}
+		sizes[k] = len(reply.Data)
+		if k == 0 {
+			bare.Store(&reply.Data)
+		}
+		return d
+	}
+	step := func() {
+		// No request is in flight: the service is done with p.
+		for _, r := range g.Next() {
+			seq++
+			p.Apply(seq, r)
+		}
+	}
+	for range 20 { // untimed
+		step()
+		for k := range 3 {
+			fetch(k)
+		}
+	}
+	require.Equal(b, sizes[0], sizes[2])
+
+	var lat [3][]time.Duration
+	b.ResetTimer()
+	for n := 0; n < b.N; n++ {
+		step() // both fetches after it see the new step first
+		for k := range 3 {
+			i := (k + n) % 3
+			lat[i] = append(lat[i], fetch(i))
+		}
+	}
+	b.StopTimer()
+	names := []string{"format", "neutral", "bare"}
+	var p50, p99 [3]time.Duration
+	for k := range 3 {
+		p50[k], p99[k] = percentiles(lat[k])
+		b.ReportMetric(float64(p50[k])/1e3, names[k]+"-p50-µs")
+		b.ReportMetric(float64(p99[k])/1e3, names[k]+"-p99-µs")
+	}
+	b.ReportMetric(float64(p50[0])/float64(p50[2]), "p50/bare")
+	b.ReportMetric(float64(p99[0])/float64(p99[2]), "p99/bare")
+	b.ReportMetric(float64(p50[0])/float64(p50[1]), "p50/neutral")
+	b.Logf("%s turn, %d-byte reply (neutral %d): format p50 %.0f p99 %.0f µs; neutral p50 %.0f p99 %.0f µs; bare p50 %.0f p99 %.0f µs; format/bare p50 %.2f p99 %.2f; format/neutral p50 %.2f",
+		f, sizes[0], sizes[1], float64(p50[0])/1e3, float64(p99[0])/1e3, float64(p50[1])/1e3, float64(p99[1])/1e3,
+		float64(p50[2])/1e3, float64(p99[2])/1e3, float64(p50[0])/float64(p50[2]), float64(p99[0])/float64(p99[2]),
+		float64(p50[0])/float64(p50[1]))
 }

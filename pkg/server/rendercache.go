@@ -49,6 +49,60 @@ type cachedReply struct {
 	// copy: put of a reply already kept does nothing.
 	origin *byte
 	size   int // what the entry counts for: the reply and the state
+
+	// The reply's buffer is reused for another reply (see buffer) once
+	// nothing can read it: the entry is gone from the cache, the request
+	// that made it has sent it (sent), no rendering reads its state
+	// (users), and it was never handed to another request (handedOut:
+	// whose sending is not followed).
+	buf       []byte // the reply's buffer, whole
+	sent      bool
+	users     int
+	handedOut bool
+	gone      bool
+}
+
+// renderBuffers hold the buffers of rendered replies no longer kept: a
+// session's next reply is about as large as its last, and a new buffer
+// for every reply would be zeroed, and collected, each time.
+var renderBuffers sync.Pool
+
+// buffer returns an empty buffer for a reply likely close to prev bytes
+// (0: unknown): a buffer of a reply no longer kept when one fits it,
+// room for a turn's growth included, and is not so large that keep
+// would copy the reply out of it; else a new one of sizeHint(prev).
+func (c *renderCache) buffer(prev int) []byte {
+	want := sizeHint(prev)
+	if b, _ := renderBuffers.Get().(*[]byte); b != nil && prev > 0 && cap(*b) >= prev+prev/16+4096 && cap(*b) <= want+want/4 {
+		return (*b)[:0]
+	}
+	return make([]byte, 0, want)
+}
+
+// release hands r's buffer to the next reply once nothing reads it. The
+// caller holds c.mu.
+func (c *renderCache) release(r *cachedReply) {
+	if !r.gone || !r.sent || r.users > 0 || r.handedOut || r.buf == nil {
+		return
+	}
+	buf := r.buf[:0]
+	r.buf, r.reply, r.state = nil, nil, nil
+	renderBuffers.Put(&buf)
+}
+
+// sent says that the request that made reply, kept for the session, has
+// sent it: its bytes are copied to the connection.
+func (c *renderCache) sent(session string, reply []byte) {
+	if len(reply) == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el := c.byID[session]; el != nil {
+		if r := el.Value.(*cachedReply); r.origin == &reply[0] && &r.reply[0] == &reply[0] {
+			r.sent = true
+		}
+	}
 }
 
 // replyKey is what of a request changes a rendered reply.
@@ -82,6 +136,7 @@ func (c *renderCache) get(session string, p *projection.Session, req contextRequ
 		return nil, len(r.reply)
 	}
 	c.lru.MoveToFront(el)
+	r.handedOut = true
 	return r.reply, len(r.reply)
 }
 
@@ -101,6 +156,7 @@ func (c *renderCache) keep(session string, p *projection.Session, req contextReq
 		return
 	}
 	origin := &reply[0]
+	buf := reply
 	size := len(reply)
 	if st != nil {
 		size += st.Size()
@@ -110,6 +166,7 @@ func (c *renderCache) keep(session string, p *projection.Session, req contextReq
 	}
 	if cap(reply)-len(reply) > len(reply)/4 {
 		reply = bytes.Clone(reply)
+		buf = nil // the request's own, not reused
 	}
 	reply = reply[:len(reply):len(reply)]
 	if st != nil {
@@ -127,7 +184,7 @@ func (c *renderCache) keep(session string, p *projection.Session, req contextReq
 		c.remove(el)
 	}
 	r := &cachedReply{session: session, proj: weak.Make(p), version: p.Version(), seq: p.Seq(), key: keyOf(req),
-		reply: reply, state: st, origin: origin, size: size}
+		reply: reply, state: st, origin: origin, size: size, buf: buf}
 	c.byID[session] = c.lru.PushFront(r)
 	c.bytes += size
 	for c.bytes > c.max {
@@ -135,18 +192,31 @@ func (c *renderCache) keep(session string, p *projection.Session, req contextReq
 	}
 }
 
-// state returns the rendering state kept for the session, or nil.
-func (c *renderCache) state(session string) *render.State {
+// state returns the rendering state kept for the session, or nil, and
+// the func to call once the state is no longer read.
+func (c *renderCache) state(session string) (*render.State, func()) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if el := c.byID[session]; el != nil {
-		return el.Value.(*cachedReply).state
+		r := el.Value.(*cachedReply)
+		if r.state == nil {
+			return nil, func() {}
+		}
+		r.users++
+		return r.state, func() {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			r.users--
+			c.release(r)
+		}
 	}
-	return nil
+	return nil, func() {}
 }
 
 func (c *renderCache) remove(el *list.Element) {
 	r := c.lru.Remove(el).(*cachedReply)
 	delete(c.byID, r.session)
 	c.bytes -= r.size
+	r.gone = true
+	c.release(r)
 }

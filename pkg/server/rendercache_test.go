@@ -1,10 +1,12 @@
 package server
 
 import (
+	"bytes"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ctxd/ctxd/internal/workload"
 	"github.com/ctxd/ctxd/pkg/projection"
 	"github.com/ctxd/ctxd/pkg/record"
 	"github.com/ctxd/ctxd/pkg/render"
@@ -38,4 +40,107 @@ func TestRenderCache_KeepsAndHints(t *testing.T) {
 	require.Nil(t, reply)
 	require.Equal(t, 100, prev)
 	require.Less(t, 100, sizeHint(prev))
+}
+
+// TestRenderCache_BufferReuse: the buffer of a reply no longer kept serves
+// a later reply only once nothing can read it: the request that made it
+// has sent it, no rendering reads its state, and no other request was
+// handed it. The replies handed out keep their bytes, and every reply is
+// a fresh rendering's, as the session grows a turn at a time.
+func TestRenderCache_BufferReuse(t *testing.T) {
+	for _, mp := range []bool{false, true} {
+		p := projection.New(projection.Options{})
+		g := workload.New(3, workload.Default.WithScreenshots(8<<10, 10))
+		seq := uint64(0)
+		step := func() {
+			for _, r := range g.Next() {
+				seq++
+				p.Apply(seq, r)
+			}
+		}
+		for range 30 {
+			step()
+		}
+		req := contextRequest{format: render.Anthropic, msgpack: mp}
+		c := &renderCache{max: 1 << 30}
+		entry := func() *cachedReply {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return c.byID["s"].Value.(*cachedReply)
+		}
+		size := 0
+		turn := func(send bool) (*cachedReply, []byte) {
+			t.Helper()
+			var out []byte
+			var err error
+			if mp {
+				out, err = c.appendMsgpack(c.buffer(size), "s", p, req, nil)
+			} else {
+				out, err = c.appendJSON(c.buffer(size), "s", p, req, nil)
+			}
+			require.NoError(t, err)
+			var want []byte
+			if mp {
+				want, err = appendRenderedMsgpack(nil, "s", p, req, nil)
+			} else {
+				want, err = appendRenderedJSON(nil, "s", p, req, nil)
+			}
+			require.NoError(t, err)
+			require.Equal(t, string(want), string(out), "seq %d: the reply is a fresh rendering's", seq)
+			size = len(out)
+			if send {
+				c.sent("s", out)
+			}
+			return entry(), out
+		}
+
+		// Sent, then replaced: its buffer is reused.
+		step()
+		e1, _ := turn(true)
+		step()
+		turn(true)
+		require.Nil(t, e1.buf, "a reply sent and replaced gives its buffer up")
+
+		// Handed to another request: never reused.
+		step()
+		e3, out3 := turn(true)
+		got, _ := c.get("s", p, req)
+		require.Equal(t, out3, got)
+		handed := bytes.Clone(out3)
+		step()
+		turn(true)
+		require.NotNil(t, e3.buf, "a reply handed out keeps its buffer")
+
+		// Not sent by the request that made it (yet): not reused.
+		step()
+		e5, _ := turn(false)
+		step()
+		turn(true)
+		require.NotNil(t, e5.buf, "a reply not yet sent keeps its buffer")
+
+		// Its state read by a rendering: reused only once it is done.
+		step()
+		e7, _ := turn(true)
+		_, done := c.state("s")
+		step()
+		turn(true)
+		require.NotNil(t, e7.buf, "a reply whose state is read keeps its buffer")
+		done()
+		require.Nil(t, e7.buf)
+
+		// Many turns, some replies handed out: those keep their bytes.
+		kept := map[*byte][]byte{&out3[0]: handed}
+		for i := range 60 {
+			step()
+			turn(i%5 != 4)
+			if i%3 == 0 {
+				got, _ := c.get("s", p, req)
+				kept[&got[0]] = bytes.Clone(got)
+				defer func(b []byte, want []byte) {
+					require.Equal(t, string(want), string(b), "a reply handed out was written over")
+				}(got, kept[&got[0]])
+			}
+		}
+		require.Equal(t, string(handed), string(out3), "a reply handed out was written over")
+	}
 }

@@ -73,7 +73,8 @@ func (c *renderCache) appendJSON(dst []byte, session string, p *projection.Sessi
 	if req.format == render.Neutral || p == nil {
 		return appendRenderedJSON(dst, session, p, req, browser)
 	}
-	prev := c.state(session)
+	prev, done := c.state(session)
+	defer done()
 	msgs, seqs, dropped := p.Messages(), p.MessageSeqs(nil), p.Dropped()
 	dst = append(dst, `{"session":`...)
 	dst = record.AppendJSONString(dst, session)
@@ -102,6 +103,57 @@ func (c *renderCache) appendJSON(dst []byte, session string, p *projection.Sessi
 		dst, _ = record.AppendJSON(dst, render.CheckBudget(msgs, seqs, u, req.budget).Map())
 	}
 	dst = append(dst, '}')
+	c.keep(session, p, req, dst, st)
+	return dst, nil
+}
+
+// appendMsgpack is appendJSON for a msgpack reply: the reply of a
+// request for a provider format, rendered from the state kept with the
+// session's last msgpack reply in that format (render.RenderMsgpack), and
+// kept with its new state. The reply is appendRenderedMsgpack's, byte for
+// byte.
+func (c *renderCache) appendMsgpack(dst []byte, session string, p *projection.Session, req contextRequest, browser []string) ([]byte, error) {
+	if req.format == render.Neutral || p == nil {
+		return appendRenderedMsgpack(dst, session, p, req, browser)
+	}
+	prev, done := c.state(session)
+	defer done()
+	msgs, seqs, dropped := p.Messages(), p.MessageSeqs(nil), p.Dropped()
+	// The map's size depends on the body's members: it is written once
+	// they are, in the room left for its longest header (a map of at
+	// most 16 entries: one byte).
+	head := len(dst)
+	dst = append(dst, 0)
+	dst = record.AppendMsgpackString(dst, "session")
+	dst = record.AppendMsgpackString(dst, session)
+	dst = record.AppendMsgpackString(dst, "seq")
+	dst = appendMsgpackUint(dst, p.Seq())
+	dst = record.AppendMsgpackString(dst, "format")
+	dst = record.AppendMsgpackString(dst, string(req.format))
+	dst, st, err := render.RenderMsgpack(dst, prev, req.format, msgs, render.Options{Seqs: seqs, BrowserTools: browser})
+	if err != nil {
+		return dst, fmt.Errorf("%w: %w", errNotMsgpack, err)
+	}
+	n := 3 + st.Fields() + 3 // session, seq, format; the body; dropped, render, usage
+	if req.hasBudget {
+		n++
+	}
+	dst[head] = record.AppendMsgpackMapLen(nil, n)[0]
+	dst = record.AppendMsgpackString(dst, "dropped")
+	if dst, err = record.AppendMsgpack(dst, dropped.Map()); err != nil {
+		return dst, fmt.Errorf("%w: %w", errNotMsgpack, err)
+	}
+	dst = record.AppendMsgpackString(dst, "render")
+	if dst, err = st.AppendReportMsgpack(dst); err != nil {
+		return dst, fmt.Errorf("%w: %w", errNotMsgpack, err)
+	}
+	u := st.Usage()
+	dst = record.AppendMsgpackString(dst, "usage")
+	dst, _ = record.AppendMsgpack(dst, u.Map())
+	if req.hasBudget {
+		dst = record.AppendMsgpackString(dst, "budget")
+		dst, _ = record.AppendMsgpack(dst, render.CheckBudget(msgs, seqs, u, req.budget).Map())
+	}
 	c.keep(session, p, req, dst, st)
 	return dst, nil
 }

@@ -441,6 +441,7 @@ func (s *Service) reply(r micro.Request, v Viewer, session string, req contextRe
 	var empty bool
 	var out []byte
 	var buf *[]byte // the msgpack reply's buffer, from replyBuffers
+	var made bool   // a rendered reply made here, kept for the session
 	var err error
 	verr := v.View(s.ctx, session, func(p *projection.Session) {
 		empty = p == nil
@@ -451,9 +452,10 @@ func (s *Service) reply(r micro.Request, v Viewer, session string, req contextRe
 			if out, prev = s.rendered.get(session, p, req); out != nil {
 				return
 			}
-			dst := make([]byte, 0, sizeHint(prev))
+			dst := s.rendered.buffer(prev)
+			made = true
 			if req.msgpack {
-				out, err = appendRenderedMsgpack(dst, session, p, req, s.BrowserTools)
+				out, err = s.rendered.appendMsgpack(dst, session, p, req, s.BrowserTools)
 			} else {
 				out, err = s.rendered.appendJSON(dst, session, p, req, s.BrowserTools)
 			}
@@ -493,6 +495,11 @@ func (s *Service) reply(r micro.Request, v Viewer, session string, req contextRe
 		}
 		if err := r.Respond(out); err != nil {
 			s.log("respond", "session", session, "err", err)
+		}
+		if made {
+			// Respond has copied out: once the session's next reply
+			// replaces it, its buffer may serve another.
+			s.rendered.sent(session, out)
 		}
 		if buf != nil {
 			// Respond has copied out to the connection's buffer.
