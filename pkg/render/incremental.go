@@ -111,6 +111,10 @@ type checkpoint struct {
 	images, imageBytes, imageTokens int
 }
 
+// Start returns the first neutral message the rendering rendered anew:
+// 0 when it rendered the whole context.
+func (s *State) Start() int { return s.start }
+
 // Format returns the format rendered.
 func (s *State) Format() Format { return s.f }
 

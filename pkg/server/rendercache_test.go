@@ -12,34 +12,40 @@ import (
 	"github.com/ctxd/ctxd/pkg/render"
 )
 
-// A kept reply holds no more memory than it is counted for, and once the
-// session changes its size still sizes the next reply's buffer.
+// A kept reply holds no more memory than it is counted for, is counted
+// in what the projection holds, and once the session changes its size
+// still sizes the next reply's buffer.
 func TestRenderCache_KeepsAndHints(t *testing.T) {
 	p := projection.New(projection.Options{})
 	p.Apply(1, record.NewMap("role", "user", "content", "hi"))
 	req := contextRequest{format: render.Gemini}
 	c := renderCache{max: 1 << 20}
 
-	reply, prev := c.get("s", p, req)
+	reply, prev := c.get(p, req)
 	require.Nil(t, reply)
 	require.Zero(t, prev)
 
 	buf := make([]byte, 100, 1000)
-	c.put("s", p, req, buf)
-	reply, prev = c.get("s", p, req)
+	c.put(p, req, buf)
+	reply, prev = c.get(p, req)
 	require.Equal(t, buf, reply)
 	require.Equal(t, 100, cap(reply), "a copy of the reply alone")
 	require.Equal(t, 100, prev)
-	require.Equal(t, 100, c.bytes)
+	require.Equal(t, int64(100), p.KeptBytes())
 
 	p.Apply(2, record.NewMap("role", "user", "content", "more"))
-	reply, prev = c.get("s", p, req)
+	reply, prev = c.get(p, req)
 	require.Nil(t, reply)
 	require.Equal(t, 100, prev)
-	reply, prev = c.get("s", p, contextRequest{format: render.Anthropic})
+	reply, prev = c.get(p, contextRequest{format: render.Anthropic})
 	require.Nil(t, reply)
 	require.Equal(t, 100, prev)
 	require.Less(t, 100, sizeHint(prev))
+
+	// A reply larger than max is not kept.
+	c.max = 50
+	require.Nil(t, c.put(p, req, make([]byte, 51)))
+	require.Equal(t, int64(100), p.KeptBytes())
 }
 
 // TestRenderCache_BufferReuse: the buffer of a reply no longer kept serves
@@ -63,20 +69,16 @@ func TestRenderCache_BufferReuse(t *testing.T) {
 		}
 		req := contextRequest{format: render.Anthropic, msgpack: mp}
 		c := &renderCache{max: 1 << 30}
-		entry := func() *cachedReply {
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			return c.byID["s"].Value.(*cachedReply)
-		}
 		size := 0
 		turn := func(send bool) (*cachedReply, []byte) {
 			t.Helper()
 			var out []byte
+			var r *cachedReply
 			var err error
 			if mp {
-				out, err = c.appendMsgpack(c.buffer(size), "s", p, req, nil)
+				out, r, err = c.appendMsgpack(c.buffer(size), "s", p, req, nil)
 			} else {
-				out, err = c.appendJSON(c.buffer(size), "s", p, req, nil)
+				out, r, err = c.appendJSON(c.buffer(size), "s", p, req, nil)
 			}
 			require.NoError(t, err)
 			var want []byte
@@ -88,10 +90,11 @@ func TestRenderCache_BufferReuse(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, string(want), string(out), "seq %d: the reply is a fresh rendering's", seq)
 			size = len(out)
+			require.Same(t, r, kept(p)[0])
 			if send {
-				c.sent("s", out)
+				c.sent(r)
 			}
-			return entry(), out
+			return r, out
 		}
 
 		// Sent, then replaced: its buffer is reused.
@@ -104,7 +107,7 @@ func TestRenderCache_BufferReuse(t *testing.T) {
 		// Handed to another request: never reused.
 		step()
 		e3, out3 := turn(true)
-		got, _ := c.get("s", p, req)
+		got, _ := c.get(p, req)
 		require.Equal(t, out3, got)
 		handed := bytes.Clone(out3)
 		step()
@@ -121,7 +124,7 @@ func TestRenderCache_BufferReuse(t *testing.T) {
 		// Its state read by a rendering: reused only once it is done.
 		step()
 		e7, _ := turn(true)
-		_, done := c.state("s")
+		_, done := c.state(p, req)
 		step()
 		turn(true)
 		require.NotNil(t, e7.buf, "a reply whose state is read keeps its buffer")
@@ -129,16 +132,16 @@ func TestRenderCache_BufferReuse(t *testing.T) {
 		require.Nil(t, e7.buf)
 
 		// Many turns, some replies handed out: those keep their bytes.
-		kept := map[*byte][]byte{&out3[0]: handed}
+		handedOut := map[*byte][]byte{&out3[0]: handed}
 		for i := range 60 {
 			step()
 			turn(i%5 != 4)
 			if i%3 == 0 {
-				got, _ := c.get("s", p, req)
-				kept[&got[0]] = bytes.Clone(got)
+				got, _ := c.get(p, req)
+				handedOut[&got[0]] = bytes.Clone(got)
 				defer func(b []byte, want []byte) {
 					require.Equal(t, string(want), string(b), "a reply handed out was written over")
-				}(got, kept[&got[0]])
+				}(got, handedOut[&got[0]])
 			}
 		}
 		require.Equal(t, string(handed), string(out3), "a reply handed out was written over")

@@ -69,11 +69,12 @@ func (r rendering) tail(bodyJSONBytes int) []record.Member {
 // with its new state. The reply is appendRenderedJSON's, byte for byte.
 // A neutral reply with a budget, or an unknown session, is rendered as
 // appendRenderedJSON renders it, and kept by put.
-func (c *renderCache) appendJSON(dst []byte, session string, p *projection.Session, req contextRequest, browser []string) ([]byte, error) {
+func (c *renderCache) appendJSON(dst []byte, session string, p *projection.Session, req contextRequest, browser []string) ([]byte, *cachedReply, error) {
 	if req.format == render.Neutral || p == nil {
-		return appendRenderedJSON(dst, session, p, req, browser)
+		out, err := appendRenderedJSON(dst, session, p, req, browser)
+		return out, nil, err
 	}
-	prev, done := c.state(session)
+	prev, done := c.state(p, req)
 	defer done()
 	msgs, seqs, dropped := p.Messages(), p.MessageSeqs(nil), p.Dropped()
 	dst = append(dst, `{"session":`...)
@@ -85,15 +86,15 @@ func (c *renderCache) appendJSON(dst []byte, session string, p *projection.Sessi
 	dst = append(dst, ',')
 	dst, st, err := render.RenderJSON(dst, prev, req.format, msgs, render.Options{Seqs: seqs, BrowserTools: browser})
 	if err != nil {
-		return dst, err
+		return dst, nil, err
 	}
 	dst = append(dst, `,"dropped":`...)
 	if dst, err = record.AppendJSON(dst, dropped.Map()); err != nil {
-		return dst, err
+		return dst, nil, err
 	}
 	dst = append(dst, `,"render":`...)
 	if dst, err = st.AppendReportJSON(dst); err != nil {
-		return dst, err
+		return dst, nil, err
 	}
 	u := st.Usage()
 	dst = append(dst, `,"usage":`...)
@@ -103,8 +104,7 @@ func (c *renderCache) appendJSON(dst []byte, session string, p *projection.Sessi
 		dst, _ = record.AppendJSON(dst, render.CheckBudget(msgs, seqs, u, req.budget).Map())
 	}
 	dst = append(dst, '}')
-	c.keep(session, p, req, dst, st)
-	return dst, nil
+	return dst, c.keep(p, req, dst, st), nil
 }
 
 // appendMsgpack is appendJSON for a msgpack reply: the reply of a
@@ -112,11 +112,12 @@ func (c *renderCache) appendJSON(dst []byte, session string, p *projection.Sessi
 // session's last msgpack reply in that format (render.RenderMsgpack), and
 // kept with its new state. The reply is appendRenderedMsgpack's, byte for
 // byte.
-func (c *renderCache) appendMsgpack(dst []byte, session string, p *projection.Session, req contextRequest, browser []string) ([]byte, error) {
+func (c *renderCache) appendMsgpack(dst []byte, session string, p *projection.Session, req contextRequest, browser []string) ([]byte, *cachedReply, error) {
 	if req.format == render.Neutral || p == nil {
-		return appendRenderedMsgpack(dst, session, p, req, browser)
+		out, err := appendRenderedMsgpack(dst, session, p, req, browser)
+		return out, nil, err
 	}
-	prev, done := c.state(session)
+	prev, done := c.state(p, req)
 	defer done()
 	msgs, seqs, dropped := p.Messages(), p.MessageSeqs(nil), p.Dropped()
 	// The map's size depends on the body's members: it is written once
@@ -132,7 +133,7 @@ func (c *renderCache) appendMsgpack(dst []byte, session string, p *projection.Se
 	dst = record.AppendMsgpackString(dst, string(req.format))
 	dst, st, err := render.RenderMsgpack(dst, prev, req.format, msgs, render.Options{Seqs: seqs, BrowserTools: browser})
 	if err != nil {
-		return dst, fmt.Errorf("%w: %w", errNotMsgpack, err)
+		return dst, nil, fmt.Errorf("%w: %w", errNotMsgpack, err)
 	}
 	n := 3 + st.Fields() + 3 // session, seq, format; the body; dropped, render, usage
 	if req.hasBudget {
@@ -141,11 +142,11 @@ func (c *renderCache) appendMsgpack(dst []byte, session string, p *projection.Se
 	dst[head] = record.AppendMsgpackMapLen(nil, n)[0]
 	dst = record.AppendMsgpackString(dst, "dropped")
 	if dst, err = record.AppendMsgpack(dst, dropped.Map()); err != nil {
-		return dst, fmt.Errorf("%w: %w", errNotMsgpack, err)
+		return dst, nil, fmt.Errorf("%w: %w", errNotMsgpack, err)
 	}
 	dst = record.AppendMsgpackString(dst, "render")
 	if dst, err = st.AppendReportMsgpack(dst); err != nil {
-		return dst, fmt.Errorf("%w: %w", errNotMsgpack, err)
+		return dst, nil, fmt.Errorf("%w: %w", errNotMsgpack, err)
 	}
 	u := st.Usage()
 	dst = record.AppendMsgpackString(dst, "usage")
@@ -154,8 +155,7 @@ func (c *renderCache) appendMsgpack(dst []byte, session string, p *projection.Se
 		dst = record.AppendMsgpackString(dst, "budget")
 		dst, _ = record.AppendMsgpack(dst, render.CheckBudget(msgs, seqs, u, req.budget).Map())
 	}
-	c.keep(session, p, req, dst, st)
-	return dst, nil
+	return dst, c.keep(p, req, dst, st), nil
 }
 
 // appendRenderedJSON appends a rendered reply as JSON.

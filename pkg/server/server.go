@@ -440,8 +440,8 @@ func (s *Service) track() bool {
 func (s *Service) reply(r micro.Request, v Viewer, session string, req contextRequest, paced bool) {
 	var empty bool
 	var out []byte
-	var buf *[]byte // the msgpack reply's buffer, from replyBuffers
-	var made bool   // a rendered reply made here, kept for the session
+	var buf *[]byte       // the msgpack reply's buffer, from replyBuffers
+	var made *cachedReply // a rendered reply made here, kept with the session
 	var err error
 	verr := v.View(s.ctx, session, func(p *projection.Session) {
 		empty = p == nil
@@ -449,18 +449,17 @@ func (s *Service) reply(r micro.Request, v Viewer, session string, req contextRe
 		case req.rendered():
 			// Rendered on request, kept until the session changes.
 			var prev int
-			if out, prev = s.rendered.get(session, p, req); out != nil {
+			if out, prev = s.rendered.get(p, req); out != nil {
 				return
 			}
 			dst := s.rendered.buffer(prev)
-			made = true
 			if req.msgpack {
-				out, err = s.rendered.appendMsgpack(dst, session, p, req, s.BrowserTools)
+				out, made, err = s.rendered.appendMsgpack(dst, session, p, req, s.BrowserTools)
 			} else {
-				out, err = s.rendered.appendJSON(dst, session, p, req, s.BrowserTools)
+				out, made, err = s.rendered.appendJSON(dst, session, p, req, s.BrowserTools)
 			}
-			if err == nil {
-				s.rendered.put(session, p, req, out)
+			if err == nil && made == nil {
+				made = s.rendered.put(p, req, out) // the reply alone, or a neutral one
 			}
 		case req.msgpack:
 			buf = replyBuffers.Get().(*[]byte)
@@ -496,11 +495,9 @@ func (s *Service) reply(r micro.Request, v Viewer, session string, req contextRe
 		if err := r.Respond(out); err != nil {
 			s.log("respond", "session", session, "err", err)
 		}
-		if made {
-			// Respond has copied out: once the session's next reply
-			// replaces it, its buffer may serve another.
-			s.rendered.sent(session, out)
-		}
+		// Respond has copied out: once the session's next reply
+		// replaces it, its buffer may serve another.
+		s.rendered.sent(made)
 		if buf != nil {
 			// Respond has copied out to the connection's buffer.
 			*buf = out
