@@ -1,6 +1,7 @@
 package render
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
 	"sort"
@@ -115,6 +116,9 @@ type checkpoint struct {
 // 0 when it rendered the whole context.
 func (s *State) Start() int { return s.start }
 
+// BodyAt returns where the body starts in the buffer it was appended to.
+func (s *State) BodyAt() int { return s.bodyAt }
+
 // Format returns the format rendered.
 func (s *State) Format() Format { return s.f }
 
@@ -147,6 +151,29 @@ func (s *State) In(buf []byte) *State {
 		c.rep = buf[s.repAt : s.repAt+len(s.rep) : s.repAt+len(s.rep)]
 	}
 	return &c
+}
+
+// appendKept appends bytes kept from the state rendered from: when dst
+// is the buffer they lie in, written over from where they start, they are
+// in place already.
+func appendKept(dst, b []byte) []byte {
+	if len(b) > 0 && cap(dst)-len(dst) >= len(b) && &dst[:len(dst)+1][len(dst)] == &b[0] {
+		return dst[:len(dst)+len(b)]
+	}
+	return append(dst, b...)
+}
+
+// overwrites reports whether dst is the buffer prev's body lies in: a
+// rendering from prev appended to it writes over prev's bytes from its
+// body on, and must copy first what it reads of them after it writes.
+func overwrites(dst []byte, prev *State) bool {
+	if len(prev.body) == 0 || prev.bodyAt >= cap(dst) || &dst[:cap(dst)][prev.bodyAt] != &prev.body[0] {
+		return false
+	}
+	if len(dst) != prev.bodyAt {
+		panic("render: a rendering appended over the state it renders from, not where its body starts")
+	}
+	return true
 }
 
 // grow returns s[:n] to append to: in place when n is its length and in
@@ -397,15 +424,23 @@ func renderFrom(dst []byte, prev *State, f Format, messages []any, opt Options, 
 	}
 
 	e := encoder{f: f, st: st, marks: p.marks, start: len(dst), openAt: -1}
+	if from != nil && overwrites(dst, prev) {
+		// The report's kept changes lie after the body.
+		st.repKept = slices.Clone(st.repKept)
+		e.over = true
+	}
 	start := len(dst)
 	var err error
 	switch {
 	case from != nil && mp:
-		dst = e.resume(dst, prev, from, l.base+len(l.msgs))
 		e.images, e.imageBytes, e.imageTokens = from.images, from.imageBytes, from.imageTokens
 		e.outs, e.nblk = from.outs, from.nblk
+		if len(l.msgs) > 0 && l.msgs[0].cont > 0 {
+			e.openMore = len(l.msgs[0].blocks)
+		}
+		dst = e.resume(dst, prev, from, l.base+len(l.msgs))
 	case from != nil:
-		dst = append(dst, prev.body[:from.off]...)
+		dst = appendKept(dst, prev.body[:from.off])
 		e.images, e.imageBytes, e.imageTokens = from.images, from.imageBytes, from.imageTokens
 		e.outs, e.nblk = from.outs, from.nblk
 	case mp:
@@ -532,8 +567,10 @@ type encoder struct {
 	// checkpoint resumed from, written after its new header.
 	start, items, openAt, blocksAt int
 	jlen                           int
+	over                           bool // dst is the buffer of the state rendered from
 	prevOpen                       []byte
 	resumeOpen                     bool
+	openMore                       int // blocks merged into the open message since
 	openRole                       string
 
 	outs, nblk                      int
@@ -651,18 +688,36 @@ func (e *encoder) headMsgpack(dst []byte, system any, n int) ([]byte, error) {
 // message's blocks are kept in prevOpen, for messagesMsgpack to write
 // after its new header.
 func (e *encoder) resume(dst []byte, prev *State, from *checkpoint, n int) []byte {
+	body := prev.body
+	items := body[prev.itemsAt:]
+	var blocks int
+	if from.mopen >= 0 {
+		blocks = from.mopen + msgHeaderLen(items[from.mopen:], from.role, e.key())
+	}
+	if e.over {
+		// Written over in place, the kept bytes stay where they are
+		// unless a header before them changes its length: then they
+		// are copied out first.
+		var buf [64]byte
+		same := len(record.AppendMsgpackArrayLen(buf[:0], n)) == prev.itemsAt-prev.arrAt
+		if same && from.mopen >= 0 {
+			same = len(appendMsgHeader(buf[:0], from.role, e.key(), e.nblk+e.openMore)) == blocks-from.mopen
+		}
+		if !same {
+			body = bytes.Clone(body)
+			items = body[prev.itemsAt:]
+		}
+	}
 	e.st.arrAt = prev.arrAt
-	dst = append(dst, prev.body[:prev.arrAt]...)
+	dst = appendKept(dst, body[:prev.arrAt])
 	dst = record.AppendMsgpackArrayLen(dst, n)
 	e.st.itemsAt = len(dst) - e.start
 	e.items = len(dst)
 	e.jlen = from.off
-	items := prev.body[prev.itemsAt:]
 	if from.mopen < 0 {
-		return append(dst, items[:from.mlen]...)
+		return appendKept(dst, items[:from.mlen])
 	}
-	dst = append(dst, items[:from.mopen]...)
-	blocks := from.mopen + msgHeaderLen(items[from.mopen:], from.role, e.key())
+	dst = appendKept(dst, items[:from.mopen])
 	e.prevOpen, e.resumeOpen, e.openRole = items[blocks:blocks+from.mlen], true, from.role
 	return dst
 }
@@ -708,14 +763,11 @@ func (e *encoder) messagesMsgpack(dst []byte, l *outList) ([]byte, error) {
 	if e.resumeOpen {
 		// The checkpoint's last message, with the blocks merged into it
 		// since.
-		n := e.nblk
-		if len(l.msgs) > 0 && l.msgs[0].cont > 0 {
-			n += len(l.msgs[0].blocks)
-		}
+		n := e.nblk + e.openMore
 		e.openAt = len(dst)
 		dst = appendMsgHeader(dst, e.openRole, key, n)
 		e.blocksAt = len(dst)
-		dst = append(dst, e.prevOpen...)
+		dst = appendKept(dst, e.prevOpen)
 		e.prevOpen = nil
 	}
 	e.reachedMsgpack(dst)
