@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"slices"
 	"sync"
 
 	"github.com/ctxd/ctxd/pkg/projection"
@@ -62,6 +63,9 @@ type cachedReply struct {
 	users     int
 	handedOut bool
 	gone      bool
+	// taken is set when the session's next reply is written over this
+	// one's buffer (state): the entry is never served again.
+	taken bool
 }
 
 // replyKey is what of a request changes a rendered reply.
@@ -92,6 +96,9 @@ func (c *renderCache) get(p *projection.Session, req contextRequest) (reply []by
 	}
 	key := keyOf(req)
 	for _, r := range kept(p) {
+		if r.taken {
+			continue
+		}
 		if r.key == key && r.version == p.Version() && r.seq == p.Seq() {
 			c.mu.Lock()
 			r.handedOut = true
@@ -133,7 +140,7 @@ func (c *renderCache) keep(p *projection.Session, req contextRequest, reply []by
 	}
 	rs := kept(p)
 	for _, r := range rs {
-		if r.origin == origin && len(r.reply) == len(reply) {
+		if r.origin == origin && len(r.reply) == len(reply) && !r.taken {
 			return nil // kept already
 		}
 	}
@@ -179,23 +186,52 @@ func (c *renderCache) keep(p *projection.Session, req contextRequest, reply []by
 
 // state returns the rendering state kept with the projection for the
 // request's format and encoding, or nil, and the func to call once the
-// state is no longer read.
-func (c *renderCache) state(p *projection.Session, req contextRequest) (*render.State, func()) {
+// state is no longer read. With over, the next reply's head being that
+// long, it also returns the buffer of the state's reply when nothing else
+// can read it (see release): the next reply is written over it, from
+// where the state's body starts, and the entry is never served again.
+// done then drops the entry unless the next reply replaced it.
+func (c *renderCache) state(p *projection.Session, req contextRequest, over int) (st *render.State, buf []byte, done func()) {
 	for _, r := range kept(p) {
-		if r.state == nil || r.key.format != string(req.format) || r.key.msgpack != req.msgpack {
+		if r.taken || r.state == nil || r.key.format != string(req.format) || r.key.msgpack != req.msgpack {
 			continue
 		}
 		c.mu.Lock()
+		if over > 0 && r.sent && !r.handedOut && r.users == 0 && r.buf != nil && r.state.BodyAt() == over {
+			buf, r.buf, r.taken = r.buf[:0], nil, true
+		}
 		r.users++
 		c.mu.Unlock()
-		return r.state, func() {
+		return r.state, buf, func() {
+			if r.taken {
+				c.forget(p, r)
+			}
 			c.mu.Lock()
 			defer c.mu.Unlock()
 			r.users--
 			c.release(r)
 		}
 	}
-	return nil, func() {}
+	return nil, nil, func() {}
+}
+
+// forget drops r from what the projection keeps, if it is there.
+func (c *renderCache) forget(p *projection.Session, r *cachedReply) {
+	rs := kept(p)
+	i := slices.Index(rs, r)
+	if i < 0 {
+		return
+	}
+	next := slices.Delete(slices.Clone(rs), i, i+1)
+	if len(next) == 0 {
+		p.Keep(nil, 0)
+	} else {
+		p.Keep(next, p.KeptBytes()-int64(r.size))
+	}
+	c.mu.Lock()
+	r.gone = true
+	c.release(r)
+	c.mu.Unlock()
 }
 
 // renderBuffers hold the buffers of rendered replies no longer kept: a

@@ -74,16 +74,19 @@ func (c *renderCache) appendJSON(dst []byte, session string, p *projection.Sessi
 		out, err := appendRenderedJSON(dst, session, p, req, browser)
 		return out, nil, err
 	}
-	prev, done := c.state(p, req)
+	msgs, seqs, dropped := p.Messages(), p.MessageSeqs(make([]uint64, 0, p.Len())), p.Dropped()
+	var head [256]byte
+	h := append(head[:0], `{"session":`...)
+	h = record.AppendJSONString(h, session)
+	h = append(h, `,"seq":`...)
+	h = strconv.AppendUint(h, p.Seq(), 10)
+	h = append(h, `,"format":`...)
+	h = record.AppendJSONString(h, string(req.format))
+	h = append(h, ',')
+	prev, buf, done := c.state(p, req, overIf(dst, len(h)))
 	defer done()
-	msgs, seqs, dropped := p.Messages(), p.MessageSeqs(nil), p.Dropped()
-	dst = append(dst, `{"session":`...)
-	dst = record.AppendJSONString(dst, session)
-	dst = append(dst, `,"seq":`...)
-	dst = strconv.AppendUint(dst, p.Seq(), 10)
-	dst = append(dst, `,"format":`...)
-	dst = record.AppendJSONString(dst, string(req.format))
-	dst = append(dst, ',')
+	dst = c.start(dst, buf, prev)
+	dst = append(dst, h...)
 	dst, st, err := render.RenderJSON(dst, prev, req.format, msgs, render.Options{Seqs: seqs, BrowserTools: browser})
 	if err != nil {
 		return dst, nil, err
@@ -107,6 +110,31 @@ func (c *renderCache) appendJSON(dst []byte, session string, p *projection.Sessi
 	return dst, c.keep(p, req, dst, st), nil
 }
 
+// overIf is the head length to pass to state when the caller leaves the
+// buffer to the cache (dst nil): the next reply may be written over the
+// one before.
+func overIf(dst []byte, head int) int {
+	if dst != nil {
+		return 0
+	}
+	return head
+}
+
+// start returns the buffer a reply is written in: dst when the caller
+// gives one, else buf, the buffer of the state's reply to write over
+// (state), else a buffer for a reply about as long as the state's.
+func (c *renderCache) start(dst, buf []byte, prev *render.State) []byte {
+	switch {
+	case dst != nil:
+		return dst
+	case buf != nil:
+		return buf
+	case prev != nil:
+		return c.buffer(prev.BodyAt() + len(prev.Body()))
+	}
+	return c.buffer(0)
+}
+
 // appendMsgpack is appendJSON for a msgpack reply: the reply of a
 // request for a provider format, rendered from the state kept with the
 // session's last msgpack reply in that format (render.RenderMsgpack), and
@@ -117,20 +145,23 @@ func (c *renderCache) appendMsgpack(dst []byte, session string, p *projection.Se
 		out, err := appendRenderedMsgpack(dst, session, p, req, browser)
 		return out, nil, err
 	}
-	prev, done := c.state(p, req)
-	defer done()
-	msgs, seqs, dropped := p.Messages(), p.MessageSeqs(nil), p.Dropped()
+	msgs, seqs, dropped := p.Messages(), p.MessageSeqs(make([]uint64, 0, p.Len())), p.Dropped()
 	// The map's size depends on the body's members: it is written once
 	// they are, in the room left for its longest header (a map of at
 	// most 16 entries: one byte).
-	head := len(dst)
-	dst = append(dst, 0)
-	dst = record.AppendMsgpackString(dst, "session")
-	dst = record.AppendMsgpackString(dst, session)
-	dst = record.AppendMsgpackString(dst, "seq")
-	dst = appendMsgpackUint(dst, p.Seq())
-	dst = record.AppendMsgpackString(dst, "format")
-	dst = record.AppendMsgpackString(dst, string(req.format))
+	var head [256]byte
+	h := append(head[:0], 0)
+	h = record.AppendMsgpackString(h, "session")
+	h = record.AppendMsgpackString(h, session)
+	h = record.AppendMsgpackString(h, "seq")
+	h = appendMsgpackUint(h, p.Seq())
+	h = record.AppendMsgpackString(h, "format")
+	h = record.AppendMsgpackString(h, string(req.format))
+	prev, buf, done := c.state(p, req, overIf(dst, len(h)))
+	defer done()
+	dst = c.start(dst, buf, prev)
+	at := len(dst)
+	dst = append(dst, h...)
 	dst, st, err := render.RenderMsgpack(dst, prev, req.format, msgs, render.Options{Seqs: seqs, BrowserTools: browser})
 	if err != nil {
 		return dst, nil, fmt.Errorf("%w: %w", errNotMsgpack, err)
@@ -139,7 +170,7 @@ func (c *renderCache) appendMsgpack(dst []byte, session string, p *projection.Se
 	if req.hasBudget {
 		n++
 	}
-	dst[head] = record.AppendMsgpackMapLen(nil, n)[0]
+	dst[at] = record.AppendMsgpackMapLen(nil, n)[0]
 	dst = record.AppendMsgpackString(dst, "dropped")
 	if dst, err = record.AppendMsgpack(dst, dropped.Map()); err != nil {
 		return dst, nil, fmt.Errorf("%w: %w", errNotMsgpack, err)

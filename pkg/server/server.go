@@ -21,6 +21,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/ctxd/ctxd/pkg/projection"
+	"github.com/ctxd/ctxd/pkg/render"
 	"github.com/ctxd/ctxd/pkg/store"
 	"github.com/ctxd/ctxd/pkg/subject"
 )
@@ -452,7 +453,10 @@ func (s *Service) reply(r micro.Request, v Viewer, session string, req contextRe
 			if out, prev = s.rendered.get(p, req); out != nil {
 				return
 			}
-			dst := s.rendered.buffer(prev)
+			var dst []byte // provider formats: the cache's (see renderCache.state)
+			if req.format == render.Neutral {
+				dst = s.rendered.buffer(prev)
+			}
 			if req.msgpack {
 				out, made, err = s.rendered.appendMsgpack(dst, session, p, req, s.BrowserTools)
 			} else {
