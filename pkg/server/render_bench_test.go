@@ -31,7 +31,8 @@ import (
 // reply comes from the session's cache, the rendered one from the
 // service's (one rendered reply per session). "turn" appends a user
 // message before each pair, as an agent's turn does: the neutral reply
-// re-encodes only what changed, the rendered one is rendered whole.
+// re-encodes only what changed, the rendered one renders only from the
+// latest checkpoint before it (render.RenderJSON).
 //
 //	go test ./pkg/server -run '^$' -bench FetchFormats -benchtime 1000x
 func BenchmarkFetchFormats(b *testing.B) {
