@@ -88,7 +88,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&cfg.MaxRecordBytes, "max-record-bytes", cfg.MaxRecordBytes, "largest record decoded; larger ones are skipped and reported")
 	fs.IntVar(&cfg.CacheSessions, "cache-sessions", cfg.CacheSessions, "sessions held in memory at most; others load from the stream when asked for")
 	fs.Int64Var(&cfg.CacheBytes, "cache-bytes", cfg.CacheBytes, "bytes of session projections held in memory at most (an estimate)")
-	fs.IntVar(&cfg.RenderCacheBytes, "render-cache-bytes", cfg.RenderCacheBytes, "bytes of rendered replies (--format, budget_tokens) held in memory at most, one per session, beside --cache-bytes (0: none)")
+	fs.IntVar(&cfg.RenderCacheBytes, "render-cache-bytes", cfg.RenderCacheBytes, "largest rendered reply (--format, budget_tokens) kept with a session, in `BYTES`, with what renders its next one; the replies kept count in --cache-bytes (0: none)")
 	fs.IntVar(&cfg.MaxLoads, "max-loads", cfg.MaxLoads, "requests loading a session not in memory at once (default from GOMAXPROCS); up to 1024 more queue, past that they are refused with 503")
 	fs.IntVar(&cfg.MaxWaiters, "max-waiters", cfg.MaxWaiters, "requests waiting for min_seq at once; past it they are refused with 503 (0: no bound)")
 	fs.Float64Var(&cfg.EmptyRate, "empty-rate", cfg.EmptyRate, "answers a second, at most, of no records to requests for sessions never written to (a flood of random ids); past it they wait, and past 1024 waiting are refused with 503 (0: not paced)")
@@ -168,7 +168,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		}()
 	}
 	if limit, set := memoryLimit(cfg); set {
-		cfg.Logger.Info("memory limit", "bytes", limit, "from", "--cache-bytes + --render-cache-bytes + 64 MiB")
+		cfg.Logger.Info("memory limit", "bytes", limit, "from", "--cache-bytes + 64 MiB")
 	}
 	a := app.New(cfg)
 	if err := a.Open(ctx); err != nil {
@@ -224,8 +224,9 @@ func startCPUProfile(file string) (stop func() error, err error) {
 // and records and replies in flight.
 const memoryBase = 64 << 20
 
-// memoryLimit sets the Go runtime's soft memory limit to --cache-bytes +
-// --render-cache-bytes + memoryBase, unless GOMEMLIMIT sets one: the
+// memoryLimit sets the Go runtime's soft memory limit to --cache-bytes
+// (the projections and the rendered replies kept with them) + memoryBase,
+// unless GOMEMLIMIT sets one: the
 // garbage collector then runs before the heap grows past it, instead of
 // letting garbage double the live heap (GOGC=100) first, which took a
 // process with a full 128 MiB cache to 292 MiB in one run
@@ -241,7 +242,7 @@ func memoryLimit(cfg app.Config) (int64, bool) {
 	if os.Getenv("GOMEMLIMIT") != "" || cfg.CacheBytes <= 0 || cfg.NATSURL == "" {
 		return 0, false
 	}
-	limit := cfg.CacheBytes + int64(max(cfg.RenderCacheBytes, 0)) + memoryBase
+	limit := cfg.CacheBytes + memoryBase
 	debug.SetMemoryLimit(limit)
 	return limit, true
 }

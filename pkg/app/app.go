@@ -66,8 +66,8 @@ type Config struct {
 	// others load from the stream when asked for.
 	CacheSessions int
 	CacheBytes    int64
-	// RenderCacheBytes bounds the rendered replies the service keeps, one
-	// per session, beside the projections' CacheBytes; 0 keeps none.
+	// RenderCacheBytes is the largest rendered reply the service keeps
+	// with a session; the replies kept count in CacheBytes. 0 keeps none.
 	RenderCacheBytes int
 	// MaxLoads bounds the requests loading a session at once; more wait
 	// in a queue, and past it are refused with 503 (server.Service).

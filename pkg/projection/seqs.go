@@ -18,3 +18,21 @@ func (s *Session) MessageSeqs(dst []uint64) []uint64 {
 // whatever is derived from Messages and Dropped may be kept while it and
 // Seq stay the same.
 func (s *Session) Version() uint64 { return s.version }
+
+// Keep holds v with the session, as its holder's to read back with Kept:
+// something derived from the session that is worth as much as the
+// session to keep (the service's latest rendered replies), sized at n
+// bytes, which the store counts in its memory bound and lets go with the
+// session. Keep replaces what was held; nil holds nothing.
+func (s *Session) Keep(v any, n int64) {
+	if v == nil {
+		n = 0
+	}
+	s.held, s.heldBytes = v, n
+}
+
+// Kept returns what Keep holds, or nil.
+func (s *Session) Kept() any { return s.held }
+
+// KeptBytes returns the size Keep was given for what it holds.
+func (s *Session) KeptBytes() int64 { return s.heldBytes }

@@ -43,6 +43,9 @@ type Session struct {
 	list, json, msgpack cache
 	dropped             *Dropped // nil when stale
 	reply               reply    // the latest JSONReply
+
+	held      any // see Keep
+	heldBytes int64
 }
 
 type site struct{ entry, block int }

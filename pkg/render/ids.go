@@ -60,6 +60,73 @@ type idMap struct {
 	max   int
 	seen  map[string]int
 	taken map[string]bool
+	// An incremental rendering's calls before its checkpoint: kept, found
+	// through base rather than entered in seen and taken one by one.
+	base *callIndex
+	kept []loggedCall
+}
+
+// count returns how many calls before have the id.
+func (m *idMap) count(id string) int {
+	n := m.seen[id]
+	if m.base != nil {
+		n += m.base.count(m.base.byID[id], m.kept, func(c loggedCall) string { return c.id }, id)
+	}
+	return n
+}
+
+// given reports whether a call before is sent with the id w.
+func (m *idMap) given(w string) bool {
+	return m.taken[w] || m.base != nil && m.base.count(m.base.byWire[w], m.kept, func(c loggedCall) string { return c.wire }, w) > 0
+}
+
+// callIndex finds a rendering's calls (State.calls) by id and by the id
+// they are sent with, so that the next rendering maps the ids of its
+// calls without entering every call before its checkpoint anew. It is
+// shared by the renderings that go on from each other in place (State's
+// extended), each adding its calls: an entry is an index in the calls of
+// the rendering that reads it, and counts only when the call there has
+// the key, so the entries of calls a later rendering did again are
+// ignored.
+type callIndex struct {
+	byID, byWire map[string][]int32
+}
+
+// indexCalls returns the index of calls.
+func indexCalls(calls []loggedCall) *callIndex {
+	x := &callIndex{byID: make(map[string][]int32, len(calls)), byWire: make(map[string][]int32, len(calls))}
+	x.add(calls, 0)
+	return x
+}
+
+// add enters calls[from:].
+func (x *callIndex) add(calls []loggedCall, from int) {
+	for i := from; i < len(calls); i++ {
+		c := calls[i]
+		x.byID[c.id] = addIndex(x.byID[c.id], int32(i))
+		x.byWire[c.wire] = addIndex(x.byWire[c.wire], int32(i))
+	}
+}
+
+func addIndex(s []int32, i int32) []int32 {
+	for _, k := range s {
+		if k == i {
+			return s
+		}
+	}
+	return append(s, i)
+}
+
+// count returns how many of the entries name a call of calls whose key
+// is key.
+func (x *callIndex) count(entries []int32, calls []loggedCall, key func(loggedCall) string, k string) int {
+	n := 0
+	for _, i := range entries {
+		if int(i) < len(calls) && key(calls[i]) == k {
+			n++
+		}
+	}
+	return n
 }
 
 func newIDMap(max int) *idMap {
@@ -67,10 +134,10 @@ func newIDMap(max int) *idMap {
 }
 
 func (m *idMap) wire(id string) string {
-	n := m.seen[id]
-	m.seen[id] = n + 1
+	n := m.count(id)
+	m.seen[id]++
 	w := id
-	if !validID(id, m.max) || n > 0 || m.taken[id] {
+	if !validID(id, m.max) || n > 0 || m.given(id) {
 		suffix := ""
 		if !validID(id, m.max) {
 			suffix = "_" + shortHash(id)
@@ -79,7 +146,7 @@ func (m *idMap) wire(id string) string {
 			suffix += "_" + strconv.Itoa(n+1)
 		}
 		w = cut(sanitize(id), m.max-len(suffix)) + suffix
-		for k := 2; m.taken[w]; k++ {
+		for k := 2; m.given(w); k++ {
 			more := suffix + "_x" + strconv.Itoa(k)
 			w = cut(sanitize(id), m.max-len(more)) + more
 		}

@@ -1,6 +1,7 @@
 package render
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
 	"sort"
@@ -60,6 +61,17 @@ type State struct {
 	thinking [][2]int32   // Anthropic: the thinking blocks, in order
 	cps      []checkpoint
 	start    int // the first neutral message rendered anew
+	// index finds calls by id, for the next rendering (callIndex); nil
+	// until a rendering from a checkpoint makes it.
+	index *callIndex
+
+	// mp is set for a msgpack rendering (RenderMsgpack): body holds the
+	// body's members as msgpack map entries, whose messages array header
+	// is at arrAt and its first item at itemsAt; fields counts the
+	// members.
+	mp             bool
+	arrAt, itemsAt int
+	fields         int
 
 	// rep is the encoding of the report's changes (AppendReportJSON),
 	// chEnd where each ends in it; before it is written, repKept and
@@ -84,23 +96,40 @@ type loggedCall struct {
 // checkpoint is the state of a rendering before the items of the neutral
 // messages from at on.
 type checkpoint struct {
-	at   int    // neutral message index
-	off  int    // bytes of the body before: its members, the last message open
-	outs int    // body messages (items) begun
-	nblk int    // blocks of the last body message (merging formats)
-	role string // role of the last body message, "" for none
-	last int    // the neutral message of its last block
-	shot [2]int // Anthropic: the latest browser screenshot, or -1s
+	at  int // neutral message index
+	off int // bytes of the body's JSON before: its members, the last message open
+	// In a msgpack rendering: mopen is where the last message, open,
+	// begins among the items (-1 when the format does not merge, or
+	// before any message), and mlen the bytes of its blocks before;
+	// without one, mlen is the bytes of the items before.
+	mopen, mlen int
+	outs        int    // body messages (items) begun
+	nblk        int    // blocks of the last body message (merging formats)
+	role        string // role of the last body message, "" for none
+	last        int    // the neutral message of its last block
+	shot        [2]int // Anthropic: the latest browser screenshot, or -1s
 
 	images, imageBytes, imageTokens int
 }
+
+// Start returns the first neutral message the rendering rendered anew:
+// 0 when it rendered the whole context.
+func (s *State) Start() int { return s.start }
+
+// BodyAt returns where the body starts in the buffer it was appended to.
+func (s *State) BodyAt() int { return s.bodyAt }
 
 // Format returns the format rendered.
 func (s *State) Format() Format { return s.f }
 
 // Body returns the body's members, its JSON object without the braces
-// (`"messages":[...]`): what a reply puts after its own fields.
+// (`"messages":[...]`): what a reply puts after its own fields. For a
+// msgpack rendering, they are the entries of a msgpack map, Fields of
+// them.
 func (s *State) Body() []byte { return s.body }
+
+// Fields returns the number of the body's members.
+func (s *State) Fields() int { return s.fields }
 
 // Report returns the rendering's report.
 func (s *State) Report() Report { return s.report }
@@ -124,6 +153,29 @@ func (s *State) In(buf []byte) *State {
 	return &c
 }
 
+// appendKept appends bytes kept from the state rendered from: when dst
+// is the buffer they lie in, written over from where they start, they are
+// in place already.
+func appendKept(dst, b []byte) []byte {
+	if len(b) > 0 && cap(dst)-len(dst) >= len(b) && &dst[:len(dst)+1][len(dst)] == &b[0] {
+		return dst[:len(dst)+len(b)]
+	}
+	return append(dst, b...)
+}
+
+// overwrites reports whether dst is the buffer prev's body lies in: a
+// rendering from prev appended to it writes over prev's bytes from its
+// body on, and must copy first what it reads of them after it writes.
+func overwrites(dst []byte, prev *State) bool {
+	if len(prev.body) == 0 || prev.bodyAt >= cap(dst) || &dst[:cap(dst)][prev.bodyAt] != &prev.body[0] {
+		return false
+	}
+	if len(dst) != prev.bodyAt {
+		panic("render: a rendering appended over the state it renders from, not where its body starts")
+	}
+	return true
+}
+
 // grow returns s[:n] to append to: in place when n is its length and in
 // place is allowed (the first rendering from the state the slice belongs
 // to: what it appends lies beyond that state's slices), else a copy.
@@ -141,6 +193,9 @@ func grow[T any](s []T, n int, inPlace bool) []T {
 func (s *State) AppendReportJSON(dst []byte) ([]byte, error) {
 	if s.rep != nil || s.chEnd != nil && len(s.chEnd) != s.nKept {
 		panic("render: AppendReportJSON twice")
+	}
+	if s.mp {
+		panic("render: AppendReportJSON of a msgpack rendering")
 	}
 	dst = append(dst, `{"changes":[`...)
 	start := len(dst)
@@ -174,6 +229,47 @@ func (s *State) AppendReportJSON(dst []byte) ([]byte, error) {
 	return append(dst, '}'), nil
 }
 
+// AppendReportMsgpack is AppendReportJSON for a msgpack rendering
+// (RenderMsgpack): the report's map, as record.AppendMsgpack encodes
+// Report.Map.
+func (s *State) AppendReportMsgpack(dst []byte) ([]byte, error) {
+	if s.rep != nil || s.chEnd != nil && len(s.chEnd) != s.nKept {
+		panic("render: AppendReportMsgpack twice")
+	}
+	if !s.mp {
+		panic("render: AppendReportMsgpack of a JSON rendering")
+	}
+	n := 2
+	if s.f == Anthropic {
+		n = 3
+	}
+	dst = record.AppendMsgpackMapLen(dst, n)
+	dst = record.AppendMsgpackString(dst, "changes")
+	dst = record.AppendMsgpackArrayLen(dst, len(s.report.Changes))
+	start := len(dst)
+	dst = append(dst, s.repKept...)
+	var err error
+	for i := s.nKept; i < len(s.report.Changes); i++ {
+		if dst, err = record.AppendMsgpack(dst, s.report.Changes[i].Map()); err != nil {
+			return dst, err
+		}
+		s.chEnd = append(s.chEnd, int32(len(dst)-start))
+	}
+	s.rep, s.repAt = dst[start:len(dst):len(dst)], start
+	s.repKept = nil
+	dst = record.AppendMsgpackString(dst, "ends_with_assistant")
+	dst, _ = record.AppendMsgpack(dst, s.report.EndsWithAssistant)
+	if s.f == Anthropic {
+		var bp any
+		if b := s.report.CacheBreakpoint; b != nil {
+			bp = record.NewMap("message", int64(b.Message), "block", int64(b.Block))
+		}
+		dst = record.AppendMsgpackString(dst, "cache_breakpoint")
+		dst, _ = record.AppendMsgpack(dst, bp)
+	}
+	return dst, nil
+}
+
 // Size returns the memory the state holds apart from its body bytes and
 // the neutral messages it refers to (which the session's projection holds).
 func (s *State) Size() int {
@@ -184,6 +280,9 @@ func (s *State) Size() int {
 			n += len(c.wire)
 		}
 	}
+	if s.index != nil {
+		n += len(s.calls) * indexSize
+	}
 	for _, c := range s.report.Changes {
 		n += len(c.To) + len(c.Reason)
 	}
@@ -191,9 +290,10 @@ func (s *State) Size() int {
 }
 
 const (
-	checkpointSize = 12*8 + 16
+	checkpointSize = 14*8 + 16
 	changeSize     = 8*5 + 16*4
 	callSize       = 16*2 + 8
+	indexSize      = 2 * (16 + 24 + 8 + 16) // a call in both maps of callIndex
 )
 
 // RenderJSON appends the body's members (Body) of the rendering of
@@ -204,14 +304,27 @@ const (
 // Render's, byte for byte, whatever prev holds. It fails only when the
 // messages hold a value JSON cannot carry.
 func RenderJSON(dst []byte, prev *State, f Format, messages []any, opt Options) ([]byte, *State, error) {
+	return renderFrom(dst, prev, f, messages, opt, false)
+}
+
+// RenderMsgpack is RenderJSON for a msgpack reply: it appends the body's
+// members as the entries of a msgpack map (State.Fields of them, each as
+// record.AppendMsgpack encodes Render's body), from the state of an
+// earlier msgpack rendering. The usage is still the body's JSON's
+// (RENDER.md section 7), measured without encoding it.
+func RenderMsgpack(dst []byte, prev *State, f Format, messages []any, opt Options) ([]byte, *State, error) {
+	return renderFrom(dst, prev, f, messages, opt, true)
+}
+
+func renderFrom(dst []byte, prev *State, f Format, messages []any, opt Options, mp bool) ([]byte, *State, error) {
 	if f == Neutral {
 		panic("render: RenderJSON of the neutral format")
 	}
-	st := &State{f: f, browser: opt.BrowserTools, seqs: opt.Seqs, extended: new(uint32)}
+	st := &State{f: f, browser: opt.BrowserTools, seqs: opt.Seqs, extended: new(uint32), mp: mp}
 	var from *checkpoint
 	keep := 0        // checkpoints of prev kept
 	inPlace := false // this rendering may append to prev's slices
-	if prev != nil && prev.f == f && (prev.browser == nil) == (opt.BrowserTools == nil) &&
+	if prev != nil && prev.f == f && prev.mp == mp && (prev.browser == nil) == (opt.BrowserTools == nil) &&
 		slices.Equal(prev.browser, opt.BrowserTools) && (prev.seqs == nil) == (opt.Seqs == nil) {
 		r := firstChange(prev.msgs, prev.seqs, messages, opt.Seqs)
 		inPlace = atomic.CompareAndSwapUint32(prev.extended, 0, 1)
@@ -231,12 +344,17 @@ func RenderJSON(dst []byte, prev *State, f Format, messages []any, opt Options) 
 	if from != nil {
 		p.start, p.from, p.badAt = from.at, from, from.at
 		st.start = from.at
+		st.fields = prev.fields
 		ncalls := sort.Search(len(prev.calls), func(i int) bool { return prev.calls[i].src >= from.at })
-		for _, c := range prev.calls[:ncalls] {
-			p.ids.seen[c.id]++
-			p.ids.taken[c.wire] = true
-		}
 		st.calls = grow(prev.calls, ncalls, inPlace)
+		// The index of prev's calls goes on with this rendering's when
+		// it may be written (see callIndex), and is made anew otherwise.
+		if inPlace && prev.index != nil {
+			st.index = prev.index
+		} else {
+			st.index = indexCalls(st.calls)
+		}
+		p.ids.base, p.ids.kept = st.index, st.calls[:ncalls:ncalls]
 		nch := sort.Search(len(prev.report.Changes), func(i int) bool { return prev.report.Changes[i].Message >= from.at })
 		st.report.Changes = grow(prev.report.Changes, nch, inPlace)
 		st.cps = grow(prev.cps, keep, inPlace)
@@ -271,6 +389,9 @@ func RenderJSON(dst []byte, prev *State, f Format, messages []any, opt Options) 
 		p.bad[c.src+1]++ // calls before S not answered before S: S in c.src+1 .. end
 		p.bad[end+1]--
 	}
+	if st.index != nil {
+		st.index.add(st.calls, len(p.ids.kept))
+	}
 	p.layout()
 
 	var system any
@@ -302,17 +423,45 @@ func RenderJSON(dst []byte, prev *State, f Format, messages []any, opt Options) 
 		st.report.Changes = append(st.report.Changes, c)
 	}
 
-	e := encoder{f: f, st: st, marks: p.marks}
+	e := encoder{f: f, st: st, marks: p.marks, start: len(dst), openAt: -1}
+	if from != nil && overwrites(dst, prev) {
+		// The report's kept changes lie after the body.
+		st.repKept = slices.Clone(st.repKept)
+		e.over = true
+	}
 	start := len(dst)
 	var err error
-	if from != nil {
-		dst = append(dst, prev.body[:from.off]...)
+	switch {
+	case from != nil && mp:
 		e.images, e.imageBytes, e.imageTokens = from.images, from.imageBytes, from.imageTokens
 		e.outs, e.nblk = from.outs, from.nblk
-	} else if dst, err = e.head(dst, system); err != nil {
-		return dst, nil, err
+		if len(l.msgs) > 0 && l.msgs[0].cont > 0 {
+			e.openMore = len(l.msgs[0].blocks)
+		}
+		dst = e.resume(dst, prev, from, l.base+len(l.msgs))
+	case from != nil:
+		dst = appendKept(dst, prev.body[:from.off])
+		e.images, e.imageBytes, e.imageTokens = from.images, from.imageBytes, from.imageTokens
+		e.outs, e.nblk = from.outs, from.nblk
+	case mp:
+		if dst, err = e.headMsgpack(dst, system, l.base+len(l.msgs)); err != nil {
+			return dst, nil, err
+		}
+	default:
+		st.fields = 1
+		if system != nil {
+			st.fields = 2
+		}
+		if dst, err = e.head(dst, system); err != nil {
+			return dst, nil, err
+		}
 	}
-	if dst, err = e.messages(dst, start, l); err != nil {
+	if mp {
+		dst, err = e.messagesMsgpack(dst, l)
+	} else {
+		dst, err = e.messages(dst, start, l)
+	}
+	if err != nil {
 		return dst, nil, err
 	}
 	st.body, st.bodyAt = dst[start:len(dst):len(dst)], start
@@ -336,6 +485,9 @@ func RenderJSON(dst []byte, prev *State, f Format, messages []any, opt Options) 
 			}, shot)
 	}
 	st.usage = Usage{Bytes: len(st.body) + 2, Images: e.images}
+	if mp {
+		st.usage.Bytes = e.jlen + 2
+	}
 	st.usage.InputTokens = e.imageTokens + (max(st.usage.Bytes-e.imageBytes, 0)+BytesPerToken-1)/BytesPerToken
 	return dst, st, nil
 }
@@ -408,6 +560,19 @@ type encoder struct {
 	marks []checkpoint
 	next  int // the first mark not yet reached
 
+	// A msgpack encoding (encodeMsgpack) tracks the length of the JSON it
+	// stands for in jlen, and where in dst its items, its last message
+	// (-1 for none, or a format that does not merge) and that message's
+	// blocks begin. prevOpen holds the blocks of the open message of the
+	// checkpoint resumed from, written after its new header.
+	start, items, openAt, blocksAt int
+	jlen                           int
+	over                           bool // dst is the buffer of the state rendered from
+	prevOpen                       []byte
+	resumeOpen                     bool
+	openMore                       int // blocks merged into the open message since
+	openRole                       string
+
 	outs, nblk                      int
 	images, imageBytes, imageTokens int
 }
@@ -458,6 +623,229 @@ func (e *encoder) reached(off int) {
 		m.off, m.images, m.imageBytes, m.imageTokens = off, e.images, e.imageBytes, e.imageTokens
 		e.next++
 	}
+}
+
+// reachedMsgpack completes the marks taken where a msgpack encoding is
+// now, at the end of dst.
+func (e *encoder) reachedMsgpack(dst []byte) {
+	for e.next < len(e.marks) && e.marks[e.next].outs == e.outs && e.marks[e.next].nblk == e.nblk {
+		m := &e.marks[e.next]
+		m.off, m.images, m.imageBytes, m.imageTokens = e.jlen, e.images, e.imageBytes, e.imageTokens
+		if e.openAt >= 0 {
+			m.mopen, m.mlen = e.openAt-e.items, len(dst)-e.blocksAt
+		} else {
+			m.mopen, m.mlen = -1, len(dst)-e.items
+		}
+		e.next++
+	}
+}
+
+// jsonLen is record.JSONLen.
+func jsonLen(v any) (int, error) {
+	n, err := record.JSONLen(v)
+	if err != nil {
+		return 0, fmt.Errorf("encode body: %w", err)
+	}
+	return n, nil
+}
+
+// headMsgpack writes the members before the messages' items, msgpack,
+// and the header of an array of n messages.
+func (e *encoder) headMsgpack(dst []byte, system any, n int) ([]byte, error) {
+	key, sysKey := "messages", "system"
+	switch e.f {
+	case Gemini:
+		key, sysKey = "contents", "systemInstruction"
+	case OpenAIResponses:
+		key = "input"
+	}
+	e.st.fields = 1
+	if system != nil {
+		e.st.fields = 2
+		dst = record.AppendMsgpackString(dst, sysKey)
+		var err error
+		if dst, err = record.AppendMsgpack(dst, system); err != nil {
+			return dst, fmt.Errorf("encode %s body: %w", e.f, err)
+		}
+		k, err := jsonLen(system)
+		if err != nil {
+			return dst, err
+		}
+		e.jlen += len(sysKey) + 3 + k + 1 // "key":value,
+		e.walk(system)
+	}
+	dst = record.AppendMsgpackString(dst, key)
+	e.jlen += len(key) + 2 + 2 // "key":[
+	e.st.arrAt = len(dst) - e.start
+	dst = record.AppendMsgpackArrayLen(dst, n)
+	e.st.itemsAt = len(dst) - e.start
+	e.items = len(dst)
+	return dst, nil
+}
+
+// resume writes the members of prev's msgpack body up to the checkpoint
+// from, with its messages array header made for n messages. The open
+// message's blocks are kept in prevOpen, for messagesMsgpack to write
+// after its new header.
+func (e *encoder) resume(dst []byte, prev *State, from *checkpoint, n int) []byte {
+	body := prev.body
+	items := body[prev.itemsAt:]
+	var blocks int
+	if from.mopen >= 0 {
+		blocks = from.mopen + msgHeaderLen(items[from.mopen:], from.role, e.key())
+	}
+	if e.over {
+		// Written over in place, the kept bytes stay where they are
+		// unless a header before them changes its length: then they
+		// are copied out first.
+		var buf [64]byte
+		same := len(record.AppendMsgpackArrayLen(buf[:0], n)) == prev.itemsAt-prev.arrAt
+		if same && from.mopen >= 0 {
+			same = len(appendMsgHeader(buf[:0], from.role, e.key(), e.nblk+e.openMore)) == blocks-from.mopen
+		}
+		if !same {
+			body = bytes.Clone(body)
+			items = body[prev.itemsAt:]
+		}
+	}
+	e.st.arrAt = prev.arrAt
+	dst = appendKept(dst, body[:prev.arrAt])
+	dst = record.AppendMsgpackArrayLen(dst, n)
+	e.st.itemsAt = len(dst) - e.start
+	e.items = len(dst)
+	e.jlen = from.off
+	if from.mopen < 0 {
+		return appendKept(dst, items[:from.mlen])
+	}
+	dst = appendKept(dst, items[:from.mopen])
+	e.prevOpen, e.resumeOpen, e.openRole = items[blocks:blocks+from.mlen], true, from.role
+	return dst
+}
+
+func (e *encoder) key() string {
+	if e.f == Gemini {
+		return "parts"
+	}
+	return "content"
+}
+
+// appendMsgHeader appends the head of a merged message of n blocks:
+// {"role": role, key: [ in msgpack.
+func appendMsgHeader(dst []byte, role, key string, n int) []byte {
+	dst = record.AppendMsgpackMapLen(dst, 2)
+	dst = record.AppendMsgpackString(dst, "role")
+	dst = record.AppendMsgpackString(dst, role)
+	dst = record.AppendMsgpackString(dst, key)
+	return record.AppendMsgpackArrayLen(dst, n)
+}
+
+// msgHeaderLen returns the length of the head appendMsgHeader wrote at
+// the start of b.
+func msgHeaderLen(b []byte, role, key string) int {
+	var buf [64]byte
+	n := len(appendMsgHeader(buf[:0], role, key, 0)) - 1 // less the array header
+	switch b[n] {
+	case 0xdc:
+		return n + 3
+	case 0xdd:
+		return n + 5
+	}
+	return n + 1
+}
+
+// messagesMsgpack is messages for a msgpack encoding: it writes the
+// list's items after the body so far, the last message of a merging
+// format's checkpoint (prevOpen) with its new header, and tracks the
+// JSON length of what it writes.
+func (e *encoder) messagesMsgpack(dst []byte, l *outList) ([]byte, error) {
+	key := e.key()
+	open := e.outs > 0 && (e.f == Anthropic || e.f == Gemini)
+	if e.resumeOpen {
+		// The checkpoint's last message, with the blocks merged into it
+		// since.
+		n := e.nblk + e.openMore
+		e.openAt = len(dst)
+		dst = appendMsgHeader(dst, e.openRole, key, n)
+		e.blocksAt = len(dst)
+		dst = appendKept(dst, e.prevOpen)
+		e.prevOpen = nil
+	}
+	e.reachedMsgpack(dst)
+	var err error
+	for _, o := range l.msgs {
+		if o.flat {
+			if e.outs > 0 {
+				e.jlen++
+			}
+			if dst, err = record.AppendMsgpack(dst, o.blocks[0]); err != nil {
+				return dst, fmt.Errorf("encode %s body: %w", e.f, err)
+			}
+			k, err := jsonLen(o.blocks[0])
+			if err != nil {
+				return dst, err
+			}
+			e.jlen += k
+			e.walk(o.blocks[0])
+			e.outs++
+			e.reachedMsgpack(dst)
+			continue
+		}
+		if o.cont == 0 {
+			// A new message; the one before is closed.
+			e.openAt = len(dst)
+			dst = appendMsgHeader(dst, o.role, key, len(o.blocks))
+			e.blocksAt = len(dst)
+			if open {
+				e.jlen += 2 // ]}
+			}
+			if e.outs > 0 {
+				e.jlen++
+			}
+			r, err := jsonLen(o.role)
+			if err != nil {
+				return dst, err
+			}
+			e.jlen += len(`{"role":`) + r + 1 + len(key) + 2 + 2 // {"role":R,"key":[
+			e.outs++
+			e.nblk = 0
+			open = true
+			if e.f == Anthropic {
+				e.st.nblk = append(e.st.nblk, 0)
+			}
+		}
+		for _, b := range o.blocks {
+			if e.nblk > 0 {
+				e.jlen++
+			}
+			if dst, err = record.AppendMsgpack(dst, b); err != nil {
+				return dst, fmt.Errorf("encode %s body: %w", e.f, err)
+			}
+			k, err := jsonLen(b)
+			if err != nil {
+				return dst, err
+			}
+			e.jlen += k
+			e.walk(b)
+			if e.f == Anthropic {
+				if isThinking(b) {
+					e.st.thinking = append(e.st.thinking, [2]int32{int32(e.outs - 1), int32(e.nblk)})
+				}
+			}
+			e.nblk++
+			e.reachedMsgpack(dst)
+		}
+		if e.f == Anthropic && e.outs > 0 {
+			e.st.nblk[e.outs-1] = int32(e.nblk)
+		}
+	}
+	if open {
+		e.jlen += 2
+	}
+	if e.next != len(e.marks) {
+		panic(fmt.Sprintf("render: %d checkpoints not reached", len(e.marks)-e.next))
+	}
+	e.jlen++ // ]
+	return dst, nil
 }
 
 // messages writes the list's messages after the body so far (dst[start:]

@@ -230,7 +230,7 @@ func TestRenderJSON_Cases(t *testing.T) {
 			}
 			for _, f := range providers {
 				s := projection.New(projection.Options{})
-				var prev *render.State
+				var prev, prevMsgpack *render.State
 				for i, v := range recs {
 					s.Apply(uint64(i+1), v)
 					opt := render.Options{Seqs: s.MessageSeqs(nil)}
@@ -238,6 +238,10 @@ func TestRenderJSON_Cases(t *testing.T) {
 					require.NoError(t, err)
 					requireSameRendering(t, fmt.Sprintf("%s, record %d", name, i+1), f, s.Messages(), opt, got, st)
 					prev = st
+					got, st, err = render.RenderMsgpack(nil, prevMsgpack, f, s.Messages(), opt)
+					require.NoError(t, err)
+					requireSameMsgpack(t, fmt.Sprintf("%s, record %d, msgpack", name, i+1), f, s.Messages(), opt, got, st)
+					prevMsgpack = st
 				}
 			}
 		})
@@ -277,4 +281,171 @@ func TestRenderJSON_StateHoldsNoMessage(t *testing.T) {
 		require.Nil(t, msg.Value(), "%s: the state keeps a message alive", f)
 		runtime.KeepAlive(st)
 	}
+}
+
+// wholeMsgpack is the reference of a msgpack rendering: the members of
+// Render's body as msgpack map entries, each as record.AppendMsgpack
+// encodes it, their number, the report's encoding and the usage (of the
+// body's JSON).
+func wholeMsgpack(t testing.TB, f render.Format, msgs []any, opt render.Options) (body []byte, fields int, rep []byte, u render.Usage) {
+	t.Helper()
+	b, r := render.Render(f, msgs, opt)
+	for _, m := range b.Fields.Members {
+		body = record.AppendMsgpackString(body, m.Key)
+		var err error
+		body, err = record.AppendMsgpack(body, m.Value)
+		require.NoError(t, err)
+	}
+	rep, err := record.AppendMsgpack(nil, r.Map(f))
+	require.NoError(t, err)
+	n, err := b.JSONLen()
+	require.NoError(t, err)
+	return body, len(b.Fields.Members), rep, render.Estimate(b, n)
+}
+
+// requireSameMsgpack checks a msgpack rendering against Render of the
+// whole context, encoded.
+func requireSameMsgpack(t testing.TB, what string, f render.Format, msgs []any, opt render.Options, got []byte, st *render.State) {
+	t.Helper()
+	body, fields, rep, u := wholeMsgpack(t, f, msgs, opt)
+	if string(body) != string(got) {
+		t.Fatalf("%s, %s: the msgpack body differs from Render's\nwant: %.600x\ngot:  %.600x", what, f, body, got)
+	}
+	require.Equal(t, string(got), string(st.Body()), "%s, %s: the state's body", what, f)
+	require.Equal(t, fields, st.Fields(), "%s, %s: the body's members", what, f)
+	require.Equal(t, u, st.Usage(), "%s, %s: the usage", what, f)
+	gotRep, err := st.AppendReportMsgpack([]byte("x"))
+	require.NoError(t, err)
+	require.Equal(t, string(rep), string(gotRep[1:]), "%s, %s: the report's encoding", what, f)
+}
+
+// TestRenderMsgpack_Incremental is TestRenderJSON_Incremental for msgpack
+// renderings: generated sessions grown a record at a time, each version
+// rendered from the state of the one before, of an older one, of another
+// format's and of a JSON rendering's, is Render's whole rendering
+// encoded, in body, report and usage, at every step.
+func TestRenderMsgpack_Incremental(t *testing.T) {
+	n := *incN
+	if testing.Short() {
+		n = 20
+	}
+	reused := 0
+	for seed := uint64(1); seed <= uint64(n); seed++ {
+		r := rand.New(rand.NewPCG(seed, 0x6d70_696e))
+		g := newGen(r)
+		popt := projection.Options{BrowserTools: g.BrowserTools()}
+		recs := g.Session(5 + r.IntN(70))
+		s := projection.New(popt)
+		prev := map[render.Format]*render.State{}
+		var history []map[render.Format]*render.State
+		var jsonPrev *render.State
+		for i, v := range recs {
+			s.Apply(uint64(i+1), v)
+			msgs := s.Messages()
+			opt := render.Options{Seqs: s.MessageSeqs(nil), BrowserTools: popt.BrowserTools}
+			states := map[render.Format]*render.State{}
+			for k, f := range providers {
+				what := fmt.Sprintf("seed %d, record %d", seed, i+1)
+				got, st, err := render.RenderMsgpack([]byte("x"), prev[f], f, msgs, opt)
+				require.NoError(t, err)
+				requireSameMsgpack(t, what, f, msgs, opt, got[1:], st)
+				states[f] = st
+				if render.StartOf(st) > 0 {
+					reused++
+				}
+				if len(history) > 3 {
+					old := history[len(history)-4][f]
+					got, st, err := render.RenderMsgpack(nil, old, f, msgs, opt)
+					require.NoError(t, err)
+					requireSameMsgpack(t, what+" (from an older state)", f, msgs, opt, got, st)
+				}
+				other := prev[providers[(k+1)%len(providers)]]
+				got, st, err = render.RenderMsgpack(nil, other, f, msgs, opt)
+				require.NoError(t, err)
+				requireSameMsgpack(t, what+" (from another format's state)", f, msgs, opt, got, st)
+				if k == 0 {
+					// From a JSON rendering's state, and back.
+					got, st, err = render.RenderMsgpack(nil, jsonPrev, f, msgs, opt)
+					require.NoError(t, err)
+					requireSameMsgpack(t, what+" (from a JSON rendering's state)", f, msgs, opt, got, st)
+					got, jsonPrev, err = render.RenderJSON(nil, prev[f], f, msgs, opt)
+					require.NoError(t, err)
+					requireSameRendering(t, what+" (JSON from a msgpack rendering's state)", f, msgs, opt, got, jsonPrev)
+				}
+			}
+			prev = states
+			history = append(history, states)
+		}
+	}
+	t.Logf("%d renderings started after the first message", reused)
+	require.Positive(t, reused)
+}
+
+// TestRender_OverItsBuffer renders each version of generated sessions
+// into the buffer of the rendering before, over its body and report (as
+// the service does with a reply nothing reads any more), in every format,
+// as JSON and as msgpack: the bytes, report and usage are Render's every
+// time, whether the headers before the kept bytes keep their length or
+// not.
+func TestRender_OverItsBuffer(t *testing.T) {
+	n := *incN
+	if testing.Short() {
+		n = 20
+	}
+	over := 0
+	for seed := uint64(1); seed <= uint64(n); seed++ {
+		r := rand.New(rand.NewPCG(seed, 0x6f76_6572))
+		g := newGen(r)
+		popt := projection.Options{BrowserTools: g.BrowserTools()}
+		recs := g.Session(5 + r.IntN(90))
+		for _, f := range providers {
+			for _, mp := range []bool{false, true} {
+				s := projection.New(popt)
+				var prev *render.State
+				var buf []byte
+				for i, v := range recs {
+					s.Apply(uint64(i+1), v)
+					msgs := s.Messages()
+					opt := render.Options{Seqs: s.MessageSeqs(nil), BrowserTools: popt.BrowserTools}
+					what := fmt.Sprintf("seed %d, record %d, %s, msgpack %v", seed, i+1, f, mp)
+					dst := []byte("H")
+					if prev != nil && r.IntN(4) > 0 {
+						dst = buf[:prev.BodyAt()] // over the one before
+						over++
+					}
+					var got []byte
+					var st *render.State
+					var err error
+					var wantBody, wantRep []byte
+					var wantUsage render.Usage
+					if mp {
+						got, st, err = render.RenderMsgpack(dst, prev, f, msgs, opt)
+						wantBody, _, wantRep, wantUsage = wholeMsgpack(t, f, msgs, opt)
+					} else {
+						got, st, err = render.RenderJSON(dst, prev, f, msgs, opt)
+						var rep render.Report
+						wantBody, rep, wantUsage = wholeJSON(t, f, msgs, opt)
+						wantRep, err = record.AppendJSON(nil, rep.Map(f))
+						require.NoError(t, err)
+					}
+					require.NoError(t, err)
+					if string(wantBody) != string(got[1:]) {
+						t.Fatalf("%s: the body differs from Render's\nwant: %.600x\ngot:  %.600x", what, wantBody, got[1:])
+					}
+					require.Equal(t, wantUsage, st.Usage(), what)
+					at := len(got)
+					if mp {
+						got, err = st.AppendReportMsgpack(got)
+					} else {
+						got, err = st.AppendReportJSON(got)
+					}
+					require.NoError(t, err)
+					require.Equal(t, string(wantRep), string(got[at:]), "%s: the report", what)
+					buf, prev = got, st.In(got)
+				}
+			}
+		}
+	}
+	t.Logf("%d renderings over the buffer before", over)
+	require.Positive(t, over)
 }

@@ -495,7 +495,7 @@ func (p *plan) pair() {
 			continue
 		}
 		var target *call
-		seen := p.ids.seen[r.id] > 0 // a call of the prefix, answered there
+		seen := p.ids.count(r.id) > 0 // a call of the prefix, answered there
 		for _, c := range byID[r.id] {
 			if c.src >= r.src {
 				break

@@ -542,6 +542,7 @@ func FuzzRender(f *testing.F) {
 		// of the one before is Render's.
 		s := projection.New(popt)
 		prev := map[render.Format]*render.State{}
+		prevMsgpack := map[render.Format]*render.State{}
 		for i, v := range recs {
 			s.Apply(uint64(i+1), v)
 			opt := render.Options{Seqs: s.MessageSeqs(nil), BrowserTools: popt.BrowserTools}
@@ -552,6 +553,12 @@ func FuzzRender(f *testing.F) {
 				}
 				requireSameRendering(t, fmt.Sprintf("record %d", i+1), f, s.Messages(), opt, got, st)
 				prev[f] = st
+				got, st, err = render.RenderMsgpack(nil, prevMsgpack[f], f, s.Messages(), opt)
+				if err != nil {
+					t.Fatalf("%s: %v", f, err)
+				}
+				requireSameMsgpack(t, fmt.Sprintf("record %d, msgpack", i+1), f, s.Messages(), opt, got, st)
+				prevMsgpack[f] = st
 			}
 		}
 	})

@@ -69,30 +69,35 @@ func (r rendering) tail(bodyJSONBytes int) []record.Member {
 // with its new state. The reply is appendRenderedJSON's, byte for byte.
 // A neutral reply with a budget, or an unknown session, is rendered as
 // appendRenderedJSON renders it, and kept by put.
-func (c *renderCache) appendJSON(dst []byte, session string, p *projection.Session, req contextRequest, browser []string) ([]byte, error) {
+func (c *renderCache) appendJSON(dst []byte, session string, p *projection.Session, req contextRequest, browser []string) ([]byte, *cachedReply, error) {
 	if req.format == render.Neutral || p == nil {
-		return appendRenderedJSON(dst, session, p, req, browser)
+		out, err := appendRenderedJSON(dst, session, p, req, browser)
+		return out, nil, err
 	}
-	prev := c.state(session)
-	msgs, seqs, dropped := p.Messages(), p.MessageSeqs(nil), p.Dropped()
-	dst = append(dst, `{"session":`...)
-	dst = record.AppendJSONString(dst, session)
-	dst = append(dst, `,"seq":`...)
-	dst = strconv.AppendUint(dst, p.Seq(), 10)
-	dst = append(dst, `,"format":`...)
-	dst = record.AppendJSONString(dst, string(req.format))
-	dst = append(dst, ',')
+	msgs, seqs, dropped := p.Messages(), p.MessageSeqs(make([]uint64, 0, p.Len())), p.Dropped()
+	var head [256]byte
+	h := append(head[:0], `{"session":`...)
+	h = record.AppendJSONString(h, session)
+	h = append(h, `,"seq":`...)
+	h = strconv.AppendUint(h, p.Seq(), 10)
+	h = append(h, `,"format":`...)
+	h = record.AppendJSONString(h, string(req.format))
+	h = append(h, ',')
+	prev, buf, done := c.state(p, req, overIf(dst, len(h)))
+	defer done()
+	dst = c.start(dst, buf, prev)
+	dst = append(dst, h...)
 	dst, st, err := render.RenderJSON(dst, prev, req.format, msgs, render.Options{Seqs: seqs, BrowserTools: browser})
 	if err != nil {
-		return dst, err
+		return dst, nil, err
 	}
 	dst = append(dst, `,"dropped":`...)
 	if dst, err = record.AppendJSON(dst, dropped.Map()); err != nil {
-		return dst, err
+		return dst, nil, err
 	}
 	dst = append(dst, `,"render":`...)
 	if dst, err = st.AppendReportJSON(dst); err != nil {
-		return dst, err
+		return dst, nil, err
 	}
 	u := st.Usage()
 	dst = append(dst, `,"usage":`...)
@@ -102,8 +107,86 @@ func (c *renderCache) appendJSON(dst []byte, session string, p *projection.Sessi
 		dst, _ = record.AppendJSON(dst, render.CheckBudget(msgs, seqs, u, req.budget).Map())
 	}
 	dst = append(dst, '}')
-	c.keep(session, p, req, dst, st)
-	return dst, nil
+	return dst, c.keep(p, req, dst, st), nil
+}
+
+// overIf is the head length to pass to state when the caller leaves the
+// buffer to the cache (dst nil): the next reply may be written over the
+// one before.
+func overIf(dst []byte, head int) int {
+	if dst != nil {
+		return 0
+	}
+	return head
+}
+
+// start returns the buffer a reply is written in: dst when the caller
+// gives one, else buf, the buffer of the state's reply to write over
+// (state), else a buffer for a reply about as long as the state's.
+func (c *renderCache) start(dst, buf []byte, prev *render.State) []byte {
+	switch {
+	case dst != nil:
+		return dst
+	case buf != nil:
+		return buf
+	case prev != nil:
+		return c.buffer(prev.BodyAt() + len(prev.Body()))
+	}
+	return c.buffer(0)
+}
+
+// appendMsgpack is appendJSON for a msgpack reply: the reply of a
+// request for a provider format, rendered from the state kept with the
+// session's last msgpack reply in that format (render.RenderMsgpack), and
+// kept with its new state. The reply is appendRenderedMsgpack's, byte for
+// byte.
+func (c *renderCache) appendMsgpack(dst []byte, session string, p *projection.Session, req contextRequest, browser []string) ([]byte, *cachedReply, error) {
+	if req.format == render.Neutral || p == nil {
+		out, err := appendRenderedMsgpack(dst, session, p, req, browser)
+		return out, nil, err
+	}
+	msgs, seqs, dropped := p.Messages(), p.MessageSeqs(make([]uint64, 0, p.Len())), p.Dropped()
+	// The map's size depends on the body's members: it is written once
+	// they are, in the room left for its longest header (a map of at
+	// most 16 entries: one byte).
+	var head [256]byte
+	h := append(head[:0], 0)
+	h = record.AppendMsgpackString(h, "session")
+	h = record.AppendMsgpackString(h, session)
+	h = record.AppendMsgpackString(h, "seq")
+	h = appendMsgpackUint(h, p.Seq())
+	h = record.AppendMsgpackString(h, "format")
+	h = record.AppendMsgpackString(h, string(req.format))
+	prev, buf, done := c.state(p, req, overIf(dst, len(h)))
+	defer done()
+	dst = c.start(dst, buf, prev)
+	at := len(dst)
+	dst = append(dst, h...)
+	dst, st, err := render.RenderMsgpack(dst, prev, req.format, msgs, render.Options{Seqs: seqs, BrowserTools: browser})
+	if err != nil {
+		return dst, nil, fmt.Errorf("%w: %w", errNotMsgpack, err)
+	}
+	n := 3 + st.Fields() + 3 // session, seq, format; the body; dropped, render, usage
+	if req.hasBudget {
+		n++
+	}
+	dst[at] = record.AppendMsgpackMapLen(nil, n)[0]
+	dst = record.AppendMsgpackString(dst, "dropped")
+	if dst, err = record.AppendMsgpack(dst, dropped.Map()); err != nil {
+		return dst, nil, fmt.Errorf("%w: %w", errNotMsgpack, err)
+	}
+	dst = record.AppendMsgpackString(dst, "render")
+	if dst, err = st.AppendReportMsgpack(dst); err != nil {
+		return dst, nil, fmt.Errorf("%w: %w", errNotMsgpack, err)
+	}
+	u := st.Usage()
+	dst = record.AppendMsgpackString(dst, "usage")
+	dst, _ = record.AppendMsgpack(dst, u.Map())
+	if req.hasBudget {
+		dst = record.AppendMsgpackString(dst, "budget")
+		dst, _ = record.AppendMsgpack(dst, render.CheckBudget(msgs, seqs, u, req.budget).Map())
+	}
+	return dst, c.keep(p, req, dst, st), nil
 }
 
 // appendRenderedJSON appends a rendered reply as JSON.

@@ -230,7 +230,9 @@ func TestParseRequest_NeutralOnce(t *testing.T) {
 // provider format after every record: the reply, rendered from the state
 // kept with the one before, is a fresh rendering's byte for byte. A
 // session is now and then fetched in another format, and with a budget,
-// which replace the state kept or only the tail.
+// which replace the state kept or only the tail. Some sessions are asked
+// for msgpack replies, and now and then for the other encoding, whose
+// replies are a fresh msgpack rendering's byte for byte.
 func TestService_RenderedGrowth(t *testing.T) {
 	url := startNATS(t, 0)
 	type grown struct {
@@ -242,6 +244,7 @@ func TestService_RenderedGrowth(t *testing.T) {
 		seq    uint64
 		other  render.Format
 		budget bool
+		mp     bool // msgpack replies
 	}
 	var all []*grown
 	sessions := map[string]*projection.Session{}
@@ -252,10 +255,10 @@ func TestService_RenderedGrowth(t *testing.T) {
 			g := sessiongen.New(r, sessiongen.Rules{Convert: projection.Convert, IsValidCompaction: projection.IsValidCompaction})
 			popt := projection.Options{BrowserTools: g.BrowserTools()}
 			all = append(all, &grown{id: fmt.Sprint("g", seed), f: f, recs: g.Session(40 + r.IntN(40)), popt: popt,
-				other: render.Formats[1+(i+1)%4], budget: k == 1})
+				other: render.Formats[1+(i+1)%4], budget: k >= 1, mp: k == 2})
 		}
 		all = append(all, &grown{id: fmt.Sprint("w", i), f: f, recs: workload.New(uint64(i+1), workload.Default.WithScreenshots(4<<10, 5)).Records(60),
-			other: render.Formats[1+(i+2)%4]})
+			other: render.Formats[1+(i+2)%4], mp: i%2 == 0})
 	}
 	for _, s := range all {
 		s.p = projection.New(s.popt)
@@ -291,10 +294,23 @@ func TestService_RenderedGrowth(t *testing.T) {
 				req.budget, req.hasBudget = 1000, true
 				body = `{"format":"` + string(f) + `","budget_tokens":1000}`
 			}
+			if s.mp != (step%11 == 5) {
+				v, err := record.DecodeJSON([]byte(body))
+				require.NoError(t, err)
+				mp, err := record.AppendMsgpack(nil, v)
+				require.NoError(t, err)
+				body, req.msgpack = string(mp), true
+			}
 			msg := request(t, nc, "ctxd.context."+s.id, []byte(body), nil)
 			require.Empty(t, errorCode(msg), msg.Header.Get(micro.ErrorHeader))
 			mu.Lock()
-			want, err := appendRenderedJSON(nil, s.id, s.p, req, svc.BrowserTools)
+			var want []byte
+			var err error
+			if req.msgpack {
+				want, err = appendRenderedMsgpack(nil, s.id, s.p, req, svc.BrowserTools)
+			} else {
+				want, err = appendRenderedJSON(nil, s.id, s.p, req, svc.BrowserTools)
+			}
 			mu.Unlock()
 			require.NoError(t, err)
 			if string(want) != string(msg.Data) {

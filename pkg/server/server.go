@@ -21,6 +21,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/ctxd/ctxd/pkg/projection"
+	"github.com/ctxd/ctxd/pkg/render"
 	"github.com/ctxd/ctxd/pkg/store"
 	"github.com/ctxd/ctxd/pkg/subject"
 )
@@ -440,7 +441,8 @@ func (s *Service) track() bool {
 func (s *Service) reply(r micro.Request, v Viewer, session string, req contextRequest, paced bool) {
 	var empty bool
 	var out []byte
-	var buf *[]byte // the msgpack reply's buffer, from replyBuffers
+	var buf *[]byte       // the msgpack reply's buffer, from replyBuffers
+	var made *cachedReply // a rendered reply made here, kept with the session
 	var err error
 	verr := v.View(s.ctx, session, func(p *projection.Session) {
 		empty = p == nil
@@ -448,17 +450,20 @@ func (s *Service) reply(r micro.Request, v Viewer, session string, req contextRe
 		case req.rendered():
 			// Rendered on request, kept until the session changes.
 			var prev int
-			if out, prev = s.rendered.get(session, p, req); out != nil {
+			if out, prev = s.rendered.get(p, req); out != nil {
 				return
 			}
-			dst := make([]byte, 0, sizeHint(prev))
-			if req.msgpack {
-				out, err = appendRenderedMsgpack(dst, session, p, req, s.BrowserTools)
-			} else {
-				out, err = s.rendered.appendJSON(dst, session, p, req, s.BrowserTools)
+			var dst []byte // provider formats: the cache's (see renderCache.state)
+			if req.format == render.Neutral {
+				dst = s.rendered.buffer(prev)
 			}
-			if err == nil {
-				s.rendered.put(session, p, req, out)
+			if req.msgpack {
+				out, made, err = s.rendered.appendMsgpack(dst, session, p, req, s.BrowserTools)
+			} else {
+				out, made, err = s.rendered.appendJSON(dst, session, p, req, s.BrowserTools)
+			}
+			if err == nil && made == nil {
+				made = s.rendered.put(p, req, out) // the reply alone, or a neutral one
 			}
 		case req.msgpack:
 			buf = replyBuffers.Get().(*[]byte)
@@ -494,6 +499,9 @@ func (s *Service) reply(r micro.Request, v Viewer, session string, req contextRe
 		if err := r.Respond(out); err != nil {
 			s.log("respond", "session", session, "err", err)
 		}
+		// Respond has copied out: once the session's next reply
+		// replaces it, its buffer may serve another.
+		s.rendered.sent(made)
 		if buf != nil {
 			// Respond has copied out to the connection's buffer.
 			*buf = out

@@ -72,8 +72,8 @@ func (c *cache) dropLocked(sl *slot) {
 	}
 	sl.proj = nil
 	c.n.Add(-1)
-	c.bytes.Add(-sl.size)
-	sl.size = 0
+	c.bytes.Add(-sl.size - sl.held)
+	sl.size, sl.held = 0, 0
 }
 
 // evict unloads the least recently used projections while the cache is

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -110,4 +111,50 @@ func TestCache_LoadsInFlightCount(t *testing.T) {
 	}}
 	require.Error(t, s.View(ctx, "big", func(*projection.Session) {}))
 	require.Zero(t, s.Stats().Bytes)
+}
+
+// What a view leaves with a projection (projection.Session.Keep: the
+// service's rendered replies) counts in the cache's bytes, against
+// MaxBytes, from the view on: it evicts other sessions, the least
+// recently used first, and goes with its session when that is evicted.
+func TestStore_KeptCountsInTheBound(t *testing.T) {
+	l := newFakeLoader()
+	s := New()
+	s.Loader = l
+	ids := []string{"s0", "s1", "s2", "s3"}
+	for _, id := range ids {
+		ingest(s, l, id, userRecord(id))
+		requireView(t, s, l, id)
+	}
+	one := s.Stats().Bytes / int64(len(ids))
+	s.MaxBytes = 20 * one
+	keep := func(id string, n int64) {
+		t.Helper()
+		require.NoError(t, s.View(context.Background(), id, func(p *projection.Session) {
+			p.Keep([]byte("rendered"), n)
+		}))
+		requireCacheConsistent(t, s)
+	}
+	keep("s1", 4*one)
+	require.Equal(t, ids, loadedIDs(s, ids))
+	require.Equal(t, int64(len(ids))*one+4*one, s.Stats().Bytes)
+	keep("s1", 2*one) // replaced by a smaller one
+	require.Equal(t, int64(len(ids))*one+2*one, s.Stats().Bytes)
+
+	// Past the bound: sessions are evicted, down to it, and what an
+	// evicted one kept goes with it.
+	keep("s3", 17*one)
+	loaded := loadedIDs(s, ids)
+	require.Less(t, len(loaded), len(ids))
+	require.LessOrEqual(t, s.Stats().Bytes, s.MaxBytes)
+	for _, id := range ids {
+		if slices.Contains(loaded, id) {
+			continue
+		}
+		requireView(t, s, l, id)
+		require.NoError(t, s.View(context.Background(), id, func(p *projection.Session) {
+			require.Nil(t, p.Kept(), "%s: a projection loaded again keeps nothing", id)
+		}))
+	}
+	requireCacheConsistent(t, s)
 }

@@ -363,9 +363,11 @@ func requireCacheConsistent(t *testing.T, s *Store, msgAndArgs ...any) {
 		sl.mu.Lock()
 		if sl.proj != nil {
 			loaded++
-			size += sl.size
+			size += sl.size + sl.held
+			require.Equal(t, sl.proj.KeptBytes(), sl.held, msgAndArgs...)
 		} else {
 			require.Zero(t, sl.size, msgAndArgs...)
+			require.Zero(t, sl.held, msgAndArgs...)
 		}
 		sl.mu.Unlock()
 	}

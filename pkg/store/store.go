@@ -196,6 +196,7 @@ type slot struct {
 
 	proj   *projection.Session // nil when not loaded
 	size   int64               // estimated bytes of the loaded projection
+	held   int64               // bytes of what its projection holds (projection.Session.Keep)
 	weight int64               // bytes of records since the latest compaction
 	elem   *list.Element       // in the cache's order while loaded
 	moved  uint64              // the cache's moves when it put the slot at the back
@@ -693,6 +694,12 @@ func (s *Store) viewLoaded(sl *slot, fn func(p *projection.Session)) error {
 	}
 	fn(p)
 	rendered = true
+	// What fn left with the projection counts in the bound (the
+	// service's rendered replies): evict, deferred above, sees it.
+	if d := sl.proj.KeptBytes() - sl.held; d != 0 {
+		sl.held += d
+		s.cache.grow(d)
+	}
 	return nil
 }
 
