@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -120,6 +121,44 @@ func TestContext_ConnectionLostMidRequest(t *testing.T) {
 		answer <- false // the first is lost with n1
 		answer <- true  // the one sent again is answered
 		require.NoError(t, <-errs, "answered after the reconnect")
+	})
+
+	t.Run("reconnects while chunks come", func(t *testing.T) {
+		// The first request's reply begins, and its other chunks are lost
+		// with n1; the request sent again is answered whole.
+		var requests atomic.Int32
+		_, err := srv.Subscribe("ctxd.context.s3", func(m *nats.Msg) {
+			if m.Header.Get("Probe") != "" {
+				m.Respond(nil)
+				return
+			}
+			if requests.Add(1) > 1 {
+				m.Respond([]byte("answered"))
+				return
+			}
+			srv.PublishMsg(&nats.Msg{Subject: m.Reply, Data: []byte("part"), Header: nats.Header{
+				headerChunks: {"3"}, headerChunk: {"0"}, headerReplyBytes: {"12"},
+			}})
+		})
+		require.NoError(t, err)
+		require.NoError(t, srv.Flush())
+		nc := connect(t, "s3", nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+		before := nc.Stats().InMsgs
+		errs := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			got, err := Context(ctx, nc, "s3", Request{Hedge: -1})
+			if err == nil && string(got) != "answered" {
+				err = errUnexpected(got)
+			}
+			errs <- err
+		}()
+		require.Eventually(t, func() bool { return nc.Stats().InMsgs > before }, 20*time.Second, time.Millisecond, "the first chunk came")
+		c.Nodes[0].Stop()
+		t.Cleanup(func() { c.Nodes[0].Start(t) })
+		require.NoError(t, <-errs, "answered whole after the reconnect")
+		require.Equal(t, int32(2), requests.Load())
 	})
 
 	t.Run("does not reconnect", func(t *testing.T) {
