@@ -354,7 +354,7 @@ func (x *exchange) do(ctx context.Context, nc *nats.Conn) ([]byte, error) {
 	// Listened to before the first send: a loss right after it counts.
 	status := nc.StatusChanged(nats.CONNECTED, nats.RECONNECTING, nats.DISCONNECTED, nats.CLOSED)
 	defer nc.RemoveStatusListener(status)
-	if !nc.IsConnected() {
+	if nc.IsReconnecting() {
 		x.lost = time.Now()
 	}
 	if err := x.send(nc, x.subject, x.first); err != nil {
@@ -440,6 +440,9 @@ func (x *exchange) reply(ctx context.Context, nc *nats.Conn, status <-chan nats.
 			return d, nil
 		case <-*hedge:
 			*hedge, x.hedged = nil, true
+			if !x.lost.IsZero() {
+				continue // sent again once the connection is back
+			}
 			if err := x.send(nc, x.again, x.body()); err != nil {
 				return delivery{}, err
 			}
