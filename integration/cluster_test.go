@@ -393,11 +393,14 @@ func (tc *testCluster) finish() []sample {
 	return samples
 }
 
-// errorKind names a failed request's error for the figures: a timeout
-// (no answer: the request went to an instance that died or stalled), or
-// the service's error code.
+// errorKind names a failed request's error for the figures: the client's
+// connection lost (and not back in time), a timeout (no answer: the
+// request went to an instance that died or stalled), or the service's
+// error code.
 func errorKind(err error) string {
 	switch {
+	case errors.Is(err, ctxdclient.ErrConnectionLost):
+		return "connection lost"
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
 		return "timeout"
 	case errors.Is(err, nats.ErrNoResponders):

@@ -260,5 +260,8 @@ func TestCLI_ContextWaitMS(t *testing.T) {
 	code, _, errOut := runCmd(t, "", "context", "s", "--nats", url, "--wait-ms", "-1")
 	require.Equal(t, exitUsage, code)
 	require.Contains(t, errOut, "ctxd context: --wait-ms must be 0 or more, got -1")
+	code, _, errOut = runCmd(t, "", "context", "s", "--nats", url, "--hedge-ms", "-2")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, "ctxd context: --hedge-ms must be -1 (never), 0 (the default) or more, got -2")
 	require.Empty(t, bodies, "nothing is sent")
 }

@@ -113,7 +113,11 @@ the rendering changed (docs/RENDER.md); --budget-tokens N adds whether it
 is over N input tokens and where a compaction may cut.
 A reply larger than the server's max payload comes in chunks and is
 printed whole: --wait-ms plus 5 s bound the wait for the answer, then each
-chunk may take 30 s, however many there are.`
+chunk may take 30 s, however many there are.
+A request not answered within --hedge-ms is sent once more to
+ctxd.context.SESSION, where any instance may take it, and the first answer
+wins; a request whose connection to the NATS server is lost is sent again
+once it is back, or fails naming the lost connection.`
 
 // contextChunkTimeout is how long ctxd context waits for each chunk of a
 // large reply after the first.
@@ -127,6 +131,7 @@ func runContext(ctx context.Context, e *env, args []string) error {
 	format := fs.String("format", "", "neutral (the default), anthropic, openai-chat, openai-responses or gemini")
 	budget := fs.Uint64("budget-tokens", 0, "say whether the context is over this many input tokens (0: don't)")
 	partitions := fs.Int("partitions", 0, "the stream's partitions: ask the instance that applies the session's partition first (ctxd.p.K.SESSION)")
+	hedgeMS := fs.Int("hedge-ms", 0, "send the request once more, to any instance, when no answer came within this many ms (0: a quarter of the time, 200 to 1000 ms; -1: never)")
 	pos, err := parse(e, fs, args)
 	if err != nil {
 		return err
@@ -142,6 +147,10 @@ func runContext(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.stderr, "ctxd context: --wait-ms must be 0 or more, got %d\n", *waitMS)
 		return errUsage
 	}
+	if *hedgeMS < -1 {
+		fmt.Fprintf(e.stderr, "ctxd context: --hedge-ms must be -1 (never), 0 (the default) or more, got %d\n", *hedgeMS)
+		return errUsage
+	}
 	nc, err := conn.connect(e, fs)
 	if err != nil {
 		return err
@@ -153,7 +162,7 @@ func runContext(ctx context.Context, e *env, args []string) error {
 	// The timeout is the answer's; a large one then takes as long as its
 	// chunks keep coming.
 	data, err := client.Context(ctx, nc, pos[0], client.Request{MinSeq: *minSeq, WaitMS: *waitMS, NoWait: *waitMS == 0, Format: *format,
-		BudgetTokens: *budget, Partitions: *partitions, ChunkTimeout: contextChunkTimeout})
+		BudgetTokens: *budget, Partitions: *partitions, ChunkTimeout: contextChunkTimeout, Hedge: time.Duration(*hedgeMS) * time.Millisecond})
 	if err != nil {
 		return err
 	}

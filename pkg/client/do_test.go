@@ -122,9 +122,11 @@ func TestContext_Partitions(t *testing.T) {
 	require.Equal(t, 16, p)
 }
 
-// A partition owner that does not answer within half the time left is
-// passed over: the v1 subject answers. Each is told the time it has:
-// the owner half, the v1 subject what is left after the owner's half.
+// Without hedges, a partition owner that does not answer within half
+// the time left is passed over: the v1 subject answers. Each is told the
+// time it has: the owner half, the v1 subject what is left after the
+// owner's half. With hedges (the default) the v1 subject is asked at the
+// hedge, and told the time left then.
 func TestContext_PartitionOwnerStalled(t *testing.T) {
 	nc := startNATS(t)
 	timeouts := make(chan uint64, 2)
@@ -144,12 +146,21 @@ func TestContext_PartitionOwnerStalled(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	got, err := Context(ctx, nc, "s1", Request{Partitions: 8})
+	got, err := Context(ctx, nc, "s1", Request{Partitions: 8, Hedge: -1})
 	require.NoError(t, err)
 	require.Equal(t, "v1", string(got))
 	owner, v1 := <-timeouts, <-timeouts
 	require.LessOrEqual(t, owner, uint64(1000), "the owner has half the time")
 	require.LessOrEqual(t, v1, uint64(1000), "the v1 subject has what is left")
+	require.Greater(t, v1, uint64(0))
+
+	ctx, cancel = context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	got, err = Context(ctx, nc, "s1", Request{Partitions: 8})
+	require.NoError(t, err)
+	require.Equal(t, "v1", string(got))
+	owner, v1 = <-timeouts, <-timeouts
+	require.Greater(t, owner, v1, "the hedge is told the time left when it is sent")
 	require.Greater(t, v1, uint64(0))
 }
 
