@@ -88,7 +88,10 @@ func testRenderedTurns(t *testing.T, small bool) {
 	t.Logf("%d evictions, %d loads; %d bytes held", st.Evictions, st.Loads, st.Bytes)
 	if small {
 		require.Positive(t, st.Evictions, "sessions are evicted between turns")
-		require.LessOrEqual(t, st.Bytes, int64(1<<20))
+		// Eviction passes over a session in use at that moment (the
+		// ingest applying its records), so the bound may be over by about
+		// one session until the next eviction.
+		require.LessOrEqual(t, st.Bytes, int64(2<<20))
 	} else {
 		require.Zero(t, st.Evictions)
 	}
