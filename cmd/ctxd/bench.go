@@ -45,6 +45,7 @@ func benchFlags(e *env, cfg *perf.Config) (*flag.FlagSet, benchOptions) {
 	o.quick = fs.Bool("quick", false, "the quick sizes: about a minute")
 	o.figures = fs.String("figures", "", "comma-separated figures to measure (default all): "+strings.Join(perf.Figures, ", "))
 	o.cpuprofile = fs.String("cpuprofile", "", "write a CPU profile of the run (ctxd, the embedded server and the clients) to this file")
+	fs.StringVar(&cfg.IngestProfiles, "ingest-cpuprofiles", "", "write a CPU profile of each side of each ingest round (ctxd-1.prof, ordered-1.prof, raw-1.prof, bare-1.prof, ...) to this directory; not with --cpuprofile")
 	fs.StringVar(&cfg.HeapProfile, "memprofile", "", "write a heap profile, taken while the memory figure's sessions are live, to this file")
 	fs.StringVar(&cfg.NATSURL, "nats", "", "run against this NATS server instead of an embedded one (see above)")
 	fs.StringVar(&cfg.Dir, "dir", "", "directory for the embedded server's files (default: a temporary directory, removed afterwards)")
@@ -93,6 +94,10 @@ func runBench(ctx context.Context, e *env, args []string) error {
 		cfg.Figures = strings.Split(*o.figures, ",")
 	}
 	cfg.Progress = e.stderr
+	if *o.cpuprofile != "" && cfg.IngestProfiles != "" {
+		fmt.Fprintln(e.stderr, "ctxd bench: --cpuprofile and --ingest-cpuprofiles exclude each other: one CPU profile runs at a time")
+		return errUsage
+	}
 	if *o.cpuprofile != "" {
 		f, err := os.Create(*o.cpuprofile)
 		if err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -14,8 +15,9 @@ import (
 // no warning under the table: ctxd passed over no record it was sent. It
 // checks that the bench works, never how fast anything is.
 func TestBench_Smoke(t *testing.T) {
+	profiles := t.TempDir()
 	code, out, errOut := runCmd(t, "", "bench", "--quick", "--dir", t.TempDir(),
-		"--rounds", "1",
+		"--rounds", "1", "--ingest-cpuprofiles", profiles,
 		"--screenshot-bytes", "4096", "--screenshot-every", "10",
 		"--ingest-records", "300", "--ingest-sessions", "3",
 		"--fetch-messages", "20,40", "--fetch-samples", "10",
@@ -25,6 +27,9 @@ func TestBench_Smoke(t *testing.T) {
 		"--cold-records", "300", "--cold-session-records", "30", "--cold-samples", "5",
 		"--memory-sessions", "4", "--memory-settle", "0")
 	require.Equal(t, 0, code, "stderr: %s", errOut)
+	for _, side := range []string{"ctxd", "ordered", "raw", "bare"} {
+		require.FileExists(t, filepath.Join(profiles, side+"-1.prof"))
+	}
 	for _, row := range []string{
 		"ingest, 3 sessions, vs ordered consumer (records/s)",
 		"ingest vs raw publish (records/s)",
@@ -88,8 +93,15 @@ func TestBench_Usage(t *testing.T) {
 	code, _, _ = runCmd(t, "", "bench", "extra")
 	require.Equal(t, 2, code)
 
+	// One CPU profile runs at a time.
+	dir := t.TempDir()
+	code, _, errOut = runCmd(t, "", "bench", "--cpuprofile", filepath.Join(dir, "run.prof"), "--ingest-cpuprofiles", dir)
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "exclude each other")
+
 	code, out, errOut := runCmd(t, "", "bench", "--help")
 	require.Equal(t, 0, code, out)
 	require.Contains(t, errOut, "--quick")
 	require.Contains(t, errOut, "-cpuprofile")
+	require.Contains(t, errOut, "-ingest-cpuprofiles")
 }

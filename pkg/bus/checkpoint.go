@@ -225,13 +225,13 @@ func (c *Checkpoints) encode(cp store.Checkpoint) ([]byte, store.Checkpoint) {
 	if c.Stream != "" {
 		cp.Stream = c.Stream
 	}
-	data, _ := json.Marshal(cp)
+	data, _ := cp.MarshalJSON() // not json.Marshal: it would scan the bytes again
 	c.bucketMu.Lock()
 	most := c.maxValue
 	c.bucketMu.Unlock()
 	if len(data) > most && cp.Index != "" {
 		cp = cp.WithoutIndex()
-		data, _ = json.Marshal(cp)
+		data, _ = cp.MarshalJSON()
 	}
 	return data, cp
 }

@@ -145,10 +145,14 @@ func StartIngest(cons jetstream.Consumer, after uint64, readRange func(from, to 
 
 // receive handles one delivered message.
 func (in *Ingest) receive(m jetstream.Msg) {
-	meta, err := m.Metadata()
-	if err != nil {
-		in.Logger.Warn("message without JetStream metadata", "subject", m.Subject(), "err", err)
-		return
+	seq, ok := streamSeq(m.Reply())
+	if !ok {
+		meta, err := m.Metadata()
+		if err != nil {
+			in.Logger.Warn("message without JetStream metadata", "subject", m.Subject(), "err", err)
+			return
+		}
+		seq = meta.Sequence.Stream
 	}
 	if in.group != "" {
 		pin := m.Headers().Get(pinHeader)
@@ -164,18 +168,18 @@ func (in *Ingest) receive(m jetstream.Msg) {
 			in.pin, in.prev = pin, pin
 			in.mu.Unlock()
 			if !resumed {
-				in.gaps.last = meta.Sequence.Stream - 1
+				in.gaps.last = seq - 1
 			}
 			if in.hooks.Gained != nil {
-				in.hooks.Gained(pin, meta.Sequence.Stream, resumed)
+				in.hooks.Gained(pin, seq, resumed)
 			}
 		}
 	}
-	if err := in.gaps.deliver(Msg{Subject: m.Subject(), Seq: meta.Sequence.Stream, Data: m.Data()}); err != nil {
+	if err := in.gaps.deliver(Msg{Subject: m.Subject(), Seq: seq, Data: m.Data()}); err != nil {
 		// Not acknowledged: with acks JetStream delivers it again, and
 		// the gap is read again then; without, the next message's gap
 		// holds it.
-		in.Logger.Warn("skipped records could not be read; waiting for redelivery", "seq", meta.Sequence.Stream, "err", err)
+		in.Logger.Warn("skipped records could not be read; waiting for redelivery", "seq", seq, "err", err)
 		return
 	}
 	if !in.acks {

@@ -3,10 +3,14 @@ package perf
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ctxd/ctxd/internal/workload"
@@ -47,9 +51,23 @@ func (b *bench) ingest(ctx context.Context) ([]Row, error) {
 	bare := def
 	bare.Name, bare.Subjects = bareStream, []string{bareSubject + ">"}
 	bare.Description = "ctxd bench: the bare-consumer baseline of the ingest figure"
-	bst, err := b.js.CreateStream(ctx, bare)
-	if err != nil {
+	if _, err := b.js.CreateStream(ctx, bare); err != nil {
 		return nil, fmt.Errorf("create stream %s: %w", bare.Name, err)
+	}
+	// The consumers of the baselines read on their own connection, as
+	// ctxd does: the publisher's acknowledgements come on the run's.
+	cnc, err := nats.Connect(b.url, nats.Name("ctxd-bench-consumer"))
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", b.url, err)
+	}
+	defer cnc.Close()
+	cjs, err := jetstream.New(cnc)
+	if err != nil {
+		return nil, err
+	}
+	bst, err := cjs.Stream(ctx, bare.Name)
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", bare.Name, err)
 	}
 	ccfg, err := streams.Ingest()
 	if err != nil {
@@ -155,7 +173,7 @@ func (b *bench) ingest(ctx context.Context) ([]Row, error) {
 			return nil
 		},
 		func() error { // an ordered consumer that does nothing
-			rate, err := b.orderedRound(ctx, bst, N, records(bareSubject))
+			rate, err := b.orderedRound(ctx, bst, bus.PullBytes(cnc), N, records(bareSubject))
 			if err != nil {
 				return err
 			}
@@ -163,14 +181,21 @@ func (b *bench) ingest(ctx context.Context) ([]Row, error) {
 			return nil
 		},
 	}
+	names := [...]string{"raw", "bare", "ctxd", "ordered"} // of the profiles
 	for round = range cfg.Rounds {
 		for k := range sides {
 			i := (k + round) % len(sides)
-			before := processCPU()
-			if err := sides[i](); err != nil {
+			stop, err := b.profileSide(names[i], round)
+			if err != nil {
 				return nil, err
 			}
+			before := processCPU()
+			err = sides[i]()
 			cpu[i] = append(cpu[i], float64(processCPU()-before)/float64(time.Microsecond)/float64(N))
+			stop()
+			if err != nil {
+				return nil, err
+			}
 		}
 		b.logf("ingest: round %d: ctxd %.0f records/s, raw publish %.0f records/s, ordered consumer %.0f records/s (ctxd %.2fx), bare durable consumer %.0f records/s",
 			round+1, ctxdRates[round], rawRates[round], orderedRates[round], ctxdRates[round]/orderedRates[round], bareRates[round])
@@ -227,7 +252,7 @@ func (b *bench) ingestRound(ctx context.Context, a *app.App, n int, last uint64,
 	if err != nil {
 		return 0, err
 	}
-	b.logf("ingest: published in %v, %d of %d applied by then, all applied after %v",
+	b.logf("ingest: ctxd: published in %v, %d of %d applied by then, all applied after %v",
 		published.Round(time.Millisecond), appliedThen-last, n, end.Sub(start).Round(time.Millisecond))
 	return float64(n) / end.Sub(start).Seconds(), nil
 }
@@ -236,7 +261,7 @@ func (b *bench) ingestRound(ctx context.Context, a *app.App, n int, last uint64,
 // consumer, started at the first of them, takes every one and does
 // nothing with it, and returns the records/s from the first publish
 // until it has seen the last.
-func (b *bench) orderedRound(ctx context.Context, st jetstream.Stream, n int, next func(int) (string, []byte)) (float64, error) {
+func (b *bench) orderedRound(ctx context.Context, st jetstream.Stream, pullBytes, n int, next func(int) (string, []byte)) (float64, error) {
 	info, err := st.Info(ctx)
 	if err != nil {
 		return 0, err
@@ -255,7 +280,7 @@ func (b *bench) orderedRound(ctx context.Context, st jetstream.Stream, n int, ne
 		if seen.Add(1) == uint64(n) {
 			close(reached)
 		}
-	})
+	}, jetstream.PullMaxMessagesWithBytesLimit(1000, pullBytes))
 	if err != nil {
 		return 0, err
 	}
@@ -266,6 +291,7 @@ func (b *bench) orderedRound(ctx context.Context, st jetstream.Stream, n int, ne
 	}
 	start := time.Now()
 	got, err := p.publish(ctx, n, next)
+	published, seenThen := time.Since(start), seen.Load()
 	if err != nil {
 		return 0, err
 	}
@@ -277,7 +303,33 @@ func (b *bench) orderedRound(ctx context.Context, st jetstream.Stream, n int, ne
 	case <-time.After(10 * time.Minute):
 		return 0, fmt.Errorf("ingest: the ordered consumer took %d of %d records in 10 minutes", seen.Load(), n)
 	}
-	return float64(n) / time.Since(start).Seconds(), nil
+	took := time.Since(start)
+	b.logf("ingest: ordered consumer: published in %v, %d of %d seen by then, all seen after %v",
+		published.Round(time.Millisecond), seenThen, n, took.Round(time.Millisecond))
+	return float64(n) / took.Seconds(), nil
+}
+
+// profileSide starts a CPU profile of one side's round, when
+// Config.IngestProfiles names a directory, and returns what stops it.
+func (b *bench) profileSide(side string, round int) (stop func(), err error) {
+	if b.cfg.IngestProfiles == "" {
+		return func() {}, nil
+	}
+	if err := os.MkdirAll(b.cfg.IngestProfiles, 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.Create(filepath.Join(b.cfg.IngestProfiles, fmt.Sprintf("%s-%d.prof", side, round+1)))
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("ingest profiles: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
 
 // processCPU returns the CPU time the process has used, user and system.

@@ -69,6 +69,12 @@ type Config struct {
 	// IngestRecords are published per round, over IngestSessions sessions.
 	IngestRecords  int
 	IngestSessions int
+	// IngestProfiles, when set, is a directory where the ingest figure
+	// writes a CPU profile of each side's round, e.g. ctxd-1.prof and
+	// ordered-1.prof: what ctxd costs beside what the ordered consumer
+	// costs, the server and the publisher in both. It excludes a CPU
+	// profile of the whole run.
+	IngestProfiles string
 
 	// FetchMessages are the session lengths, in messages since the latest
 	// compaction, fetched FetchSamples times each (and as often from the

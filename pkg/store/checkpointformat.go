@@ -1,10 +1,13 @@
 package store
 
 import (
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"unsafe"
 )
 
 // MaxCheckpointSeqs bounds the record sequences a checkpoint carries: a
@@ -56,14 +59,38 @@ func (cp Checkpoint) Seqs() ([]uint64, error) {
 }
 
 // MarshalJSON stores a checkpoint as {"from":F,"seq":S,"index":"..."},
-// index being base64, absent when the checkpoint has none.
+// index being base64, absent when the checkpoint has none: the bytes
+// encoding/json writes for checkpointJSON. It appends them itself, as
+// the index of a long session is kilobytes that json.Marshal would
+// encode, then scan again, at every write behind the ingest; called
+// through json.Marshal they are scanned once more, so writers call it
+// directly.
 func (cp Checkpoint) MarshalJSON() ([]byte, error) {
-	out := checkpointJSON{From: cp.From, Seq: cp.Seq, Stream: cp.Stream}
+	n := base64.StdEncoding.EncodedLen(len(cp.Index))
+	buf := make([]byte, 0, 64+n+len(cp.Stream))
+	buf = append(buf, `{"from":`...)
+	buf = strconv.AppendUint(buf, cp.From, 10)
+	buf = append(buf, `,"seq":`...)
+	buf = strconv.AppendUint(buf, cp.Seq, 10)
 	if cp.Index != "" {
-		out.Index = []byte(cp.Index)
+		buf = append(buf, `,"index":"`...)
+		buf = base64.StdEncoding.AppendEncode(buf, bytesOf(cp.Index))
+		buf = append(buf, '"')
 	}
-	return json.Marshal(out)
+	if cp.Stream != "" {
+		name, err := json.Marshal(cp.Stream) // escaped as encoding/json does
+		if err != nil {
+			return nil, err
+		}
+		buf = append(buf, `,"stream":`...)
+		buf = append(buf, name...)
+	}
+	return append(buf, '}'), nil
 }
+
+// bytesOf returns the bytes of s without copying them; they must not be
+// written.
+func bytesOf(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
 // UnmarshalJSON reads a checkpoint in either format. A checkpoint whose
 // from and seq do not decode is an error; one whose index does not (or
