@@ -5,7 +5,7 @@ import type { NatsConnection, NodeConnectionOptions } from "@nats-io/transport-n
 import { jetstream } from "@nats-io/jetstream";
 import type { JetStreamClient, JetStreamPublishOptions } from "@nats-io/jetstream";
 
-import { BadRequestError, NoServiceError, ReplyError, RequestTimeoutError } from "./errors.js";
+import { BadRequestError, NoServiceError, permissionError, ReplyError, RequestTimeoutError } from "./errors.js";
 import { request, timeoutOf } from "./request.js";
 import { checkSession, contextSubject, partitionSubject, transcriptSubject } from "./subject.js";
 import type { Format, ReplyFor, TranscriptRecord } from "./types.js";
@@ -125,6 +125,7 @@ export class Ctxd {
   private readonly js: JetStreamClient;
   private readonly inboxPrefix: string | undefined;
   private parts: number | undefined;
+  private partsRetry = 0;
 
   /** Use connect(). */
   constructor(nc: NatsConnection, opts: { inboxPrefix?: string; partitions?: number } = {}) {
@@ -165,7 +166,7 @@ export class Ctxd {
       if (err instanceof RequestError && err.isNoResponders()) {
         throw new NoServiceError(subject, { cause: err });
       }
-      throw err;
+      throw permissionError(err) ?? err;
     }
   }
 
@@ -231,17 +232,31 @@ export class Ctxd {
    * asks the service ($SRV.INFO.ctxd) until one answers.
    */
   async partitions(timeoutMs = 2000): Promise<number> {
-    return this.partitionCount(Date.now() + timeoutMs);
+    if (this.parts !== undefined) return this.parts;
+    try {
+      this.parts = await readPartitions(this.nc, timeoutMs);
+      return this.parts;
+    } catch (err) {
+      if (!(err instanceof NoServiceError || err instanceof RequestTimeoutError)) throw err;
+      this.partsRetry = Date.now() + 10_000;
+      return 1;
+    }
   }
 
   private async partitionCount(deadline: number): Promise<number> {
     if (this.parts !== undefined) return this.parts;
+    // Unknown: no service answered at connect. Routing is a hint, so
+    // these requests go to ctxd.context.<session>; the service is asked
+    // again at most every 10 s, and never for more than a fifth of a
+    // request's time.
+    if (Date.now() < this.partsRetry) return 1;
     try {
-      this.parts = await readPartitions(this.nc, Math.max(1, Math.min(2000, deadline - Date.now())));
+      this.parts = await readPartitions(this.nc, Math.max(1, Math.min(2000, (deadline - Date.now()) / 5)));
       return this.parts;
     } catch (err) {
-      if (err instanceof NoServiceError || err instanceof RequestTimeoutError) return 1; // asked again next time
-      throw err;
+      if (!(err instanceof NoServiceError || err instanceof RequestTimeoutError)) throw err;
+      this.partsRetry = Date.now() + 10_000;
+      return 1;
     }
   }
 
@@ -268,6 +283,8 @@ export async function readPartitions(nc: NatsConnection, timeoutMs = 2000): Prom
     reply = await nc.request(subject, Empty, { timeout: timeoutMs });
   } catch (err) {
     if (err instanceof RequestError && err.isNoResponders()) throw new NoServiceError(subject, { cause: err });
+    const denied = permissionError(err, "give connect the partitions, or let the user publish to $SRV.INFO.ctxd");
+    if (denied) throw denied;
     if (err instanceof Error && err.name === "TimeoutError") {
       throw new RequestTimeoutError(subject, `no answer in ${timeoutMs} ms`, { cause: err });
     }

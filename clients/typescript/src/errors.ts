@@ -88,3 +88,38 @@ export class BadRequestError extends Error {
     this.name = "BadRequestError";
   }
 }
+
+/**
+ * PermissionError: the NATS server refuses this connection a subject it
+ * needs. operation "subscription": the connection's inbox, where every
+ * reply comes (connect with the inboxPrefix the user may subscribe to);
+ * "publish": the request's subject.
+ */
+export class PermissionError extends Error {
+  /** What the server refused: "publish" or "subscription". */
+  readonly operation: string;
+  /** The subject refused. */
+  readonly subject: string;
+
+  constructor(operation: string, subject: string, hint: string, options?: ErrorOptions) {
+    super(`the NATS server refuses this connection's ${operation === "subscription" ? "subscription to" : "publish to"} ${subject}${hint ? ` (${hint})` : ""}`, options);
+    this.name = "PermissionError";
+    this.operation = operation;
+    this.subject = subject;
+  }
+}
+
+/** permissionError turns nats.js's permission violation, if err is or wraps one, into a PermissionError. */
+export function permissionError(err: unknown, publishHint = ""): PermissionError | undefined {
+  let e: unknown = err;
+  for (let i = 0; i < 3 && e instanceof Error; i++, e = e.cause) {
+    if (e.name === "PermissionViolationError" || (e as { operation?: unknown }).operation !== undefined) {
+      const { operation, subject } = e as unknown as { operation: string; subject: string };
+      if (typeof operation === "string" && typeof subject === "string") {
+        const hint = operation === "subscription" ? "connect with the inboxPrefix the user may subscribe to" : publishHint;
+        return new PermissionError(operation, subject, hint, { cause: err });
+      }
+    }
+  }
+  return undefined;
+}

@@ -3,7 +3,15 @@
 
 export { connect, Ctxd, readPartitions, requestBody } from "./client.js";
 export type { ConnectOptions, ContextOptions, PublishAck, PublishOptions } from "./client.js";
-export { BadRequestError, CtxdError, InvalidSessionError, NoServiceError, ReplyError, RequestTimeoutError } from "./errors.js";
+export {
+  BadRequestError,
+  CtxdError,
+  InvalidSessionError,
+  NoServiceError,
+  PermissionError,
+  ReplyError,
+  RequestTimeoutError,
+} from "./errors.js";
 export { request, timeoutOf } from "./request.js";
 export type { Wait } from "./request.js";
 export {

@@ -5,7 +5,7 @@
 import { createInbox, headers, Match } from "@nats-io/transport-node";
 import type { Msg, NatsConnection } from "@nats-io/transport-node";
 
-import { CtxdError, NoServiceError, ReplyError, RequestTimeoutError } from "./errors.js";
+import { CtxdError, NoServiceError, permissionError, ReplyError, RequestTimeoutError } from "./errors.js";
 
 // Headers of a chunked reply, as the service sends them.
 export const HEADER_CHUNKS = "Ctxd-Chunks";
@@ -124,17 +124,24 @@ export async function request(
   wait.signal?.throwIfAborted();
   const inbox = createInbox(inboxPrefix);
   const q = new Queue();
+  const fail = (err: Error) => q.fail(permissionError(err) ?? err);
   const sub = nc.subscribe(inbox, {
-    callback: (err, m) => (err ? q.fail(err) : q.push(m)),
+    callback: (err, m) => (err ? fail(err) : q.push(m)),
   });
   // A subscription the server refuses (a user allowed another inbox
   // prefix) closes with the error that names it.
   void sub.closed.then((err) => {
-    if (err) q.fail(err);
+    if (err) fail(err);
   });
+  // nats.js hands a refused publish to the subscription that waits for
+  // its answer, found by this field, as it does for its own requests.
+  const waitFor = (subj: string) => {
+    (sub as unknown as { requestSubject?: string }).requestSubject = subj;
+  };
   try {
     const h = headers();
     h.set(HEADER_ACCEPT_CHUNKS, "push");
+    waitFor(subject);
     nc.publish(subject, body, { reply: inbox, headers: h });
     const first = await q.next(subject, wait.deadline, "answer", wait.signal);
     check(first, subject);
@@ -152,6 +159,7 @@ export async function request(
       let part: Msg;
       if (prefix !== "") {
         const chunkSubject = `${prefix}.${k}`;
+        waitFor(chunkSubject);
         nc.publish(chunkSubject, new Uint8Array(0), { reply: inbox });
         part = await q.next(chunkSubject, deadline, what, wait.signal);
         check(part, chunkSubject);

@@ -14,6 +14,8 @@ import {
   InvalidSessionError,
   NoServiceError,
   partition,
+  PermissionError,
+  BadRequestError,
   ReplyError,
   request,
   RequestTimeoutError,
@@ -84,6 +86,15 @@ describe("ctxd serve", () => {
     const raw = await ctxd.publish("rw1", te.encode(`{"role":"user","content":"raw"}`));
     const r3 = await ctxd.context("rw1", { minSeq: raw.seq });
     assert.deepEqual(r3.messages.at(-1), { role: "user", content: "raw" });
+
+    // A record over the server's max payload is refused before it is sent.
+    await assert.rejects(ctxd.publish("rw1", bigRecord(0, MAX_PAYLOAD + 1)), (err) => {
+      assert.ok(err instanceof BadRequestError);
+      assert.match(err.message, new RegExp(`over the server's max payload of ${MAX_PAYLOAD} bytes`));
+      return true;
+    });
+    await assert.rejects(ctxd.publish("rw1", [1, 2]), BadRequestError);
+    await assert.rejects(ctxd.publish("rw1", "text"), BadRequestError);
 
     // A session never written to: seq 0, no messages.
     const empty = await ctxd.context("never-written", { waitMs: 0 });
@@ -310,6 +321,37 @@ describe("ctxd serve", () => {
       sub.unsubscribe();
     });
 
+    test("any split of a body, pushed or fetched, joins to the body", async () => {
+      // A deterministic generator, so that a failure repeats.
+      let x = 42;
+      const rand = (n) => ((x = (Math.imul(x, 1103515245) + 12345) >>> 0) % n);
+      for (let round = 0; round < 40; round++) {
+        const body = new Uint8Array(rand(5000));
+        for (let i = 0; i < body.length; i++) body[i] = rand(256);
+        const cuts = [0];
+        while (cuts.at(-1) < body.length) cuts.push(Math.min(body.length, cuts.at(-1) + 1 + rand(1500)));
+        if (cuts.length === 1) cuts.push(0);
+        const parts = cuts.slice(1).map((end, i) => body.slice(cuts[i], end));
+        const fetched = round % 2 === 1;
+        const total = String(body.length);
+        const sub = await answer("fake.split", (m) => {
+          const h0 = { "Ctxd-Chunks": String(parts.length), "Ctxd-Reply-Bytes": total };
+          if (fetched) h0["Ctxd-Chunk-Subject"] = "fake.split.chunks";
+          else h0["Ctxd-Chunk"] = "0";
+          nc.publish(m.reply, parts[0], { headers: hdrs(h0) });
+          if (fetched) return;
+          for (let k = 1; k < parts.length; k++) {
+            nc.publish(m.reply, parts[k], { headers: hdrs({ "Ctxd-Chunks": String(parts.length), "Ctxd-Chunk": String(k) }) });
+          }
+        });
+        const chunks = await answer("fake.split.chunks.*", (m) => m.respond(parts[Number(m.subject.split(".").at(-1))]));
+        const got = await ask("fake.split");
+        assert.equal(Buffer.compare(got, body), 0, `round ${round}: ${parts.length} parts, ${fetched ? "fetched" : "pushed"}`);
+        sub.unsubscribe();
+        chunks.unsubscribe();
+      }
+    });
+
     test("an abort ends the wait with its reason", async () => {
       const sub = await answer("fake.silent", () => {});
       const ac = new AbortController();
@@ -389,6 +431,55 @@ describe("ctxd serve --partitions 4", () => {
     } finally {
       await c.close();
     }
+  });
+});
+
+describe("ctxd serve with users (deployments/nats/auth.conf)", () => {
+  let srv;
+  const app = { user: "app", pass: "app-secret" };
+  before(async () => {
+    srv = await startCtxd(
+      ["--nats-config", join(repoRoot, "deployments", "nats", "auth.conf"), "--user", "ctxd", "--inbox-prefix", "_INBOX_ctxd"],
+      { CTXD_PASSWORD: "ctxd-secret", APP_PASSWORD: app.pass },
+    );
+  });
+  after(async () => {
+    await srv?.stop();
+  });
+
+  test("the application's user, with its inbox prefix, publishes and reads", async () => {
+    const c = await connect({ servers: srv.url, ...app, inboxPrefix: "_INBOX_app" });
+    try {
+      const { seq } = await c.publish("auth1", { role: "user", content: "hi" });
+      const reply = await c.context("auth1", { minSeq: seq });
+      assert.deepEqual(reply.messages, [{ role: "user", content: "hi" }]);
+    } finally {
+      await c.close();
+    }
+  });
+
+  test("an inbox or a subject the server refuses is an error naming it", async () => {
+    const c = await connect({ servers: srv.url, ...app });
+    try {
+      for (const call of [() => c.context("auth1"), () => c.publish("auth1", { role: "user", content: "x" })]) {
+        await assert.rejects(call(), (err) => {
+          assert.ok(err instanceof PermissionError, String(err));
+          assert.equal(err.operation, "subscription");
+          assert.match(err.subject, /^_INBOX\./);
+          assert.match(err.message, /inboxPrefix/);
+          return true;
+        });
+      }
+    } finally {
+      await c.close();
+    }
+    // The user may not ask $SRV.INFO: partitions "auto" says so.
+    await assert.rejects(connect({ servers: srv.url, ...app, inboxPrefix: "_INBOX_app", partitions: "auto" }), (err) => {
+      assert.ok(err instanceof PermissionError, String(err));
+      assert.equal(err.subject, "$SRV.INFO.ctxd");
+      return true;
+    });
+    await assert.rejects(connect({ servers: srv.url, user: "app", pass: "wrong" }), /Authorization/i);
   });
 });
 

@@ -33,13 +33,14 @@ export function ctxdBin() {
 /**
  * startCtxd runs `ctxd serve` on a free port with a temporary --data
  * directory, and resolves once it prints its ready line. args are more
- * flags. stop() ends it with SIGTERM and waits for its exit.
+ * flags, env more environment. stop() ends it with SIGTERM and waits for its exit.
  */
-export async function startCtxd(args = []) {
+export async function startCtxd(args = [], env = {}) {
   const bin = await ctxdBin();
   const dir = await mkdtemp(join(tmpdir(), "ctxd-serve-"));
   const child = spawn(bin, ["serve", "--port", "-1", "--data", join(dir, "data"), "--log-level", "warn", ...args], {
     stdio: ["ignore", "pipe", "pipe"],
+    env: { ...process.env, ...env },
   });
   let stderr = "";
   child.stderr.setEncoding("utf8");
