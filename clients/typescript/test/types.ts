@@ -44,3 +44,22 @@ const records: TranscriptRecord[] = [
   },
 ];
 export { records };
+
+// The README's loop, with the provider call and the tools declared.
+type Block = { type: "text"; text: string } | { type: "tool_use"; id: string; name: string; input: unknown };
+declare function callModel(system: unknown, messages: unknown[]): Promise<{ content: Block[] }>;
+declare function runTool(call: { id: string; name: string; input: unknown }): Promise<{ type: "text"; text: string }[]>;
+
+export async function loop(session: string, task: string) {
+  const ctxd = await connect({ servers: "nats://127.0.0.1:4222" });
+  let { seq } = await ctxd.publish(session, { role: "user", content: task, timestamp: Date.now() });
+  for (;;) {
+    const body = await ctxd.context(session, { minSeq: seq, format: "anthropic" });
+    const reply = await callModel(body.system, body.messages); // your provider call: Anthropic's content blocks back
+    ({ seq } = await ctxd.publish(session, { role: "assistant", content: reply.content, timestamp: Date.now() }));
+    const calls = reply.content.filter((b) => b.type === "tool_use");
+    if (calls.length === 0) break;
+    for (const c of calls) ({ seq } = await ctxd.publish(session, { role: "toolResult", toolCallId: c.id, toolName: c.name, content: await runTool(c) }));
+  }
+  await ctxd.close();
+}
