@@ -131,20 +131,23 @@ export interface BashExecutionRecord extends Open {
   timestamp?: Timestamp;
 }
 
-/**
- * An extension's message: a user message, or an assistant one when
- * details.role is "assistant". display is ignored; customType, display
- * and details are not copied into the context.
- */
-export interface CustomMessageRecord extends Open {
-  role?: "custom";
-  type?: "custom_message";
+/** The fields of an extension's message. */
+export interface CustomMessageFields extends Open {
   customType?: string;
   content: string | ContentBlock[];
+  /** Ignored: hidden in the UI is not excluded from the model. */
   display?: boolean;
-  details?: ({ role?: "user" | "assistant" } & Open) | unknown;
+  /** A map whose role "assistant" makes the message the assistant's. */
+  details?: unknown;
   timestamp?: Timestamp;
 }
+
+/**
+ * An extension's message (role "custom", or type "custom_message"): a
+ * user message, or an assistant one when details.role is "assistant".
+ * customType, display and details are not copied into the context.
+ */
+export type CustomMessageRecord = (CustomMessageFields & { role: "custom" }) | (CustomMessageFields & { type: "custom_message" });
 
 /** Any record that carries a role the context takes. */
 export type MessageRecord =
@@ -244,7 +247,8 @@ export type TranscriptRecord = MessageRecord | CompactionRecord | MetadataEntry;
 export interface ContextMessage extends Open {
   role: "user" | "assistant" | "system" | "tool" | "toolResult";
   content?: unknown;
-  timestamp?: number;
+  /** Unix milliseconds in the messages ctxd builds; as stored in the others. */
+  timestamp?: Timestamp;
 }
 
 /** What the passes removed (docs/CONTEXT.md section 6). */

@@ -36,6 +36,7 @@ const records: TranscriptRecord[] = [
   { role: "tool", tool_call_id: "c1", content: "ok" },
   { role: "bashExecution", command: "git status --short", output: " M src/login.tsx\n", exitCode: 0 },
   { role: "custom", customType: "voice_omni_transcript", content: "We can prepare tomorrow", details: { role: "assistant" } },
+  { type: "custom_message", customType: "note", content: [{ type: "text", text: "from an extension" }], display: false },
   { type: "label", targetId: "b2", label: "bug reproduced" },
   { type: "model_change", provider: "anthropic", modelId: "claude-sonnet" },
   {
