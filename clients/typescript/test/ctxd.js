@@ -2,6 +2,7 @@
 // port with a temporary store, and the ctxd command line beside it.
 
 import { spawn, execFile } from "node:child_process";
+import { rmSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -22,7 +23,8 @@ let built;
 export function ctxdBin() {
   if (process.env.CTXD_BIN) return Promise.resolve(process.env.CTXD_BIN);
   built ??= (async () => {
-    const dir = await mkdtemp(join(tmpdir(), "ctxd-bin-"));
+    const dir = await mkdtemp(join(tmpdir(), "ctxd-ts-bin-"));
+    process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
     const bin = join(dir, "ctxd");
     await execFileP("go", ["build", "-o", bin, "./cmd/ctxd"], { cwd: repoRoot, maxBuffer: 16 << 20 });
     return bin;
