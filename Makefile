@@ -1,7 +1,7 @@
 GO ?= go
 FUZZTIME ?= 1m
 
-.PHONY: all build test slow race fuzz bench fault-long partition-kills cluster-long cluster-race cluster-bench node-long node-bench serve lint ci
+.PHONY: all build test ts slow race fuzz bench fault-long partition-kills cluster-long cluster-race cluster-bench node-long node-bench serve lint ci
 
 all: lint test
 
@@ -15,6 +15,10 @@ build:
 ## test: the fast tier, the README's test command: every package, and the service end to end on an embedded server
 test:
 	$(GO) test ./...
+
+## ts: the TypeScript client (clients/typescript), built and tested against bin/ctxd (Node.js 20 and npm)
+ts: build
+	cd clients/typescript && npm ci --no-audit --no-fund && npm run build && CTXD_BIN=$(CURDIR)/bin/ctxd npm test
 
 ## slow: the process, cluster and fault tier (integration files built with the tag slow); CI runs it as its own step
 slow:
