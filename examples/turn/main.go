@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ctxd/ctxd/pkg/client"
 )
@@ -51,13 +50,9 @@ func main() {
 func turn(ctx context.Context, nc *nats.Conn, session, format string, record []byte) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	js, err := jetstream.New(nc)
+	seq, err := client.Publish(ctx, nc, session, record, "")
 	if err != nil {
 		return nil, err
 	}
-	ack, err := js.Publish(ctx, "transcripts."+session, record)
-	if err != nil {
-		return nil, fmt.Errorf("publish: %w", err)
-	}
-	return client.Context(ctx, nc, session, client.Request{MinSeq: ack.Sequence, Format: format})
+	return client.Context(ctx, nc, session, client.Request{MinSeq: seq, Format: format})
 }
