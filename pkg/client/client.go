@@ -1,5 +1,6 @@
-// Package client fetches model contexts from a ctxd service: it checks the
-// session id before sending, turns service errors into *Error values, and
+// Package client publishes records to ctxd's stream (Publish) and fetches
+// model contexts from a ctxd service (Context): it checks the session id
+// before sending, turns service errors into *Error values, and
 // reassembles replies larger than the connection's max payload.
 //
 // A request is a read that every instance answers the same, so it may be
