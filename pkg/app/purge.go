@@ -378,8 +378,8 @@ func (r *removals) forgetAll(why string, args ...any) {
 	r.logger.Warn("every session loads from the stream again: "+why, args...)
 }
 
-// stores returns the stores a removal concerns: the reader's, and those
-// the ingests feed (one a partition held).
+// stores returns the stores a removal concerns: the reader's, those
+// the ingests feed (one a partition held), and the follower's.
 func (r *roles) stores() []*store.Store {
-	return append([]*store.Store{r.reader}, r.ingestStores()...)
+	return append(append([]*store.Store{r.reader}, r.ingestStores()...), r.follow.stores()...)
 }

@@ -265,6 +265,14 @@ type Stats struct {
 	SnapshotLoads uint64 `json:"snapshot_loads"`
 	Evictions     uint64 `json:"evictions"` // sessions evicted from the cache
 	Applied       uint64 `json:"applied"`   // stream sequence watermark
+	// FollowerReplies, StreamProbes and FollowerApplied are the
+	// instance's, not a store's (package app fills them in): the requests
+	// answered from the follower's store, the probes of the stream for a
+	// session's last record that requests made, and the follower's
+	// watermark (0 while none runs).
+	FollowerReplies uint64 `json:"follower_replies"`
+	StreamProbes    uint64 `json:"stream_probes"`
+	FollowerApplied uint64 `json:"follower_applied"`
 }
 
 // New returns an empty store with the defaults.
