@@ -63,6 +63,34 @@ const followStart = 10 * time.Second
 type follower struct {
 	st  *store.Store
 	run *bus.Follower
+	// stuck is the watermark at which a request last waited followWait
+	// in vain, and stuckAt when (unix nanoseconds): while the watermark
+	// stays there (the follower's consumer is being made again after a
+	// server stopped, say), requests do not wait for it again within
+	// followWait.
+	stuck, stuckAt atomic.Int64
+}
+
+// wait returns once the follower's store has applied every record up to
+// need, waiting at most timeout and followWait, and not at all while it
+// is stuck.
+func (fl *follower) wait(ctx context.Context, need uint64, timeout time.Duration) bool {
+	wait := min(timeout, followWait)
+	applied := fl.st.Applied()
+	if applied >= need {
+		return true
+	}
+	if int64(applied) == fl.stuck.Load() && time.Since(time.Unix(0, fl.stuckAt.Load())) < followWait {
+		wait = 0
+	}
+	if fl.st.Wait(ctx, need, wait) == nil {
+		return true
+	}
+	if now := fl.st.Applied(); now == applied && wait > 0 {
+		fl.stuck.Store(int64(now))
+		fl.stuckAt.Store(time.Now().UnixNano())
+	}
+	return false
 }
 
 // following starts and stops the instance's follower.
@@ -144,7 +172,9 @@ func (f *following) start(gen uint64, st *store.Store) {
 		st.Close()
 		return
 	}
-	f.cur.Store(&follower{st: st, run: run})
+	fl := &follower{st: st, run: run}
+	fl.stuck.Store(-1)
+	f.cur.Store(fl)
 	f.mu.Unlock()
 	a.Logger.Info("follower started: this instance answers from the records it reads along", "watermark", st.Applied())
 }
@@ -210,7 +240,7 @@ func (f *following) reach(ctx context.Context, p *part, seq uint64, timeout time
 		f.want()
 		return nil, false
 	}
-	if fl.st.Wait(ctx, max(seq, p.floor.Load()), min(timeout, followWait)) == nil {
+	if fl.wait(ctx, max(seq, p.floor.Load()), timeout) {
 		f.replies.Add(1)
 		return fl.st, true
 	}
