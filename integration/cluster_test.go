@@ -800,6 +800,9 @@ func BenchmarkCluster_Fetch(b *testing.B) {
 				b.ReportMetric(us(bp99), "bare-p99-µs")
 				b.ReportMetric(float64(cp50)/float64(bp50), "p50-ratio")
 				b.ReportMetric(float64(cp99)/float64(bp99), "p99-ratio")
+				for _, s := range followStatsOf(b, tc.nc) {
+					b.Logf("%s: role=%s replies=%d follower_replies=%d stream_probes=%d", s.Instance, s.Role, s.Requests, s.FollowerReplies, s.StreamProbes)
+				}
 			}
 			b.Run("fetch", func(b *testing.B) { run(b, false) })
 			b.Run("turn", func(b *testing.B) { run(b, true) })
