@@ -379,6 +379,12 @@ func (a *App) Open(ctx context.Context) (err error) {
 		a.fail(err)
 	})
 	a.roles = newRoles(a, a.newStore(), layout)
+	if !layout.Partitioned() {
+		// A follower answers most of what reaches an instance without
+		// the pin: the reader store has a share of the cache (follow.go).
+		a.roles.reader.MaxBytes = readerShare(a.CacheBytes)
+		a.roles.reader.MaxSessions = readerShare(a.CacheSessions)
+	}
 	// Only the ingest writes checkpoints: one writer at a time, but for
 	// the moments two instances both think they hold the pin.
 	a.roles.reader.Loader = readOnly{a.loader}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ctxd/ctxd/pkg/bus"
+	"github.com/ctxd/ctxd/pkg/projection"
 	"github.com/ctxd/ctxd/pkg/server"
 	"github.com/ctxd/ctxd/pkg/store"
 	"github.com/ctxd/ctxd/pkg/subject"
@@ -17,11 +18,13 @@ import (
 // (bus.Follow) that reads the whole stream along, from where it was when
 // the follower started, and applies every record to a store of its own,
 // as the ingest does to its store. The follower store is made like an
-// ingest store: records applied as they come (each covered first, as the
-// ingest's are: purge.go), sessions loaded on demand from the stream up
-// to its watermark. It writes no checkpoint and no snapshot (those are
-// the ingest's; its loader is the reader's, read-only), and the removals
-// apply to it as to the other stores.
+// ingest store: records applied as they come, sessions loaded on demand
+// from the stream up to its watermark. It writes no checkpoint and no
+// snapshot (those are the ingest's; its loader is the reader's,
+// read-only). The removals apply to it as to the other stores, and are
+// proven when a reply is built (followed), not before each record is
+// applied: a record then costs the follower no read of the stream's
+// state, and a session fetched again unchanged costs its request none.
 //
 // A request whose min_seq, and the floor, the follower's watermark
 // covers is answered from the follower store at once, without reading
@@ -40,12 +43,14 @@ import (
 // partitioned stream has none: its requests are routed to the
 // partitions' owners.
 //
-// Memory: the follower store has the instance's --cache-bytes and
-// --cache-sessions, as the ingest store it stands in for; the two live
-// together only while a pin lost for a dropped connection may come back
-// (the ingest store is kept for it). The reader store keeps its own
-// bounds, and holds the sessions only of the requests the follower could
-// not answer in time.
+// Memory: on an unpartitioned stream the reader store holds only the
+// sessions of the requests the follower did not answer in time (or that
+// reached the owner while its ingest lagged): it has a quarter of the
+// instance's --cache-bytes and --cache-sessions, and the follower store
+// the rest (readerShare), so that an instance without the pin holds at
+// most --cache-bytes. The ingest store keeps the whole of them, as
+// before: it and the follower's live together only while a pin lost for
+// a dropped connection may come back (the ingest store is kept for it).
 
 // followWait bounds how long a request waits for the follower to apply
 // the records it needs before it probes the stream.
@@ -58,6 +63,16 @@ const followRetry = 5 * time.Second
 // followStart bounds the start of a follower: the stream's last
 // sequence read, and its consumer made.
 const followStart = 10 * time.Second
+
+// readerShare is the reader store's share of a bound of the cache on an
+// unpartitioned stream: a quarter, at least 1 of a bound above 0. The
+// follower store has the rest.
+func readerShare[T int | int64](n T) T {
+	if n <= 0 {
+		return n
+	}
+	return max(1, n/4)
+}
 
 // follower is a running follower and its store.
 type follower struct {
@@ -127,6 +142,8 @@ func (f *following) want() {
 		return
 	}
 	st := f.r.a.newStore()
+	st.MaxBytes -= readerShare(st.MaxBytes)
+	st.MaxSessions -= readerShare(st.MaxSessions)
 	// It writes no checkpoint (but those that replace one its loads
 	// found wrong, as the reader's): the ingest writes them.
 	st.Loader = readOnly{f.r.a.loader}
@@ -152,8 +169,9 @@ func (f *following) start(gen uint64, st *store.Store) {
 		// stream's first record meets every session.
 		st.Fresh = last == 0
 		st.Advance(last)
+		// Applied unproven: a reply proves the removals before it shows
+		// what is new (followed).
 		return bus.Follow(ctx, a.js, a.stream, last, bus.PullBytes(a.nc), func(m bus.Msg) {
-			a.removals.cover(m.Seq) // purge.go
 			applyRecord(st, m)
 		}, a.Logger)
 	}()
@@ -230,8 +248,9 @@ func (f *following) stop(p *part, set func()) {
 // reach returns the follower store once its watermark covers seq and
 // the floor of p, waiting at most followWait (and timeout) for it;
 // false when there is no follower or it is behind, the floor then
-// raised to its watermark. With no follower it starts one.
-func (f *following) reach(ctx context.Context, p *part, seq uint64, timeout time.Duration) (server.Viewer, bool) {
+// raised to its watermark. With no follower it starts one. mark is the
+// removals' mark (purge.go) when the request came.
+func (f *following) reach(ctx context.Context, p *part, seq uint64, timeout time.Duration, mark uint64) (server.Viewer, bool) {
 	if !f.enabled() {
 		return nil, false
 	}
@@ -240,30 +259,64 @@ func (f *following) reach(ctx context.Context, p *part, seq uint64, timeout time
 		f.want()
 		return nil, false
 	}
-	if fl.wait(ctx, max(seq, p.floor.Load()), timeout) {
+	need := max(seq, p.floor.Load())
+	if fl.wait(ctx, need, timeout) {
 		f.replies.Add(1)
-		return fl.st, true
+		return followed{st: fl.st, removals: f.r.a.removals, mark: mark, need: need}, true
 	}
 	p.raise(fl.st.Applied())
 	return nil, false
 }
 
-// ready reports whether the follower store answers a request at once.
+// ready reports whether the follower store answers a request at once,
+// with no read of the stream's state to make first (followed).
 func (f *following) ready(p *part, seq uint64) bool {
 	if f == nil {
 		return false
 	}
 	fl := f.cur.Load()
-	return fl != nil && fl.st.Applied() >= max(seq, p.floor.Load())
+	need := max(seq, p.floor.Load())
+	return fl != nil && fl.st.Applied() >= need && f.r.a.removals.covered(need)
 }
 
-// loaded reports whether the follower store holds the session now.
+// loaded reports whether the follower store answers the session from
+// memory now, with no proof of the removals to make first
+// (store.Shown).
 func (f *following) loaded(session string) bool {
 	if f == nil {
 		return false
 	}
 	fl := f.cur.Load()
-	return fl != nil && fl.st.Loaded(session)
+	return fl != nil && fl.st.Shown(session)
+}
+
+// followed shows a session of the follower store. The follower applies
+// records as they come, without checking the stream's state first as
+// the ingest does (cover): a record stored after a removal whose
+// advisory has not come yet may be applied beside records the removal
+// took. Nothing is shown so. A view covers the sequence the request
+// needs (its min_seq, or the floor), as the ingest covers each record:
+// every removal made before that record was stored is applied first. A
+// view that would show a state of the session no reply showed before
+// proves first that every removal made before the request came, and
+// before the records it shows were stored, has been applied
+// (store.ViewSettled, removals.settleSince; one read of the stream's
+// state serves both), as a reader's that reads the session now does. A
+// session shown again as it was, with nothing to cover, costs no read:
+// a turn's reply pays one, as the ingest's record did.
+type followed struct {
+	st       *store.Store
+	removals *removals
+	mark     uint64 // the removals' mark when the request came
+	need     uint64 // the sequence the request needs
+}
+
+func (v followed) View(ctx context.Context, session string, fn func(p *projection.Session)) error {
+	v.removals.cover(v.need)
+	return v.st.ViewSettled(ctx, session, func(ctx context.Context) (uint64, error) {
+		upTo := v.st.Applied()
+		return upTo, v.removals.settleSince(ctx, v.mark, upTo)
+	}, fn)
 }
 
 // stores returns the follower's store, and that of a follower being

@@ -270,7 +270,8 @@ func (r *roles) Reach(ctx context.Context, session string, seq uint64, timeout t
 	}
 	p := r.partOf(session)
 	deadline := time.Now().Add(timeout)
-	r.a.removals.drain() // purge.go
+	mark := r.a.removals.mark() // purge.go: the removals made before now
+	r.a.removals.drain()
 	if st := p.ingestStore(); st != nil && st.Wait(ctx, max(seq, p.floor.Load()), 0) == nil {
 		return st, nil // the common case: there already, nothing to watch, no lock
 	}
@@ -313,7 +314,7 @@ func (r *roles) Reach(ctx context.Context, session string, seq uint64, timeout t
 		}
 		p.raise(st.Applied())
 	}
-	if v, ok := r.follow.reach(ctx, p, seq, timeout); ok {
+	if v, ok := r.follow.reach(ctx, p, seq, timeout, mark); ok {
 		return v, nil // follow.go: the follower has it
 	}
 	return r.read(ctx, p, session, seq, deadline)
