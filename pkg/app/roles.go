@@ -208,7 +208,11 @@ func (r *part) lost(reason string, refused bool) {
 	if old != nil {
 		old.Close()
 	}
-	r.log().Warn("ingest pin lost: this instance answers by reading each session's tail", "pin", pin, "reason", reason, "floor", r.floor.Load())
+	how := "ingest pin lost: this instance answers by reading each session's tail"
+	if r.r.follow.enabled() {
+		how = "ingest pin lost: this instance answers from a follower that reads the stream along, or by reading each session's tail"
+	}
+	r.log().Warn(how, "pin", pin, "reason", reason, "floor", r.floor.Load())
 	r.r.follow.lost()
 }
 
