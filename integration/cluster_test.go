@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os/exec"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -673,9 +674,18 @@ func BenchmarkCluster_Faults(b *testing.B) {
 // same bytes, interleaved request by request. Instance i and a bare
 // responder sit on node i (the responders in one queue group, as the
 // instances are), the client on node 1: both paths cross the same routes.
-// With 3 instances two of three requests reach an instance that does not
-// hold the ingest, which asks a replica for the session's last record
-// first.
+// Requests are plain (unrouted): with 3 instances two of three reach an
+// instance that does not hold the ingest pin.
+//
+// Two cases: "fetch" asks for that session as it is; "turn" is what an
+// agent does each turn: it publishes a record to its session, then asks
+// with min_seq its PubAck's sequence (read-your-writes), and the bare
+// request beside it gets the bytes of that reply. Only the requests are
+// timed, not the publish. The turns alternate user and assistant
+// messages, with a compaction every 100th, so that the context stays
+// between 1 and about 40 KB however many turns are run.
+//
+//	go test ./integration -run '^$' -bench '^BenchmarkCluster_Fetch$' -benchtime 2000x -timeout 30m
 func BenchmarkCluster_Fetch(b *testing.B) {
 	for _, n := range []int{1, 3} {
 		b.Run(fmt.Sprintf("%d instances", n), func(b *testing.B) {
@@ -686,62 +696,124 @@ func BenchmarkCluster_Fetch(b *testing.B) {
 			for i := 1; i < n; i++ {
 				tc.startInstanceOn(c.Nodes[i].URL)
 			}
+			defer func() {
+				for _, in := range tc.instances() {
+					tc.term(in)
+				}
+			}()
 			cl := newClient(b, c.Nodes[0].URL)
+			gen := workload.New(1, workload.Default.WithScreenshots(200<<10, 200))
 			var last uint64
-			for _, r := range workload.New(1, workload.Default.WithScreenshots(200<<10, 200)).Records(200) {
+			for _, r := range gen.Records(200) {
 				last = cl.publishValue("bench", r, false)
 			}
+			// The session of the turns starts with a compaction.
+			last = cl.publishValue("turn", gen.Compaction([]any{gen.User(), gen.Answer()}), false)
 			tc.owner()
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			body, err := ctxdclient.Context(ctx, cl.nc, "bench", ctxdclient.Request{MinSeq: last, WaitMS: 10000})
+			first, err := ctxdclient.Context(ctx, cl.nc, "bench", ctxdclient.Request{MinSeq: last, WaitMS: 10000})
 			cancel()
 			require.NoError(b, err)
-			// Every instance has the session loaded.
+			// Every instance has the sessions loaded.
 			for range 10 * n {
 				cl.request("ctxd.context.bench", nil, nil)
+				cl.request("ctxd.context.turn", nil, nil)
 			}
+			var body atomic.Pointer[[]byte] // what the bare responders answer
+			body.Store(&first)
 			for i := range n {
 				server := natstest.Connect(b, c.Nodes[i].URL)
-				sub, err := server.QueueSubscribe("bare.bench", "bare", func(m *nats.Msg) { m.Respond(body) })
+				sub, err := server.QueueSubscribe("bare.bench", "bare", func(m *nats.Msg) { m.Respond(*body.Load()) })
 				require.NoError(b, err)
 				defer sub.Unsubscribe()
 				require.NoError(b, server.Flush())
 			}
-
-			ctxdMsg := &nats.Msg{Subject: "ctxd.context.bench"}
-			bareMsg := &nats.Msg{Subject: "bare.bench"}
-			var ctxdLat, bareLat []time.Duration
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				for j, m := range []*nats.Msg{ctxdMsg, bareMsg} {
-					if i%2 == 1 {
-						m = []*nats.Msg{bareMsg, ctxdMsg}[j]
+			turns := 0
+			run := func(b *testing.B, turn bool) {
+				ctxdMsg := &nats.Msg{Subject: "ctxd.context.bench"}
+				if turn {
+					ctxdMsg.Subject = "ctxd.context.turn"
+				}
+				bareMsg := &nats.Msg{Subject: "bare.bench"}
+				var ctxdLat, bareLat []time.Duration
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					var minSeq uint64
+					if turn {
+						b.StopTimer()
+						var v any
+						switch {
+						case turns%100 == 0:
+							v = gen.Compaction([]any{gen.User(), gen.Answer()})
+						case turns%2 == 0:
+							v = gen.User()
+						default:
+							v = gen.Answer()
+						}
+						turns++
+						minSeq = cl.publishValue("turn", v, false)
+						ctxdMsg.Data = fmt.Appendf(ctxdMsg.Data[:0], `{"min_seq":%d}`, minSeq)
+						b.StartTimer()
 					}
-					start := time.Now()
-					reply, err := cl.nc.RequestMsg(m, 10*time.Second)
-					d := time.Since(start)
-					if err != nil || len(reply.Data) != len(body) {
-						b.Fatalf("request %s: %v (%d bytes, want %d)", m.Subject, err, len(reply.Data), len(body))
-					}
-					if m == ctxdMsg {
-						ctxdLat = append(ctxdLat, d)
-					} else {
-						bareLat = append(bareLat, d)
+					for j, m := range []*nats.Msg{ctxdMsg, bareMsg} {
+						if i%2 == 1 {
+							m = []*nats.Msg{bareMsg, ctxdMsg}[j]
+						}
+						start := time.Now()
+						reply, err := cl.nc.RequestMsg(m, 10*time.Second)
+						d := time.Since(start)
+						if err != nil {
+							b.Fatalf("request %s: %v", m.Subject, err)
+						}
+						if code := reply.Header.Get("Nats-Service-Error-Code"); code != "" {
+							b.Fatalf("request %s: %s %s", m.Subject, code, reply.Header.Get("Nats-Service-Error"))
+						}
+						if m == ctxdMsg {
+							if turn {
+								if got := replySeq(reply.Data); got < minSeq {
+									b.Fatalf("turn %d: seq %d, below min_seq %d", i, got, minSeq)
+								}
+								data := reply.Data
+								body.Store(&data)
+							}
+							ctxdLat = append(ctxdLat, d)
+						} else {
+							bareLat = append(bareLat, d)
+						}
+						if want := len(*body.Load()); len(reply.Data) != want && !(turn && m == ctxdMsg) {
+							b.Fatalf("request %s: %d bytes, want %d", m.Subject, len(reply.Data), want)
+						}
 					}
 				}
+				b.StopTimer()
+				cp50, cp99 := percentiles(ctxdLat)
+				bp50, bp99 := percentiles(bareLat)
+				b.ReportMetric(us(cp50), "ctxd-p50-µs")
+				b.ReportMetric(us(cp99), "ctxd-p99-µs")
+				b.ReportMetric(us(bp50), "bare-p50-µs")
+				b.ReportMetric(us(bp99), "bare-p99-µs")
+				b.ReportMetric(float64(cp50)/float64(bp50), "p50-ratio")
+				b.ReportMetric(float64(cp99)/float64(bp99), "p99-ratio")
+				for _, s := range followStatsOf(b, tc.nc) {
+					b.Logf("%s: role=%s replies=%d follower_replies=%d stream_probes=%d", s.Instance, s.Role, s.Requests, s.FollowerReplies, s.StreamProbes)
+				}
 			}
-			b.StopTimer()
-			cp50, cp99 := percentiles(ctxdLat)
-			bp50, bp99 := percentiles(bareLat)
-			b.ReportMetric(us(cp50), "ctxd-p50-µs")
-			b.ReportMetric(us(cp99), "ctxd-p99-µs")
-			b.ReportMetric(us(bp50), "bare-p50-µs")
-			b.ReportMetric(us(bp99), "bare-p99-µs")
-			b.ReportMetric(float64(cp50)/float64(bp50), "p50-ratio")
-			b.ReportMetric(float64(cp99)/float64(bp99), "p99-ratio")
-			for _, in := range tc.instances() {
-				tc.term(in)
-			}
+			b.Run("fetch", func(b *testing.B) { run(b, false) })
+			b.Run("turn", func(b *testing.B) { run(b, true) })
 		})
 	}
 }
+
+// replySeq reads the seq of a JSON context reply from its head, where
+// the reply has it ({"session":...,"seq":N,...}): a benchmark checks it
+// without decoding the whole reply.
+func replySeq(data []byte) uint64 {
+	m := seqField.FindSubmatch(data[:min(len(data), 256)])
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.ParseUint(string(m[1]), 10, 64)
+	return n
+}
+
+var seqField = regexp.MustCompile(`"seq":(\d+)`)

@@ -27,7 +27,6 @@ import (
 	"github.com/ctxd/ctxd/pkg/record"
 	"github.com/ctxd/ctxd/pkg/server"
 	"github.com/ctxd/ctxd/pkg/store"
-	"github.com/ctxd/ctxd/pkg/subject"
 	"github.com/ctxd/ctxd/streams"
 )
 
@@ -386,6 +385,12 @@ func (a *App) Open(ctx context.Context) (err error) {
 		a.fail(err)
 	})
 	a.roles = newRoles(a, a.newStore(), layout)
+	if !layout.Partitioned() {
+		// A follower answers most of what reaches an instance without
+		// the pin: the reader store has a share of the cache (follow.go).
+		a.roles.reader.MaxBytes = readerShare(a.CacheBytes)
+		a.roles.reader.MaxSessions = readerShare(a.CacheSessions)
+	}
 	// Only the ingest writes checkpoints: one writer at a time, but for
 	// the moments two instances both think they hold the pin.
 	a.roles.reader.Loader = readOnly{a.loader}
@@ -524,21 +529,11 @@ func (a *App) newStore() *store.Store {
 	return s
 }
 
-// handle applies one stored record to its session.
+// handle applies one stored record to its session in the ingest store.
 func (a *App) handle(m bus.Msg) {
 	a.removals.cover(m.Seq)
-	session, err := subject.SessionOf(m.Subject, subject.TranscriptsPrefix)
-	if err != nil {
-		if st := a.roles.feeding(); st != nil {
-			st.Reject(store.Rejection{Subject: m.Subject, Seq: m.Seq, Size: len(m.Data), Reason: err.Error(), Kind: store.KindSubject})
-		}
-		return
-	}
-	st := a.roles.feeding()
-	if st == nil {
-		return // the pin was refused while the record was in hand
-	}
-	st.Apply(session, m.Seq, m.Data)
+	// None when the pin was refused while the record was in hand.
+	applyRecord(a.roles.feeding(), m)
 }
 
 // URL returns the NATS client URL ctxd is connected to, without the
@@ -640,6 +635,10 @@ func (a *App) Close() error {
 	if a.svc != nil {
 		errs = append(errs, a.svc.Close())
 		a.svc = nil
+	}
+	if a.roles != nil {
+		// No request reads it any more, and none starts after.
+		a.roles.follow.close(a.roles.part)
 	}
 	if len(partitions) > 0 {
 		a.closeCheckpoints(partitions...)

@@ -782,6 +782,7 @@ func newRoles(a *App, reader *store.Store, layout bus.Layout) *roles {
 		r.parts[k] = &part{r: r, k: k}
 	}
 	r.part = r.parts[0]
+	r.follow = &following{r: r}
 	return r
 }
 

@@ -240,6 +240,12 @@ func (r *removals) cover(seq uint64) {
 	}
 }
 
+// covered reports whether cover(seq) returns without reading the
+// stream's state.
+func (r *removals) covered(seq uint64) bool {
+	return r == nil || !r.counted || seq <= r.verified.Load()
+}
+
 // settle is cover for a reader, called after it caught a session up and
 // before it shows it (store.ViewAtChecked), upTo being the stream's last
 // sequence its probe saw. When the reader read the stream (read), a
@@ -254,15 +260,39 @@ func (r *removals) settle(ctx context.Context, read bool, upTo uint64) error {
 	if r == nil {
 		return nil
 	}
-	if !read || !r.counted {
+	if !read {
 		r.cover(upTo)
 		return nil
 	}
-	after := r.reads.Load()
+	return r.settleSince(ctx, r.mark(), upTo)
+}
+
+// mark returns what settleSince is given to prove the removals made
+// before mark was called.
+func (r *removals) mark() uint64 {
+	if r == nil {
+		return 0
+	}
+	return r.reads.Load()
+}
+
+// settleSince returns once every removal made before mark was taken
+// (mark) has been applied to the stores, and upTo is verified: at once
+// when a check that began reading the stream's state after it has ended
+// meanwhile and verified upTo, else after a check of its own. On a
+// stream that removes records of its own accord it covers upTo.
+func (r *removals) settleSince(ctx context.Context, mark, upTo uint64) error {
+	if r == nil {
+		return nil
+	}
+	if !r.counted {
+		r.cover(upTo)
+		return nil
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.drainLocked()
-	if r.checked.Load() > after && r.verified.Load() >= upTo {
+	if r.checked.Load() > mark && r.verified.Load() >= upTo {
 		return nil
 	}
 	if err := ctx.Err(); err != nil {
@@ -378,8 +408,8 @@ func (r *removals) forgetAll(why string, args ...any) {
 	r.logger.Warn("every session loads from the stream again: "+why, args...)
 }
 
-// stores returns the stores a removal concerns: the reader's, and those
-// the ingests feed (one a partition held).
+// stores returns the stores a removal concerns: the reader's, those
+// the ingests feed (one a partition held), and the follower's.
 func (r *roles) stores() []*store.Store {
-	return append([]*store.Store{r.reader}, r.ingestStores()...)
+	return append(append([]*store.Store{r.reader}, r.ingestStores()...), r.follow.stores()...)
 }

@@ -19,8 +19,10 @@ import (
 // Any number of instances serve one stream. JetStream pins the ingest
 // consumer to one of them (the pinned_client priority policy); that one
 // applies every record as it is stored, and answers from memory once its
-// watermark covers the min_seq asked. Every other instance, and the
-// pinned one when its ingest lags, answers through the stream: per
+// watermark covers the min_seq asked. Every other instance answers from
+// its follower's store, which reads the stream along (follow.go), when
+// that covers the min_seq asked; when it does not in time, and on the
+// pinned one when its ingest lags, it answers through the stream: per
 // request it asks a replica for the session's last record and the
 // replica's last stream sequence (bus.LastOf), which must cover the
 // min_seq, reads the session's records after those it holds up to that
@@ -66,6 +68,11 @@ type roles struct {
 	// router serves each partition's endpoint while its ingest store is
 	// trusted; nil when unpartitioned.
 	router *server.Service
+	// follow runs the follower while the instance is no owner
+	// (follow.go); unpartitioned only.
+	follow *following
+	// probes counts the probes of the stream for a session's last record.
+	probes atomic.Uint64
 }
 
 // route serves partition k's endpoint, or stops.
@@ -136,6 +143,11 @@ func (r *part) feeding() *store.Store { return r.feed.Load() }
 // past every record a reply of this instance was built on, so no reply
 // goes back.
 func (r *part) gained(pin string, first uint64, resumed bool) {
+	if r.r.follow.enabled() {
+		// Its floor first: the ingest store starts past what the
+		// follower showed.
+		r.r.follow.gained(r)
+	}
 	r.mu.Lock()
 	if st := r.feed.Load(); resumed && st != nil && r.pin == pin {
 		r.owner.Store(st)
@@ -196,7 +208,12 @@ func (r *part) lost(reason string, refused bool) {
 	if old != nil {
 		old.Close()
 	}
-	r.log().Warn("ingest pin lost: this instance answers by reading each session's tail", "pin", pin, "reason", reason, "floor", r.floor.Load())
+	how := "ingest pin lost: this instance answers by reading each session's tail"
+	if r.r.follow.enabled() {
+		how = "ingest pin lost: this instance answers from a follower that reads the stream along, or by reading each session's tail"
+	}
+	r.log().Warn(how, "pin", pin, "reason", reason, "floor", r.floor.Load())
+	r.r.follow.lost()
 }
 
 // log is the logger of the part's messages: they name the partition
@@ -244,8 +261,10 @@ func (r *roles) owned() []int {
 // what its watermark covers, once it covers every earlier reply's.
 func (r *roles) Ready(session string, seq uint64) bool {
 	p := r.partOf(session)
-	st := p.ingestStore()
-	return st != nil && st.Applied() >= max(seq, p.floor.Load())
+	if st := p.ingestStore(); st != nil {
+		return st.Applied() >= max(seq, p.floor.Load())
+	}
+	return r.follow.ready(p, seq)
 }
 
 // Reach implements server.Reacher.
@@ -255,7 +274,8 @@ func (r *roles) Reach(ctx context.Context, session string, seq uint64, timeout t
 	}
 	p := r.partOf(session)
 	deadline := time.Now().Add(timeout)
-	r.a.removals.drain() // purge.go
+	mark := r.a.removals.mark() // purge.go: the removals made before now
+	r.a.removals.drain()
 	if st := p.ingestStore(); st != nil && st.Wait(ctx, max(seq, p.floor.Load()), 0) == nil {
 		return st, nil // the common case: there already, nothing to watch, no lock
 	}
@@ -298,6 +318,9 @@ func (r *roles) Reach(ctx context.Context, session string, seq uint64, timeout t
 		}
 		p.raise(st.Applied())
 	}
+	if v, ok := r.follow.reach(ctx, p, seq, timeout, mark); ok {
+		return v, nil // follow.go: the follower has it
+	}
 	return r.read(ctx, p, session, seq, deadline)
 }
 
@@ -327,6 +350,7 @@ func (r *roles) probe(ctx context.Context, session string, seq, need uint64, dea
 	floorDeadline := time.Now().Add(floorBudget)
 	delay := time.Millisecond
 	for {
+		r.probes.Add(1)
 		m, upTo, err := r.layout.LastOf(ctx, r.a.nc, session)
 		if err != nil {
 			return 0, 0, fmt.Errorf("last record of %s: %w", session, err)
@@ -468,13 +492,13 @@ func (r *roles) Rejected() []store.Rejection { return r.reader.Rejected() }
 
 // Loaded reports whether a request for the session is answered from
 // memory now: while this instance ingests its partition, a session its
-// store holds; otherwise none, since each request reads the session's
-// tail first.
+// store holds; otherwise one the follower's store holds (follow.go).
+// Without either, none: each request reads the session's tail first.
 func (r *roles) Loaded(session string) bool {
 	if st := r.partOf(session).ingestStore(); st != nil {
 		return st.Loaded(session)
 	}
-	return false
+	return r.follow.loaded(session)
 }
 
 // Stats counts the instance's work, so that a counter never goes back
@@ -500,6 +524,13 @@ func (r *roles) Stats() store.Stats {
 		out.Bytes += st.Bytes
 	}
 	add(rd, false)
+	fs := r.follow.stats()
+	add(fs, false)
+	out.FollowerApplied = fs.FollowerApplied
+	if r.follow != nil {
+		out.FollowerReplies = r.follow.replies.Load()
+	}
+	out.StreamProbes = r.probes.Load()
 	out.Applied = r.current().Applied()
 	for _, p := range r.parts {
 		p.mu.Lock()

@@ -85,6 +85,12 @@ var (
 		"Session loads that started from a snapshot of the projection.", nil, nil)
 	descEvictions = prometheus.NewDesc("ctxd_evictions_total",
 		"Sessions evicted from memory.", nil, nil)
+	descFollowerReplies = prometheus.NewDesc("ctxd_follower_replies_total",
+		"Requests an instance without the ingest pin answered from its follower (the stream read along), with no probe of the stream.", nil, nil)
+	descStreamProbes = prometheus.NewDesc("ctxd_stream_probes_total",
+		"Probes of the stream for a session's last record, made by requests an instance answered by reading the session's tail.", nil, nil)
+	descFollowerApplied = prometheus.NewDesc("ctxd_follower_applied_seq",
+		"Stream sequence up to which the follower applied every record; 0 while none runs (the instance holds the pin).", nil, nil)
 	descConnected = prometheus.NewDesc("ctxd_nats_connected",
 		"1 while the NATS connection is up, else 0.", nil, nil)
 	descReconnects = prometheus.NewDesc("ctxd_nats_reconnects_total",
@@ -96,7 +102,8 @@ type storeCollector struct{ src Source }
 
 func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descApplied, descDuplicates, descRejected, descWatermark, descLag,
-		descLoaded, descKnown, descBytes, descLoads, descSnapshotLoads, descEvictions, descConnected, descReconnects} {
+		descLoaded, descKnown, descBytes, descLoads, descSnapshotLoads, descEvictions,
+		descFollowerReplies, descStreamProbes, descFollowerApplied, descConnected, descReconnects} {
 		ch <- d
 	}
 }
@@ -122,6 +129,9 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descLoads, st.Loads)
 		counter(descSnapshotLoads, st.SnapshotLoads)
 		counter(descEvictions, st.Evictions)
+		counter(descFollowerReplies, st.FollowerReplies)
+		counter(descStreamProbes, st.StreamProbes)
+		gauge(descFollowerApplied, float64(st.FollowerApplied))
 		if c.src.LastSeq != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			last, err := c.src.LastSeq(ctx)

@@ -20,3 +20,19 @@ func (s *Store) Loaded(session string) bool {
 	sl.mu.Unlock()
 	return ok
 }
+
+// Shown is Loaded for ViewSettled: it reports whether the session's
+// projection is held and its state is one ViewSettled showed before, so
+// that a view of it calls no settle. It never waits, as Loaded.
+func (s *Store) Shown(session string) bool {
+	sl := s.dir.get(session)
+	if sl == nil {
+		return s.Loader == nil || (s.MissTTL > 0 && s.dir.missedAt(session, time.Now()))
+	}
+	if !sl.mu.TryLock() {
+		return false
+	}
+	ok := sl.proj != nil && !sl.dead && sl.proj.Seq() <= sl.shown
+	sl.mu.Unlock()
+	return ok
+}

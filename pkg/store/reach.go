@@ -167,3 +167,54 @@ func (s *Store) ViewAtChecked(ctx context.Context, session string, last uint64, 
 // ErrBehind is returned by ViewAtChecked when the session's projection does not
 // reach the record it was asked to.
 var ErrBehind = errors.New("projection does not reach the session's record")
+
+// ViewSettled is View for a store that applies every record as it is
+// stored, in a process that is not the one the stream's removals are
+// made through (package app's follower), and applies them unproven:
+// whether a removal made before a record was stored has been applied to
+// the store is proven when a view would show what is new. When the view
+// would show a state of the session past every state it showed of it
+// before (a record applied since), it calls settle first, without the
+// session's lock, which returns once every removal made before the
+// request was received, and before the record at the sequence it
+// returns was stored, has been applied to the store; it views again then,
+// and shows the state once the session's last record is within that
+// sequence (a session forgotten meanwhile loads from the stream as it
+// is). So no reply shows records a removal took beside records stored
+// after it, and one that shows what is new of a session rests on no
+// removal made before it was asked for, as a reader's that read it now
+// does (ViewAtChecked). A session shown again as it was costs no call.
+// An error of settle fails the view, and so do maxSettles calls that
+// each found a later record of the session.
+func (s *Store) ViewSettled(ctx context.Context, session string, settle func(ctx context.Context) (uint64, error), fn func(p *projection.Session)) error {
+	var proven uint64
+	for try := 0; ; try++ {
+		again := false
+		err := s.view(ctx, session, func(sl *slot, p *projection.Session) {
+			var seq uint64
+			if p != nil {
+				seq = p.Seq()
+			}
+			if sl != nil && seq > sl.shown {
+				if try == 0 || seq > proven {
+					again = true
+					return
+				}
+				sl.shown = seq
+			}
+			fn(p)
+		})
+		if err != nil || !again {
+			return err
+		}
+		if try == maxSettles {
+			return fmt.Errorf("store: session %s: records came faster than %d proofs of the removals", session, maxSettles)
+		}
+		if proven, err = settle(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+// maxSettles bounds the calls of settle of one ViewSettled.
+const maxSettles = 8

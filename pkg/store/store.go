@@ -241,6 +241,8 @@ type slot struct {
 	// again.
 	quarantined []uint64
 
+	// shown is the highest sequence ViewSettled showed of the session.
+	shown uint64
 	// loading is the load in progress, reading without the lock.
 	loading *loading
 	// recent says the slot was used since the directory's last pass.
@@ -266,6 +268,14 @@ type Stats struct {
 	SnapshotLoads uint64 `json:"snapshot_loads"`
 	Evictions     uint64 `json:"evictions"` // sessions evicted from the cache
 	Applied       uint64 `json:"applied"`   // stream sequence watermark
+	// FollowerReplies, StreamProbes and FollowerApplied are the
+	// instance's, not a store's (package app fills them in): the requests
+	// answered from the follower's store, the probes of the stream for a
+	// session's last record that requests made, and the follower's
+	// watermark (0 while none runs).
+	FollowerReplies uint64 `json:"follower_replies"`
+	StreamProbes    uint64 `json:"stream_probes"`
+	FollowerApplied uint64 `json:"follower_applied"`
 }
 
 // New returns an empty store with the defaults.
@@ -620,11 +630,17 @@ func (s *Store) Stats() Stats {
 // LoadTimeout and the context; readers of a session being loaded wait for
 // that load, or for their context.
 func (s *Store) View(ctx context.Context, session string, fn func(p *projection.Session)) error {
+	return s.view(ctx, session, func(_ *slot, p *projection.Session) { fn(p) })
+}
+
+// view is View, fn also given the session's slot (locked), nil for a
+// session without one.
+func (s *Store) view(ctx context.Context, session string, fn func(sl *slot, p *projection.Session)) error {
 	for {
 		sl := s.slot(session, false)
 		if sl == nil {
 			if s.Loader == nil || s.complete() || (s.MissTTL > 0 && s.dir.missedAt(session, time.Now())) {
-				fn(nil)
+				fn(nil, nil)
 				return nil
 			}
 			// Not met: the stream may hold it. The slot is there for the
@@ -664,7 +680,7 @@ func (s *Store) View(ctx context.Context, session string, fn func(p *projection.
 			}
 			sl.mu.Unlock()
 			if err == nil {
-				fn(nil)
+				fn(nil, nil)
 			}
 			return err
 		}
@@ -677,7 +693,7 @@ func (s *Store) View(ctx context.Context, session string, fn func(p *projection.
 }
 
 // viewLoaded calls fn with a loaded session and unlocks it.
-func (s *Store) viewLoaded(sl *slot, fn func(p *projection.Session)) error {
+func (s *Store) viewLoaded(sl *slot, fn func(sl *slot, p *projection.Session)) error {
 	defer s.evict()
 	rendered := false
 	defer func() {
@@ -692,7 +708,7 @@ func (s *Store) viewLoaded(sl *slot, fn func(p *projection.Session)) error {
 	if p.Seq() == 0 {
 		p = nil
 	}
-	fn(p)
+	fn(sl, p)
 	rendered = true
 	// What fn left with the projection counts in the bound (the
 	// service's rendered replies): evict, deferred above, sees it.
