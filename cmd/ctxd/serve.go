@@ -93,7 +93,6 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&cfg.MaxWaiters, "max-waiters", cfg.MaxWaiters, "requests waiting for min_seq at once; past it they are refused with 503 (0: no bound)")
 	fs.Float64Var(&cfg.EmptyRate, "empty-rate", cfg.EmptyRate, "answers a second, at most, of no records to requests for sessions never written to (a flood of random ids); past it they wait, and past 1024 waiting are refused with 503 (0: not paced)")
 	fs.Int64Var(&cfg.MaxSessionBytes, "max-session-bytes", cfg.MaxSessionBytes, "bytes of records one session may hold since its latest compaction; a record past it is quarantined. Replies of up to twice this, at least 512 MiB, are sent")
-	fs.DurationVar(&cfg.AckWait, "ack-wait", 0, "how long the ingest may hold a record before JetStream redelivers it, on an ingest consumer with acks (0: the definition's; ctxd's definition acknowledges nothing, so it has no effect there)")
 	fs.IntVar(&cfg.RejectLog, "rejected-log", cfg.RejectLog, "rejected records ctxd.rejected lists, the latest (all are counted)")
 	fs.StringVar(&cfg.HTTPAddr, "http", "", "serve /metrics, /healthz and /readyz over HTTP on `ADDR` (host:port, e.g. 127.0.0.1:8222; off when empty)")
 	fs.StringVar(&cfg.HTTPToken, "http-token", "", "bearer token --http requires on /metrics and /ui/ (not on /healthz and /readyz); a browser logs in to /ui/ with it at /login; needed to listen beyond loopback (prefer CTXD_HTTP_TOKEN)")

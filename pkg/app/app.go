@@ -81,9 +81,6 @@ type Config struct {
 	// MaxSessionBytes bounds one session's records since its latest
 	// compaction; a record past it is quarantined.
 	MaxSessionBytes int64
-	// AckWait is how long the ingest consumer may hold a record before
-	// JetStream redelivers it; 0 keeps the definition's (30s).
-	AckWait time.Duration
 	// Instance names this instance in $SRV.STATS, ctxd.rejected and its
 	// NATS connection; New makes an empty one host:pid.
 	Instance string
@@ -437,9 +434,6 @@ func (a *App) Open(ctx context.Context) (err error) {
 	ccfg, err := streams.Ingest()
 	if err != nil {
 		return err
-	}
-	if a.AckWait > 0 {
-		ccfg.AckWait = a.AckWait
 	}
 	var cons jetstream.Consumer
 	err = a.retryStart(ctx, url, "consumer "+ccfg.Durable, func(ctx context.Context) error {

@@ -122,14 +122,11 @@ func newBalancer(a *App, r *roles, after uint64) *balancer {
 // openConsumers creates the partitions' consumers that are missing, each
 // to start after the stream's last sequence (every record up to it is
 // stored: loads read it).
-func (b *balancer) openConsumers(ctx context.Context, ackWait time.Duration) error {
+func (b *balancer) openConsumers(ctx context.Context) error {
 	for k := range b.r.parts {
 		cfg, err := streams.PartitionIngest(k)
 		if err != nil {
 			return err
-		}
-		if ackWait > 0 {
-			cfg.AckWait = ackWait
 		}
 		err = b.a.retryStart(ctx, b.a.nc.ConnectedUrl(), "consumer "+cfg.Durable, func(ctx context.Context) error {
 			b.cons[k], err = bus.OpenConsumer(ctx, b.a.st, cfg, b.after)
@@ -794,7 +791,7 @@ func (a *App) openPartitioned(ctx context.Context, last uint64) error {
 		p.floor.Store(last)
 	}
 	b := newBalancer(a, a.roles, last)
-	if err := b.openConsumers(ctx, a.AckWait); err != nil {
+	if err := b.openConsumers(ctx); err != nil {
 		return err
 	}
 	a.roles.bal = b

@@ -23,21 +23,13 @@ type Msg struct {
 // returned for it.
 type Handler func(Msg)
 
-// On a consumer with ack policy "none" (ctxd's) nothing is acknowledged:
-// the server counts a message delivered once sent. Otherwise
-// acknowledgements are batched: with ack policy "all", acknowledging a
-// message acknowledges every message delivered before it. One ack covers
-// at most ackBatch messages, and none waits longer than ackDelay.
-const (
-	ackBatch = 256
-	ackDelay = 10 * time.Millisecond
-)
-
 // Ingest feeds a durable consumer's messages to a handler, every stream
 // sequence once and in order: when a delivery skips sequences (messages
 // lost with a dropped connection), the skipped range is read from the
-// stream and handled first, so no record is passed over and none is
-// acknowledged unhandled.
+// stream and handled first, so no record is passed over. Nothing is
+// acknowledged: the ingest's consumers have ack policy "none" (the server
+// counts a message delivered once sent), since the stream, not the
+// consumer, keeps every record for a newly pinned ingest to read.
 //
 // On a consumer with a priority group (the pinned_client policy), many
 // instances pull and JetStream delivers to one of them, the pinned one.
@@ -46,10 +38,10 @@ const (
 // pin it did not hold) and when it gives it up (the server refused its
 // pull with a wrong pin, the consumer's leader changed, its pulls get no
 // heartbeat, its connection dropped: Lose); records of a pin the server
-// refused are neither handled nor acknowledged.
+// refused are not handled.
 type Ingest struct {
-	// Logger receives ack and read failures; StartIngest makes a nil one
-	// discard them.
+	// Logger receives read failures; StartIngest makes a nil one discard
+	// them.
 	Logger *slog.Logger
 
 	consumer string // its name, for errors
@@ -58,17 +50,12 @@ type Ingest struct {
 	gaps     gapFiller
 	hooks    Pin
 
-	pullBytes int  // the max_bytes of a pull
-	acks      bool // the consumer's messages are acknowledged
+	pullBytes int // the max_bytes of a pull
 
 	mu      sync.Mutex
-	pending jetstream.Msg // the last handled message, not yet acknowledged
-	count   int           // messages handled since the last ack
-	pin     string        // the pin held, "" when none
-	prev    string        // the pin last held, until the server refuses it
-	lostPin string        // the last pin lost to a refused pull
-	stop    chan struct{}
-	done    chan struct{}
+	pin     string // the pin held, "" when none
+	prev    string // the pin last held, until the server refuses it
+	lostPin string // the last pin lost to a refused pull
 }
 
 // Pin are the hooks of an ingest on a consumer with a priority group.
@@ -112,19 +99,22 @@ const PullExpiry = time.Second
 // passed to h once more, which must ignore what it has seen); readRange
 // reads skipped sequences from the stream, and must not stop short of
 // the range's end, as ReadRange does not: a replica behind the consumer's
-// would otherwise have records acknowledged unhandled. On a consumer with
-// priority groups it pulls in the first. Close stops it.
+// would otherwise have records passed over. On a consumer with priority
+// groups it pulls in the first. A consumer that takes acks (an earlier
+// ctxd's, which EnsureConsumer replaces) is refused. Close stops it.
 func StartIngest(cons jetstream.Consumer, after uint64, readRange func(from, to uint64, fn func(Msg) error) error, h Handler, logger *slog.Logger, opts ...IngestOption) (*Ingest, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	info := cons.CachedInfo()
-	in := &Ingest{Logger: logger, consumer: info.Name, pullBytes: defaultPullBytes, stop: make(chan struct{}), done: make(chan struct{})}
+	if p := info.Config.AckPolicy; p != jetstream.AckNonePolicy {
+		return nil, fmt.Errorf("consumer %s takes acks (ack policy %s): an ingest acknowledges nothing, and its consumer must have ack policy none", info.Name, p)
+	}
+	in := &Ingest{Logger: logger, consumer: info.Name, pullBytes: defaultPullBytes}
 	for _, o := range opts {
 		o(in)
 	}
 	in.gaps = gapFiller{last: after, read: readRange, handle: h}
-	in.acks = info.Config.AckPolicy != jetstream.AckNonePolicy
 	pull := []jetstream.PullConsumeOpt{jetstream.PullMaxMessagesWithBytesLimit(1000, in.pullBytes), jetstream.ConsumeErrHandler(in.consumeError)}
 	if groups := info.Config.PriorityGroups; len(groups) > 0 {
 		in.group = groups[0]
@@ -135,11 +125,6 @@ func StartIngest(cons jetstream.Consumer, after uint64, readRange func(from, to 
 		return nil, fmt.Errorf("consumer %s: consume: %w", in.consumer, err)
 	}
 	in.cc = cc
-	if in.acks {
-		go in.flush()
-	} else {
-		close(in.done) // nothing to acknowledge: no ticker
-	}
 	return in, nil
 }
 
@@ -176,21 +161,9 @@ func (in *Ingest) receive(m jetstream.Msg) {
 		}
 	}
 	if err := in.gaps.deliver(Msg{Subject: m.Subject(), Seq: seq, Data: m.Data()}); err != nil {
-		// Not acknowledged: with acks JetStream delivers it again, and
-		// the gap is read again then; without, the next message's gap
-		// holds it.
-		in.Logger.Warn("skipped records could not be read; waiting for redelivery", "seq", seq, "err", err)
-		return
+		// The next message's gap holds it, and is read then.
+		in.Logger.Warn("skipped records could not be read; the next record's gap reads them again", "seq", seq, "err", err)
 	}
-	if !in.acks {
-		return
-	}
-	in.mu.Lock()
-	in.pending = m
-	if in.count++; in.count >= ackBatch {
-		in.ackLocked()
-	}
-	in.mu.Unlock()
 }
 
 // ReasonConsumerDeleted is the reason Pin.Lost gives when the consumer
@@ -252,35 +225,6 @@ func (in *Ingest) Pinned() string {
 	return in.pin
 }
 
-// flush acknowledges what was handled, every ackDelay, until Close. It
-// runs only on a consumer with acks: without them, an ingest per
-// partition would wake every ackDelay for nothing.
-func (in *Ingest) flush() {
-	defer close(in.done)
-	t := time.NewTicker(ackDelay)
-	defer t.Stop()
-	for {
-		select {
-		case <-in.stop:
-			return
-		case <-t.C:
-			in.mu.Lock()
-			in.ackLocked()
-			in.mu.Unlock()
-		}
-	}
-}
-
-func (in *Ingest) ackLocked() {
-	if in.pending == nil {
-		return
-	}
-	if err := in.pending.Ack(); err != nil {
-		in.Logger.Warn("ack failed; the records will be redelivered and skipped", "err", err)
-	}
-	in.pending, in.count = nil, 0
-}
-
 // gapFiller hands messages on in stream order, reading the sequences a
 // delivery skipped.
 type gapFiller struct {
@@ -305,9 +249,8 @@ func (g *gapFiller) deliver(m Msg) error {
 	return nil
 }
 
-// Close drains the consumer: the message in hand is finished, nothing
-// more is taken, and everything handled is acknowledged. It waits until
-// that is done.
+// Close drains the consumer: the message in hand is finished and nothing
+// more is taken. It waits until that is done.
 func (in *Ingest) Close() error {
 	in.cc.Drain()
 	var err error
@@ -317,11 +260,6 @@ func (in *Ingest) Close() error {
 		in.cc.Stop()
 		err = fmt.Errorf("consumer %s: drain did not finish in 10s", in.consumer)
 	}
-	close(in.stop)
-	<-in.done
-	in.mu.Lock()
-	in.ackLocked()
-	in.mu.Unlock()
 	return err
 }
 
