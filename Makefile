@@ -35,6 +35,7 @@ fuzz:
 	$(GO) test ./pkg/projection -run '^$$' -fuzz '^FuzzSession_EquivalentToBuild$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./pkg/projection -run '^$$' -fuzz '^FuzzBuild$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./pkg/server -run '^$$' -fuzz '^FuzzParseRequest$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./pkg/protocol -run '^$$' -fuzz '^FuzzParseRequest$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./pkg/render -run '^$$' -fuzz '^FuzzRender$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./pkg/rebuild -run '^$$' -fuzz '^FuzzResets$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./pkg/importer -run '^$$' -fuzz '^FuzzClaudeCode$$' -fuzztime $(FUZZTIME)

@@ -30,17 +30,17 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
-	"github.com/ctxd/ctxd/pkg/record"
+	"github.com/ctxd/ctxd/pkg/protocol"
 	"github.com/ctxd/ctxd/pkg/subject"
 )
 
 // Headers of a chunked reply, as the service sends them.
 const (
-	headerChunks       = "Ctxd-Chunks"
-	headerChunkSubject = "Ctxd-Chunk-Subject"
-	headerReplyBytes   = "Ctxd-Reply-Bytes"
-	headerAcceptChunks = "Ctxd-Accept-Chunks"
-	headerChunk        = "Ctxd-Chunk"
+	headerChunks       = protocol.HeaderChunks
+	headerChunkSubject = protocol.HeaderChunkSubject
+	headerReplyBytes   = protocol.HeaderReplyBytes
+	headerAcceptChunks = protocol.HeaderAcceptChunks
+	headerChunk        = protocol.HeaderChunk
 )
 
 // Error is an error reply of the service.
@@ -238,7 +238,7 @@ func Context(ctx context.Context, nc *nats.Conn, session string, req Request) ([
 	}
 	header := nats.Header{}
 	if req.Msgpack {
-		header.Set("Accept", "application/msgpack")
+		header.Set(protocol.HeaderAccept, protocol.AcceptMsgpack)
 	}
 	x := exchange{
 		subject:      subj,
@@ -405,7 +405,7 @@ func (x *exchange) send(nc *nats.Conn, subj string, body []byte) error {
 	for k, v := range x.header {
 		m.Header[k] = v
 	}
-	m.Header.Set(headerAcceptChunks, "push")
+	m.Header.Set(headerAcceptChunks, protocol.AcceptChunksPush)
 	if err := nc.PublishMsg(m); err != nil {
 		return fmt.Errorf("request %s: %w", subj, err)
 	}
@@ -635,59 +635,34 @@ func timeoutOf(ctx context.Context) time.Duration {
 
 // requestBody is the request's body: nil when every field has its
 // default, else a JSON object or, when the reply is to be msgpack, a
-// msgpack map. timeout, when not 0, is sent as timeout_ms: the service
-// answers within it, with the context or an error, instead of working
-// on after the client gave up.
+// msgpack map (protocol.Request). timeout, when not 0, is sent as
+// timeout_ms: the service answers within it, with the context or an
+// error, instead of working on after the client gave up.
 func requestBody(req Request, timeout time.Duration) []byte {
-	timeoutMS := uint64(0)
-	if timeout > 0 {
-		timeoutMS = uint64(max(1, timeout.Milliseconds()))
-	}
-	if req.MinSeq == 0 && req.WaitMS <= 0 && !req.NoWait && req.Format == "" && req.BudgetTokens == 0 && timeoutMS == 0 {
+	w := req.wire(timeout)
+	if w == (protocol.Request{}) {
 		return nil // the Accept header asks for msgpack
 	}
 	if req.Msgpack {
-		return msgpackRequest(req, timeoutMS)
+		return w.AppendMsgpack(nil)
 	}
-	body := []byte(`{"min_seq":` + strconv.FormatUint(req.MinSeq, 10))
-	if req.NoWait {
-		body = append(body, `,"wait_ms":0`...)
-	} else if req.WaitMS > 0 {
-		body = append(body, `,"wait_ms":`+strconv.Itoa(req.WaitMS)...)
-	}
-	if timeoutMS > 0 {
-		body = append(body, `,"timeout_ms":`+strconv.FormatUint(timeoutMS, 10)...)
-	}
-	if req.Format != "" {
-		body = append(body, `,"format":`...)
-		body = record.AppendJSONString(body, req.Format)
-	}
-	if req.BudgetTokens > 0 {
-		body = append(body, `,"budget_tokens":`+strconv.FormatUint(req.BudgetTokens, 10)...)
-	}
-	return append(body, '}')
+	return w.AppendJSON(nil)
 }
 
-// msgpackRequest encodes {"min_seq": N, "wait_ms": W, "timeout_ms": T,
-// "format": F, "budget_tokens": B} as a msgpack map; timeout_ms, format
-// and budget_tokens only when set.
-func msgpackRequest(req Request, timeoutMS uint64) []byte {
-	w := uint64(2000)
-	if req.NoWait {
-		w = 0
-	} else if req.WaitMS > 0 {
-		w = uint64(req.WaitMS)
+// wire is the request as the wire carries it.
+func (req Request) wire(timeout time.Duration) protocol.Request {
+	w := protocol.Request{MinSeq: req.MinSeq, Format: req.Format}
+	switch {
+	case req.NoWait:
+		w.HasWait = true
+	case req.WaitMS > 0:
+		w.WaitMS, w.HasWait = uint64(req.WaitMS), true
 	}
-	m := record.NewMap("min_seq", req.MinSeq, "wait_ms", w)
-	if timeoutMS > 0 {
-		m.Set("timeout_ms", timeoutMS)
-	}
-	if req.Format != "" {
-		m.Set("format", req.Format)
+	if timeout > 0 {
+		w.TimeoutMS = uint64(max(1, timeout.Milliseconds()))
 	}
 	if req.BudgetTokens > 0 {
-		m.Set("budget_tokens", req.BudgetTokens)
+		w.BudgetTokens, w.HasBudget = req.BudgetTokens, true
 	}
-	b, _ := record.MarshalMsgpack(m)
-	return b
+	return w
 }

@@ -23,7 +23,7 @@ func TestContext_RefusesBadSessionIDs(t *testing.T) {
 }
 
 func TestMsgpackRequest(t *testing.T) {
-	v, err := record.DecodeMsgpack(msgpackRequest(Request{MinSeq: 1 << 63, WaitMS: 250}, 0))
+	v, err := record.DecodeMsgpack(requestBody(Request{MinSeq: 1 << 63, WaitMS: 250, Msgpack: true}, 0))
 	require.NoError(t, err)
 	m := v.(*record.Map)
 	minSeq, _ := m.Get("min_seq")
@@ -31,10 +31,15 @@ func TestMsgpackRequest(t *testing.T) {
 	require.Equal(t, uint64(1<<63), minSeq)
 	require.Equal(t, int64(250), wait)
 
-	v, err = record.DecodeMsgpack(msgpackRequest(Request{MinSeq: 5}, 0))
+	v, err = record.DecodeMsgpack(requestBody(Request{MinSeq: 5, Msgpack: true}, 0))
+	require.NoError(t, err)
+	_, has := v.(*record.Map).Get("wait_ms")
+	require.False(t, has, "no wait_ms: the service's default")
+
+	v, err = record.DecodeMsgpack(requestBody(Request{MinSeq: 5, NoWait: true, Msgpack: true}, 0))
 	require.NoError(t, err)
 	wait, _ = v.(*record.Map).Get("wait_ms")
-	require.Equal(t, int64(2000), wait, "the service default")
+	require.Equal(t, int64(0), wait, "NoWait sends wait_ms 0")
 }
 
 func TestError(t *testing.T) {
@@ -42,7 +47,7 @@ func TestError(t *testing.T) {
 }
 
 func TestMsgpackRequest_FormatAndBudget(t *testing.T) {
-	v, err := record.DecodeMsgpack(msgpackRequest(Request{Format: "gemini", BudgetTokens: 9000}, 0))
+	v, err := record.DecodeMsgpack(requestBody(Request{Format: "gemini", BudgetTokens: 9000, Msgpack: true}, 0))
 	require.NoError(t, err)
 	m := v.(*record.Map)
 	f, _ := m.Get("format")
@@ -96,7 +101,7 @@ func TestContext_RequestBody(t *testing.T) {
 		{Request{MinSeq: 5, NoWait: true}, `{"min_seq":5,"wait_ms":0}`},
 		{Request{NoWait: true, WaitMS: 250}, `{"min_seq":0,"wait_ms":0}`},
 		{Request{MinSeq: 5, NoWait: true, Msgpack: true}, `{"min_seq": int64(5), "wait_ms": int64(0)}`},
-		{Request{MinSeq: 5, Msgpack: true}, `{"min_seq": int64(5), "wait_ms": int64(2000)}`},
+		{Request{MinSeq: 5, Msgpack: true}, `{"min_seq": int64(5), "wait_ms": <nil>(<nil>)}`}, // the service default
 	} {
 		// No deadline: no timeout_ms (TestRequestBody_Timeout).
 		_, err := Context(context.Background(), nc, "s", tt.req)

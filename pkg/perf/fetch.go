@@ -21,6 +21,7 @@ import (
 	"github.com/ctxd/ctxd/pkg/bus"
 	"github.com/ctxd/ctxd/pkg/client"
 	"github.com/ctxd/ctxd/pkg/projection"
+	"github.com/ctxd/ctxd/pkg/protocol"
 	"github.com/ctxd/ctxd/pkg/record"
 	"github.com/ctxd/ctxd/pkg/server"
 	"github.com/ctxd/ctxd/pkg/subject"
@@ -388,15 +389,9 @@ func startRebuilder(ctx context.Context, rc *nats.Conn) (*nats.Subscription, err
 	}
 	sub, err := rc.Subscribe(rebuildPrefix+"*", func(m *nats.Msg) {
 		session := strings.TrimPrefix(m.Subject, rebuildPrefix)
-		var req struct {
-			MinSeq uint64 `json:"min_seq"`
-		}
 		var out []byte
 		var seq uint64
-		var err error
-		if len(m.Data) > 0 {
-			err = json.Unmarshal(m.Data, &req)
-		}
+		req, err := protocol.ParseRequest(m.Data)
 		if err == nil {
 			to := uint64(math.MaxUint64) // the end, as the stream leader says
 			if req.MinSeq > 0 {
@@ -412,7 +407,7 @@ func startRebuilder(ctx context.Context, rc *nats.Conn) (*nats.Subscription, err
 		}
 		if err != nil { // the client fails with it, rather than time out
 			m.RespondMsg(&nats.Msg{Header: nats.Header{
-				micro.ErrorCodeHeader: []string{"500"},
+				micro.ErrorCodeHeader: []string{protocol.CodeInternal},
 				micro.ErrorHeader:     []string{err.Error()},
 			}})
 		}
@@ -428,7 +423,7 @@ func startRebuilder(ctx context.Context, rc *nats.Conn) (*nats.Subscription, err
 func rebuildRequest(ctx context.Context, nc *nats.Conn, session string, minSeq uint64) ([]byte, error) {
 	msg := nats.NewMsg(rebuildPrefix + session)
 	if minSeq > 0 {
-		msg.Data = fmt.Appendf(nil, `{"min_seq":%d}`, minSeq)
+		msg.Data = protocol.Request{MinSeq: minSeq}.AppendJSON(nil)
 	}
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()

@@ -16,6 +16,7 @@ import (
 	"github.com/ctxd/ctxd/pkg/bus"
 	"github.com/ctxd/ctxd/pkg/client"
 	"github.com/ctxd/ctxd/pkg/projection"
+	"github.com/ctxd/ctxd/pkg/protocol"
 	"github.com/ctxd/ctxd/pkg/record"
 	"github.com/ctxd/ctxd/pkg/store"
 	"github.com/ctxd/ctxd/pkg/subject"
@@ -309,11 +310,10 @@ func (r *Rebuilder) Check(ctx context.Context) (CheckResult, error) {
 // when the service has moved on, it reads the session's newer records up
 // to the live reply's sequence and compares with that same reply.
 func (r *Rebuilder) compare(ctx context.Context, id string, s *Session) (bool, error) {
-	body := fmt.Sprintf(`{"min_seq":%d,"wait_ms":10000}`, s.Proj.Seq())
 	rctx, cancel := context.WithTimeout(ctx, r.cfg.CompareTimeout)
 	defer cancel()
 	msg := nats.NewMsg(subject.ContextPrefix + id)
-	msg.Data = []byte(body)
+	msg.Data = protocol.Request{MinSeq: s.Proj.Seq(), WaitMS: 10000, HasWait: true}.AppendJSON(nil)
 	data, err := client.Do(rctx, r.cfg.Conn, msg)
 	if err != nil {
 		return false, err

@@ -9,28 +9,19 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ctxd/ctxd/pkg/protocol"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 )
 
-// Headers of a reply too large for one message (see docs/OPERATING.md,
-// "Replies larger than the max payload").
+// Headers of a reply too large for one message: the wire's (package
+// protocol, and docs/OPERATING.md, "Replies larger than the max payload").
 const (
-	// HeaderChunks is the number of chunks the reply has; the first is
-	// the message carrying the header.
-	HeaderChunks = "Ctxd-Chunks"
-	// HeaderChunkSubject is the subject prefix the other chunks are
-	// requested on: PREFIX.<k> answers chunk k, for k = 1 .. chunks-1.
-	// A pushed reply has none.
-	HeaderChunkSubject = "Ctxd-Chunk-Subject"
-	// HeaderReplyBytes is the size of the whole reply.
-	HeaderReplyBytes = "Ctxd-Reply-Bytes"
-	// HeaderAcceptChunks, on a request, set to "push", asks for every
-	// chunk to be sent to the request's reply subject, in order, each
-	// with HeaderChunk: nothing is held for the client to fetch.
-	HeaderAcceptChunks = "Ctxd-Accept-Chunks"
-	// HeaderChunk is the number of a pushed chunk, 0 .. chunks-1.
-	HeaderChunk = "Ctxd-Chunk"
+	HeaderChunks       = protocol.HeaderChunks
+	HeaderChunkSubject = protocol.HeaderChunkSubject
+	HeaderReplyBytes   = protocol.HeaderReplyBytes
+	HeaderAcceptChunks = protocol.HeaderAcceptChunks
+	HeaderChunk        = protocol.HeaderChunk
 )
 
 // Defaults of chunked replies.
@@ -254,7 +245,7 @@ func (s *Service) respondChunked(r micro.Request, out []byte, maxPayload int64) 
 	}
 	chunks := split(out, int(maxPayload)-chunkHeaderRoom)
 	n := strconv.Itoa(len(chunks))
-	if r.Headers().Get(HeaderAcceptChunks) == "push" && len(out) <= s.PushBytes {
+	if r.Headers().Get(HeaderAcceptChunks) == protocol.AcceptChunksPush && len(out) <= s.PushBytes {
 		hdr := micro.Headers{
 			HeaderChunks:     []string{n},
 			HeaderChunk:      []string{"0"},

@@ -4,22 +4,20 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/ctxd/ctxd/pkg/protocol"
 	"github.com/ctxd/ctxd/pkg/render"
 	"github.com/ctxd/ctxd/pkg/store"
 	"github.com/ctxd/ctxd/pkg/subject"
 )
 
-// Reply codes of the wire contract, sent in the Nats-Service-Error-Code
-// header.
+// Reply codes of the wire contract (package protocol), sent in the
+// Nats-Service-Error-Code header.
 const (
-	CodeBadRequest  = "400"
-	CodeNotFound    = "404"
-	CodeWaitExpired = "504"
-	CodeInternal    = "500"
-	// CodeBusy: the service refused the request at once, to protect the
-	// others; the description says which bound was reached. Retry later,
-	// with backoff.
-	CodeBusy = "503"
+	CodeBadRequest  = protocol.CodeBadRequest
+	CodeNotFound    = protocol.CodeNotFound
+	CodeWaitExpired = protocol.CodeWaitExpired
+	CodeInternal    = protocol.CodeInternal
+	CodeBusy        = protocol.CodeBusy
 )
 
 var (

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/ctxd/ctxd/pkg/projection"
+	"github.com/ctxd/ctxd/pkg/protocol"
 	"github.com/ctxd/ctxd/pkg/render"
 	"github.com/ctxd/ctxd/pkg/store"
 	"github.com/ctxd/ctxd/pkg/subject"
@@ -314,7 +315,7 @@ func (s *Service) stopLanes() {
 }
 
 // InstanceHeader names the instance that answered ctxd.rejected.
-const InstanceHeader = "Ctxd-Instance"
+const InstanceHeader = protocol.HeaderInstance
 
 func (s *Service) metadata() map[string]string {
 	md := map[string]string{}

@@ -1,0 +1,9 @@
+// Package protocol is the wire of ctxd's context endpoint
+// (docs/PROTOCOL.md), defined once: the request (its fields, limits and
+// defaults, parsed from a JSON object or a msgpack map and appended as
+// either), the headers of a reply and of its chunks, and the reply codes.
+// The service (pkg/server) parses requests with it; the Go client
+// (pkg/client), rebuild --check (pkg/rebuild), the benchmarks (pkg/perf)
+// and the CLI write them with it. It knows nothing of NATS connections,
+// projections or formats beyond their names on the wire.
+package protocol

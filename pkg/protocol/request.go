@@ -1,0 +1,206 @@
+package protocol
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/ctxd/ctxd/pkg/record"
+)
+
+// Limits and defaults of a context request.
+const (
+	// DefaultWait is how long the service waits for min_seq when the
+	// request does not say (wait_ms).
+	DefaultWait = 2 * time.Second
+	// MaxWait bounds wait_ms.
+	MaxWait = 30 * time.Second
+	// MaxRequestSize bounds a request's body.
+	MaxRequestSize = 64 << 10
+	// MaxTimeout bounds timeout_ms: a request's own deadline is never
+	// longer than the longest wait plus what a load may take.
+	MaxTimeout = MaxWait + 30*time.Second
+)
+
+// ErrBadRequest is wrapped by every error of a request body: a 400.
+var ErrBadRequest = errors.New("bad request body")
+
+// Request is a request of the context endpoint, as its body carries it.
+// The zero Request is the empty body.
+type Request struct {
+	// MinSeq: answer once every record up to this stream sequence is
+	// applied (min_seq).
+	MinSeq uint64
+	// WaitMS is wait_ms, when HasWait: how long the service may wait for
+	// MinSeq (0: answer now or fail).
+	WaitMS  uint64
+	HasWait bool
+	// TimeoutMS is timeout_ms: how long the client waits for the reply
+	// (0: it does not say).
+	TimeoutMS uint64
+	// Format names the rendering (format): "" or "neutral", "anthropic",
+	// "openai-chat", "openai-responses", "gemini". The service checks
+	// the name.
+	Format string
+	// BudgetTokens is budget_tokens, when HasBudget.
+	BudgetTokens uint64
+	HasBudget    bool
+}
+
+// Wait is how long the service may wait for MinSeq: wait_ms bounded by
+// MaxWait, DefaultWait without one, and never past the client's timeout.
+func (r Request) Wait() time.Duration {
+	w := DefaultWait
+	if r.HasWait {
+		w = time.Duration(min(r.WaitMS, uint64(MaxWait/time.Millisecond))) * time.Millisecond
+	}
+	if t := r.Timeout(); t > 0 {
+		// An answer after the client's time is one nobody reads.
+		w = min(w, t)
+	}
+	return w
+}
+
+// Timeout is timeout_ms bounded by MaxTimeout; 0 when the request has
+// none.
+func (r Request) Timeout() time.Duration {
+	return time.Duration(min(r.TimeoutMS, uint64(MaxTimeout/time.Millisecond))) * time.Millisecond
+}
+
+// ParseRequest reads a request body: a JSON object or a msgpack map (the
+// reply is encoded as the request was: record.IsJSON tells which) with
+// optional min_seq, wait_ms, timeout_ms, format and budget_tokens;
+// unknown fields are ignored, an empty body is the zero Request. Every
+// error wraps ErrBadRequest and says what is wrong.
+func ParseRequest(body []byte) (Request, error) {
+	var req Request
+	if len(body) == 0 {
+		return req, nil
+	}
+	if len(body) > MaxRequestSize {
+		return req, fmt.Errorf("%w: %d bytes, at most %d", ErrBadRequest, len(body), MaxRequestSize)
+	}
+	dec := record.Decoder{MaxBytes: MaxRequestSize, MaxDepth: 16}
+	m, err := dec.Decode(body)
+	if err != nil {
+		var de *record.DecodeError
+		if errors.As(err, &de) && errors.Is(err, record.ErrNotMap) {
+			return req, fmt.Errorf("%w: not a JSON object or msgpack map", ErrBadRequest)
+		}
+		if errors.Is(err, record.ErrByteOrderMark) {
+			return req, fmt.Errorf("%w: %v: %s", ErrBadRequest, record.ErrByteOrderMark, de.Detail)
+		}
+		if de != nil && de.Format == record.FormatUnknown {
+			return req, fmt.Errorf("%w: %s", ErrBadRequest, de.Detail) // text, most likely
+		}
+		return req, fmt.Errorf("%w: not a JSON object or msgpack map (%v)", ErrBadRequest, err)
+	}
+	if v, ok := m.Get("min_seq"); ok {
+		if req.MinSeq, err = nonNegative("min_seq", v); err != nil {
+			return req, err
+		}
+	}
+	if v, ok := m.Get("wait_ms"); ok {
+		if req.WaitMS, err = nonNegative("wait_ms", v); err != nil {
+			return req, err
+		}
+		req.HasWait = true
+	}
+	if v, ok := m.Get("timeout_ms"); ok {
+		if req.TimeoutMS, err = nonNegative("timeout_ms", v); err != nil {
+			return req, err
+		}
+	}
+	if v, ok := m.Get("format"); ok {
+		name, isString := v.(string)
+		if !isString {
+			return req, fmt.Errorf("%w: format must be a string, got %s", ErrBadRequest, describe(v))
+		}
+		req.Format = name
+	}
+	if v, ok := m.Get("budget_tokens"); ok {
+		if req.BudgetTokens, err = nonNegative("budget_tokens", v); err != nil {
+			return req, err
+		}
+		req.HasBudget = true
+	}
+	return req, nil
+}
+
+// AppendJSON appends the request as a JSON object: min_seq always, the
+// other fields when given.
+func (r Request) AppendJSON(b []byte) []byte {
+	b = append(b, `{"min_seq":`...)
+	b = strconv.AppendUint(b, r.MinSeq, 10)
+	if r.HasWait {
+		b = append(b, `,"wait_ms":`...)
+		b = strconv.AppendUint(b, r.WaitMS, 10)
+	}
+	if r.TimeoutMS > 0 {
+		b = append(b, `,"timeout_ms":`...)
+		b = strconv.AppendUint(b, r.TimeoutMS, 10)
+	}
+	if r.Format != "" {
+		b = append(b, `,"format":`...)
+		b = record.AppendJSONString(b, r.Format)
+	}
+	if r.HasBudget {
+		b = append(b, `,"budget_tokens":`...)
+		b = strconv.AppendUint(b, r.BudgetTokens, 10)
+	}
+	return append(b, '}')
+}
+
+// AppendMsgpack appends the request as a msgpack map, with the fields
+// AppendJSON writes: a msgpack request asks for a msgpack reply.
+func (r Request) AppendMsgpack(b []byte) []byte {
+	m := record.NewMap("min_seq", r.MinSeq)
+	if r.HasWait {
+		m.Set("wait_ms", r.WaitMS)
+	}
+	if r.TimeoutMS > 0 {
+		m.Set("timeout_ms", r.TimeoutMS)
+	}
+	if r.Format != "" {
+		m.Set("format", r.Format)
+	}
+	if r.HasBudget {
+		m.Set("budget_tokens", r.BudgetTokens)
+	}
+	out, err := record.MarshalMsgpack(m)
+	if err != nil {
+		panic(err) // integers and strings always encode
+	}
+	return append(b, out...)
+}
+
+// nonNegative reads a non-negative integer that fits in 64 bits: a
+// stream sequence, a duration, a count. Anything larger is refused, not
+// clamped: a min_seq no stream can reach would only wait out its 504.
+func nonNegative(field string, v any) (uint64, error) {
+	s, ok := record.IntegerString(v)
+	if !ok && record.IsInteger(v) {
+		// Whole but too long to spell: too large, or too small.
+		if f, _ := record.Float(v); f > 0 {
+			return 0, fmt.Errorf("%w: %s must be at most %d, got %s", ErrBadRequest, field, uint64(math.MaxUint64), describe(v))
+		}
+	}
+	if !ok || (len(s) > 0 && s[0] == '-') {
+		return 0, fmt.Errorf("%w: %s must be a non-negative integer, got %s", ErrBadRequest, field, describe(v))
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %s must be at most %d, got %s", ErrBadRequest, field, uint64(math.MaxUint64), describe(v))
+	}
+	return n, nil
+}
+
+func describe(v any) string {
+	b, err := record.MarshalJSON(v)
+	if err != nil || len(b) > 40 {
+		return "a " + record.TypeName(v)
+	}
+	return string(b)
+}
