@@ -15,8 +15,10 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/ctxd/ctxd/pkg/app"
+	"github.com/ctxd/ctxd/pkg/client"
 )
 
 // command is one subcommand: its name, a one-line summary, and its run
@@ -33,6 +35,44 @@ type env struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	getenv         func(string) string
+	// abort ends the command's context with the error that ends the
+	// command (a permissions violation on one of its connections).
+	abort context.CancelCauseFunc
+	// stopTimeout stops the timer of the command's --timeout.
+	stopTimeout func() bool
+}
+
+// timeoutError ends a command that took longer than its --timeout.
+type timeoutError struct {
+	flag string
+	d    time.Duration
+}
+
+func (e *timeoutError) Error() string {
+	return fmt.Sprintf("not done within %s %s: stopped", e.flag, e.d)
+}
+
+func (e *timeoutError) Unwrap() error { return context.DeadlineExceeded }
+
+// addTimeout adds --timeout to a command's flags: how long it may take
+// at most, what by default.
+func addTimeout(fs *flag.FlagSet, def time.Duration) *time.Duration {
+	return fs.Duration("timeout", def, "how long the command may take at most; past it, it stops and fails (0: no bound)")
+}
+
+// bound ends the command with a timeoutError once d has passed (0: no
+// bound); a negative d is a usage error.
+func (e *env) bound(name, flagName string, d time.Duration) error {
+	if d < 0 {
+		fmt.Fprintf(e.stderr, "ctxd %s: %s: want 0 (no bound) or a positive duration such as 30s, got %s\n", name, flagName, d)
+		return errUsage
+	}
+	if d > 0 && e.abort != nil {
+		abort := e.abort
+		t := time.AfterFunc(d, func() { abort(&timeoutError{flag: flagName, d: d}) })
+		e.stopTimeout = t.Stop
+	}
+	return nil
 }
 
 var commands []command
@@ -108,7 +148,22 @@ func run(ctx context.Context, e *env, args []string) int {
 		usage(e.stderr)
 		return exitUsage
 	}
-	err := c.run(ctx, e, args[1:])
+	cmdCtx, abort := context.WithCancelCause(ctx)
+	defer abort(nil)
+	e.abort = abort
+	err := c.run(cmdCtx, e, args[1:])
+	if e.stopTimeout != nil {
+		e.stopTimeout()
+	}
+	var pe *PermissionError
+	var te *timeoutError
+	cause := context.Cause(cmdCtx)
+	if err != nil && (errors.As(cause, &pe) || errors.As(cause, &te)) && !errors.Is(err, client.ErrInboxRefused) {
+		// What the command saw is its context's end, or a request
+		// without answer: the cause is the server's refusal, or the
+		// command's bound.
+		err = cause
+	}
 	var xe *exitError
 	switch {
 	case err == nil:

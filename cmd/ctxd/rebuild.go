@@ -64,8 +64,12 @@ func rebuildRun(ctx context.Context, e *env, args []string, checking *bool) erro
 	lim := store.DefaultLimits()
 	fs.IntVar(&lim.MaxRecordBytes, "max-record-bytes", lim.MaxRecordBytes, "largest record decoded, as the service is configured")
 	fs.Int64Var(&lim.MaxSessionBytes, "max-session-bytes", lim.MaxSessionBytes, "bytes of records one session may hold since its latest compaction, as the service is configured")
+	timeout := addTimeout(fs, time.Hour)
 	pos, err := parse(e, fs, args)
 	if err != nil {
+		return err
+	}
+	if err := e.bound(fs.Name(), "--timeout", *timeout); err != nil {
 		return err
 	}
 	*checking = *check

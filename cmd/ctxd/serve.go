@@ -104,6 +104,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	fs.Uint64Var(&cfg.ReadyMaxLag, "ready-max-lag", cfg.ReadyMaxLag, "records the ingest may be behind the stream and /readyz still say ready")
 	level := fs.String("log-level", "info", "log `LEVEL`: debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "log `FORMAT`: text or json")
+	startTimeout := fs.Duration("start-timeout", 5*time.Minute, "how long the start may take at most: connecting, and waiting for JetStream, the stream and the buckets (retried while they are not available); past it, ctxd exits with an error (0: wait until interrupted)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the process, from start to shutdown, to `FILE` (go tool pprof reads it)")
 	pos, err := parse(e, fs, args)
 	if err != nil {
@@ -170,8 +171,28 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	if limit, set := memoryLimit(cfg); set {
 		cfg.Logger.Info("memory limit", "bytes", limit, "from", "--cache-bytes + 64 MiB")
 	}
+	if *startTimeout < 0 {
+		return usageError(e, "serve", fmt.Errorf("--start-timeout: want 0 (no bound) or a positive duration such as 1m, got %s", *startTimeout))
+	}
+	// The start's context lives on with the service: only the timer
+	// that would end it stops once it is up.
+	startCtx, endStart := context.WithCancelCause(ctx)
+	defer endStart(nil)
+	stopTimer := func() bool { return false }
+	if *startTimeout > 0 {
+		stopTimer = time.AfterFunc(*startTimeout, func() { endStart(&timeoutError{flag: "--start-timeout", d: *startTimeout}) }).Stop
+	}
 	a := app.New(cfg)
-	if err := a.Open(ctx); err != nil {
+	err = a.Open(startCtx)
+	if !stopTimer() && err == nil && context.Cause(startCtx) != nil && ctx.Err() == nil {
+		// Up just as the bound passed: what it started has ended.
+		err = errors.Join(context.Cause(startCtx), a.Close())
+	}
+	if err != nil {
+		var te *timeoutError
+		if !errors.As(err, &te) && errors.As(context.Cause(startCtx), &te) && ctx.Err() == nil {
+			err = fmt.Errorf("%w: %w", te, err)
+		}
 		if errors.Is(err, bus.ErrLimit) {
 			return fmt.Errorf("%w\n(--allow-stream-limits runs on it all the same: records past a limit leave the stream, and the contexts)", err)
 		}
