@@ -58,7 +58,7 @@ func runBuild(ctx context.Context, e *env, args []string) error {
 		defer f.Close()
 		in = f
 	}
-	f, err := render.ParseFormat(*format)
+	f, err := checkFormat(e, "build", *format)
 	if err != nil {
 		return err
 	}
@@ -81,9 +81,7 @@ func runBuild(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 	}
-	out = append(out, '\n')
-	_, err = e.stdout.Write(out)
-	return err
+	return e.writeJSON(out)
 }
 
 // marshalWithDropped wraps an encoded message array with the report.

@@ -39,6 +39,9 @@ func runPublish(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintln(e.stderr, "ctxd publish: --session is required")
 		return errUsage
 	}
+	if err := checkSession(e, "publish", *session); err != nil {
+		return err
+	}
 	subj, err := subject.Transcript(*session)
 	if err != nil {
 		return err
@@ -144,7 +147,10 @@ func runContext(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintln(e.stderr, "ctxd context: want exactly one SESSION")
 		return errUsage
 	}
-	if err := subject.CheckSession(pos[0]); err != nil {
+	if err := checkSession(e, "context", pos[0]); err != nil {
+		return err
+	}
+	if _, err := checkFormat(e, "context", *format); err != nil {
 		return err
 	}
 	if *waitMS < 0 {
@@ -170,12 +176,7 @@ func runContext(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	// Not appended to: a reply of hundreds of MiB would be copied.
-	if _, err := e.stdout.Write(data); err != nil {
-		return err
-	}
-	_, err = e.stdout.Write([]byte{'\n'})
-	return err
+	return e.writeJSON(data)
 }
 
 func runRejected(ctx context.Context, e *env, args []string) error {
@@ -202,6 +203,5 @@ func runRejected(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	_, err = e.stdout.Write(append(data, '\n'))
-	return err
+	return e.writeJSON(data)
 }

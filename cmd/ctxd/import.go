@@ -90,7 +90,7 @@ func runImport(ctx context.Context, e *env, args []string) error {
 		return errUsage
 	}
 	if *session != "" {
-		if err := subject.CheckSession(*session); err != nil {
+		if err := checkSession(e, "import", *session); err != nil {
 			return err
 		}
 	}

@@ -49,6 +49,9 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintln(e.stderr, "ctxd inspect: want exactly one SESSION")
 		return errUsage
 	}
+	if err := checkSession(e, "inspect", pos[0]); err != nil {
+		return err
+	}
 	nc, stream, err := conn.connectStream(e, fs)
 	if err != nil {
 		return err
@@ -67,8 +70,7 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		_, err = e.stdout.Write(append(out, '\n'))
-		return err
+		return e.writeJSON(out)
 	}
 	return inspect.WriteText(e.stdout, v)
 }

@@ -13,12 +13,15 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/ctxd/ctxd/pkg/app"
 	"github.com/ctxd/ctxd/pkg/client"
+	"github.com/ctxd/ctxd/pkg/render"
+	"github.com/ctxd/ctxd/pkg/subject"
 )
 
 // command is one subcommand: its name, a one-line summary, and its run
@@ -38,6 +41,8 @@ type env struct {
 	// abort ends the command's context with the error that ends the
 	// command (a permissions violation on one of its connections).
 	abort context.CancelCauseFunc
+	// terminal tells whether a writer is a terminal (nil: isTerminal).
+	terminal func(io.Writer) bool
 	// stopTimeout stops the timer of the command's --timeout.
 	stopTimeout func() bool
 }
@@ -198,7 +203,7 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintf(w, "\nRun `ctxd <command> --help` for a command's flags; `ctxd --version` for the version.\n")
-	fmt.Fprintf(w, "Exit codes: 0 ok, 1 failure, 2 usage error, 130 interrupted (rebuild --check: see its help).\n")
+	fmt.Fprintf(w, "Exit codes: 0 ok, 1 failure, 2 usage error (a bad flag, argument or value), 130 interrupted (rebuild --check: see its help).\n")
 }
 
 // newFlags returns a flag set for a command whose parse errors and help
@@ -265,12 +270,21 @@ func parse(e *env, fs *flag.FlagSet, args []string) ([]string, error) {
 		fmt.Fprintf(e.stderr, "ctxd %s: %v\n", fs.Name(), err)
 		return nil, errUsage
 	}
+	// The flag package prints its errors with -flag and the whole help
+	// after them: one line with --flag instead, and where the help is.
+	usage := fs.Usage
+	fs.Usage = func() {}
+	fs.SetOutput(io.Discard)
+	defer func() { fs.Usage = usage; fs.SetOutput(e.stderr) }()
 	var positional []string
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
+				fs.SetOutput(e.stderr)
+				usage()
 				return nil, err
 			}
+			fmt.Fprintf(e.stderr, "ctxd %s: %s\nRun `ctxd %s --help` for its flags.\n", fs.Name(), singleDash.ReplaceAllString(err.Error(), "$1--$2"), fs.Name())
 			return nil, errUsage
 		}
 		args = fs.Args()
@@ -283,6 +297,28 @@ func parse(e *env, fs *flag.FlagSet, args []string) ([]string, error) {
 		positional = append(positional, args[0])
 		args = args[1:]
 	}
+}
+
+// singleDash is a flag named as the flag package names it, -flag.
+var singleDash = regexp.MustCompile(`(^|\s)-([A-Za-z0-9][\w-]*)`)
+
+// checkSession refuses a session id no subject can carry: a usage error.
+func checkSession(e *env, name, id string) error {
+	if err := subject.CheckSession(id); err != nil {
+		fmt.Fprintf(e.stderr, "ctxd %s: %v\n", name, err)
+		return errUsage
+	}
+	return nil
+}
+
+// checkFormat refuses a --format no renderer has: a usage error.
+func checkFormat(e *env, name, format string) (render.Format, error) {
+	f, err := render.ParseFormat(format)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "ctxd %s: --format: %v\n", name, err)
+		return "", errUsage
+	}
+	return f, nil
 }
 
 // natsURL is the default server URL: $NATS_URL, else the local default.

@@ -11,7 +11,6 @@ import (
 	"github.com/ctxd/ctxd/pkg/projection"
 	"github.com/ctxd/ctxd/pkg/rebuild"
 	"github.com/ctxd/ctxd/pkg/store"
-	"github.com/ctxd/ctxd/pkg/subject"
 )
 
 const rebuildAbout = `Rebuilds session projections from the TRANSCRIPTS stream: every session,
@@ -78,7 +77,7 @@ func rebuildRun(ctx context.Context, e *env, args []string, checking *bool) erro
 		return errUsage
 	}
 	if *session != "" {
-		if err := subject.CheckSession(*session); err != nil {
+		if err := checkSession(e, fs.Name(), *session); err != nil {
 			return err
 		}
 	}
