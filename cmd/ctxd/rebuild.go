@@ -144,6 +144,9 @@ type rebuildProgress struct {
 	p *progress
 }
 
-func (r *rebuildProgress) Start(total uint64) { r.p = newProgress(r.w, "rebuild", total) }
+func (r *rebuildProgress) Start(total uint64, unit string) {
+	r.p = newProgress(r.w, "rebuild", total)
+	r.p.unit = unit
+}
 func (r *rebuildProgress) Update(done uint64) { r.p.update(done) }
 func (r *rebuildProgress) Finish(done uint64) { r.p.finish(done) }
