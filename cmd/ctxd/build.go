@@ -39,7 +39,6 @@ func runBuild(ctx context.Context, e *env, args []string) error {
 	browser := fs.String("browser-tools", strings.Join(projection.DefaultBrowserTools, ","), "comma-separated tool names whose screenshots are trimmed to the latest")
 	maxBytes := fs.Int("max-record-bytes", record.DefaultMaxBytes, "largest record accepted, in bytes")
 	format := fs.String("format", "neutral", "neutral, anthropic, openai-chat, openai-responses or gemini")
-	fs.String("nats", natsURL(e), "NATS server URL (unused: build needs no server)")
 	pos, err := parse(e, fs, args)
 	if err != nil {
 		return err

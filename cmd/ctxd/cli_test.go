@@ -309,3 +309,23 @@ func TestCLI_JSONIndentedOnTerminal(t *testing.T) {
 	require.Equal(t, 0, run(context.Background(), e, []string{"build"}), stderr.String())
 	require.Equal(t, "[\n  {\n    \"role\": \"user\",\n    \"content\": \"hi\"\n  }\n]\n", stdout.String())
 }
+
+// TestCLI_HelpTexts: a command offers only the flags it uses, and the
+// help of each says what it does in full.
+func TestCLI_HelpTexts(t *testing.T) {
+	_, _, errOut := runCmd(t, "", "build", "--help")
+	require.NotContains(t, errOut, "--nats", "build connects to nothing")
+	require.NotContains(t, errOut, "unused")
+
+	_, _, errOut = runCmd(t, "", "serve", "--help")
+	flags := map[string]string{}
+	for _, block := range strings.Split(errOut, "\n  --")[1:] {
+		name, usage, _ := strings.Cut(block, "\n")
+		flags[strings.Fields(name)[0]] = strings.TrimSpace(usage)
+	}
+	require.Contains(t, flags["http"], "/ui/")
+	require.Contains(t, flags["http-token"], "/ui/")
+	require.Contains(t, flags["http-token"], "/metrics")
+	require.Regexp(t, `\.$`, flags["allow-stream-limits"], "a whole sentence")
+	require.Contains(t, flags["start-timeout"], "(default 5m0s)")
+}

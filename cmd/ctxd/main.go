@@ -320,11 +320,3 @@ func checkFormat(e *env, name, format string) (render.Format, error) {
 	}
 	return f, nil
 }
-
-// natsURL is the default server URL: $NATS_URL, else the local default.
-func natsURL(e *env) string {
-	if u := e.getenv("NATS_URL"); u != "" {
-		return u
-	}
-	return "nats://127.0.0.1:4222"
-}
