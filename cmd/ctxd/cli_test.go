@@ -161,7 +161,7 @@ func TestServe_NotifiesSystemd(t *testing.T) {
 // The embedded server beyond loopback with deployments/nats/auth.conf:
 // ctxd connects as its user, and a client without a password is refused.
 func TestServe_EmbeddedWithAuth(t *testing.T) {
-	vars := map[string]string{"CTXD_PASSWORD": "ctxd-pw", "APP_PASSWORD": "app-pw"}
+	vars := map[string]string{"CTXD_PASSWORD": "ctxd-pw", "APP_PASSWORD": "app-pw", "OPERATOR_PASSWORD": "operator-pw"}
 	for k, v := range vars {
 		t.Setenv(k, v) // nats-server reads them from the process environment
 	}
