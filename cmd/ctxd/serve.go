@@ -194,7 +194,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 			err = fmt.Errorf("%w: %w", te, err)
 		}
 		if errors.Is(err, bus.ErrLimit) {
-			return fmt.Errorf("%w\n(--allow-stream-limits runs on it all the same: records past a limit leave the stream, and the contexts)", err)
+			return fmt.Errorf("%w\n(--allow-stream-limits runs on it all the same: records past a limit leave the stream, and with them the contexts of their sessions)", err)
 		}
 		if errors.Is(err, client.ErrInboxRefused) {
 			return fmt.Errorf("%w; --inbox-prefix sets it", err)
