@@ -5,8 +5,11 @@ FUZZTIME ?= 1m
 
 all: lint test
 
-# The version and commit ctxd version and $$SRV.INFO report.
-VERSION ?= $(shell git describe --tags --abbrev=0 2>/dev/null)
+# The version and commit ctxd version and $$SRV.INFO report: the tag of
+# the commit, or the tag before it, the commits since and the commit
+# (v0.9.0-3-g0123abc), -dirty for a modified tree. Go stamps the same from
+# a clone, but not in a linked git worktree nor with -buildvcs=false.
+VERSION ?= $(shell git describe --tags --match 'v[0-9]*' --always --dirty 2>/dev/null)
 COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
 
 build:

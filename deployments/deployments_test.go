@@ -29,6 +29,7 @@ import (
 func TestNATSConfigsParse(t *testing.T) {
 	t.Setenv("CTXD_PASSWORD", "pw1")
 	t.Setenv("APP_PASSWORD", "pw2")
+	t.Setenv("OPERATOR_PASSWORD", "pw3")
 	files, err := filepath.Glob("nats/*.conf")
 	require.NoError(t, err)
 	require.Len(t, files, 5)
@@ -79,6 +80,9 @@ func natsServerVersion(t *testing.T) string {
 func TestCompose(t *testing.T) {
 	var c struct {
 		Services map[string]struct {
+			Build struct {
+				Args map[string]string `yaml:"args"`
+			} `yaml:"build"`
 			Image       string            `yaml:"image"`
 			Command     []string          `yaml:"command"`
 			Ports       []string          `yaml:"ports"`
@@ -107,11 +111,15 @@ func TestCompose(t *testing.T) {
 		require.Equal(t, "ctxd", ctxd.Environment["CTXD_USER"], name)
 		require.Contains(t, ctxd.Environment, "CTXD_PASSWORD", name)
 		require.Equal(t, "_INBOX_ctxd", ctxd.Environment["CTXD_INBOX_PREFIX"], name)
+		// The image reports the version it was built from, not (devel):
+		// the build sees no .git.
+		require.Regexp(t, `^\$\{CTXD_VERSION:\?`, ctxd.Build.Args["VERSION"], name)
 	}
 	require.Equal(t, []string{"127.0.0.1:4222:4222"}, c.Services["n1"].Ports, "NATS clients only: monitoring stays on the node's loopback")
 	for _, n := range []string{"n1", "n2", "n3"} {
 		require.Contains(t, c.Services[n].Environment, "CTXD_PASSWORD", n)
 		require.Contains(t, c.Services[n].Environment, "APP_PASSWORD", n)
+		require.Contains(t, c.Services[n].Environment, "OPERATOR_PASSWORD", n)
 	}
 
 	ignore, err := os.ReadFile("../.dockerignore")
@@ -125,6 +133,9 @@ func TestKubernetes(t *testing.T) {
 	var d struct {
 		Spec struct {
 			Template struct {
+				Metadata struct {
+					Annotations map[string]string `yaml:"annotations"`
+				} `yaml:"metadata"`
 				Spec struct {
 					Containers []struct {
 						Image string   `yaml:"image"`
@@ -135,7 +146,17 @@ func TestKubernetes(t *testing.T) {
 						} `yaml:"ports"`
 						LivenessProbe  probe `yaml:"livenessProbe"`
 						ReadinessProbe probe `yaml:"readinessProbe"`
-						Resources      struct {
+						StartupProbe   probe `yaml:"startupProbe"`
+						Env            []struct {
+							Name      string `yaml:"name"`
+							ValueFrom struct {
+								SecretKeyRef struct {
+									Name string `yaml:"name"`
+									Key  string `yaml:"key"`
+								} `yaml:"secretKeyRef"`
+							} `yaml:"valueFrom"`
+						} `yaml:"env"`
+						Resources struct {
 							Requests map[string]string `yaml:"requests"`
 						} `yaml:"resources"`
 					} `yaml:"containers"`
@@ -159,6 +180,54 @@ func TestKubernetes(t *testing.T) {
 	require.Equal(t, port, strconv.Itoa(c.Ports[0].ContainerPort))
 	require.Equal(t, "/healthz", c.LivenessProbe.HTTPGet.Path)
 	require.Equal(t, "/readyz", c.ReadinessProbe.HTTPGet.Path)
+	// Started means serving: /healthz answers as soon as the listener
+	// does, before the stream and the consumer are verified.
+	require.Equal(t, "/readyz", c.StartupProbe.HTTPGet.Path)
+	require.Equal(t, c.Ports[0].Name, c.StartupProbe.HTTPGet.Port)
+
+	// /metrics needs the token: a scrape by annotations sends none and
+	// gets 401. The PodMonitor sends the token of the secret ctxd reads.
+	for k := range d.Spec.Template.Metadata.Annotations {
+		require.NotContains(t, k, "prometheus.io/", "a scrape without the token gets 401")
+	}
+	var token struct{ Name, Key string }
+	for _, e := range c.Env {
+		if e.Name == "CTXD_HTTP_TOKEN" {
+			token.Name, token.Key = e.ValueFrom.SecretKeyRef.Name, e.ValueFrom.SecretKeyRef.Key
+		}
+	}
+	require.NotEmpty(t, token.Name)
+	var pm struct {
+		Kind string `yaml:"kind"`
+		Spec struct {
+			Selector struct {
+				MatchLabels map[string]string `yaml:"matchLabels"`
+			} `yaml:"selector"`
+			Endpoints []struct {
+				Port          string `yaml:"port"`
+				Path          string `yaml:"path"`
+				Authorization struct {
+					Type        string `yaml:"type"`
+					Credentials struct {
+						Name string `yaml:"name"`
+						Key  string `yaml:"key"`
+					} `yaml:"credentials"`
+				} `yaml:"authorization"`
+			} `yaml:"podMetricsEndpoints"`
+		} `yaml:"spec"`
+	}
+	mon, err := os.ReadFile("k8s/monitoring.yaml")
+	require.NoError(t, err)
+	require.NoError(t, yaml.Unmarshal(mon, &pm))
+	require.Equal(t, "PodMonitor", pm.Kind)
+	require.Equal(t, map[string]string{"app": "ctxd"}, pm.Spec.Selector.MatchLabels)
+	require.Len(t, pm.Spec.Endpoints, 1)
+	ep := pm.Spec.Endpoints[0]
+	require.Equal(t, c.Ports[0].Name, ep.Port)
+	require.Equal(t, "/metrics", ep.Path)
+	require.Equal(t, "Bearer", ep.Authorization.Type)
+	require.Equal(t, token.Name, ep.Authorization.Credentials.Name)
+	require.Equal(t, token.Key, ep.Authorization.Credentials.Key)
 	require.Equal(t, c.Ports[0].Name, c.LivenessProbe.HTTPGet.Port)
 	require.Equal(t, c.Ports[0].Name, c.ReadinessProbe.HTTPGet.Port)
 
@@ -289,7 +358,7 @@ var protected = []string{
 // serverPasswords are the passwords the shipped server configurations
 // read from the environment.
 var serverPasswords = map[string]string{
-	"CTXD_PASSWORD": "ctxd-pw", "APP_PASSWORD": "app-pw",
+	"CTXD_PASSWORD": "ctxd-pw", "APP_PASSWORD": "app-pw", "OPERATOR_PASSWORD": "operator-pw",
 	"CTXD_A_PASSWORD": "ctxd-a-pw", "APP_A_PASSWORD": "app-a-pw", "OPS_A_PASSWORD": "ops-a-pw",
 	"CTXD_B_PASSWORD": "ctxd-b-pw", "APP_B_PASSWORD": "app-b-pw", "OPS_B_PASSWORD": "ops-b-pw",
 	"SYS_PASSWORD": "sys-pw",

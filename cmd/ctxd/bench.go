@@ -29,7 +29,11 @@ flags override either; their defaults below are the full run's. The quick
 run: --rounds 2 --ingest-records 20000 --fetch-samples 1000
 --clients-time 1s --turn-samples 50 --rebuild-records 20000
 --rebuild-sessions 100 --cold-records 20000 --cold-samples 500
---memory-sessions 100.`
+--memory-sessions 100.
+
+It exits 1 when a figure misses its target (a row marked NO), after the
+table, naming the figures; a figure it could not measure (marked
+unmeasured, with a warning under the table) is one.`
 
 // benchOptions are the flags of ctxd bench that are not sizes.
 type benchOptions struct {
@@ -93,6 +97,10 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	if *o.figures != "" {
 		cfg.Figures = strings.Split(*o.figures, ",")
 	}
+	if err := cfg.Check(); err != nil {
+		fmt.Fprintf(e.stderr, "ctxd bench: %v\n", err)
+		return errUsage
+	}
 	cfg.Progress = e.stderr
 	if *o.cpuprofile != "" && cfg.IngestProfiles != "" {
 		fmt.Fprintln(e.stderr, "ctxd bench: --cpuprofile and --ingest-cpuprofiles exclude each other: one CPU profile runs at a time")
@@ -115,7 +123,13 @@ func runBench(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	fmt.Fprintf(e.stderr, "bench done in %v\n", time.Since(start).Round(time.Second))
-	return rep.WriteTable(e.stdout)
+	if err := rep.WriteTable(e.stdout); err != nil {
+		return err
+	}
+	if missed := rep.Missed(); len(missed) > 0 {
+		return &exitError{code: exitFailure, err: fmt.Errorf("%d of %d targets missed: %s", len(missed), rep.Targets(), strings.Join(missed, "; "))}
+	}
+	return nil
 }
 
 // intList is a flag of comma-separated integers.

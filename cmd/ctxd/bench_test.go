@@ -26,7 +26,17 @@ func TestBench_Smoke(t *testing.T) {
 		"--rebuild-records", "600", "--rebuild-sessions", "6",
 		"--cold-records", "300", "--cold-session-records", "30", "--cold-samples", "5",
 		"--memory-sessions", "4", "--memory-settle", "0")
-	require.Equal(t, 0, code, "stderr: %s", errOut)
+	// Sizes this small miss targets (it checks that the bench works, never
+	// how fast anything is): a missed one is exit 1, and named.
+	missed := strings.Count(out, "| NO ")
+	t.Logf("targets missed: %d", missed)
+	if missed > 0 {
+		require.Equal(t, 1, code, "stderr: %s", errOut)
+		require.Regexp(t, `ctxd bench: \d+ of \d+ targets missed: `, errOut)
+	} else {
+		require.Equal(t, 0, code, "stderr: %s", errOut)
+	}
+	require.NotRegexp(t, `\| -\d`, out, "no figure is negative")
 	for _, side := range []string{"ctxd", "ordered", "raw", "bare"} {
 		require.FileExists(t, filepath.Join(profiles, side+"-1.prof"))
 	}
@@ -87,7 +97,7 @@ func TestBenchWarnings(t *testing.T) {
 
 func TestBench_Usage(t *testing.T) {
 	code, _, errOut := runCmd(t, "", "bench", "--figures", "fetch,speed")
-	require.Equal(t, 1, code)
+	require.Equal(t, 2, code)
 	require.Contains(t, errOut, `unknown figure "speed"`)
 
 	code, _, _ = runCmd(t, "", "bench", "extra")

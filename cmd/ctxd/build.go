@@ -39,7 +39,6 @@ func runBuild(ctx context.Context, e *env, args []string) error {
 	browser := fs.String("browser-tools", strings.Join(projection.DefaultBrowserTools, ","), "comma-separated tool names whose screenshots are trimmed to the latest")
 	maxBytes := fs.Int("max-record-bytes", record.DefaultMaxBytes, "largest record accepted, in bytes")
 	format := fs.String("format", "neutral", "neutral, anthropic, openai-chat, openai-responses or gemini")
-	fs.String("nats", natsURL(e), "NATS server URL (unused: build needs no server)")
 	pos, err := parse(e, fs, args)
 	if err != nil {
 		return err
@@ -58,7 +57,7 @@ func runBuild(ctx context.Context, e *env, args []string) error {
 		defer f.Close()
 		in = f
 	}
-	f, err := render.ParseFormat(*format)
+	f, err := checkFormat(e, "build", *format)
 	if err != nil {
 		return err
 	}
@@ -81,9 +80,7 @@ func runBuild(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 	}
-	out = append(out, '\n')
-	_, err = e.stdout.Write(out)
-	return err
+	return e.writeJSON(out)
 }
 
 // marshalWithDropped wraps an encoded message array with the report.

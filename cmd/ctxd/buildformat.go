@@ -27,6 +27,5 @@ func buildRendered(e *env, f render.Format, values []any, browser []string, drop
 	if err != nil {
 		return fmt.Errorf("encode context: %w", err)
 	}
-	_, err = e.stdout.Write(append(b, '\n'))
-	return err
+	return e.writeJSON(b)
 }

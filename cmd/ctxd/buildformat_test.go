@@ -46,7 +46,7 @@ func TestBuild_Format(t *testing.T) {
 	}
 
 	code, out, errOut := runCmd(t, "", "build", "--format", "bogus")
-	require.Equal(t, 1, code)
+	require.Equal(t, 2, code)
 	require.Empty(t, out)
 	require.Contains(t, errOut, "want one of neutral, anthropic, openai-chat, openai-responses, gemini")
 

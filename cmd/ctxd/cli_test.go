@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"net"
 	"path/filepath"
 	"regexp"
@@ -160,7 +161,7 @@ func TestServe_NotifiesSystemd(t *testing.T) {
 // The embedded server beyond loopback with deployments/nats/auth.conf:
 // ctxd connects as its user, and a client without a password is refused.
 func TestServe_EmbeddedWithAuth(t *testing.T) {
-	vars := map[string]string{"CTXD_PASSWORD": "ctxd-pw", "APP_PASSWORD": "app-pw"}
+	vars := map[string]string{"CTXD_PASSWORD": "ctxd-pw", "APP_PASSWORD": "app-pw", "OPERATOR_PASSWORD": "operator-pw"}
 	for k, v := range vars {
 		t.Setenv(k, v) // nats-server reads them from the process environment
 	}
@@ -264,4 +265,67 @@ func TestCLI_ContextWaitMS(t *testing.T) {
 	require.Equal(t, exitUsage, code)
 	require.Contains(t, errOut, "ctxd context: --hedge-ms must be -1 (never), 0 (the default) or more, got -2")
 	require.Empty(t, bodies, "nothing is sent")
+}
+
+// TestCLI_BadValues: a bad value on the command line is a usage error
+// (exit 2), found before anything connects (no server runs here), and a
+// flag is named as it is written, --flag.
+func TestCLI_BadValues(t *testing.T) {
+	cases := []struct {
+		args []string
+		err  string
+	}{
+		{[]string{"context", "bad id!"}, "invalid session id"},
+		{[]string{"context", "s", "--format", "bogus"}, `--format: unknown format "bogus"`},
+		{[]string{"build", "--format", "bogus"}, `--format: unknown format "bogus"`},
+		{[]string{"inspect", "bad id!"}, "invalid session id"},
+		{[]string{"rebuild", "--session", "a.b"}, "invalid session id"},
+		{[]string{"context", "s", "--min-seq", "x"}, `invalid value "x" for flag --min-seq`},
+		{[]string{"context", "s", "--no-such-flag"}, "flag provided but not defined: --no-such-flag"},
+		{[]string{"publish", "--session"}, "flag needs an argument: --session"},
+		{[]string{"inspect", "s", "--json=maybe"}, "for --json"},
+	}
+	for _, c := range cases {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			code, _, errOut := runCmdEnv(t, map[string]string{"NATS_URL": "nats://127.0.0.1:1"}, "", c.args...)
+			require.Equal(t, exitUsage, code, errOut)
+			require.Contains(t, errOut, c.err)
+			require.NotRegexp(t, `(^|\s)-[a-z]`, strings.SplitN(errOut, "\n", 2)[0], "the flag in its --flag form")
+		})
+	}
+}
+
+// TestCLI_JSONIndentedOnTerminal: JSON output is indented for a
+// terminal, compact for a pipe or a file.
+func TestCLI_JSONIndentedOnTerminal(t *testing.T) {
+	in := `{"role":"user","content":"hi"}` + "\n"
+	code, out, errOut := runCmd(t, in, "build")
+	require.Equal(t, 0, code, errOut)
+	require.Equal(t, `[{"role":"user","content":"hi"}]`+"\n", out)
+
+	var stdout, stderr bytes.Buffer
+	e := &env{stdin: strings.NewReader(in), stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" },
+		terminal: func(io.Writer) bool { return true }}
+	require.Equal(t, 0, run(context.Background(), e, []string{"build"}), stderr.String())
+	require.Equal(t, "[\n  {\n    \"role\": \"user\",\n    \"content\": \"hi\"\n  }\n]\n", stdout.String())
+}
+
+// TestCLI_HelpTexts: a command offers only the flags it uses, and the
+// help of each says what it does in full.
+func TestCLI_HelpTexts(t *testing.T) {
+	_, _, errOut := runCmd(t, "", "build", "--help")
+	require.NotContains(t, errOut, "--nats", "build connects to nothing")
+	require.NotContains(t, errOut, "unused")
+
+	_, _, errOut = runCmd(t, "", "serve", "--help")
+	flags := map[string]string{}
+	for _, block := range strings.Split(errOut, "\n  --")[1:] {
+		name, usage, _ := strings.Cut(block, "\n")
+		flags[strings.Fields(name)[0]] = strings.TrimSpace(usage)
+	}
+	require.Contains(t, flags["http"], "/ui/")
+	require.Contains(t, flags["http-token"], "/ui/")
+	require.Contains(t, flags["http-token"], "/metrics")
+	require.Regexp(t, `\.$`, flags["allow-stream-limits"], "a whole sentence")
+	require.Contains(t, flags["start-timeout"], "(default 5m0s)")
 }

@@ -27,13 +27,20 @@ func runPublish(ctx context.Context, e *env, args []string) error {
 	session := fs.String("session", "", "session id: 1 to 128 of A-Z a-z 0-9 _ - (required)")
 	asMsgpack := fs.Bool("msgpack", false, "publish each record as msgpack instead of JSON")
 	msgIDPrefix := fs.String("msg-id-prefix", "", "send Nats-Msg-Id PREFIX-N for the N-th record, so a re-run within the duplicate window stores nothing twice")
+	timeout := addTimeout(fs, time.Minute)
 	pos, err := parse(e, fs, args)
 	if err != nil {
+		return err
+	}
+	if err := e.bound("publish", "--timeout", *timeout); err != nil {
 		return err
 	}
 	if *session == "" {
 		fmt.Fprintln(e.stderr, "ctxd publish: --session is required")
 		return errUsage
+	}
+	if err := checkSession(e, "publish", *session); err != nil {
+		return err
 	}
 	subj, err := subject.Transcript(*session)
 	if err != nil {
@@ -140,7 +147,10 @@ func runContext(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintln(e.stderr, "ctxd context: want exactly one SESSION")
 		return errUsage
 	}
-	if err := subject.CheckSession(pos[0]); err != nil {
+	if err := checkSession(e, "context", pos[0]); err != nil {
+		return err
+	}
+	if _, err := checkFormat(e, "context", *format); err != nil {
 		return err
 	}
 	if *waitMS < 0 {
@@ -166,17 +176,13 @@ func runContext(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	// Not appended to: a reply of hundreds of MiB would be copied.
-	if _, err := e.stdout.Write(data); err != nil {
-		return err
-	}
-	_, err = e.stdout.Write([]byte{'\n'})
-	return err
+	return e.writeJSON(data)
 }
 
 func runRejected(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "rejected", "rejected [flags]", "Lists the records the projections skipped (undecodable, not a map, or on a\nsubject that is not a valid session), oldest first, as a JSON array.\nThey stay in the stream.")
 	conn := addConnFlags(fs, e, true)
+	timeout := addTimeout(fs, 10*time.Second)
 	pos, err := parse(e, fs, args)
 	if err != nil {
 		return err
@@ -184,24 +190,18 @@ func runRejected(ctx context.Context, e *env, args []string) error {
 	if err := noArgs(e, "rejected", pos); err != nil {
 		return err
 	}
+	if err := e.bound("rejected", "--timeout", *timeout); err != nil {
+		return err
+	}
 	nc, err := conn.connect(e, fs)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	data, err := request(ctx, nc, "ctxd.rejected", nil, 5*time.Second)
+	msg := nats.NewMsg("ctxd.rejected")
+	data, err := client.Do(ctx, nc, msg)
 	if err != nil {
 		return err
 	}
-	_, err = e.stdout.Write(append(data, '\n'))
-	return err
-}
-
-// request sends a request to the service and returns the whole reply.
-func request(ctx context.Context, nc *nats.Conn, subj string, body []byte, timeout time.Duration) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	msg := nats.NewMsg(subj)
-	msg.Data = body
-	return client.Do(ctx, nc, msg)
+	return e.writeJSON(data)
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -212,7 +213,7 @@ func (c *connFlags) connect(e *env, fs *flag.FlagSet) (*nats.Conn, error) {
 	if url == "" {
 		url = "nats://127.0.0.1:4222"
 	}
-	nc, err := nats.Connect(url, append([]nats.Option{nats.Name("ctxd-cli")}, opts...)...)
+	nc, err := nats.Connect(url, append([]nats.Option{nats.Name("ctxd-cli"), nats.ErrorHandler(e.asyncError)}, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", app.Redact(url), err)
 	}
@@ -227,4 +228,51 @@ func (c *connFlags) connect(e *env, fs *flag.FlagSet) (*nats.Conn, error) {
 		return nil, fmt.Errorf("connect to %s: %w", app.Redact(url), err)
 	}
 	return nc, nil
+}
+
+// PermissionError is a permissions violation the server reported: the
+// connection's user may not publish to, or subscribe to, Subject.
+type PermissionError struct {
+	Op      string // "publish" or "subscribe to"
+	Subject string
+	Err     error // nats.ErrPermissionViolation, as nats.go reported it
+}
+
+func (e *PermissionError) Error() string {
+	if e.Subject == "" {
+		return fmt.Sprintf("permission denied: %v (the user's permissions in the server configuration: docs/OPERATING.md, Authentication, TLS and tenants)", e.Err)
+	}
+	return fmt.Sprintf("permission denied: this user may not %s %q (the user's permissions in the server configuration: docs/OPERATING.md, Authentication, TLS and tenants)", e.Op, e.Subject)
+}
+
+func (e *PermissionError) Unwrap() error { return e.Err }
+
+// violation is how nats-server words a permissions violation.
+var violation = regexp.MustCompile(`Permissions Violation for (Publish|Subscription) to "([^"]*)"`)
+
+// newPermissionError names the subject and the operation of a permissions
+// violation.
+func newPermissionError(err error) *PermissionError {
+	pe := &PermissionError{Err: err}
+	if m := violation.FindStringSubmatch(err.Error()); m != nil {
+		pe.Op, pe.Subject = "publish to", m[2]
+		if m[1] == "Subscription" {
+			pe.Op = "subscribe to"
+		}
+	}
+	return pe
+}
+
+// asyncError is the error handler of the commands' connections. A
+// permissions violation ends the command at once (a request to a subject
+// the user may not publish to gets no answer, only this error); others
+// are printed.
+func (e *env) asyncError(_ *nats.Conn, _ *nats.Subscription, err error) {
+	if errors.Is(err, nats.ErrPermissionViolation) {
+		if e.abort != nil {
+			e.abort(newPermissionError(err))
+		}
+		return
+	}
+	fmt.Fprintf(e.stderr, "ctxd: %v\n", err)
 }

@@ -68,8 +68,12 @@ func runImport(ctx context.Context, e *env, args []string) error {
 	printOnly := fs.Bool("print", false, "write the records to standard output as JSON lines; publish nothing")
 	maxLine := fs.Int("max-line", importer.DefaultMaxLine, "the longest line of a file read, in `BYTES`: a longer one fails its file")
 	maxFile := fs.Int64("max-file", importer.DefaultMaxFile, "the largest file read, in `BYTES`: a file is read whole before it is converted, so this bounds the memory an import takes; a larger one fails")
+	timeout := addTimeout(fs, 30*time.Minute)
 	pos, err := parse(e, fs, args)
 	if err != nil {
+		return err
+	}
+	if err := e.bound("import", "--timeout", *timeout); err != nil {
 		return err
 	}
 	if *from == "" {
@@ -86,7 +90,7 @@ func runImport(ctx context.Context, e *env, args []string) error {
 		return errUsage
 	}
 	if *session != "" {
-		if err := subject.CheckSession(*session); err != nil {
+		if err := checkSession(e, "import", *session); err != nil {
 			return err
 		}
 	}
@@ -141,8 +145,8 @@ func runImport(ctx context.Context, e *env, args []string) error {
 			c.release()
 		}
 		if err != nil {
-			if errors.Is(err, context.Canceled) {
-				return err
+			if errors.Is(err, context.Canceled) || ctx.Err() != nil {
+				return err // interrupted, or refused by the server: no file more
 			}
 			if errors.Is(err, importer.ErrLineTooLong) {
 				err = fmt.Errorf("%w (--max-line)", err)
@@ -317,7 +321,9 @@ type importPublisher struct {
 func (p *importPublisher) findStream(ctx context.Context) {
 	defer close(p.ready)
 	if p.stream, p.err = bus.StreamFor(ctx, p.js, subject.TranscriptsPrefix+">"); p.err != nil {
-		p.err = fmt.Errorf("%w (is ctxd serve running?)", p.err)
+		if ctx.Err() == nil {
+			p.err = fmt.Errorf("%w (is ctxd serve running?)", p.err)
+		}
 		return
 	}
 	// The records already there are found through the layout: one that

@@ -101,7 +101,7 @@ func TestImport_CommandLine(t *testing.T) {
 		{"--from is required", []string{"import", "--print", file}, 2, "--from is required"},
 		{"an unknown format", []string{"import", "--from", "cursor", file}, 2, "want one of claude-code, codex, pi, gemini, openhands, auto"},
 		{"no file", []string{"import", "--from", "pi"}, 2, "at least one FILE"},
-		{"a bad session", []string{"import", "--from", "pi", "--session", "a.b", "--print", file}, 1, "invalid session id"},
+		{"a bad session", []string{"import", "--from", "pi", "--session", "a.b", "--print", file}, 2, "invalid session id"},
 		{"a missing file", []string{"import", "--from", "pi", "--print", "nope.jsonl"}, 1, "nope.jsonl"},
 		{"the wrong format names the file and line", []string{"import", "--from", "codex", "--print", file}, 1, "session-01.jsonl: line 1: not a transcript of this format (codex)"},
 	}

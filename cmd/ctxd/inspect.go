@@ -37,21 +37,26 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 	lim := store.DefaultLimits()
 	fs.IntVar(&lim.MaxRecordBytes, "max-record-bytes", lim.MaxRecordBytes, "largest record decoded, as the service is configured")
 	fs.Int64Var(&lim.MaxSessionBytes, "max-session-bytes", lim.MaxSessionBytes, "bytes of records one session may hold since its latest compaction, as the service is configured")
+	timeout := addTimeout(fs, 2*time.Minute)
 	pos, err := parse(e, fs, args)
 	if err != nil {
+		return err
+	}
+	if err := e.bound("inspect", "--timeout", *timeout); err != nil {
 		return err
 	}
 	if len(pos) != 1 {
 		fmt.Fprintln(e.stderr, "ctxd inspect: want exactly one SESSION")
 		return errUsage
 	}
+	if err := checkSession(e, "inspect", pos[0]); err != nil {
+		return err
+	}
 	nc, stream, err := conn.connectStream(e, fs)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
 	if _, err := bus.OpenStream(ctx, nc, stream); err != nil {
 		return err
 	}
@@ -65,8 +70,7 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		_, err = e.stdout.Write(append(out, '\n'))
-		return err
+		return e.writeJSON(out)
 	}
 	return inspect.WriteText(e.stdout, v)
 }

@@ -117,7 +117,7 @@ func TestInspect_Errors(t *testing.T) {
 	require.Equal(t, 2, code)
 	require.Contains(t, errOut, "want exactly one SESSION")
 	code, _, errOut = runCmd(t, "", "inspect", "a.b", "--nats", url)
-	require.Equal(t, 1, code)
+	require.Equal(t, 2, code)
 	require.Contains(t, errOut, "invalid session id")
 	code, _, errOut = runCmd(t, "", "inspect", "nosuch", "--nats", url)
 	require.Equal(t, 1, code)

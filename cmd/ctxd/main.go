@@ -13,10 +13,15 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/ctxd/ctxd/pkg/app"
+	"github.com/ctxd/ctxd/pkg/client"
+	"github.com/ctxd/ctxd/pkg/render"
+	"github.com/ctxd/ctxd/pkg/subject"
 )
 
 // command is one subcommand: its name, a one-line summary, and its run
@@ -33,6 +38,46 @@ type env struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	getenv         func(string) string
+	// abort ends the command's context with the error that ends the
+	// command (a permissions violation on one of its connections).
+	abort context.CancelCauseFunc
+	// terminal tells whether a writer is a terminal (nil: isTerminal).
+	terminal func(io.Writer) bool
+	// stopTimeout stops the timer of the command's --timeout.
+	stopTimeout func() bool
+}
+
+// timeoutError ends a command that took longer than its --timeout.
+type timeoutError struct {
+	flag string
+	d    time.Duration
+}
+
+func (e *timeoutError) Error() string {
+	return fmt.Sprintf("not done within %s %s: stopped", e.flag, e.d)
+}
+
+func (e *timeoutError) Unwrap() error { return context.DeadlineExceeded }
+
+// addTimeout adds --timeout to a command's flags: how long it may take
+// at most, what by default.
+func addTimeout(fs *flag.FlagSet, def time.Duration) *time.Duration {
+	return fs.Duration("timeout", def, "how long the command may take at most; past it, it stops and fails (0: no bound)")
+}
+
+// bound ends the command with a timeoutError once d has passed (0: no
+// bound); a negative d is a usage error.
+func (e *env) bound(name, flagName string, d time.Duration) error {
+	if d < 0 {
+		fmt.Fprintf(e.stderr, "ctxd %s: %s: want 0 (no bound) or a positive duration such as 30s, got %s\n", name, flagName, d)
+		return errUsage
+	}
+	if d > 0 && e.abort != nil {
+		abort := e.abort
+		t := time.AfterFunc(d, func() { abort(&timeoutError{flag: flagName, d: d}) })
+		e.stopTimeout = t.Stop
+	}
+	return nil
 }
 
 var commands []command
@@ -108,7 +153,22 @@ func run(ctx context.Context, e *env, args []string) int {
 		usage(e.stderr)
 		return exitUsage
 	}
-	err := c.run(ctx, e, args[1:])
+	cmdCtx, abort := context.WithCancelCause(ctx)
+	defer abort(nil)
+	e.abort = abort
+	err := c.run(cmdCtx, e, args[1:])
+	if e.stopTimeout != nil {
+		e.stopTimeout()
+	}
+	var pe *PermissionError
+	var te *timeoutError
+	cause := context.Cause(cmdCtx)
+	if err != nil && (errors.As(cause, &pe) || errors.As(cause, &te)) && !errors.Is(err, client.ErrInboxRefused) {
+		// What the command saw is its context's end, or a request
+		// without answer: the cause is the server's refusal, or the
+		// command's bound.
+		err = cause
+	}
 	var xe *exitError
 	switch {
 	case err == nil:
@@ -143,7 +203,7 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintf(w, "\nRun `ctxd <command> --help` for a command's flags; `ctxd --version` for the version.\n")
-	fmt.Fprintf(w, "Exit codes: 0 ok, 1 failure, 2 usage error, 130 interrupted (rebuild --check: see its help).\n")
+	fmt.Fprintf(w, "Exit codes: 0 ok, 1 failure, 2 usage error (a bad flag, argument or value), 130 interrupted (rebuild --check: see its help).\n")
 }
 
 // newFlags returns a flag set for a command whose parse errors and help
@@ -210,12 +270,21 @@ func parse(e *env, fs *flag.FlagSet, args []string) ([]string, error) {
 		fmt.Fprintf(e.stderr, "ctxd %s: %v\n", fs.Name(), err)
 		return nil, errUsage
 	}
+	// The flag package prints its errors with -flag and the whole help
+	// after them: one line with --flag instead, and where the help is.
+	usage := fs.Usage
+	fs.Usage = func() {}
+	fs.SetOutput(io.Discard)
+	defer func() { fs.Usage = usage; fs.SetOutput(e.stderr) }()
 	var positional []string
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
+				fs.SetOutput(e.stderr)
+				usage()
 				return nil, err
 			}
+			fmt.Fprintf(e.stderr, "ctxd %s: %s\nRun `ctxd %s --help` for its flags.\n", fs.Name(), singleDash.ReplaceAllString(err.Error(), "$1--$2"), fs.Name())
 			return nil, errUsage
 		}
 		args = fs.Args()
@@ -230,10 +299,24 @@ func parse(e *env, fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// natsURL is the default server URL: $NATS_URL, else the local default.
-func natsURL(e *env) string {
-	if u := e.getenv("NATS_URL"); u != "" {
-		return u
+// singleDash is a flag named as the flag package names it, -flag.
+var singleDash = regexp.MustCompile(`(^|\s)-([A-Za-z0-9][\w-]*)`)
+
+// checkSession refuses a session id no subject can carry: a usage error.
+func checkSession(e *env, name, id string) error {
+	if err := subject.CheckSession(id); err != nil {
+		fmt.Fprintf(e.stderr, "ctxd %s: %v\n", name, err)
+		return errUsage
 	}
-	return "nats://127.0.0.1:4222"
+	return nil
+}
+
+// checkFormat refuses a --format no renderer has: a usage error.
+func checkFormat(e *env, name, format string) (render.Format, error) {
+	f, err := render.ParseFormat(format)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "ctxd %s: --format: %v\n", name, err)
+		return "", errUsage
+	}
+	return f, nil
 }

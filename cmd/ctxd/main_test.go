@@ -211,7 +211,7 @@ func TestCommandLine(t *testing.T) {
 	require.Contains(t, errOut, "CTXD_")
 
 	code, _, errOut = runCmd(t, "", "publish", "--session", "a.b", "x")
-	require.Equal(t, 1, code)
+	require.Equal(t, 2, code)
 	require.Contains(t, errOut, "invalid session id")
 
 	code, _, errOut = runCmd(t, "", "publish")
@@ -219,7 +219,7 @@ func TestCommandLine(t *testing.T) {
 	require.Contains(t, errOut, "--session is required")
 
 	code, _, errOut = runCmd(t, "", "context", "bad*id")
-	require.Equal(t, 1, code)
+	require.Equal(t, 2, code)
 	require.Contains(t, errOut, "invalid session id")
 
 	code, _, errOut = runCmd(t, "", "serve", "--sync", "sometimes")

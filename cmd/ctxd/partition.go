@@ -62,8 +62,12 @@ func runPartition(ctx context.Context, e *env, args []string) error {
 	p := fs.Int("partitions", streams.RecommendedPartitions, "number of partitions, 2 to 1024; at least the instances foreseen")
 	pingWait := fs.Duration("ping-wait", time.Second, "how long to wait for running instances of the stream to answer $SRV.PING")
 	data := fs.String("data", "", "the embedded server's store `DIR` (that of ctxd serve without --nats, stopped): partition the stream there, instead of on a server at --nats")
+	timeout := addTimeout(fs, 10*time.Minute)
 	pos, err := parse(e, fs, args)
 	if err != nil {
+		return err
+	}
+	if err := e.bound("partition", "--timeout", *timeout); err != nil {
 		return err
 	}
 	if len(pos) > 0 {

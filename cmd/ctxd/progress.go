@@ -15,13 +15,14 @@ type progress struct {
 	what     string
 	total    uint64
 	tty      bool
+	unit     string // what is counted: "records" unless set
 	start    time.Time
 	last     time.Time
 	interval time.Duration
 }
 
 func newProgress(w io.Writer, what string, total uint64) *progress {
-	p := &progress{w: w, what: what, total: total, start: time.Now(), interval: 2 * time.Second}
+	p := &progress{w: w, what: what, total: total, unit: "records", start: time.Now(), interval: 2 * time.Second}
 	if f, ok := w.(*os.File); ok {
 		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
 			p.tty, p.interval = true, 200*time.Millisecond
@@ -60,11 +61,11 @@ func (p *progress) print(done uint64, final bool) {
 			filled = int(min(done, p.total) * width / p.total)
 		}
 		bar := strings.Repeat("=", filled) + strings.Repeat(" ", width-filled)
-		fmt.Fprintf(p.w, "\r%s [%s] %d/%d records  %.0f records/s  ETA %s ", p.what, bar, done, p.total, rate, eta)
+		fmt.Fprintf(p.w, "\r%s [%s] %d/%d %s  %.0f %s/s  ETA %s ", p.what, bar, done, p.total, p.unit, rate, p.unit, eta)
 		if final {
 			fmt.Fprintln(p.w)
 		}
 		return
 	}
-	fmt.Fprintf(p.w, "%s: %d/%d records, %.0f records/s, ETA %s\n", p.what, done, p.total, rate, eta)
+	fmt.Fprintf(p.w, "%s: %d/%d %s, %.0f %s/s, ETA %s\n", p.what, done, p.total, p.unit, rate, p.unit, eta)
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/ctxd/ctxd/pkg/projection"
 	"github.com/ctxd/ctxd/pkg/rebuild"
 	"github.com/ctxd/ctxd/pkg/store"
-	"github.com/ctxd/ctxd/pkg/subject"
 )
 
 const rebuildAbout = `Rebuilds session projections from the TRANSCRIPTS stream: every session,
@@ -64,8 +63,12 @@ func rebuildRun(ctx context.Context, e *env, args []string, checking *bool) erro
 	lim := store.DefaultLimits()
 	fs.IntVar(&lim.MaxRecordBytes, "max-record-bytes", lim.MaxRecordBytes, "largest record decoded, as the service is configured")
 	fs.Int64Var(&lim.MaxSessionBytes, "max-session-bytes", lim.MaxSessionBytes, "bytes of records one session may hold since its latest compaction, as the service is configured")
+	timeout := addTimeout(fs, time.Hour)
 	pos, err := parse(e, fs, args)
 	if err != nil {
+		return err
+	}
+	if err := e.bound(fs.Name(), "--timeout", *timeout); err != nil {
 		return err
 	}
 	*checking = *check
@@ -74,7 +77,7 @@ func rebuildRun(ctx context.Context, e *env, args []string, checking *bool) erro
 		return errUsage
 	}
 	if *session != "" {
-		if err := subject.CheckSession(*session); err != nil {
+		if err := checkSession(e, fs.Name(), *session); err != nil {
 			return err
 		}
 	}
@@ -141,6 +144,9 @@ type rebuildProgress struct {
 	p *progress
 }
 
-func (r *rebuildProgress) Start(total uint64) { r.p = newProgress(r.w, "rebuild", total) }
+func (r *rebuildProgress) Start(total uint64, unit string) {
+	r.p = newProgress(r.w, "rebuild", total)
+	r.p.unit = unit
+}
 func (r *rebuildProgress) Update(done uint64) { r.p.update(done) }
 func (r *rebuildProgress) Finish(done uint64) { r.p.finish(done) }

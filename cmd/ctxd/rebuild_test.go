@@ -121,4 +121,15 @@ func TestRebuild_WritesCheckpoints(t *testing.T) {
 	require.Len(t, since(59), 3)
 	require.Equal(t, wantCP(since(59)...), check("--from", "59"))
 	require.Equal(t, wantCP(since(50)...), check("--from", "50"))
+
+	// The progress counts what the summary counts: sessions rebuilt in
+	// full with --from, records read otherwise.
+	code, _, errOut := runCmd(t, "", "replay", "--nats", url, "--from", "59")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, errOut, "rebuild: 3/3 sessions")
+	require.Contains(t, errOut, "rebuilt 3 sessions from ")
+	code, _, errOut = runCmd(t, "", "replay", "--nats", url)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, errOut, "rebuild: 61/61 records")
+	require.Contains(t, errOut, "rebuilt 5 sessions from 61 records")
 }

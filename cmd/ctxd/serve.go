@@ -83,7 +83,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	sync := fs.String("sync", cfg.SyncInterval.String(), "embedded server: fsync `POLICY`, always or an interval such as 2m or 1s")
 	fs.IntVar(&cfg.Replicas, "replicas", cfg.Replicas, "replicas of the TRANSCRIPTS stream when ctxd creates it (3 on a 3-node cluster)")
 	fs.IntVar(&cfg.Partitions, "partitions", 1, "partitions of the TRANSCRIPTS stream when ctxd creates it (1: none; 16 spreads the ingest over up to 16 instances); an existing stream keeps its own, and ctxd partition partitions an existing one")
-	fs.BoolVar(&cfg.AllowStreamLimits, "allow-stream-limits", false, "run on an existing TRANSCRIPTS stream with limits (max_age, max_msgs, max_bytes, max_msgs_per_subject, discard new): records past a limit leave the stream, and the contexts")
+	fs.BoolVar(&cfg.AllowStreamLimits, "allow-stream-limits", false, "run on an existing TRANSCRIPTS stream with limits (max_age, max_msgs, max_bytes, max_msgs_per_subject, discard new), which ctxd otherwise refuses: records past a limit leave the stream, and with them the contexts of their sessions, which lose those records.")
 	browser := fs.String("browser-tools", strings.Join(cfg.BrowserTools, ","), "comma-separated tool names whose screenshots are trimmed to the latest")
 	fs.IntVar(&cfg.MaxRecordBytes, "max-record-bytes", cfg.MaxRecordBytes, "largest record decoded; larger ones are skipped and reported")
 	fs.IntVar(&cfg.CacheSessions, "cache-sessions", cfg.CacheSessions, "sessions held in memory at most; others load from the stream when asked for")
@@ -94,8 +94,8 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	fs.Float64Var(&cfg.EmptyRate, "empty-rate", cfg.EmptyRate, "answers a second, at most, of no records to requests for sessions never written to (a flood of random ids); past it they wait, and past 1024 waiting are refused with 503 (0: not paced)")
 	fs.Int64Var(&cfg.MaxSessionBytes, "max-session-bytes", cfg.MaxSessionBytes, "bytes of records one session may hold since its latest compaction; a record past it is quarantined. Replies of up to twice this, at least 512 MiB, are sent")
 	fs.IntVar(&cfg.RejectLog, "rejected-log", cfg.RejectLog, "rejected records ctxd.rejected lists, the latest (all are counted)")
-	fs.StringVar(&cfg.HTTPAddr, "http", "", "serve /metrics, /healthz and /readyz over HTTP on `ADDR` (host:port, e.g. 127.0.0.1:8222; off when empty)")
-	fs.StringVar(&cfg.HTTPToken, "http-token", "", "bearer token --http requires on /metrics and /ui/ (not on /healthz and /readyz); a browser logs in to /ui/ with it at /login; needed to listen beyond loopback (prefer CTXD_HTTP_TOKEN)")
+	fs.StringVar(&cfg.HTTPAddr, "http", "", "serve /metrics, /healthz, /readyz and the inspector /ui/ over HTTP on `ADDR` (host:port, e.g. 127.0.0.1:8222; off when empty)")
+	fs.StringVar(&cfg.HTTPToken, "http-token", "", "bearer token --http requires on every path but /healthz and /readyz: /metrics (a Prometheus scrape sends it as its bearer token) and the inspector /ui/ (a browser logs in with it at /login); needed to listen beyond loopback (prefer CTXD_HTTP_TOKEN)")
 	fs.IntVar(&cfg.InspectReadRate, "inspect-read-rate", cfg.InspectReadRate, "`BYTES` a second the inspector's views read from the stream together, records and the records the server loads to list their sizes; past it they wait, so that a view of a large session never takes the server from the service (below 0: no bound)")
 	httpHosts := fs.String("http-hosts", "", "comma-separated host `NAMES` --http serves besides localhost, the loopback addresses and its own address (e.g. ctxd.example.com); a request naming another is refused with 421, unless it carries the token")
 	fs.DurationVar(&cfg.ShutdownCheckpoints, "shutdown-checkpoints", cfg.ShutdownCheckpoints, "how long a shutdown writes checkpoints at most, and then snapshots; those not written are counted in one log line each (those sessions load from earlier checkpoints, or by their checkpoints)")
@@ -103,6 +103,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	fs.Uint64Var(&cfg.ReadyMaxLag, "ready-max-lag", cfg.ReadyMaxLag, "records the ingest may be behind the stream and /readyz still say ready")
 	level := fs.String("log-level", "info", "log `LEVEL`: debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "log `FORMAT`: text or json")
+	startTimeout := fs.Duration("start-timeout", 5*time.Minute, "how long the start may take at most: connecting, and waiting for JetStream, the stream and the buckets (retried while they are not available); past it, ctxd exits with an error (0: wait until interrupted)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the process, from start to shutdown, to `FILE` (go tool pprof reads it)")
 	pos, err := parse(e, fs, args)
 	if err != nil {
@@ -169,10 +170,30 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	if limit, set := memoryLimit(cfg); set {
 		cfg.Logger.Info("memory limit", "bytes", limit, "from", "--cache-bytes + 64 MiB")
 	}
+	if *startTimeout < 0 {
+		return usageError(e, "serve", fmt.Errorf("--start-timeout: want 0 (no bound) or a positive duration such as 1m, got %s", *startTimeout))
+	}
+	// The start's context lives on with the service: only the timer
+	// that would end it stops once it is up.
+	startCtx, endStart := context.WithCancelCause(ctx)
+	defer endStart(nil)
+	stopTimer := func() bool { return false }
+	if *startTimeout > 0 {
+		stopTimer = time.AfterFunc(*startTimeout, func() { endStart(&timeoutError{flag: "--start-timeout", d: *startTimeout}) }).Stop
+	}
 	a := app.New(cfg)
-	if err := a.Open(ctx); err != nil {
+	err = a.Open(startCtx)
+	if !stopTimer() && err == nil && context.Cause(startCtx) != nil && ctx.Err() == nil {
+		// Up just as the bound passed: what it started has ended.
+		err = errors.Join(context.Cause(startCtx), a.Close())
+	}
+	if err != nil {
+		var te *timeoutError
+		if !errors.As(err, &te) && errors.As(context.Cause(startCtx), &te) && ctx.Err() == nil {
+			err = fmt.Errorf("%w: %w", te, err)
+		}
 		if errors.Is(err, bus.ErrLimit) {
-			return fmt.Errorf("%w\n(--allow-stream-limits runs on it all the same: records past a limit leave the stream, and the contexts)", err)
+			return fmt.Errorf("%w\n(--allow-stream-limits runs on it all the same: records past a limit leave the stream, and with them the contexts of their sessions)", err)
 		}
 		if errors.Is(err, client.ErrInboxRefused) {
 			return fmt.Errorf("%w; --inbox-prefix sets it", err)

@@ -155,17 +155,32 @@ func (b *bench) memory(ctx context.Context, a *app.App, name func(int) string) (
 		a.Store().Evict(name(i))
 	}
 	evicted := readHeap()
-	per := func(a, b uint64) float64 { return float64(int64(a)-int64(b)) / float64(M) }
-	freed := per(loaded.inuse, evicted.inuse)
-	b.logf("memory: %d sessions, a session: heap in use -%.0f bytes on eviction, live objects -%.0f; store estimate %.0f; reply %.0f bytes",
-		M, freed, per(loaded.alloc, evicted.alloc), float64(st.Bytes)/float64(M), float64(replies)/float64(M))
-	return Row{
-		Figure:   fmt.Sprintf("memory per live session, %d records", b.cfg.ColdSessionRecords),
-		Kind:     Bytes,
-		Ctxd:     freed,
-		Baseline: float64(replies) / float64(M),
-		Target:   Target{MaxRatio: 1.5},
-	}, nil
+	row := memoryRow(M, loaded, evicted, replies)
+	row.Figure = fmt.Sprintf("memory per live session, %d records", b.cfg.ColdSessionRecords)
+	b.logf("memory: %d sessions, a session: %.0f bytes of heap in use freed on eviction (signed: %.0f), of live objects %.0f; store estimate %.0f; reply %.0f bytes",
+		M, row.Ctxd, signedPer(loaded.inuse, evicted.inuse, M), signedPer(loaded.alloc, evicted.alloc, M), float64(st.Bytes)/float64(M), row.Baseline)
+	if row.Unmeasured != "" {
+		b.warnf("memory: %s", row.Unmeasured)
+	}
+	return row, nil
+}
+
+// signedPer is (a - b) / n, negative when b is larger.
+func signedPer(a, b uint64, n int) float64 { return (float64(a) - float64(b)) / float64(n) }
+
+// memoryRow is the memory figure of n sessions from the heap with them
+// loaded and after their eviction: the heap in use freed, per session. The
+// readings are of the whole process; when it did not shrink (what other
+// goroutines allocated meanwhile outweighs the sessions), the figure is
+// unmeasured, never a negative or zero size that would meet its target.
+func memoryRow(n int, loaded, evicted heap, replies int) Row {
+	row := Row{Kind: Bytes, Baseline: float64(replies) / float64(n), Target: Target{MaxRatio: 1.5}}
+	if loaded.inuse <= evicted.inuse {
+		row.Unmeasured = fmt.Sprintf("the heap in use did not shrink when %d sessions were evicted (%d bytes before, %d after): other allocations of the process outweigh them; measure more sessions (--memory-sessions)", n, loaded.inuse, evicted.inuse)
+		return row
+	}
+	row.Ctxd = float64(loaded.inuse-evicted.inuse) / float64(n)
+	return row
 }
 
 // heap is the heap after garbage collection: the bytes of its spans in

@@ -162,7 +162,9 @@ func Quick() Config {
 	return c
 }
 
-func (c Config) check() error {
+// Check reports what Run refuses in c: an unknown figure, a size out of
+// range.
+func (c Config) Check() error {
 	for _, f := range c.Figures {
 		if !slices.Contains(Figures, f) {
 			return fmt.Errorf("unknown figure %q (figures: %s)", f, strings.Join(Figures, ", "))
@@ -213,7 +215,7 @@ func (c Config) wants(figure string) bool {
 // Run measures the figures the configuration selects and returns their
 // rows, in the order of Figures.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
-	if err := cfg.check(); err != nil {
+	if err := cfg.Check(); err != nil {
 		return nil, err
 	}
 	b := &bench{cfg: cfg, progress: cfg.Progress}

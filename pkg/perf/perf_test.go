@@ -76,14 +76,14 @@ func TestPassedOver(t *testing.T) {
 
 func TestConfig_Check(t *testing.T) {
 	for _, c := range []Config{Full(), Quick()} {
-		require.NoError(t, c.check())
+		require.NoError(t, c.Check())
 	}
 	c := Quick()
 	c.Figures = []string{"fetch", "nope"}
-	require.ErrorContains(t, c.check(), `unknown figure "nope"`)
+	require.ErrorContains(t, c.Check(), `unknown figure "nope"`)
 	c = Quick()
 	c.MemorySessions = c.ColdRecords // more than the cold stream holds
-	require.Error(t, c.check())
+	require.Error(t, c.Check())
 }
 
 func TestReplySeq(t *testing.T) {
@@ -92,4 +92,32 @@ func TestReplySeq(t *testing.T) {
 	require.Equal(t, uint64(1234), seq)
 	_, err = replySeq([]byte(`{"session":"x","messages":[]}`))
 	require.Error(t, err)
+}
+
+// TestMemoryRow: the memory figure is the heap freed per session; a heap
+// that did not shrink (the process allocated more meanwhile than the
+// sessions held) is unmeasured and misses the target, never a negative
+// size that meets it.
+func TestMemoryRow(t *testing.T) {
+	r := memoryRow(4, heap{inuse: 1 << 20}, heap{inuse: 1<<20 - 4096}, 4*2048)
+	require.Equal(t, 1024.0, r.Ctxd)
+	require.Equal(t, 2048.0, r.Baseline)
+	met, ok := r.Met()
+	require.True(t, ok)
+	require.True(t, met)
+
+	for _, evicted := range []uint64{1 << 20, 1<<20 + 57344*4} {
+		r = memoryRow(4, heap{inuse: 1 << 20}, heap{inuse: evicted}, 4*2048)
+		require.NotEmpty(t, r.Unmeasured)
+		require.GreaterOrEqual(t, r.Ctxd, 0.0)
+		met, ok = r.Met()
+		require.True(t, ok)
+		require.False(t, met)
+		rep := &Report{Rows: []Row{r}}
+		require.Equal(t, []string{r.Figure}, rep.Missed())
+		var b strings.Builder
+		require.NoError(t, rep.WriteTable(&b))
+		require.Contains(t, b.String(), "| unmeasured |")
+		require.NotRegexp(t, `\| -\d`, b.String())
+	}
 }

@@ -28,6 +28,9 @@ type Row struct {
 	Ctxd     float64
 	Baseline float64
 	Target   Target
+	// Unmeasured, when set, says why Ctxd could not be measured: the row
+	// has no value and misses its target.
+	Unmeasured string
 }
 
 // Target is what a row should meet; the zero Target is none.
@@ -52,6 +55,9 @@ func (r Row) Ratio() float64 {
 // none.
 func (r Row) Met() (met, ok bool) {
 	t := r.Target
+	if r.Unmeasured != "" {
+		return false, true
+	}
 	met = true
 	if t.MaxRatio > 0 {
 		ok, met = true, met && r.Ratio() <= t.MaxRatio
@@ -94,6 +100,28 @@ type Report struct {
 	Warnings []string
 }
 
+// Missed returns the figures of the rows that miss their targets.
+func (rep *Report) Missed() []string {
+	var out []string
+	for _, r := range rep.Rows {
+		if met, ok := r.Met(); ok && !met {
+			out = append(out, r.Figure)
+		}
+	}
+	return out
+}
+
+// Targets returns the number of rows that have a target.
+func (rep *Report) Targets() int {
+	n := 0
+	for _, r := range rep.Rows {
+		if _, ok := r.Met(); ok {
+			n++
+		}
+	}
+	return n
+}
+
 // Baselines says, per figure, what each side of its rows measures.
 var Baselines = []string{
 	"ingest: records/s from the first publish until ctxd has applied the last record (store watermark), ctxd consuming while the records are published; baseline: an ordered consumer that does nothing seeing the same records, while they are published to an identical stream, until it has seen the last; second row: JetStream async publish of the same records with nobody consuming, until the last ack; third row: the same records through a durable consumer like ctxd's (bus.StartIngest) whose handler does nothing",
@@ -116,7 +144,11 @@ func (rep *Report) WriteTable(w io.Writer) error {
 		if m, ok := r.Met(); ok {
 			met = map[bool]string{true: "yes", false: "NO"}[m]
 		}
-		rows = append(rows, []string{r.Figure, r.format(r.Ctxd), r.format(r.Baseline), formatRatio(r.Ratio()), r.Target.String(), met})
+		value, ratio := r.format(r.Ctxd), formatRatio(r.Ratio())
+		if r.Unmeasured != "" {
+			value, ratio = "unmeasured", "-"
+		}
+		rows = append(rows, []string{r.Figure, value, r.format(r.Baseline), ratio, r.Target.String(), met})
 	}
 	widths := make([]int, len(rows[0]))
 	for _, row := range rows {

@@ -53,20 +53,20 @@ type Config struct {
 }
 
 // Progress is told how a rebuild goes: Start once per pass with the work
-// it will do (records read, or with Config.From sessions rebuilt), Update
-// as often as work is done, with the work done so far, and Finish at its
-// end.
+// it will do and its unit (records read, or with Config.From sessions
+// rebuilt: "records" or "sessions"), Update as often as work is done,
+// with the work done so far, and Finish at its end.
 type Progress interface {
-	Start(total uint64)
+	Start(total uint64, unit string)
 	Update(done uint64)
 	Finish(done uint64)
 }
 
 type noProgress struct{}
 
-func (noProgress) Start(uint64)  {}
-func (noProgress) Update(uint64) {}
-func (noProgress) Finish(uint64) {}
+func (noProgress) Start(uint64, string) {}
+func (noProgress) Update(uint64)        {}
+func (noProgress) Finish(uint64)        {}
 
 // Rebuilder rebuilds sessions from the stream: their checkpoints alone,
 // which is all that is written, or (Config.Check) their whole
@@ -175,7 +175,7 @@ func (r *Rebuilder) add(id string, seq uint64, data []byte) {
 // consumer.
 func (r *Rebuilder) scan(ctx context.Context, from uint64) (uint64, error) {
 	p := r.cfg.Progress
-	p.Start(r.end - min(r.end, from-1))
+	p.Start(r.end-min(r.end, from-1), "records")
 	add := r.add
 	var projs *Projections
 	if r.cps == nil {
@@ -214,7 +214,7 @@ func (r *Rebuilder) since(ctx context.Context, from uint64) (uint64, error) {
 		return 0, err
 	}
 	p := r.cfg.Progress
-	p.Start(uint64(len(touched)))
+	p.Start(uint64(len(touched)), "sessions")
 	var n, done uint64
 	for id := range touched {
 		k, err := r.readSession(ctx, id, 1, r.end)

@@ -157,6 +157,6 @@ func TestRebuilder_Check(t *testing.T) {
 
 type countingProgress struct{ total, done uint64 }
 
-func (p *countingProgress) Start(total uint64) { p.total = total }
-func (p *countingProgress) Update(done uint64) {}
-func (p *countingProgress) Finish(done uint64) { p.done = done }
+func (p *countingProgress) Start(total uint64, _ string) { p.total = total }
+func (p *countingProgress) Update(done uint64)           {}
+func (p *countingProgress) Finish(done uint64)           { p.done = done }
