@@ -270,7 +270,11 @@ func (a *App) Open(ctx context.Context) (err error) {
 		// server of the cluster.
 		nats.PingInterval(2 * time.Second), nats.MaxPingsOutstanding(2),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
-			log.Warn("nats disconnected", "err", err)
+			if err == nil {
+				log.Debug("nats disconnected: the connection was closed") // a drain at shutdown; the closed handler says so
+			} else {
+				log.Warn("nats disconnected", "err", err)
+			}
 			// Until records of the pin come again (the ingest then
 			// reads what the connection lost), or another pin's, the
 			// ingest store is not trusted: requests read the stream.
@@ -324,7 +328,7 @@ func (a *App) Open(ctx context.Context) (err error) {
 	if a.AllowStreamLimits {
 		check = append(check, bus.AllowLimits(func(fe *bus.FieldError) {
 			limited = true
-			a.Logger.Warn("stream limit accepted: records past it leave the stream, and the contexts", "stream", want.Name, "field", fe.Field, "value", fe.Have)
+			a.Logger.Warn("stream limit accepted: records past it leave the stream, and with them the contexts of their sessions", "stream", want.Name, "field", fe.Field, "value", fe.Have)
 		}))
 	}
 	var st jetstream.Stream
@@ -652,7 +656,7 @@ func (a *App) Close() error {
 			// removals concern the store until roles.lost below.
 			a.closeSnapshots(a.snapshotLabel(), owner)
 			// Stops the checkpoint writer before the connection it writes on.
-			a.roles.lost("shutting down", true)
+			a.roles.lost(reasonShutdown, true)
 		}
 	}
 	if a.removals != nil {

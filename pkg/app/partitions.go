@@ -567,7 +567,7 @@ func (b *balancer) close() []*store.Store {
 	for _, k := range held {
 		p := b.r.parts[k]
 		pins[k] = p.heldPin()
-		if st := p.release("shutting down"); st != nil {
+		if st := p.release(reasonShutdown); st != nil {
 			stores = append(stores, st)
 		}
 		b.moved.Add(1)
@@ -600,7 +600,7 @@ func (b *balancer) close() []*store.Store {
 			continue
 		}
 		pins[p.k] = p.heldPin()
-		if st := p.release("shutting down"); st != nil {
+		if st := p.release(reasonShutdown); st != nil {
 			stores = append(stores, st)
 		}
 	}

@@ -212,9 +212,16 @@ func (r *part) lost(reason string, refused bool) {
 	if r.r.follow.enabled() {
 		how = "ingest pin lost: this instance answers from a follower that reads the stream along, or by reading each session's tail"
 	}
-	r.log().Warn(how, "pin", pin, "reason", reason, "floor", r.floor.Load())
+	level := slog.LevelWarn
+	if reason == reasonShutdown {
+		level = slog.LevelInfo // given back on purpose
+	}
+	r.log().Log(context.Background(), level, how, "pin", pin, "reason", reason, "floor", r.floor.Load())
 	r.r.follow.lost()
 }
+
+// reasonShutdown is why an instance that stops gives its pins up.
+const reasonShutdown = "shutting down"
 
 // log is the logger of the part's messages: they name the partition
 // when there are several.

@@ -169,11 +169,14 @@ func (s *Snapshots) MarkState(ctx context.Context, st SnapshotState) error {
 // Sweep empties the bucket unless its snapshots were written at now: a
 // snapshot written at another removed count, or of another stream, is
 // never used again (the count only grows), and may hold records removed
-// from the stream since. It reports whether it emptied the bucket.
+// from the stream since. The bucket, empty, is then marked as written at
+// now, so that the next start finds nothing to sweep. It reports whether
+// it removed any snapshot.
 func (s *Snapshots) Sweep(ctx context.Context, now SnapshotState) (bool, error) {
 	kv, _ := s.bucket()
 	e, err := kv.Get(ctx, snapshotStateKey)
-	if err == nil {
+	marked := err == nil
+	if marked {
 		var st SnapshotState
 		if json.Unmarshal(e.Value(), &st) == nil && st == now {
 			return false, nil
@@ -181,7 +184,18 @@ func (s *Snapshots) Sweep(ctx context.Context, now SnapshotState) (bool, error) 
 	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return false, fmt.Errorf("bucket %s: %w", streams.SnapshotsBucket, err)
 	}
-	return true, s.Purge(ctx)
+	st, err := s.js.Stream(ctx, "KV_"+streams.SnapshotsBucket)
+	if err != nil {
+		return false, fmt.Errorf("bucket %s: %w", streams.SnapshotsBucket, err)
+	}
+	held := st.CachedInfo().State.Msgs
+	if marked {
+		held-- // the state's own key
+	}
+	if err := st.Purge(ctx); err != nil {
+		return false, fmt.Errorf("bucket %s: purge: %w", streams.SnapshotsBucket, err)
+	}
+	return held > 0, s.MarkState(ctx, now)
 }
 
 // Purge removes every snapshot: records left the stream, so none is
