@@ -449,3 +449,79 @@ func TestRender_OverItsBuffer(t *testing.T) {
 	t.Logf("%d renderings over the buffer before", over)
 	require.Positive(t, over)
 }
+
+// TestRender_OverItsBufferAfterGaps is TestRender_OverItsBuffer with
+// several records applied between renderings (a session fetched now and
+// then), every rendering over the buffer of the one before, half of them
+// in a buffer with no room past it, which the rendering outgrows as it
+// writes.
+func TestRender_OverItsBufferAfterGaps(t *testing.T) {
+	n := *incN
+	if testing.Short() {
+		n = 20
+	}
+	over := 0
+	for seed := uint64(1); seed <= uint64(n); seed++ {
+		r := rand.New(rand.NewPCG(seed, 0x6761_7073))
+		g := newGen(r)
+		popt := projection.Options{BrowserTools: g.BrowserTools()}
+		recs := g.Session(5 + r.IntN(90))
+		for _, f := range providers {
+			for _, mp := range []bool{false, true} {
+				s := projection.New(popt)
+				var prev *render.State
+				var buf []byte
+				for i, v := range recs {
+					s.Apply(uint64(i+1), v)
+					if i+1 < len(recs) && r.IntN(3) > 0 {
+						continue // several records between renderings
+					}
+					msgs := s.Messages()
+					opt := render.Options{Seqs: s.MessageSeqs(nil), BrowserTools: popt.BrowserTools}
+					what := fmt.Sprintf("seed %d, record %d, %s, msgpack %v", seed, i+1, f, mp)
+					dst := []byte("H")
+					if prev != nil {
+						dst = buf[:prev.BodyAt()] // over the one before
+						if r.IntN(2) == 0 {
+							// No room past the one before: the rendering
+							// moves to a larger buffer as it goes.
+							dst = buf[:prev.BodyAt():len(buf)]
+						}
+						over++
+					}
+					var got []byte
+					var st *render.State
+					var err error
+					var wantBody, wantRep []byte
+					var wantUsage render.Usage
+					if mp {
+						got, st, err = render.RenderMsgpack(dst, prev, f, msgs, opt)
+						wantBody, _, wantRep, wantUsage = wholeMsgpack(t, f, msgs, opt)
+					} else {
+						got, st, err = render.RenderJSON(dst, prev, f, msgs, opt)
+						var rep render.Report
+						wantBody, rep, wantUsage = wholeJSON(t, f, msgs, opt)
+						wantRep, err = record.AppendJSON(nil, rep.Map(f))
+						require.NoError(t, err)
+					}
+					require.NoError(t, err)
+					if string(wantBody) != string(got[1:]) {
+						t.Fatalf("%s: the body differs from Render's\nwant: %.600x\ngot:  %.600x", what, wantBody, got[1:])
+					}
+					require.Equal(t, wantUsage, st.Usage(), what)
+					at := len(got)
+					if mp {
+						got, err = st.AppendReportMsgpack(got)
+					} else {
+						got, err = st.AppendReportJSON(got)
+					}
+					require.NoError(t, err)
+					require.Equal(t, string(wantRep), string(got[at:]), "%s: the report", what)
+					buf, prev = got, st.In(got)
+				}
+			}
+		}
+	}
+	t.Logf("%d renderings over the buffer before", over)
+	require.Positive(t, over)
+}

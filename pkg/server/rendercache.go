@@ -47,10 +47,7 @@ type cachedReply struct {
 	// encoding from this one (render.RenderJSON, RenderMsgpack); its
 	// body is part of reply. nil for other replies.
 	state *render.State
-	// origin is the first byte of the reply as it was made, before any
-	// copy: put of a reply already kept does nothing.
-	origin *byte
-	size   int // what the entry counts for: the reply and the state
+	size  int // what the entry counts for: the reply and the state
 
 	// The reply's buffer is reused for another reply (see buffer) once
 	// nothing can read it: the entry is no longer kept (gone), the
@@ -129,7 +126,6 @@ func (c *renderCache) keep(p *projection.Session, req contextRequest, reply []by
 	if p == nil || c.max <= 0 || len(reply) == 0 {
 		return nil
 	}
-	origin := &reply[0]
 	buf := reply
 	size := len(reply)
 	if st != nil {
@@ -139,9 +135,14 @@ func (c *renderCache) keep(p *projection.Session, req contextRequest, reply []by
 		return nil
 	}
 	rs := kept(p)
+	key := keyOf(req)
 	for _, r := range rs {
-		if r.origin == origin && len(r.reply) == len(reply) && !r.taken {
-			return nil // kept already
+		// The reply of the request at the projection's version and seq
+		// is kept already (a reply is the same bytes whoever made it).
+		// Nothing is held of a copied reply's first buffer, not even a
+		// pointer to compare: it would keep the whole buffer.
+		if r.key == key && r.version == p.Version() && r.seq == p.Seq() && !r.taken {
+			return nil
 		}
 	}
 	if cap(reply)-len(reply) > len(reply)/4 {
@@ -152,8 +153,8 @@ func (c *renderCache) keep(p *projection.Session, req contextRequest, reply []by
 	if st != nil {
 		st = st.In(reply)
 	}
-	r := &cachedReply{version: p.Version(), seq: p.Seq(), key: keyOf(req),
-		reply: reply, state: st, origin: origin, size: size, buf: buf}
+	r := &cachedReply{version: p.Version(), seq: p.Seq(), key: key,
+		reply: reply, state: st, size: size, buf: buf}
 	// The one it replaces: the same format and encoding, or the oldest.
 	out := -1
 	for i, o := range rs {

@@ -2,7 +2,9 @@ package server
 
 import (
 	"bytes"
+	"runtime"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -152,4 +154,32 @@ func TestRenderCache_BufferReuse(t *testing.T) {
 		}
 		require.Equal(t, string(handed), string(out3), "a reply handed out was written over")
 	}
+}
+
+// A reply kept as a copy (its buffer much larger than itself) lets the
+// buffer it was copied from go: what is kept holds only the memory it is
+// counted for in --cache-bytes.
+func TestRenderCache_CopyLetsItsBufferGo(t *testing.T) {
+	p := projection.New(projection.Options{})
+	p.Apply(1, record.NewMap("role", "user", "content", "hi"))
+	c := renderCache{max: 1 << 20}
+	freed := make(chan struct{})
+	func() {
+		buf := make([]byte, 100, 1<<20)
+		runtime.AddCleanup(&buf[0], func(ch chan struct{}) { close(ch) }, freed)
+		require.NotNil(t, c.put(p, contextRequest{format: render.Gemini}, buf))
+	}()
+	reply, _ := c.get(p, contextRequest{format: render.Gemini})
+	require.Len(t, reply, 100, "kept")
+	for range 50 {
+		runtime.GC()
+		select {
+		case <-freed:
+			runtime.KeepAlive(p) // the kept reply with it
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	runtime.KeepAlive(p)
+	t.Fatal("the buffer a kept reply was copied from is still held")
 }
