@@ -82,31 +82,53 @@ func detach(v any) any {
 	return v
 }
 
-// sizeOf estimates the bytes a decoded value holds: its strings and
-// the headers of its strings, slices, maps and interfaces.
-func sizeOf(v any) int64 {
+// sizeOf estimates the bytes a decoded message holds: its strings and
+// the headers of its strings, slices, maps and interfaces, and what the
+// decoder's allocation adds to them. A decoder copies a long string
+// (over 512 bytes) to an allocation of its own, rounded up to a size
+// class, and the short ones of a record to blocks of up to 4 KiB sized
+// for the input left to read, which a long string then leaves mostly
+// empty: up to 4 KiB a record more, counted here against its long
+// strings; and its maps, members and elements come from blocks of a few
+// of each, about 128 bytes a record more.
+func sizeOf(m *record.Map) int64 {
+	n, long := valueSize(m)
+	return n + min(long, 4096) + 128
+}
+
+// valueSize returns the bytes of a value's strings and headers, and of
+// its long strings alone.
+func valueSize(v any) (n, long int64) {
+	str := func(s int) (int64, int64) {
+		if s > 512 {
+			return 16 + int64(s) + int64(s)/8, int64(s)
+		}
+		return 16 + int64(s), 0
+	}
 	switch x := v.(type) {
 	case string:
-		return 16 + int64(len(x))
+		return str(len(x))
 	case record.Number:
-		return 16 + int64(len(x))
+		return str(len(x))
 	case []any:
-		n := int64(24)
+		n = 24
 		for _, e := range x {
-			n += 16 + sizeOf(e)
+			en, el := valueSize(e)
+			n, long = n+16+en, long+el
 		}
-		return n
+		return n, long
 	case *record.Map:
 		if x == nil {
-			return 0
+			return 0, 0
 		}
-		n := int64(8 + 24)
+		n = 8 + 24
 		for _, m := range x.Members {
-			n += 16 + int64(len(m.Key)) + 16 + sizeOf(m.Value)
+			en, el := valueSize(m.Value)
+			n, long = n+16+int64(len(m.Key))+16+en, long+el
 		}
-		return n
+		return n, long
 	}
-	return 8
+	return 8, 0
 }
 
 // Size returns an estimate of the bytes the session holds: the messages
@@ -116,10 +138,13 @@ func sizeOf(v any) int64 {
 // history alone: a trimmed screenshot's images are not held.
 func (s *Session) Size() int64 {
 	const (
-		perEntry = 128 // an entry, its calls and results
-		perID    = 128 // an id's state, map slot and name
+		// An entry with its calls, results and offsets in the caches,
+		// and an id's state, map slot and name, as a heap profile of
+		// text-only sessions measures them.
+		perEntry = 200
+		perID    = 150
 	)
-	n := s.msgBytes + int64(len(s.json.bytes)+len(s.msgpack.bytes))
+	n := s.msgBytes + int64(cap(s.json.bytes)+cap(s.msgpack.bytes))
 	if h := s.list.held; len(h) > 0 {
 		n += h[len(h)-1]
 	}
