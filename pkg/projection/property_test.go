@@ -19,7 +19,9 @@ import (
 // -equiv.base to explore new sessions, and -equiv.seed to rerun the one
 // session a failure names (seed 0 means none).
 //
-// Sessions are 5 to 60 records long, one in a hundred 100 to 250. Three
+// Sessions are 5 to 60 records long, one in a hundred 100 to 250; one in
+// three is a browsing session (sessiongen.Gen.Browsing), and every check
+// also checks that no trimmed screenshot's image is held. Three
 // in four short ones are compared with Build after every record; the
 // rest now and then, with partial renderings between. The full run takes
 // 15 to 30 seconds on two shared cores, -short under a second.
