@@ -20,6 +20,13 @@
 //     so far. Apply costs time in proportion to the record, not to the
 //     history, and a reply that did not change is served from cache.
 //
+// A Session holds what its context can still need, not every record it
+// was given: a settled message is kept as its JSON bytes (pack.go), and
+// a browser screenshot lets go of its images the moment a newer one
+// trims it, since nothing can bring them back into the context
+// (shed.go). Size estimates what it holds, which a service counts
+// against its memory bound.
+//
 // Apply is idempotent by stream sequence (a redelivered record is a no-op)
 // and Skip marks a sequence that held no usable record, so a Session's Seq
 // is always the last stream sequence it has taken.
@@ -39,6 +46,8 @@
 // The package does no I/O, reads no clock and knows nothing of NATS: it is
 // tested with the spec fixtures (golden_test.go), a rule-by-rule suite
 // (rules_test.go), generated sessions checking Session against Build after
-// every record (property_test.go), generated sessions snapshotted and
-// restored at random points (snapshot_test.go), and fuzz targets.
+// every record, and that it holds no trimmed screenshot's images
+// (property_test.go; a third of them browsing sessions, mostly
+// screenshots), generated sessions snapshotted and restored at random
+// points (snapshot_test.go), and fuzz targets.
 package projection

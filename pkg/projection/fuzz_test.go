@@ -47,7 +47,8 @@ func jsonLines(data []byte) []fuzzStep {
 // project it with. The input is a generator seed and JSON lines: the
 // session is the generated one (none for seed 0, up to 40 records
 // otherwise) with the decoded lines interleaved at positions the seed
-// picks, numbered from 1.
+// picks, numbered from 1. A seed of 2 modulo 3 generates a browsing
+// session (sessiongen.Gen.Browsing).
 func fuzzSession(seed uint64, data []byte) ([]fuzzStep, Options) {
 	lines := jsonLines(data)
 	var generated []fuzzStep
@@ -56,7 +57,11 @@ func fuzzSession(seed uint64, data []byte) ([]fuzzStep, Options) {
 	if seed != 0 {
 		g := newGen(r)
 		opt = Options{BrowserTools: g.BrowserTools()}
-		for _, v := range g.Session(int(seed % 41)) {
+		values := g.Session(int(seed % 41))
+		if seed%3 == 2 {
+			values = g.Browsing(int(seed % 41)) // screenshots, mostly
+		}
+		for _, v := range values {
 			generated = append(generated, fuzzStep{value: v, ok: true})
 		}
 	}

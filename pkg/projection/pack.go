@@ -39,6 +39,8 @@ func (s *Session) pack(i int) {
 		return
 	}
 	e.msg, e.out, e.packed = nil, nil, true
+	s.msgBytes -= e.size
+	e.size = 0
 }
 
 // restorable reports whether entry e's message can be recovered from its
@@ -100,6 +102,8 @@ func (s *Session) unpack(i int) {
 	}
 	e.msg, e.packed = s.decodeJSONEntry(i), false
 	e.out = e.msg
+	e.size = sizeOf(e.msg)
+	s.msgBytes += e.size
 }
 
 // jsonEntry returns entry i's bytes in the JSON cache, without the

@@ -19,7 +19,9 @@ import (
 // -equiv.base to explore new sessions, and -equiv.seed to rerun the one
 // session a failure names (seed 0 means none).
 //
-// Sessions are 5 to 60 records long, one in a hundred 100 to 250. Three
+// Sessions are 5 to 60 records long, one in a hundred 100 to 250; one in
+// three is a browsing session (sessiongen.Gen.Browsing), and every check
+// also checks that no trimmed screenshot's image is held. Three
 // in four short ones are compared with Build after every record; the
 // rest now and then, with partial renderings between. The full run takes
 // 15 to 30 seconds on two shared cores, -short under a second.
@@ -98,7 +100,11 @@ func checkEquivalence(t *testing.T, seed uint64) {
 	if long {
 		n = 100 + r.IntN(151)
 	}
+	// One in three is a browsing session: screenshots, mostly.
 	values := g.Session(n)
+	if r.IntN(3) == 0 {
+		values = g.Browsing(n)
+	}
 	before := encodeAll(t, values)
 	defer func() {
 		if t.Failed() {
@@ -231,11 +237,48 @@ func (e *equivalence) maybeCheck(sparse bool) {
 	}
 }
 
-// checkAll compares every rendering, in random order.
+// checkAll compares every rendering, in random order, and checks what
+// the session holds.
 func (e *equivalence) checkAll() {
 	for _, i := range e.r.Perm(len(renderings)) {
 		e.checkOne(i)
 	}
+	if msg := heldWrongly(e.s); msg != "" {
+		e.t.Fatal(msg)
+	}
+}
+
+// heldWrongly says what a session holds that it should not: an image of
+// a result the passes trim (it can never come back into the context), or
+// a size that is not the sum of its messages' sizes; "" when nothing.
+func heldWrongly(s *Session) string {
+	var sum int64
+	for i := range s.entries {
+		e := &s.entries[i]
+		if e.packed != (e.msg == nil) {
+			return fmt.Sprintf("entry %d (seq %d): packed %v with a message %v", i, e.seq, e.packed, e.msg != nil)
+		}
+		if e.msg == nil {
+			if e.size != 0 {
+				return fmt.Sprintf("entry %d (seq %d): packed, counted at %d bytes", i, e.seq, e.size)
+			}
+			continue
+		}
+		if got := sizeOf(e.msg); got != e.size {
+			return fmt.Sprintf("entry %d (seq %d): counted at %d bytes, holds %d", i, e.seq, e.size, got)
+		}
+		sum += e.size
+		// The rendering is made from the message: Build checks it.
+		for _, r := range resultsOf(e.msg) {
+			if r.images > 0 && s.paired(r.id) && s.trimmed(i, r) {
+				return fmt.Sprintf("entry %d (seq %d): holds %d images of trimmed result %q", i, e.seq, r.images, r.id)
+			}
+		}
+	}
+	if sum != s.msgBytes {
+		return fmt.Sprintf("messages counted at %d bytes, hold %d", s.msgBytes, sum)
+	}
+	return ""
 }
 
 // renderings are the ways a session can be read, each checked against

@@ -46,6 +46,8 @@ type Session struct {
 
 	held      any // see Keep
 	heldBytes int64
+
+	msgBytes int64 // the estimated size of the entries' messages held
 }
 
 type site struct{ entry, block int }
@@ -72,6 +74,7 @@ type entry struct {
 	stale   bool        // out must be recomputed
 	packed  bool        // msg and out are let go; the JSON cache holds it
 	changed uint64      // the session version at which out last changed
+	size    int64       // the estimated size of msg; 0 when packed
 }
 
 type idState struct {
@@ -101,6 +104,7 @@ func New(opt Options) *Session {
 
 func (s *Session) reset() {
 	s.entries = nil
+	s.msgBytes = 0
 	s.ids = map[string]int32{}
 	s.idSlab = nil
 	s.tools = nil
@@ -218,6 +222,8 @@ func (s *Session) appendWith(seq uint64, m *record.Map, results []result) {
 	s.version++
 	s.entries = append(s.entries, entry{seq: seq, msg: m, calls: callsOf(m), results: results, stale: true, changed: s.version})
 	e := &s.entries[i]
+	e.size = sizeOf(m)
+	s.msgBytes += e.size
 	s.dropped = nil
 
 	for ci := range e.calls {
@@ -297,16 +303,22 @@ func (e *entry) resultAt(block int) result {
 }
 
 // addBrowserImages records a kept browser result holding n images: the
-// latest such result keeps its images, every earlier one is trimmed.
+// latest such result keeps its images, every earlier one is trimmed, and
+// the message of a trimmed one lets go of its images (see shed).
 func (s *Session) addBrowserImages(at site, n int) {
 	s.browserImages += n
 	if s.latest == noSite || at.after(s.latest) {
-		if s.latest != noSite {
-			s.touch(s.latest.entry)
-		}
+		old := s.latest
 		s.latest = at
+		if old != noSite {
+			s.touch(old.entry)
+			s.shed(old.entry)
+		}
+		s.touch(at.entry)
+		return
 	}
 	s.touch(at.entry)
+	s.shed(at.entry)
 }
 
 // paired reports whether an id is paired.

@@ -40,7 +40,7 @@ type snapStep struct {
 // snapCoverage counts the snapshots taken of sessions in each state the
 // format must carry; the property test requires every one.
 type snapCoverage struct {
-	packed, trimmedStored, unpaired, orphans, provider, compaction, skipped, empty int
+	packed, trimmedStored, shed, unpaired, orphans, provider, compaction, skipped, empty int
 }
 
 // TestSnapshot_RestoresTheSession checks Restore's contract on generated
@@ -90,9 +90,13 @@ func checkSnapshots(t *testing.T, seed uint64, cov *snapCoverage) {
 	if r.IntN(50) == 0 {
 		n = 100 + r.IntN(151)
 	}
+	values := g.Session(n)
+	if r.IntN(3) == 0 {
+		values = g.Browsing(n) // screenshots, mostly
+	}
 	var steps []snapStep
 	seq := uint64(0)
-	for _, v := range g.Session(n) {
+	for _, v := range values {
 		seq += 1 + uint64(r.IntN(8)/7)
 		if r.IntN(12) == 0 {
 			steps = append(steps, snapStep{seq: seq, skip: true})
@@ -185,6 +189,8 @@ func (c *snapCoverage) count(s *Session, skips, compactions int) {
 	}
 	add(&c.packed, has(func(_ int, e *entry) bool { return e.packed }))
 	add(&c.trimmedStored, has(func(i int, e *entry) bool { return e.packed && len(s.storedTrimmed(i)) > 0 }))
+	// A screenshot trimmed while not packed: its message let go of its images.
+	add(&c.shed, has(func(i int, e *entry) bool { return !e.packed && len(s.storedTrimmed(i)) > 0 }))
 	add(&c.unpaired, len(s.unpaired) > 0)
 	add(&c.orphans, len(s.orphans) > 0)
 	add(&c.provider, has(func(_ int, e *entry) bool {

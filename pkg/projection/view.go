@@ -21,6 +21,11 @@ type cache struct {
 	offs  []int  // offs[i]: where entry i starts in msgs or bytes
 	count int    // messages rendered
 
+	// held[i] is the estimated size of what the list rendering alone
+	// holds before entry i (the messages decoded from packed entries),
+	// and held[len(offs)] of all of it.
+	held []int64
+
 	failed []failure // entries whose message did not encode, in order
 }
 
@@ -64,11 +69,21 @@ func (s *Session) Messages() []any {
 	if msgs == nil {
 		msgs = make([]any, 0, len(s.entries))
 	}
+	if len(c.held) == 0 {
+		c.held = append(c.held, 0)
+	}
+	c.held = c.held[:from+1]
 	for i := from; i < len(s.entries); i++ {
 		c.offs = append(c.offs, len(msgs))
+		held := c.held[i]
+		packed := s.entries[i].packed
 		if out := s.outOf(i); out != nil {
 			msgs = append(msgs, out)
+			if packed {
+				held += sizeOf(out) // decoded for the list alone
+			}
 		}
+		c.held = append(c.held, held+16)
 	}
 	c.msgs, c.built, c.from, c.count = msgs, s.version, len(s.entries), len(msgs)
 	return msgs[:len(msgs):len(msgs)]

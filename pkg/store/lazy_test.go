@@ -850,9 +850,11 @@ func TestStore_EvictsByCountAndBytes(t *testing.T) {
 
 	t.Run("by bytes", func(t *testing.T) {
 		l := newFakeLoader()
-		const maxBytes = 1000
+		// About 1 500 bytes a session once viewed, its JSON buffer 1 KiB
+		// at least: a few fit.
+		const maxBytes = 5000
 		s := newLazyStore(l, lazyConfig{maxSessions: 100, maxBytes: maxBytes, maxSessionBytes: DefaultMaxSessionBytes})
-		fill(t, s, l, 2) // about 300 bytes a session
+		fill(t, s, l, 2)
 		var evictions []uint64
 		for round := range 3 {
 			for _, id := range ids {

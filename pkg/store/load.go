@@ -395,7 +395,7 @@ func (s *Store) proveIndex(ctx context.Context, pv Prover, session string, from,
 func (s *Store) readAfterSnapshot(ctx context.Context, sr SeqLoader, pv Prover, session string, snap *restored, stored []uint64, to uint64, known []uint64, out **build) error {
 	sn := snap.sn
 	b := s.newBuild(session, sn.from, known)
-	b.proj, b.weight, b.size = snap.proj, sn.weight, sn.size
+	b.proj, b.weight, b.size = snap.proj, sn.weight, snap.proj.Size()
 	b.seen = slices.Clone(sn.seqs)
 	b.charge()
 	*out = b
@@ -523,10 +523,7 @@ func (b *build) add(seq uint64, skip bool, v any, n int, resets bool) error {
 		return err
 	}
 	b.weight = w
-	if resets {
-		b.size = 0
-	}
-	b.size += 2 * int64(n) // the decoded record and its cached encoding
+	b.size = b.proj.Size()
 	b.charge()
 	return nil
 }

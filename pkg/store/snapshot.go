@@ -79,12 +79,12 @@ const (
 
 // snapshot is a stored snapshot, decoded but for its projection.
 type snapshot struct {
-	config      string // the store's limits and decoder, as configFingerprint
-	stream      string // the stream's identity
-	removed     uint64 // the stream's removed count it was written at
-	from, seq   uint64 // the session's latest compaction and last record
-	weight      int64  // the slot's weight and size at seq
-	size        int64
+	config      string   // the store's limits and decoder, as configFingerprint
+	stream      string   // the stream's identity
+	removed     uint64   // the stream's removed count it was written at
+	from, seq   uint64   // the session's latest compaction and last record
+	weight      int64    // the slot's weight and size at seq
+	size        int64    // written, not read: a load counts the restored projection's Size
 	seqs        []uint64 // the session's records from from to seq
 	quarantined []uint64 // records since from that failed to apply
 	proj        []byte   // projection.Session.AppendSnapshot

@@ -542,13 +542,8 @@ func (s *Store) applyLoaded(sl *slot, seq uint64, v any, n int, resets bool) err
 		s.Logger.Warn("projection failed; it loads again from the stream", "session", sl.id, "seq", seq, "err", err)
 		return nil
 	}
-	before := sl.size
 	sl.weight = w
-	if resets {
-		sl.size = 0
-	}
-	sl.size += 2 * int64(n) // the decoded record and its cached encoding
-	s.cache.grow(sl.size - before)
+	s.resize(sl)
 	s.cache.touch(sl)
 	s.stats.records.Add(1)
 	return nil
@@ -711,12 +706,27 @@ func (s *Store) viewLoaded(sl *slot, fn func(sl *slot, p *projection.Session)) e
 	fn(sl, p)
 	rendered = true
 	// What fn left with the projection counts in the bound (the
-	// service's rendered replies): evict, deferred above, sees it.
+	// service's rendered replies, the renderings it cached): evict,
+	// deferred above, sees it.
 	if d := sl.proj.KeptBytes() - sl.held; d != 0 {
 		sl.held += d
 		s.cache.grow(d)
 	}
+	s.resize(sl)
 	return nil
+}
+
+// resize counts a loaded slot at what its projection holds now
+// (projection.Session.Size): the messages it keeps, which are not every
+// record it applied (a trimmed screenshot's images are let go), and the
+// renderings it cached. The slot is locked.
+func (s *Store) resize(sl *slot) {
+	if sl.proj == nil {
+		return
+	}
+	size := sl.proj.Size()
+	s.cache.grow(size - sl.size)
+	sl.size = size
 }
 
 // setIndex makes seqs the slot's record index, within the global bound;
