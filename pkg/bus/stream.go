@@ -290,7 +290,23 @@ func replaceConsumer(ctx context.Context, st jetstream.Stream, old *jetstream.Co
 		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
 		cfg.OptStartSeq = floor + 1
 	}
-	return createConsumer(ctx, st, cfg)
+	for try := 1; ; try++ {
+		c, err := createConsumer(ctx, st, cfg)
+		var apiErr *jetstream.APIError
+		if err == nil || try == 5 || !errors.As(err, &apiErr) || apiErr.Code != 500 {
+			return c, err
+		}
+		// The server removes the deleted consumer's store after its
+		// reply, under the same name: a create meanwhile can fail in
+		// that directory (rename ... o.dat: no such file or directory).
+		t := time.NewTimer(time.Duration(try) * 50 * time.Millisecond)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		}
+	}
 }
 
 // CheckConsumer compares an existing consumer's configuration with the
