@@ -12,6 +12,7 @@ import (
 	"maps"
 	"net/http"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -216,6 +217,13 @@ type App struct {
 	snapsDrops atomic.Int32
 	// idleSnaps writes the snapshots of idle sessions behind the ingest.
 	idleSnaps *idleSnapshots
+
+	// life is the context of the app's background work, cancelled by
+	// Close (end) once what uses it has stopped; bg counts the
+	// goroutines of that work Close waits for.
+	life context.Context
+	end  context.CancelFunc
+	bg   sync.WaitGroup
 }
 
 // New returns an app with the configuration; Open starts it.
@@ -227,7 +235,9 @@ func New(cfg Config) *App {
 		host, _ := os.Hostname()
 		cfg.Instance = fmt.Sprintf("%s:%d", host, os.Getpid())
 	}
-	return &App{Config: cfg, failed: make(chan struct{})}
+	a := &App{Config: cfg, failed: make(chan struct{})}
+	a.life, a.end = context.WithCancel(context.Background())
+	return a
 }
 
 // Open starts everything, in order: server, connection, stream, the
@@ -403,7 +413,7 @@ func (a *App) Open(ctx context.Context) (err error) {
 	// session read, that a removal before it could have touched.
 	counted := !limited && !st.CachedInfo().Config.AllowMsgTTL
 	err = a.retryStart(ctx, url, "removal watcher", func(ctx context.Context) error {
-		a.removals, err = openRemovals(ctx, a.nc, want.Name, counted, a.roles.stores, a.dropSnapshots, a.Logger)
+		a.removals, err = openRemovals(ctx, a.life, a.nc, want.Name, counted, a.roles.stores, a.dropSnapshots, a.Logger)
 		return err
 	})
 	if err != nil {
@@ -659,10 +669,14 @@ func (a *App) Close() error {
 			a.roles.lost(reasonShutdown, true)
 		}
 	}
+	// Nothing applies records or answers requests any more: the
+	// background work still under way stops, and is waited for.
+	a.end()
 	if a.removals != nil {
 		a.removals.close()
 		a.removals = nil
 	}
+	a.bg.Wait()
 	a.layout.close()
 	a.layout = nil
 	if a.roles != nil {

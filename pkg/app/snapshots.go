@@ -39,13 +39,18 @@ func (r *removals) appliedRemovals(ctx context.Context) (uint64, bool) {
 	if r == nil || !r.counted {
 		return 0, false
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	if r.lockIdle(ctx.Done()) != nil {
+		return 0, false
+	}
 	r.drainLocked()
-	ctx, cancel := context.WithTimeout(ctx, removalCheckTimeout) // cover and settle wait on r.mu
+	// Every removal counted here is applied: one the read below counts
+	// that this does not was not applied when the stores were.
+	counted := r.base + r.applied
+	r.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, removalCheckTimeout)
 	defer cancel()
-	removed, _, err := bus.Removed(ctx, r.nc, r.stream)
-	if err != nil || int64(removed) != r.base+r.applied {
+	removed, _, err := r.state(ctx)
+	if err != nil || int64(removed) != counted {
 		return 0, false
 	}
 	return removed, true
@@ -86,9 +91,9 @@ func (a *App) dropSnapshots() {
 	if a.loader == nil || a.loader.snaps == nil || a.snapsDrops.Add(1) > 1 {
 		return
 	}
-	go func() {
+	a.bg.Go(func() {
 		for {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ctx, cancel := context.WithTimeout(a.life, 10*time.Second)
 			a.purgeSnapshots(ctx)
 			cancel()
 			if a.snapsDrops.CompareAndSwap(1, 0) {
@@ -96,7 +101,7 @@ func (a *App) dropSnapshots() {
 			}
 			a.snapsDrops.Store(1) // asked again meanwhile: once more
 		}
-	}()
+	})
 }
 
 // purgeSnapshots empties the snapshot bucket.
