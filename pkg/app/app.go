@@ -224,6 +224,8 @@ type App struct {
 	life context.Context
 	end  context.CancelFunc
 	bg   sync.WaitGroup
+	// emptySnapshots empties the snapshot bucket (purgeSnapshots).
+	emptySnapshots func(ctx context.Context)
 }
 
 // New returns an app with the configuration; Open starts it.
@@ -237,6 +239,7 @@ func New(cfg Config) *App {
 	}
 	a := &App{Config: cfg, failed: make(chan struct{})}
 	a.life, a.end = context.WithCancel(context.Background())
+	a.emptySnapshots = a.purgeSnapshots
 	return a
 }
 
@@ -391,7 +394,7 @@ func (a *App) Open(ctx context.Context) (err error) {
 	a.js, a.st, a.stream = js, st, want.Name
 	a.loader = &streamLoader{nc: a.nc, stream: want.Name, cps: cps, layout: layout,
 		snaps: snaps, identity: cps.Stream}
-	a.layout = watchLayout(a.nc, st, layout, a.Logger, func(err error) {
+	a.layout = watchLayout(a.life, a.nc, st, layout, a.Logger, func(err error) {
 		a.layoutErr.Store(&err)
 		a.fail(err)
 	})
@@ -458,7 +461,7 @@ func (a *App) Open(ctx context.Context) (err error) {
 		return err
 	}
 	readRange := func(from, to uint64, fn func(bus.Msg) error) error {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(a.life, 30*time.Second)
 		defer cancel()
 		return bus.ReadRange(ctx, a.nc, want.Name, from, to, fn)
 	}

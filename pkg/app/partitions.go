@@ -509,7 +509,7 @@ func (b *balancer) startRuns(ks []int) {
 	go func() {
 		defer b.closing.Done()
 		each(ks, func(_, k int) {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ctx, cancel := context.WithTimeout(b.a.life, 10*time.Second)
 			defer cancel()
 			if _, err := b.a.st.Consumer(ctx, streams.PartitionName(k)); errors.Is(err, jetstream.ErrConsumerNotFound) {
 				b.a.fail(fmt.Errorf("ingest consumer %s on stream %s was deleted: its partition's records are applied no more; start ctxd again to create it", streams.PartitionName(k), b.a.stream))
@@ -527,7 +527,7 @@ func (b *balancer) startRun(k int, cons jetstream.Consumer) error {
 		if tr.nothingBetween(from, to) {
 			return nil
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(b.a.life, 30*time.Second)
 		defer cancel()
 		if err := bus.ReadPartition(ctx, nc, stream, k, from, to, to+1, fn); err != nil {
 			return err
@@ -555,7 +555,7 @@ func (b *balancer) unpin(k int, pin string) {
 	if pin == "" {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(b.a.life, 5*time.Second)
 	defer cancel()
 	name := streams.PartitionName(k)
 	cons, err := b.a.st.Consumer(ctx, name)
@@ -610,7 +610,7 @@ func (b *balancer) unpinAll(us []unpinning) {
 			b.unpin(k, us[i].pin)
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(b.a.life, 5*time.Second)
 		defer cancel()
 		b.unpinNow(ctx, k)
 	})

@@ -94,7 +94,7 @@ func (a *App) dropSnapshots() {
 	a.bg.Go(func() {
 		for {
 			ctx, cancel := context.WithTimeout(a.life, 10*time.Second)
-			a.purgeSnapshots(ctx)
+			a.emptySnapshots(ctx)
 			cancel()
 			if a.snapsDrops.CompareAndSwap(1, 0) {
 				return
@@ -123,7 +123,7 @@ func (a *App) snapshotLabel() snapshotLabel {
 	if a.loader == nil || a.loader.snaps == nil {
 		return snapshotLabel{}
 	}
-	removed, ok := a.removals.appliedRemovals(context.Background())
+	removed, ok := a.removals.appliedRemovals(a.life)
 	return snapshotLabel{removed, ok}
 }
 
@@ -243,7 +243,8 @@ const idleSnapshotBudget = 32 << 20
 
 // idleSnapshots is the goroutine that writes them.
 type idleSnapshots struct {
-	done, quit chan struct{}
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 func startIdleSnapshots(a *App) *idleSnapshots {
@@ -254,18 +255,20 @@ func startIdleSnapshots(a *App) *idleSnapshots {
 	if every < 0 || a.loader == nil || a.loader.snaps == nil || a.removals == nil || !a.removals.counted {
 		return nil
 	}
-	w := &idleSnapshots{done: make(chan struct{}), quit: make(chan struct{})}
+	// Its round under way ends at stop, or at the app's end.
+	ctx, cancel := context.WithCancel(a.life)
+	w := &idleSnapshots{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
 		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
 			select {
-			case <-w.quit:
+			case <-ctx.Done():
 				return
 			case <-t.C:
 			}
-			a.writeIdleSnapshots(w.quit, every)
+			a.writeIdleSnapshots(ctx, every)
 		}
 	}()
 	return w
@@ -275,21 +278,14 @@ func (w *idleSnapshots) stop() {
 	if w == nil {
 		return
 	}
-	close(w.quit)
+	w.cancel()
 	<-w.done
 }
 
 // writeIdleSnapshots is one round of idleSnapshots.
-func (a *App) writeIdleSnapshots(quit <-chan struct{}, every time.Duration) {
-	ctx, cancel := context.WithTimeout(context.Background(), max(every, 5*time.Second))
+func (a *App) writeIdleSnapshots(ctx context.Context, every time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, max(every, 5*time.Second))
 	defer cancel()
-	go func() {
-		select {
-		case <-quit:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	// The count first: a store fed after it was fed, and concerned by
 	// the removals, when it was read (appliedRemovals).
 	removed, ok := a.removals.appliedRemovals(ctx)
