@@ -390,7 +390,12 @@ func (r *removals) check(f chan struct{}, need uint64) {
 		cancel()
 		if err != nil {
 			r.mu.Lock()
-			r.forgetAll("the stream's state could not be read", "err", err)
+			if r.ctx.Err() != nil {
+				// Closing: nothing applies records any more.
+				r.forget()
+			} else {
+				r.forgetAll("the stream's state could not be read", "err", err)
+			}
 			r.mu.Unlock()
 			r.raise(need)
 			return
@@ -478,12 +483,18 @@ func (r *removals) apply(m *nats.Msg) {
 		"stream", r.stream, "session", rm.Session, "seq", rm.Seq, "all", rm.All, "messages", rm.Count)
 }
 
-// forgetAll forgets every session of both stores; r.mu is held.
+// forgetAll forgets every session of both stores, and says why; r.mu
+// is held.
 func (r *removals) forgetAll(why string, args ...any) {
+	r.forget()
+	r.logger.Warn("every session loads from the stream again: "+why, args...)
+}
+
+// forget forgets every session of both stores; r.mu is held.
+func (r *removals) forget() {
 	for _, st := range r.stores() {
 		st.ForgetAll()
 	}
-	r.logger.Warn("every session loads from the stream again: "+why, args...)
 }
 
 // stores returns the stores a removal concerns: the reader's, those
