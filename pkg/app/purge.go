@@ -122,8 +122,8 @@ type removals struct {
 	// was stored has been applied to the stores.
 	verified atomic.Uint64
 	// busy counts the goroutines applying advisories, which take them
-	// from ch under mu: one that finds ch empty and none busy has
-	// nothing to wait for.
+	// from ch under mu (or as the check under way): one that finds ch
+	// empty and none busy has nothing to wait for.
 	busy atomic.Int32
 	// reads counts the reads of the stream's state a check began;
 	// checked is the count at the start of the last read of the last
