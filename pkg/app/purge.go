@@ -134,8 +134,8 @@ type removals struct {
 
 	// mu guards base, applied and flight, and is never held across a
 	// read of the stream's state: a check reads with no lock held, and
-	// whoever needs it meanwhile waits for its end (flight.done), not
-	// for a lock.
+	// whoever needs it meanwhile waits for its end (flight), not for a
+	// lock.
 	mu      sync.Mutex
 	base    int64 // the stream's removed sequences not counted in applied
 	applied int64 // messages removed by the advisories applied

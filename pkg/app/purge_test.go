@@ -83,12 +83,14 @@ func TestRemovals_NoLockWhileReading(t *testing.T) {
 	require.NoError(t, err)
 
 	entered, release := make(chan struct{}, 4), make(chan struct{})
+	r.mu.Lock() // the watcher's own checks read it after taking mu
 	read := r.state
 	r.state = func(ctx context.Context) (uint64, uint64, error) {
 		entered <- struct{}{}
 		<-release
 		return read(ctx)
 	}
+	r.mu.Unlock()
 	reads := r.reads.Load()
 	covered := make(chan struct{})
 	go func() { r.cover(2); close(covered) }()
