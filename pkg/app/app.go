@@ -12,6 +12,7 @@ import (
 	"maps"
 	"net/http"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -216,6 +217,15 @@ type App struct {
 	snapsDrops atomic.Int32
 	// idleSnaps writes the snapshots of idle sessions behind the ingest.
 	idleSnaps *idleSnapshots
+
+	// life is the context of the app's background work, cancelled by
+	// Close (end) once what uses it has stopped; bg counts the
+	// goroutines of that work Close waits for.
+	life context.Context
+	end  context.CancelFunc
+	bg   sync.WaitGroup
+	// emptySnapshots empties the snapshot bucket (purgeSnapshots).
+	emptySnapshots func(ctx context.Context)
 }
 
 // New returns an app with the configuration; Open starts it.
@@ -227,7 +237,10 @@ func New(cfg Config) *App {
 		host, _ := os.Hostname()
 		cfg.Instance = fmt.Sprintf("%s:%d", host, os.Getpid())
 	}
-	return &App{Config: cfg, failed: make(chan struct{})}
+	a := &App{Config: cfg, failed: make(chan struct{})}
+	a.life, a.end = context.WithCancel(context.Background())
+	a.emptySnapshots = a.purgeSnapshots
+	return a
 }
 
 // Open starts everything, in order: server, connection, stream, the
@@ -381,7 +394,7 @@ func (a *App) Open(ctx context.Context) (err error) {
 	a.js, a.st, a.stream = js, st, want.Name
 	a.loader = &streamLoader{nc: a.nc, stream: want.Name, cps: cps, layout: layout,
 		snaps: snaps, identity: cps.Stream}
-	a.layout = watchLayout(a.nc, st, layout, a.Logger, func(err error) {
+	a.layout = watchLayout(a.life, a.nc, st, layout, a.Logger, func(err error) {
 		a.layoutErr.Store(&err)
 		a.fail(err)
 	})
@@ -403,7 +416,7 @@ func (a *App) Open(ctx context.Context) (err error) {
 	// session read, that a removal before it could have touched.
 	counted := !limited && !st.CachedInfo().Config.AllowMsgTTL
 	err = a.retryStart(ctx, url, "removal watcher", func(ctx context.Context) error {
-		a.removals, err = openRemovals(ctx, a.nc, want.Name, counted, a.roles.stores, a.dropSnapshots, a.Logger)
+		a.removals, err = openRemovals(ctx, a.life, a.nc, want.Name, counted, a.roles.stores, a.dropSnapshots, a.Logger)
 		return err
 	})
 	if err != nil {
@@ -448,7 +461,7 @@ func (a *App) Open(ctx context.Context) (err error) {
 		return err
 	}
 	readRange := func(from, to uint64, fn func(bus.Msg) error) error {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(a.life, 30*time.Second)
 		defer cancel()
 		return bus.ReadRange(ctx, a.nc, want.Name, from, to, fn)
 	}
@@ -659,10 +672,14 @@ func (a *App) Close() error {
 			a.roles.lost(reasonShutdown, true)
 		}
 	}
+	// Nothing applies records or answers requests any more: the
+	// background work still under way stops, and is waited for.
+	a.end()
 	if a.removals != nil {
 		a.removals.close()
 		a.removals = nil
 	}
+	a.bg.Wait()
 	a.layout.close()
 	a.layout = nil
 	if a.roles != nil {

@@ -157,7 +157,7 @@ func (f *following) want() {
 func (f *following) start(gen uint64, st *store.Store) {
 	defer f.wg.Done()
 	a := f.r.a
-	ctx, cancel := context.WithTimeout(context.Background(), followStart)
+	ctx, cancel := context.WithTimeout(a.life, followStart)
 	defer cancel()
 	run, err := func() (*bus.Follower, error) {
 		last, _, err := bus.LastSeq(ctx, a.st)

@@ -1,14 +1,20 @@
 package app
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ctxd/ctxd/internal/natstest"
 	"github.com/ctxd/ctxd/pkg/bus"
 )
 
@@ -94,4 +100,66 @@ func TestBalancer_NoticeOfItself(t *testing.T) {
 		require.Empty(t, b.leaving)
 		require.Equal(t, 2, b.count())
 	}
+}
+
+// A round that hands partitions back unpins them with no lock held: a
+// handback notice that comes while the unpin request is outstanding is
+// taken at once, not after the request.
+func TestBalancer_NoLockWhileUnpinning(t *testing.T) {
+	url := natstest.Start(t)
+	cfg := DefaultConfig()
+	cfg.NATSURL, cfg.Partitions, cfg.Instance = url, 2, "me:1"
+	a := New(cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	require.NoError(t, a.Open(ctx))
+	t.Cleanup(func() { a.Close() })
+	b := a.roles.bal
+
+	entered, release := make(chan int, 4), make(chan struct{})
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) }) // before Close
+	b.mu.Lock()
+	unpin := b.unpinConsumer
+	b.unpinConsumer = func(ctx context.Context, k int) error {
+		entered <- k
+		<-release
+		return unpin(ctx, k)
+	}
+	b.mu.Unlock()
+
+	// Records in both partitions: this instance, alone, holds both pins.
+	nc := natstest.Connect(t, url)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	for i := range 8 {
+		_, err := js.Publish(ctx, fmt.Sprintf("transcripts.s%d", i), []byte(`{"role":"user","content":"x"}`))
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool { return len(a.roles.owned()) == 2 }, 30*time.Second, 10*time.Millisecond)
+
+	// A second instance: the surplus partition goes back.
+	svc, err := micro.AddService(nc, micro.Config{Name: "ctxd", Version: "0.0.1",
+		Metadata: map[string]string{"partitions": "2", "instance": "other:2"}})
+	require.NoError(t, err)
+	t.Cleanup(func() { svc.Stop() })
+	select {
+	case <-entered:
+	case <-ctx.Done():
+		t.Fatal("no partition handed back")
+	}
+	require.True(t, b.mu.TryLock(), "the balancer's lock is held while a pin is given back")
+	b.mu.Unlock()
+
+	// Another instance's notice is taken meanwhile.
+	data, err := json.Marshal(Handback{Stream: a.stream, Partitions: 2, Instance: "third:3", ID: "T", HandedBack: []int{}})
+	require.NoError(t, err)
+	require.NoError(t, nc.Publish(HandbackSubject, data))
+	require.Eventually(t, func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		_, ok := b.leaving["T"]
+		return ok
+	}, 30*time.Second, 10*time.Millisecond)
+	once.Do(func() { close(release) })
 }

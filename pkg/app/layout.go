@@ -39,6 +39,7 @@ var ErrLayoutChanged = errors.New("the stream's partitions changed since this in
 
 // layoutWatch stops the instance when the stream's layout changes.
 type layoutWatch struct {
+	ctx     context.Context // the app's: its end stops a read under way
 	st      jetstream.Stream
 	have    bus.Layout
 	logger  *slog.Logger
@@ -52,8 +53,8 @@ type layoutWatch struct {
 
 // watchLayout starts watching st, whose layout at the start is have.
 // An error to subscribe to the advisories leaves the periodic read.
-func watchLayout(nc *nats.Conn, st jetstream.Stream, have bus.Layout, logger *slog.Logger, changed func(error)) *layoutWatch {
-	w := &layoutWatch{st: st, have: have, logger: logger, changed: changed,
+func watchLayout(ctx context.Context, nc *nats.Conn, st jetstream.Stream, have bus.Layout, logger *slog.Logger, changed func(error)) *layoutWatch {
+	w := &layoutWatch{ctx: ctx, st: st, have: have, logger: logger, changed: changed,
 		poke: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	update := []byte(`"$JS.API.STREAM.UPDATE.` + have.Stream + `"`)
 	sub, err := nc.Subscribe(bus.AuditAdvisory, func(m *nats.Msg) {
@@ -93,7 +94,7 @@ func (w *layoutWatch) run() {
 // check reads the stream's configuration and returns ErrLayoutChanged,
 // with what changed, when its layout is not the one the instance has.
 func (w *layoutWatch) check() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(w.ctx, 2*time.Second)
 	defer cancel()
 	info, err := w.st.Info(ctx)
 	if err != nil {

@@ -90,9 +90,15 @@ type balancer struct {
 
 	cons []jetstream.Consumer // by partition, as openConsumers found or made them
 
-	mu     sync.Mutex
-	runs   []*bus.Ingest // by partition; nil when not pulling
-	over   int           // rounds in a row with more than target
+	// mu guards what follows; no JetStream request is made under it: a
+	// round decides under it, gives pins back without it, and looks
+	// again after.
+	mu   sync.Mutex
+	runs []*bus.Ingest // by partition; nil when not pulling
+	// giving are the partitions whose pin is being given back: none is
+	// pulled from again before the unpin request has ended.
+	giving []bool
+	over   int // rounds in a row with more than target
 	closed bool
 	// seen are the instances of the last count, by service id, each
 	// with its instance name; self is this instance's service id once a
@@ -104,6 +110,10 @@ type balancer struct {
 	leaving map[string]time.Time
 	sub     *nats.Subscription
 
+	// unpinConsumer gives partition k's pin back, whoever holds it (a
+	// JetStream request).
+	unpinConsumer func(ctx context.Context, k int) error
+
 	moved   atomic.Int64 // partitions handed back
 	target  atomic.Int64 // partitions an instance holds at most, as last counted
 	closing sync.WaitGroup
@@ -112,8 +122,11 @@ type balancer struct {
 }
 
 func newBalancer(a *App, r *roles, after uint64) *balancer {
-	b := &balancer{a: a, r: r, after: after, cons: make([]jetstream.Consumer, len(r.parts)), runs: make([]*bus.Ingest, len(r.parts)), stop: make(chan struct{}), done: make(chan struct{}),
+	b := &balancer{a: a, r: r, after: after, cons: make([]jetstream.Consumer, len(r.parts)), runs: make([]*bus.Ingest, len(r.parts)), giving: make([]bool, len(r.parts)), stop: make(chan struct{}), done: make(chan struct{}),
 		leaving: map[string]time.Time{}}
+	b.unpinConsumer = func(ctx context.Context, k int) error {
+		return a.st.UnpinConsumer(ctx, streams.PartitionName(k), streams.IngestGroup)
+	}
 	// Until the instances are counted, as if this one held them all.
 	b.target.Store(int64(len(r.parts)))
 	return b
@@ -180,7 +193,11 @@ func (b *balancer) held() []int {
 func (b *balancer) round() {
 	seen := b.live()
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	var given *handback
+	defer func() {
+		b.mu.Unlock()
+		given.finish() // the pins given back, the lock let go
+	}()
 	if b.closed {
 		return
 	}
@@ -195,7 +212,7 @@ func (b *balancer) round() {
 			b.over = 0
 			surplus := held[target:]
 			b.a.Logger.Info("partitions handed back", "partitions", surplus, "held", len(held), "target", target, "instances", n)
-			b.handBack(surplus, fmt.Sprintf("handed back: %d instances, at most %d partitions each", n, target))
+			given = b.handBack(surplus, fmt.Sprintf("handed back: %d instances, at most %d partitions each", n, target))
 			held = held[:target]
 		}
 	} else {
@@ -208,7 +225,7 @@ func (b *balancer) round() {
 	var pull []int
 	for k := range P {
 		switch {
-		case isHeld[k]:
+		case isHeld[k], b.giving[k]:
 		case len(held) < target && b.runs[k] == nil:
 			pull = append(pull, k)
 		case len(held) >= target && b.runs[k] != nil:
@@ -322,7 +339,7 @@ func (b *balancer) takeOver(ks []int) {
 	b.target.Store(int64(target))
 	var pull []int
 	for _, k := range ks {
-		if b.runs[k] == nil && !slices.Contains(pull, k) {
+		if b.runs[k] == nil && !b.giving[k] && !slices.Contains(pull, k) {
 			pull = append(pull, k)
 		}
 	}
@@ -347,26 +364,56 @@ func (b *balancer) announce(ks []int) {
 	}
 }
 
-// handBack gives partitions up at once; b.mu is held.
-func (b *balancer) handBack(ks []int, reason string) {
-	type given struct {
-		k  int
-		st *store.Store
-		in *bus.Ingest
-	}
-	var gs []given
+// handback is partitions given up (handBack), whose pins are given back
+// and ingests stopped once the balancer's lock is let go (finish).
+type handback struct {
+	b      *balancer
+	unpins []unpinning
+	gs     []given
+}
+
+// given is a partition given up: its ingest and its ingest store.
+type given struct {
+	k  int
+	st *store.Store
+	in *bus.Ingest
+}
+
+// handBack gives partitions up at once: their stores are not trusted
+// from now on, and nothing pulls from them until the returned handback's
+// finish, which the caller calls once it has let b.mu go, has given
+// their pins back. b.mu is held.
+func (b *balancer) handBack(ks []int, reason string) *handback {
+	h := &handback{b: b}
 	pins := map[int]string{}
 	for _, k := range ks {
 		p := b.r.parts[k]
 		pins[k] = p.heldPin()
-		gs = append(gs, given{k, p.release(reason), b.runs[k]})
+		h.gs = append(h.gs, given{k, p.release(reason), b.runs[k]})
 		b.moved.Add(1)
 	}
-	b.unpinAll(pins)
+	h.unpins = b.unpinning(pins)
 	for _, k := range ks {
 		b.runs[k] = nil
+		b.giving[k] = true
 	}
-	for _, g := range gs {
+	return h
+}
+
+// finish gives the pins back, then stops the ingests and lets the
+// stores go; b.mu is not held. A nil handback does nothing.
+func (h *handback) finish() {
+	if h == nil {
+		return
+	}
+	b := h.b
+	b.unpinAll(h.unpins)
+	b.mu.Lock()
+	for _, g := range h.gs {
+		b.giving[g.k] = false
+	}
+	b.mu.Unlock()
+	for _, g := range h.gs {
 		b.closing.Add(1)
 		go func() {
 			defer b.closing.Done()
@@ -376,7 +423,7 @@ func (b *balancer) handBack(ks []int, reason string) {
 				}
 			}
 			if g.st != nil {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				ctx, cancel := context.WithTimeout(b.a.life, 10*time.Second)
 				_ = g.st.SaveCheckpoints(ctx) // a hint: the next owner loads from the stream without
 				cancel()
 				g.st.Close()
@@ -402,16 +449,26 @@ func (b *balancer) stopRun(k int) {
 			b.a.Logger.Warn("partition ingest", "partition", k, "err", err)
 		}
 		b.mu.Lock()
-		defer b.mu.Unlock()
-		if b.runs[k] != nil {
-			return // pulling again
+		if b.runs[k] != nil || b.giving[k] {
+			b.mu.Unlock()
+			return // pulling again, or given back already
 		}
 		p := b.r.parts[k]
-		if pin := p.heldPin(); pin != "" {
+		pin := p.heldPin()
+		if pin != "" {
 			p.lost("stopped pulling", false)
+			b.giving[k] = true
+			b.mu.Unlock()
 			b.unpin(k, pin)
+			b.mu.Lock()
+			b.giving[k] = false
+			if b.runs[k] != nil {
+				b.mu.Unlock()
+				return // pulling again meanwhile: it gains a pin of its own
+			}
 		}
 		p.drop()
+		b.mu.Unlock()
 	}()
 }
 
@@ -452,7 +509,7 @@ func (b *balancer) startRuns(ks []int) {
 	go func() {
 		defer b.closing.Done()
 		each(ks, func(_, k int) {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ctx, cancel := context.WithTimeout(b.a.life, 10*time.Second)
 			defer cancel()
 			if _, err := b.a.st.Consumer(ctx, streams.PartitionName(k)); errors.Is(err, jetstream.ErrConsumerNotFound) {
 				b.a.fail(fmt.Errorf("ingest consumer %s on stream %s was deleted: its partition's records are applied no more; start ctxd again to create it", streams.PartitionName(k), b.a.stream))
@@ -470,7 +527,7 @@ func (b *balancer) startRun(k int, cons jetstream.Consumer) error {
 		if tr.nothingBetween(from, to) {
 			return nil
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(b.a.life, 30*time.Second)
 		defer cancel()
 		if err := bus.ReadPartition(ctx, nc, stream, k, from, to, to+1, fn); err != nil {
 			return err
@@ -498,7 +555,7 @@ func (b *balancer) unpin(k int, pin string) {
 	if pin == "" {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(b.a.life, 5*time.Second)
 	defer cancel()
 	name := streams.PartitionName(k)
 	cons, err := b.a.st.Consumer(ctx, name)
@@ -516,33 +573,44 @@ func (b *balancer) unpin(k int, pin string) {
 
 // unpinNow gives partition k's pin back, whoever holds it.
 func (b *balancer) unpinNow(ctx context.Context, k int) {
-	if err := b.a.st.UnpinConsumer(ctx, streams.PartitionName(k), streams.IngestGroup); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+	if err := b.unpinConsumer(ctx, k); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		b.a.Logger.Warn("unpin", "partition", k, "err", err)
 	}
 }
 
-// unpinAll gives pins back (by partition), all at once. The pin of a
-// partition whose ingest still holds it (records came under it, no pull
-// was refused since) is given back without asking the server first
-// whose it is: one request less before another instance applies it.
-// b.mu is held.
-func (b *balancer) unpinAll(pins map[int]string) {
-	var ks []int
+// unpinning is a pin to give back: sure when the partition's ingest
+// still holds it (records came under it, no pull was refused since), so
+// that it is given back without asking the server first whose it is.
+type unpinning struct {
+	k    int
+	pin  string
+	sure bool
+}
+
+// unpinning lists the pins (by partition) to give back; b.mu is held.
+func (b *balancer) unpinning(pins map[int]string) []unpinning {
+	var us []unpinning
 	for k, pin := range pins {
 		if pin != "" {
-			ks = append(ks, k)
+			us = append(us, unpinning{k, pin, b.runs[k] != nil && b.runs[k].Pinned() == pin})
 		}
 	}
-	sure := make([]bool, len(ks))
-	for i, k := range ks {
-		sure[i] = b.runs[k] != nil && b.runs[k].Pinned() == pins[k]
+	return us
+}
+
+// unpinAll gives pins back, all at once; b.mu is not held. A sure one
+// costs one request less before another instance applies it.
+func (b *balancer) unpinAll(us []unpinning) {
+	ks := make([]int, len(us))
+	for i, u := range us {
+		ks[i] = u.k
 	}
 	each(ks, func(i, k int) {
-		if !sure[i] {
-			b.unpin(k, pins[k])
+		if !us[i].sure {
+			b.unpin(k, us[i].pin)
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(b.a.life, 5*time.Second)
 		defer cancel()
 		b.unpinNow(ctx, k)
 	})
@@ -572,7 +640,7 @@ func (b *balancer) close() []*store.Store {
 		}
 		b.moved.Add(1)
 	}
-	b.unpinAll(pins)
+	unpins := b.unpinning(pins)
 	var ins []*bus.Ingest
 	var ks []int
 	for k, in := range b.runs {
@@ -582,6 +650,7 @@ func (b *balancer) close() []*store.Store {
 		}
 	}
 	b.mu.Unlock()
+	b.unpinAll(unpins)
 	if b.sub != nil {
 		b.sub.Unsubscribe()
 	}
@@ -604,7 +673,10 @@ func (b *balancer) close() []*store.Store {
 			stores = append(stores, st)
 		}
 	}
-	b.unpinAll(pins)
+	b.mu.Lock()
+	unpins = b.unpinning(pins)
+	b.mu.Unlock()
+	b.unpinAll(unpins)
 	return stores
 }
 

@@ -111,6 +111,9 @@ type removals struct {
 	// counted says the stream removes nothing of its own accord: its
 	// count of removed sequences is checked.
 	counted bool
+	// state reads the stream's count of removed sequences and its last
+	// sequence (bus.Removed).
+	state func(ctx context.Context) (removed, last uint64, err error)
 
 	sub *nats.Subscription
 	ch  chan *nats.Msg
@@ -119,8 +122,8 @@ type removals struct {
 	// was stored has been applied to the stores.
 	verified atomic.Uint64
 	// busy counts the goroutines applying advisories, which take them
-	// from ch under mu: one that finds ch empty and none busy has
-	// nothing to wait for.
+	// from ch under mu (or as the check under way): one that finds ch
+	// empty and none busy has nothing to wait for.
 	busy atomic.Int32
 	// reads counts the reads of the stream's state a check began;
 	// checked is the count at the start of the last read of the last
@@ -129,21 +132,36 @@ type removals struct {
 	reads   atomic.Uint64
 	checked atomic.Uint64
 
+	// mu guards base, applied and flight, and is never held across a
+	// read of the stream's state: a check reads with no lock held, and
+	// whoever needs it meanwhile waits for its end (flight), not for a
+	// lock.
 	mu      sync.Mutex
 	base    int64 // the stream's removed sequences not counted in applied
 	applied int64 // messages removed by the advisories applied
+	// flight is the check under way, nil when none is. While one is, it
+	// alone applies advisories: base and applied move with what its
+	// reads saw.
+	flight chan struct{}
 
-	stop chan struct{}
-	done chan struct{}
+	// ctx ends at close: a read under way stops.
+	ctx    context.Context
+	cancel context.CancelFunc
+	stop   chan struct{}
+	done   chan struct{}
 }
 
 // openRemovals subscribes to the advisories, reads where the stream is,
-// and starts the watcher's goroutine.
-func openRemovals(ctx context.Context, nc *nats.Conn, stream string, counted bool, stores func() []*store.Store, onRemoval func(), logger *slog.Logger) (*removals, error) {
+// and starts the watcher's goroutine. ctx bounds the start; life is the
+// app's, whose end stops the reads of the stream's state.
+func openRemovals(ctx, life context.Context, nc *nats.Conn, stream string, counted bool, stores func() []*store.Store, onRemoval func(), logger *slog.Logger) (*removals, error) {
 	r := &removals{nc: nc, stream: stream, stores: stores, removed: onRemoval, logger: logger, counted: counted,
 		ch: make(chan *nats.Msg, removalAdvisories), stop: make(chan struct{}), done: make(chan struct{})}
+	r.ctx, r.cancel = context.WithCancel(life)
+	r.state = func(ctx context.Context) (uint64, uint64, error) { return bus.Removed(ctx, nc, stream) }
 	var err error
 	if r.sub, err = nc.ChanSubscribe(bus.AuditAdvisory, r.ch); err != nil {
+		r.cancel()
 		return nil, fmt.Errorf("subscribe to %s: %w", bus.AuditAdvisory, err)
 	}
 	// The subscription holds before the stream's state is read: a removal
@@ -151,11 +169,13 @@ func openRemovals(ctx context.Context, nc *nats.Conn, stream string, counted boo
 	fctx, cancel := context.WithTimeout(ctx, removalCheckTimeout)
 	defer cancel()
 	if err := nc.FlushWithContext(fctx); err != nil {
+		r.cancel()
 		r.sub.Unsubscribe()
 		return nil, fmt.Errorf("subscribe to %s: %w", bus.AuditAdvisory, err)
 	}
-	removed, last, err := bus.Removed(ctx, nc, stream)
+	removed, last, err := r.state(ctx)
 	if err != nil {
+		r.cancel()
 		r.sub.Unsubscribe()
 		return nil, err
 	}
@@ -171,6 +191,7 @@ func (r *removals) close() {
 		return
 	}
 	close(r.stop)
+	r.cancel()
 	<-r.done
 	r.sub.Unsubscribe()
 }
@@ -189,9 +210,10 @@ func (r *removals) run() {
 		r.drain()
 		if r.counted && time.Since(lastCheck) >= removalCheckEvery {
 			lastCheck = time.Now()
-			r.mu.Lock()
-			r.check(0)
-			r.mu.Unlock()
+			if r.lockIdle(nil) == nil {
+				r.drainLocked()
+				r.check(r.begin(), 0)
+			}
 		}
 	}
 }
@@ -202,12 +224,45 @@ func (r *removals) drain() {
 	if r == nil || len(r.ch) == 0 && r.busy.Load() == 0 {
 		return
 	}
-	r.mu.Lock()
+	if r.lockIdle(nil) != nil {
+		return
+	}
 	r.drainLocked()
 	r.mu.Unlock()
 }
 
-// drainLocked applies the advisories waiting; r.mu is held.
+// lockIdle locks r.mu once no check is under way, waiting for the one
+// that is (no lock held meanwhile); it returns done's error, unlocked,
+// when done is closed first. A nil done never is.
+func (r *removals) lockIdle(done <-chan struct{}) error {
+	r.mu.Lock()
+	for r.flight != nil {
+		f := r.flight
+		r.mu.Unlock()
+		select {
+		case <-f:
+		case <-done:
+			return context.Canceled
+		case <-r.stop:
+			// Closing: the check under way ends at once (check).
+			<-f
+		}
+		r.mu.Lock()
+	}
+	return nil
+}
+
+// begin marks a check under way and unlocks r.mu, which is held: the
+// caller checks (check), which ends it.
+func (r *removals) begin() chan struct{} {
+	f := make(chan struct{})
+	r.flight = f
+	r.mu.Unlock()
+	return f
+}
+
+// drainLocked applies the advisories waiting; r.mu is held, or the
+// caller's check is under way.
 func (r *removals) drainLocked() {
 	r.busy.Add(1)
 	defer r.busy.Add(-1)
@@ -232,12 +287,15 @@ func (r *removals) cover(seq uint64) {
 		r.drain()
 		return
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	// A check under way covers seq when its read began after the record
+	// was stored: verified is tested again once it ends.
+	r.lockIdle(nil)
 	r.drainLocked()
-	if seq > r.verified.Load() {
-		r.check(seq)
+	if seq <= r.verified.Load() {
+		r.mu.Unlock()
+		return
 	}
+	r.check(r.begin(), seq)
 }
 
 // covered reports whether cover(seq) returns without reading the
@@ -289,40 +347,59 @@ func (r *removals) settleSince(ctx context.Context, mark, upTo uint64) error {
 		r.cover(upTo)
 		return nil
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	if r.lockIdle(ctx.Done()) != nil {
+		return ctx.Err()
+	}
 	r.drainLocked()
 	if r.checked.Load() > mark && r.verified.Load() >= upTo {
+		r.mu.Unlock()
 		return nil
 	}
 	if err := ctx.Err(); err != nil {
+		r.mu.Unlock()
 		return err
 	}
-	r.check(upTo)
+	r.check(r.begin(), upTo)
 	return nil
 }
 
 // check reads the stream's state and verifies up to its last sequence,
 // or, failing that, forgets every session and verifies up to need (a
-// record already stored). r.mu is held.
-func (r *removals) check(need uint64) {
+// record already stored). It is the check under way f (begin): no lock
+// is held while it reads, and it alone applies advisories until it ends.
+func (r *removals) check(f chan struct{}, need uint64) {
 	deadline := time.Now().Add(removalGrace)
 	// Whatever its last read of the stream's state finds, every removal
 	// made before that read began is applied when check returns:
 	// verified, or every session forgotten.
 	var read uint64
-	defer func() { r.checked.Store(read) }()
+	defer func() {
+		r.mu.Lock()
+		r.checked.Store(read)
+		r.flight = nil
+		r.mu.Unlock()
+		close(f)
+	}()
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), removalCheckTimeout)
+		r.mu.Lock()
+		counted := r.base + r.applied
+		r.mu.Unlock()
+		ctx, cancel := context.WithTimeout(r.ctx, removalCheckTimeout)
 		read = r.reads.Add(1)
-		removed, last, err := bus.Removed(ctx, r.nc, r.stream)
+		removed, last, err := r.state(ctx)
 		cancel()
 		if err != nil {
-			r.forgetAll("the stream's state could not be read", "err", err)
+			r.mu.Lock()
+			if r.ctx.Err() != nil {
+				// Closing: nothing applies records any more.
+				r.forget()
+			} else {
+				r.forgetAll("the stream's state could not be read", "err", err)
+			}
+			r.mu.Unlock()
 			r.raise(need)
 			return
 		}
-		counted := r.base + r.applied
 		if int64(removed) == counted && last >= need {
 			r.raise(last)
 			return
@@ -333,15 +410,20 @@ func (r *removals) check(need uint64) {
 			r.busy.Add(1)
 			select {
 			case m := <-r.ch:
+				r.mu.Lock()
 				r.apply(m)
+				r.mu.Unlock()
 			case <-t.C:
 			case <-r.stop:
 			}
 			r.busy.Add(-1)
 			t.Stop()
+			r.mu.Lock()
 			r.drainLocked()
+			r.mu.Unlock()
 			continue
 		}
+		r.mu.Lock()
 		if int64(removed) != counted {
 			r.forgetAll("records left the stream that no advisory told of", "removed", removed, "told", counted)
 			r.removed()
@@ -352,6 +434,7 @@ func (r *removals) check(need uint64) {
 		}
 		// From here every removal counted in removed is applied.
 		r.base = int64(removed) - r.applied
+		r.mu.Unlock()
 		r.raise(max(last, need))
 		return
 	}
@@ -400,12 +483,18 @@ func (r *removals) apply(m *nats.Msg) {
 		"stream", r.stream, "session", rm.Session, "seq", rm.Seq, "all", rm.All, "messages", rm.Count)
 }
 
-// forgetAll forgets every session of both stores; r.mu is held.
+// forgetAll forgets every session of both stores, and says why; r.mu
+// is held.
 func (r *removals) forgetAll(why string, args ...any) {
+	r.forget()
+	r.logger.Warn("every session loads from the stream again: "+why, args...)
+}
+
+// forget forgets every session of both stores; r.mu is held.
+func (r *removals) forget() {
 	for _, st := range r.stores() {
 		st.ForgetAll()
 	}
-	r.logger.Warn("every session loads from the stream again: "+why, args...)
 }
 
 // stores returns the stores a removal concerns: the reader's, those

@@ -36,13 +36,13 @@ func TestRemovals_ConcurrentNeedsShareOneRead(t *testing.T) {
 		}
 	}
 	publish(10)
-	r, err := openRemovals(ctx, nc, cfg.Name, true, func() []*store.Store { return nil }, func() {}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	r, err := openRemovals(ctx, t.Context(), nc, cfg.Name, true, func() []*store.Store { return nil }, func() {}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, err)
 	t.Cleanup(r.close)
 	require.Equal(t, uint64(10), r.verified.Load())
 	publish(16) // sequences 11 to 26, delivered to 16 partitions' ingests
 	reads := r.reads.Load()
-	// A check under way (it holds mu) while the records are delivered.
+	// The deliveries all come while the lock is taken.
 	r.mu.Lock()
 	var wg sync.WaitGroup
 	for i := range 16 {
@@ -59,4 +59,50 @@ func TestRemovals_ConcurrentNeedsShareOneRead(t *testing.T) {
 	publish(1)
 	r.cover(27)
 	require.Equal(t, reads+2, r.reads.Load())
+}
+
+// A check reads the stream's state with no lock held: while the read is
+// outstanding, the advisories' lock is free (count, a drain), and a
+// second delivery past the verified sequence waits for the check under
+// way instead of reading again.
+func TestRemovals_NoLockWhileReading(t *testing.T) {
+	js := natstest.JetStream(t)
+	nc := js.Conn()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cfg, err := streams.Transcripts()
+	require.NoError(t, err)
+	_, err = js.CreateStream(ctx, cfg)
+	require.NoError(t, err)
+	_, err = js.Publish(ctx, "transcripts.s1", []byte("{}"))
+	require.NoError(t, err)
+	r, err := openRemovals(ctx, t.Context(), nc, cfg.Name, true, func() []*store.Store { return nil }, func() {}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	t.Cleanup(r.close)
+	_, err = js.Publish(ctx, "transcripts.s2", []byte("{}"))
+	require.NoError(t, err)
+
+	entered, release := make(chan struct{}, 4), make(chan struct{})
+	r.mu.Lock() // the watcher's own checks read it after taking mu
+	read := r.state
+	r.state = func(ctx context.Context) (uint64, uint64, error) {
+		entered <- struct{}{}
+		<-release
+		return read(ctx)
+	}
+	r.mu.Unlock()
+	reads := r.reads.Load()
+	covered := make(chan struct{})
+	go func() { r.cover(2); close(covered) }()
+	<-entered // the read is outstanding
+	require.True(t, r.mu.TryLock(), "the removals' lock is held while the stream's state is read")
+	r.mu.Unlock()
+	require.Equal(t, uint64(0), r.count())
+	second := make(chan struct{})
+	go func() { r.cover(2); close(second) }()
+	close(release)
+	<-covered
+	<-second
+	require.Equal(t, uint64(2), r.verified.Load())
+	require.LessOrEqual(t, r.reads.Load(), reads+2)
 }

@@ -39,13 +39,18 @@ func (r *removals) appliedRemovals(ctx context.Context) (uint64, bool) {
 	if r == nil || !r.counted {
 		return 0, false
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	if r.lockIdle(ctx.Done()) != nil {
+		return 0, false
+	}
 	r.drainLocked()
-	ctx, cancel := context.WithTimeout(ctx, removalCheckTimeout) // cover and settle wait on r.mu
+	// Every removal counted here is applied: one the read below counts
+	// that this does not was not applied when the stores were.
+	counted := r.base + r.applied
+	r.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, removalCheckTimeout)
 	defer cancel()
-	removed, _, err := bus.Removed(ctx, r.nc, r.stream)
-	if err != nil || int64(removed) != r.base+r.applied {
+	removed, _, err := r.state(ctx)
+	if err != nil || int64(removed) != counted {
 		return 0, false
 	}
 	return removed, true
@@ -86,17 +91,17 @@ func (a *App) dropSnapshots() {
 	if a.loader == nil || a.loader.snaps == nil || a.snapsDrops.Add(1) > 1 {
 		return
 	}
-	go func() {
+	a.bg.Go(func() {
 		for {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			a.purgeSnapshots(ctx)
+			ctx, cancel := context.WithTimeout(a.life, 10*time.Second)
+			a.emptySnapshots(ctx)
 			cancel()
 			if a.snapsDrops.CompareAndSwap(1, 0) {
 				return
 			}
 			a.snapsDrops.Store(1) // asked again meanwhile: once more
 		}
-	}()
+	})
 }
 
 // purgeSnapshots empties the snapshot bucket.
@@ -118,7 +123,7 @@ func (a *App) snapshotLabel() snapshotLabel {
 	if a.loader == nil || a.loader.snaps == nil {
 		return snapshotLabel{}
 	}
-	removed, ok := a.removals.appliedRemovals(context.Background())
+	removed, ok := a.removals.appliedRemovals(a.life)
 	return snapshotLabel{removed, ok}
 }
 
@@ -238,7 +243,8 @@ const idleSnapshotBudget = 32 << 20
 
 // idleSnapshots is the goroutine that writes them.
 type idleSnapshots struct {
-	done, quit chan struct{}
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 func startIdleSnapshots(a *App) *idleSnapshots {
@@ -249,18 +255,20 @@ func startIdleSnapshots(a *App) *idleSnapshots {
 	if every < 0 || a.loader == nil || a.loader.snaps == nil || a.removals == nil || !a.removals.counted {
 		return nil
 	}
-	w := &idleSnapshots{done: make(chan struct{}), quit: make(chan struct{})}
+	// Its round under way ends at stop, or at the app's end.
+	ctx, cancel := context.WithCancel(a.life)
+	w := &idleSnapshots{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
 		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
 			select {
-			case <-w.quit:
+			case <-ctx.Done():
 				return
 			case <-t.C:
 			}
-			a.writeIdleSnapshots(w.quit, every)
+			a.writeIdleSnapshots(ctx, every)
 		}
 	}()
 	return w
@@ -270,21 +278,14 @@ func (w *idleSnapshots) stop() {
 	if w == nil {
 		return
 	}
-	close(w.quit)
+	w.cancel()
 	<-w.done
 }
 
 // writeIdleSnapshots is one round of idleSnapshots.
-func (a *App) writeIdleSnapshots(quit <-chan struct{}, every time.Duration) {
-	ctx, cancel := context.WithTimeout(context.Background(), max(every, 5*time.Second))
+func (a *App) writeIdleSnapshots(ctx context.Context, every time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, max(every, 5*time.Second))
 	defer cancel()
-	go func() {
-		select {
-		case <-quit:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	// The count first: a store fed after it was fed, and concerned by
 	// the removals, when it was read (appliedRemovals).
 	removed, ok := a.removals.appliedRemovals(ctx)

@@ -35,7 +35,14 @@ type routes struct {
 	subs   map[int]*nats.Subscription
 	open   bool // the service serves: wanted routes are subscribed
 	closed bool
+	// flush waits for the server to hold the subscriptions; nil is the
+	// connection's FlushTimeout(routesFlush).
+	flush func() error
 }
+
+// routesFlush bounds how long Open waits for the server to confirm the
+// partition endpoints wanted before it.
+const routesFlush = 10 * time.Second
 
 // Route starts (on) or stops serving ctxd.p.<k>.* . Before Open it is
 // remembered and applied by Open; after Close it does nothing.
@@ -83,21 +90,28 @@ func (s *Service) applyRoute(k int, on bool) error {
 	return nil
 }
 
-// openRoutes subscribes the routes wanted before Open.
+// openRoutes subscribes the routes wanted before Open, and waits for
+// the server to hold them with routes.mu let go: a route turned on or
+// off meanwhile does not wait behind the round trip.
 func (s *Service) openRoutes() error {
 	rt := &s.routes
 	rt.mu.Lock()
-	defer rt.mu.Unlock()
 	rt.open, rt.closed = true, false
 	if rt.want == nil {
 		rt.want, rt.subs = map[int]bool{}, map[int]*nats.Subscription{}
 	}
 	for k := range rt.want {
 		if err := s.applyRoute(k, true); err != nil {
+			rt.mu.Unlock()
 			return err
 		}
 	}
-	return s.nc.FlushTimeout(10 * time.Second)
+	flush := rt.flush
+	rt.mu.Unlock()
+	if flush != nil {
+		return flush()
+	}
+	return s.nc.FlushTimeout(routesFlush)
 }
 
 // closeRoutes stops every partition endpoint; the requests already

@@ -142,3 +142,33 @@ func routed(s *Service) []int {
 	}
 	return out
 }
+
+// Open waits for the server to confirm the partition endpoints with no
+// lock held: a route turned on or off meanwhile (the ingest's pin
+// hooks) does not wait for the confirmation.
+func TestService_RouteWhileOpening(t *testing.T) {
+	url := startNATS(t, 0)
+	svc := New(connect(t, url), &fakeProjections{})
+	svc.Partitions = 16
+	svc.Route(3, true)
+	entered, release := make(chan struct{}), make(chan struct{})
+	svc.routes.flush = func() error {
+		close(entered)
+		<-release
+		return svc.nc.Flush()
+	}
+	opened := make(chan error, 1)
+	go func() { opened <- svc.Open() }()
+	<-entered
+	free := svc.routes.mu.TryLock()
+	if free {
+		svc.routes.mu.Unlock()
+	}
+	close(release)
+	require.NoError(t, <-opened)
+	t.Cleanup(func() { svc.Close() })
+	require.True(t, free, "the routes' lock is held while the server confirms them")
+	svc.Route(4, true)
+	require.NoError(t, svc.nc.Flush())
+	require.ElementsMatch(t, []int{3, 4}, routed(svc))
+}
