@@ -326,6 +326,11 @@ func (r *roles) Reach(ctx context.Context, session string, seq uint64, timeout t
 		p.raise(st.Applied())
 	}
 	if v, ok := r.follow.reach(ctx, p, seq, timeout, mark); ok {
+		if r.reader.Loaded(session) {
+			// Read by its tail before the follower ran: the follower's
+			// store holds it from now on, and one copy is enough.
+			r.reader.Evict(session)
+		}
 		return v, nil // follow.go: the follower has it
 	}
 	return r.read(ctx, p, session, seq, deadline)
