@@ -493,6 +493,10 @@ func (h *Handler) session(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	base := h.opt.Prefix + "sessions/" + url.PathEscape(id)
+	if q.Has("diff") {
+		h.diff(w, r, id, at, base)
+		return
+	}
 	if q.Get("format") != "json" && (follow || q.Get("page") == "" || q.Get("page") == "0") {
 		// The latest page and follow updates: from the view shared by
 		// every request for it, loaded once per record applied.
@@ -538,6 +542,74 @@ func (h *Handler) session(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.renderPage(w, r, pv)
+}
+
+// diff answers ?at=A&diff=B: what changed in the session's context
+// from the earlier of the two sequences to the later (at absent or 0 is
+// the session as it is). It loads both views in one slot of MaxLoads,
+// each read as a page's is, and shows the entries added, removed and
+// changed and the records whose fate changed.
+func (h *Handler) diff(w http.ResponseWriter, r *http.Request, id string, at uint64, base string) {
+	q := r.URL.Query()
+	other, err := seqParam(r, "diff", 0)
+	if err == nil && other == 0 {
+		err = fmt.Errorf("diff: %q is not a stream sequence (1 or more)", cut(q.Get("diff"), 40))
+	}
+	if err == nil && q.Has("at") && at == 0 {
+		err = errors.New(`at: "0" is not a stream sequence (1 or more; leave at out for the session as it is)`)
+	}
+	for _, p := range []string{"after", "page", "format"} {
+		if err == nil && q.Has(p) {
+			err = fmt.Errorf("diff: not with %s (a diff is a page of its own; the JSON of each side is ?at=SEQ&format=json)", p)
+		}
+	}
+	if err != nil {
+		h.fail(w, r, http.StatusBadRequest, err)
+		return
+	}
+	// From the earlier to the later; 0 (the session as it is) is the latest.
+	fromName, from, toName, to := "diff", other, "at", at
+	if at != 0 && at < other {
+		fromName, from, toName, to = "at", at, "diff", other
+	}
+	release, ok := h.load(w, r)
+	if !ok {
+		return
+	}
+	defer release()
+	side := func(name string, seq uint64) (*View, bool) {
+		v, err := h.view(r.Context(), id, seq)
+		switch {
+		case errors.Is(err, ErrNoSession):
+			h.fail(w, r, http.StatusBadRequest, fmt.Errorf("%s: session %s has no records up to seq %d", name, id, seq))
+			return nil, false
+		case err != nil:
+			h.loadFailed(w, r, err)
+			return nil, false
+		case v.Cut != "":
+			h.fail(w, r, http.StatusRequestEntityTooLarge, fmt.Errorf("%s: no diff: %s", name, v.Cut))
+			return nil, false
+		}
+		return v, true
+	}
+	a, ok := side(fromName, from)
+	if !ok {
+		return
+	}
+	b, ok := side(toName, to)
+	if !ok {
+		return
+	}
+	d := diffViews(a, b, h.opt.PageBytes)
+	bare := func(v *View) *View {
+		out := *v
+		out.Rows, out.Messages = nil, nil
+		return &out
+	}
+	h.render(w, r, "diff", map[string]any{
+		"Title": "session " + id + ": diff", "ID": id, "Base": base, "From": bare(a), "To": bare(b),
+		"FromRecords": len(a.Rows), "ToRecords": len(b.Rows), "D": d, "At": at, "Diff": other,
+	})
 }
 
 // view loads a session as of at (0: all its records): it lists the
@@ -792,14 +864,18 @@ func (h *Handler) loadFailed(w http.ResponseWriter, r *http.Request, err error) 
 // previews made, and the view without the records' values, which a
 // large session holds hundreds of MiB of.
 type pageView struct {
-	View    *View // Rows without Value, no Messages
-	Base    string
-	Page    int
-	Rows    []recordRow
-	Hidden  int // records on older pages
-	Dropped []droppedItem
-	Newer   string
-	Older   string
+	View   *View // Rows without Value, no Messages
+	Base   string
+	Page   int
+	Rows   []recordRow
+	Hidden int // records on older pages
+	// Conv is the conversation view: the context as the model sees it,
+	// its latest entries; ConvHidden entries before them are left out.
+	Conv       []convItem
+	ConvHidden int
+	Dropped    []droppedItem
+	Newer      string
+	Older      string
 }
 
 // pageView makes page of v (page 0 the latest records, page 1 the n
@@ -815,7 +891,15 @@ func (h *Handler) pageView(ctx context.Context, v *View, base string, page int) 
 			return nil, err
 		}
 	}
-	pv := &pageView{Base: base, Page: page, Rows: h.rows(v, shown, base), Hidden: max(end-n, 0)}
+	// The conversation takes an eighth of the page's previews at most,
+	// the records the rest.
+	budget := h.opt.PageBytes / 8
+	conv, convHidden := conversation(v, base, budget)
+	used := 0
+	for _, it := range conv {
+		used += it.bytes()
+	}
+	pv := &pageView{Base: base, Page: page, Conv: conv, ConvHidden: convHidden, Rows: h.rows(v, shown, base, h.opt.PageBytes-used), Hidden: max(end-n, 0)}
 	// A link to a record goes to the page that shows it.
 	href := func(seq uint64) string {
 		i, _ := slices.BinarySearchFunc(v.Rows, seq, func(r Row, seq uint64) int { return cmp.Compare(r.Seq, seq) })
@@ -850,7 +934,7 @@ func (h *Handler) pageView(ctx context.Context, v *View, base string, page int) 
 func (h *Handler) renderPage(w http.ResponseWriter, r *http.Request, pv *pageView) {
 	h.render(w, r, "session", map[string]any{
 		"Title": "session " + pv.View.Session, "ID": pv.View.Session, "View": pv.View, "Rows": pv.Rows, "Dropped": pv.Dropped,
-		"Hidden": pv.Hidden, "Live": pv.View.At == 0 && pv.Page == 0, "Base": pv.Base, "Page": pv.Page,
+		"Hidden": pv.Hidden, "Conv": pv.Conv, "ConvHidden": pv.ConvHidden, "Live": pv.View.At == 0 && pv.Page == 0, "Base": pv.Base, "Page": pv.Page,
 		"Older": pv.Older, "Newer": pv.Newer,
 		"Statuses": []projection.Status{projection.StatusKept, projection.StatusConverted, projection.StatusPruned, projection.StatusTrimmed,
 			projection.StatusCheckpoint, projection.StatusReplaced, projection.StatusDropped, StatusRejected, StatusQuarantined},
@@ -959,9 +1043,8 @@ type cachedPage struct {
 }
 
 // rows makes the rows of a page, their previews bounded by PageBytes.
-func (h *Handler) rows(v *View, shown []Row, base string) []recordRow {
+func (h *Handler) rows(v *View, shown []Row, base string, budget int) []recordRow {
 	inContext := imagesIn(v.Messages)
-	budget := h.opt.PageBytes
 	rows := make([]recordRow, len(shown))
 	for i, row := range shown {
 		rr := recordRow{Row: row, Base: base, Divider: row.Class == "compaction"}
@@ -1032,7 +1115,8 @@ func (h *Handler) followUpdate(w http.ResponseWriter, r *http.Request, pv *pageV
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
-	data := map[string]any{"View": v, "Rows": fresh, "Fates": fates, "More": more, "Prefix": h.opt.Prefix}
+	data := map[string]any{"View": v, "Rows": fresh, "Fates": fates, "More": more, "Prefix": h.opt.Prefix,
+		"Base": pv.Base, "Conv": pv.Conv, "ConvHidden": pv.ConvHidden}
 	if err := h.tmpl["follow"].ExecuteTemplate(w, "follow", data); err != nil {
 		h.opt.Logger.Warn("inspector template failed", "page", "follow", "err", err)
 	}
@@ -1325,7 +1409,7 @@ func parseTemplates() map[string]*template.Template {
 		"add": func(a, b int) int { return a + b },
 	}
 	out := map[string]*template.Template{}
-	for _, name := range []string{"sessions", "session", "rejected", "error"} {
+	for _, name := range []string{"sessions", "session", "rejected", "error", "diff"} {
 		out[name] = template.Must(template.New(name).Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/"+name+".html"))
 	}
 	out["follow"] = out["session"]

@@ -276,7 +276,8 @@ func TestHandler_SessionsAndRejected(t *testing.T) {
 	// The session page lists the rejected records in place.
 	code, _, body = in.get("/ui/sessions/second")
 	require.Equal(t, http.StatusOK, code)
-	require.Equal(t, 2, strings.Count(body, `data-status="rejected"`))
+	require.Equal(t, 2, strings.Count(body, `class="rec st-rejected"`), "in the records")
+	require.Equal(t, 2, strings.Count(body, `class="conv-item removed st-rejected"`), "in the conversation")
 }
 
 func TestHandler_Events(t *testing.T) {
