@@ -78,9 +78,10 @@ type Options struct {
 	// 0 means 100. The context is built from every record, when the
 	// session's records fit in ReadBytes.
 	PageRecords int
-	// PageBytes bounds the previews of a page, records and context
-	// messages together; past it the rows left show no preview, only the
-	// link to their raw record. 0 means 1 MiB.
+	// PageBytes bounds the previews of a page, the conversation, records
+	// and context messages together (the conversation takes an eighth at
+	// most); past it the rows left show no preview, only the link to
+	// their raw record. It bounds a diff's previews too. 0 means 1 MiB.
 	PageBytes int
 	// ReadBytes bounds the bytes of records a view reads (a session
 	// page, its JSON or a follow update), whatever the session holds. A
