@@ -13,9 +13,12 @@ import (
 // convItems entries, within a share of PageBytes; the rest is a link to
 // the context as JSON.
 const (
-	convItems = 100  // entries shown
-	convText  = 2000 // bytes of one text block
-	convJSON  = 1500 // bytes of an entry's JSON, one click away
+	convItems  = 100  // entries shown
+	convText   = 2000 // bytes of one text block
+	convJSON   = 1500 // bytes of an entry's JSON, one click away
+	convParts  = 50   // blocks of a message shown, and calls
+	convName   = 100  // bytes of a role, a tool's name, a call's id
+	convMarkup = 200  // bytes a block's markup takes, beside its text
 )
 
 // convItem is an entry of the conversation view: a context message, a
@@ -217,7 +220,7 @@ func conversation(v *View, base string, budget int) (items []convItem, hidden in
 			continue // shown beside its call
 		}
 		row := v.Rows[en.row]
-		it := convItem{Seq: row.Seq, Index: en.msg, Class: row.Class, Status: row.Status, Rule: row.Rule,
+		it := convItem{Seq: row.Seq, Index: en.msg, Class: cut(row.Class, convName), Status: row.Status, Rule: cut(row.Rule, convText),
 			Record: fmt.Sprintf("%s/records/%d", base, row.Seq), Size: row.Size}
 		switch {
 		case en.divider:
@@ -233,10 +236,17 @@ func conversation(v *View, base string, budget int) (items []convItem, hidden in
 			m, _ := msg.(*record.Map)
 			if m != nil {
 				it.Role, _ = m.String("role")
+				it.Role = cut(it.Role, convName)
 				content, _ := m.Get("content")
 				it.Blocks = blocksOf(content, thumbs, &budget)
-				for _, c := range callsOf(m) {
-					p := convPair{ID: c.id, Tool: c.tool}
+				calls := callsOf(m)
+				for n, c := range calls {
+					if n == convParts || budget <= 0 {
+						it.Blocks = append(it.Blocks, convBlock{Kind: "more", Text: fmt.Sprintf("…[%d more calls: open the JSON or the stored record]", len(calls)-n)})
+						break
+					}
+					budget -= convMarkup
+					p := convPair{ID: cut(c.id, convName), Tool: cut(c.tool, convName)}
 					if c.args != nil {
 						p.Args = preview(c.args, min(convText, max(budget, 0)))
 						budget -= len(p.Args)
@@ -247,9 +257,9 @@ func conversation(v *View, base string, budget int) (items []convItem, hidden in
 						p.Answered, p.ResultIx, p.ResultAt = true, j, v.Rows[owner[j]].Seq
 						p.Result = blocksOf(rc, thumbs, &budget)
 						rrow := v.Rows[owner[j]]
-						p.ResultStatus, p.ResultRule = rrow.Status, rrow.Rule
+						p.ResultStatus, p.ResultRule = rrow.Status, cut(rrow.Rule, convText)
 						if rrow.ImagesOmitted > 0 && j == rrow.First {
-							p.Result = append(p.Result, omitted(rrow, v.Messages, thumbs)...)
+							p.Result = append(p.Result, omitted(rrow, v.Messages, thumbs, &budget)...)
 						}
 						isErr, _ := rm.Get("isError")
 						p.Error = isErr == true
@@ -262,7 +272,7 @@ func conversation(v *View, base string, budget int) (items []convItem, hidden in
 			// The images of the record the rules left out (a trimmed
 			// screenshot): shown greyed, with the rule.
 			if row.ImagesOmitted > 0 && en.msg == row.First {
-				it.Blocks = append(it.Blocks, omitted(row, v.Messages, thumbs)...)
+				it.Blocks = append(it.Blocks, omitted(row, v.Messages, thumbs, &budget)...)
 			}
 			it.JSON = preview(msg, min(convJSON, max(budget, 0)))
 			budget -= len(it.JSON)
@@ -276,14 +286,23 @@ func conversation(v *View, base string, budget int) (items []convItem, hidden in
 
 // omitted returns greyed thumbnails of a record's images that are not in
 // the context, once, on the first message the record gives.
-func omitted(row Row, messages []any, thumbs map[*record.Map]string) []convBlock {
+func omitted(row Row, messages []any, thumbs map[*record.Map]string, budget *int) []convBlock {
 	in := imagesIn(messages[row.First : row.First+row.Messages])
 	var out []convBlock
+	more := 0
 	walkImages(row.Value, func(blk *record.Map, _ inline) {
-		if !in[blk] {
+		switch {
+		case in[blk]:
+		case len(out) == convParts || *budget <= 0:
+			more++
+		default:
+			*budget -= convMarkup
 			out = append(out, convBlock{Kind: "omitted", Src: thumbs[blk], Rule: "section 5: an earlier browser screenshot, replaced in the context by the notice"})
 		}
 	})
+	if more > 0 {
+		out = append(out, convBlock{Kind: "more", Text: fmt.Sprintf("…[%d more images not sent: open the stored record]", more)})
+	}
 	return out
 }
 
@@ -293,7 +312,7 @@ func omitted(row Row, messages []any, thumbs map[*record.Map]string) []convBlock
 func blocksOf(content any, thumbs map[*record.Map]string, budget *int) []convBlock {
 	text := func(s string) convBlock {
 		s = cut(s, min(convText, max(*budget, 0)))
-		*budget -= len(s)
+		*budget -= len(s) + convMarkup
 		return convBlock{Kind: "text", Text: s}
 	}
 	switch x := content.(type) {
@@ -303,7 +322,11 @@ func blocksOf(content any, thumbs map[*record.Map]string, budget *int) []convBlo
 		return []convBlock{text(x)}
 	case []any:
 		var out []convBlock
-		for _, e := range x {
+		for i, e := range x {
+			if len(out) == convParts || *budget <= 0 {
+				out = append(out, convBlock{Kind: "more", Text: fmt.Sprintf("…[%d more blocks: open the JSON or the stored record]", len(x)-i)})
+				break
+			}
 			b, ok := e.(*record.Map)
 			if !ok {
 				out = append(out, text(preview(e, convText)))
@@ -313,6 +336,7 @@ func blocksOf(content any, thumbs map[*record.Map]string, budget *int) []convBlo
 				continue // shown beside its result
 			}
 			if _, isImg := imageOf(b); isImg {
+				*budget -= convMarkup
 				out = append(out, convBlock{Kind: "image", Src: thumbs[b]})
 				continue
 			}

@@ -197,3 +197,36 @@ func TestHandler_DiffBounded(t *testing.T) {
 	code, _, _ = in.get("/ui/sessions/secret?at=5&diff=5")
 	require.Equal(t, http.StatusNotFound, code)
 }
+
+// TestHandler_ConversationHostile: a message of thousands of blocks or
+// calls, a role or id of megabytes, keep the page small and escaped.
+func TestHandler_ConversationHostile(t *testing.T) {
+	in := startInstance(t, inspect.Options{})
+	var blocks, calls, images []any
+	for i := range 50_000 {
+		blocks = append(blocks, m("type", "text", "text", fmt.Sprintf("b%d", i)))
+	}
+	for i := range 5_000 {
+		calls = append(calls, m("type", "toolCall", "id", fmt.Sprintf("c%d", i), "name", "web_search", "providerExecuted", true))
+	}
+	small := smallPNG(t)
+	for range 5_000 {
+		images = append(images, m("type", "image", "data", small, "mimeType", "image/png"))
+	}
+	long := strings.Repeat("<r>", 100_000)
+	in.publish("transcripts.h",
+		m("role", "user", "content", blocks),
+		m("role", "assistant", "content", calls),
+		m("role", "user", "content", images),
+		m("role", "assistant "+long, "content", "a long role"),
+		m("role", "assistant", "content", []any{m("type", "toolCall", "id", long, "name", long)}),
+		m("role", "toolResult", "toolCallId", long, "content", "answered"),
+	)
+	code, _, body := in.get("/ui/sessions/h")
+	require.Equal(t, http.StatusOK, code)
+	conv := between(t, body, `<section id="conversation"`, `</section>`)
+	t.Logf("page %d bytes, conversation %d bytes", len(body), len(conv))
+	require.Less(t, len(conv), 200<<10, "the conversation of a hostile session")
+	require.NotContains(t, body, "<r>")
+	require.Contains(t, conv, "more blocks")
+}
