@@ -425,9 +425,11 @@ type recordRow struct {
 	Preview string
 	Cut     bool // the preview is not the whole record
 	Images  []imageRef
-	Context []contextMsg
-	More    int // context messages the record gives beyond those shown
-	Divider bool
+	// MoreImages are the record's images past rowImages, not shown.
+	MoreImages int
+	Context    []contextMsg
+	More       int // context messages the record gives beyond those shown
+	Divider    bool
 }
 
 // droppedItem is an entry of the dropped report, linked to its record.
@@ -451,6 +453,15 @@ type contextMsg struct {
 // contextPerRow bounds the context messages a row shows: a compaction
 // gives hundreds.
 const contextPerRow = 20
+
+// Bounds of the parts of a page that previews do not count: a record
+// of thousands of images or unpaired calls shows rowImages thumbnails,
+// a rule of ruleBytes, and the dropped list droppedItems entries.
+const (
+	rowImages    = 20
+	ruleBytes    = 1000
+	droppedItems = 200
+)
 
 // sessionURL is the path of a page of a session, as of at.
 func sessionURL(base string, at uint64, page int) string {
@@ -875,8 +886,10 @@ type pageView struct {
 	Conv       []convItem
 	ConvHidden int
 	Dropped    []droppedItem
-	Newer      string
-	Older      string
+	// DroppedMore are the dropped entries past droppedItems, not listed.
+	DroppedMore int
+	Newer       string
+	Older       string
 }
 
 // pageView makes page of v (page 0 the latest records, page 1 the n
@@ -910,10 +923,18 @@ func (h *Handler) pageView(ctx context.Context, v *View, base string, page int) 
 		return fmt.Sprintf("#seq-%d", seq)
 	}
 	for _, c := range v.Dropped.UnpairedCalls {
-		pv.Dropped = append(pv.Dropped, droppedItem{What: "unpaired call", ID: c.ID, Tool: c.Tool, Seq: c.Seq, Href: href(c.Seq)})
+		if len(pv.Dropped) == droppedItems {
+			pv.DroppedMore++
+			continue
+		}
+		pv.Dropped = append(pv.Dropped, droppedItem{What: "unpaired call", ID: cut(c.ID, convName), Tool: cut(c.Tool, convName), Seq: c.Seq, Href: href(c.Seq)})
 	}
 	for _, o := range v.Dropped.OrphanResults {
-		pv.Dropped = append(pv.Dropped, droppedItem{What: "orphan result", ID: o.ID, Seq: o.Seq, Href: href(o.Seq)})
+		if len(pv.Dropped) == droppedItems {
+			pv.DroppedMore++
+			continue
+		}
+		pv.Dropped = append(pv.Dropped, droppedItem{What: "orphan result", ID: cut(o.ID, convName), Seq: o.Seq, Href: href(o.Seq)})
 	}
 	if page < last {
 		pv.Older = sessionURL(base, v.At, page+1)
@@ -934,7 +955,7 @@ func (h *Handler) pageView(ctx context.Context, v *View, base string, page int) 
 
 func (h *Handler) renderPage(w http.ResponseWriter, r *http.Request, pv *pageView) {
 	h.render(w, r, "session", map[string]any{
-		"Title": "session " + pv.View.Session, "ID": pv.View.Session, "View": pv.View, "Rows": pv.Rows, "Dropped": pv.Dropped,
+		"Title": "session " + pv.View.Session, "ID": pv.View.Session, "View": pv.View, "Rows": pv.Rows, "Dropped": pv.Dropped, "DroppedMore": pv.DroppedMore,
 		"Hidden": pv.Hidden, "Conv": pv.Conv, "ConvHidden": pv.ConvHidden, "Live": pv.View.At == 0 && pv.Page == 0, "Base": pv.Base, "Page": pv.Page,
 		"Older": pv.Older, "Newer": pv.Newer,
 		"Statuses": []projection.Status{projection.StatusKept, projection.StatusConverted, projection.StatusPruned, projection.StatusTrimmed,
@@ -1049,6 +1070,7 @@ func (h *Handler) rows(v *View, shown []Row, base string, budget int) []recordRo
 	rows := make([]recordRow, len(shown))
 	for i, row := range shown {
 		rr := recordRow{Row: row, Base: base, Divider: row.Class == "compaction"}
+		rr.Rule = cut(rr.Rule, ruleBytes)
 		switch {
 		case row.Value == nil && row.Status == StatusUnexplained:
 			rr.Preview, rr.Cut = fmt.Sprintf("(a record of %s, not read for this page: open the raw record)", mib(row.Size)), true
@@ -1065,7 +1087,11 @@ func (h *Handler) rows(v *View, shown []Row, base string, budget int) []recordRo
 			}
 			n := 0
 			walkImages(row.Value, func(blk *record.Map, _ inline) {
-				rr.Images = append(rr.Images, imageRef{N: n, InContext: inContext[blk]})
+				if n < rowImages {
+					rr.Images = append(rr.Images, imageRef{N: n, InContext: inContext[blk]})
+				} else {
+					rr.MoreImages++
+				}
 				n++
 			})
 		}
@@ -1112,7 +1138,7 @@ func (h *Handler) followUpdate(w http.ResponseWriter, r *http.Request, pv *pageV
 	j, _ := slices.BinarySearchFunc(v.Rows[:i], from, func(r Row, seq uint64) int { return cmp.Compare(r.Seq, seq) })
 	var fates []fate
 	for _, row := range v.Rows[max(j, i-h.opt.PageRecords):i] {
-		fates = append(fates, fate{Seq: row.Seq, Status: row.Status, Rule: row.Rule})
+		fates = append(fates, fate{Seq: row.Seq, Status: row.Status, Rule: cut(row.Rule, ruleBytes)})
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")

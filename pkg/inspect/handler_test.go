@@ -864,3 +864,25 @@ func TestHandler_SessionsListSummarizesOnce(t *testing.T) {
 	require.Contains(t, list(), "two")
 	require.Equal(t, int64(3), src.summaries.Load(), "the session that moved only")
 }
+
+// TestHandler_PageBoundedManyParts: a record of thousands of images or of
+// unpaired calls keeps the page small: its thumbnails, its rule and the
+// dropped list are cut, with the rest a link away.
+func TestHandler_PageBoundedManyParts(t *testing.T) {
+	in := startInstance(t, inspect.Options{})
+	var images, calls []any
+	small := smallPNG(t)
+	for range 5_000 {
+		images = append(images, m("type", "image", "data", small, "mimeType", "image/png"))
+	}
+	for i := range 5_000 {
+		calls = append(calls, m("type", "toolCall", "id", fmt.Sprintf("c%d", i), "name", "bash"))
+	}
+	in.publish("transcripts.h", m("role", "user", "content", images), m("role", "assistant", "content", calls))
+	code, _, body := in.get("/ui/sessions/h")
+	require.Equal(t, http.StatusOK, code)
+	t.Logf("page %d bytes, %d thumbnails", len(body), strings.Count(body, "<img"))
+	require.Less(t, len(body), 256<<10)
+	require.Contains(t, body, "4980 more image(s)")
+	require.Contains(t, body, "4800 more dropped")
+}
