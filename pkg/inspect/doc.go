@@ -92,7 +92,8 @@
 // session is read once for every view of it until the service applies
 // another record (Source.Applied moves), and held without the records'
 // values; a followed page fetches only what it lacks. A page holds
-// PageRecords records and PageBytes of previews at most: of them, the
+// PageRecords records and PageBytes of previews at most, a row 20
+// thumbnails and the dropped list 200 entries: of the previews, the
 // conversation shows its latest 100 entries within an eighth of
 // PageBytes. A diff loads both its views in one slot of MaxLoads, each
 // as a page's view is read (ReadBytes, the read rate), lists 200 entries
