@@ -407,6 +407,11 @@ func TestHandler_PageBounded(t *testing.T) {
 	require.Contains(t, body, `480 more message(s)`)
 	require.Contains(t, body, `href="/ui/sessions/big/records/2"`, "the raw record is a link away")
 	require.Contains(t, body, "context 502 messages")
+	// The conversation shows the latest entries within its share.
+	require.Regexp(t, `<p class="conv-hidden">\d+ earlier entries not shown`, body)
+	require.Contains(t, body, `id="msg-501"`)
+	require.NotContains(t, body, `id="msg-0"`)
+	t.Logf("page of a 502-message context: %d bytes", len(body))
 }
 
 // TestHandler_PageOfSessions: the list's page is a number in range, or 400.
