@@ -1,6 +1,7 @@
 package inspect_test
 
 import (
+	"encoding/base64"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/ctxd/ctxd/pkg/inspect"
 	"github.com/ctxd/ctxd/pkg/ops"
+	"github.com/ctxd/ctxd/pkg/record"
 )
 
 // chromium returns the headless browser's path. Outside CI a machine
@@ -145,4 +147,85 @@ func TestBrowser_Login(t *testing.T) {
 	b.waitFor(`location.pathname === "/login" && document.readyState === "complete"`)
 	b.call("Page.navigate", map[string]any{"url": base + "/ui/"}, nil)
 	b.waitFor(`location.pathname === "/login" && document.readyState === "complete"`)
+}
+
+// TestBrowser_Conversation opens the conversation view of a session with
+// a compaction, browser calls beside their results and a trimmed
+// screenshot: what it shows and marks, the JSON of an entry opened with
+// a click, a record applied while it is open, the diff between two
+// sequences; screenshots of each are kept as artifacts.
+func TestBrowser_Conversation(t *testing.T) {
+	bin := chromium(t)
+	in := startInstance(t, inspect.Options{})
+	subj := "transcripts.agent"
+	shotB64 := base64.StdEncoding.EncodeToString(noisePNG(t, 200))
+	img := func() *record.Map { return m("type", "image", "data", shotB64, "mimeType", "image/png") }
+	call := func(id, tool string, args *record.Map) *record.Map {
+		return m("role", "assistant", "content", []any{m("type", "text", "text", "Let me look at the page."),
+			m("type", "toolCall", "id", id, "name", tool, "arguments", args)})
+	}
+	in.publish(subj,
+		m("role", "user", "content", "an early question, compacted away"),                                         // 1 replaced
+		compaction("Summary: the user wants the pricing page checked."),                                           // 2 checkpoint
+		m("role", "user", "content", "Open the pricing page and tell me the price."),                              // 3
+		call("b1", "browser_use", m("action", "goto", "url", "https://example.com/pricing")),                      // 4
+		m("role", "toolResult", "toolCallId", "b1", "content", []any{m("type", "text", "text", "loaded"), img()}), // 5 trimmed
+		call("b2", "browser_use", m("action", "scroll")),                                                          // 6
+		m("role", "toolResult", "toolCallId", "b2", "content", []any{img()}),                                      // 7 kept
+		m("role", "toolResult", "toolCallId", "nope", "content", "an orphan"),                                     // 8 dropped
+	)
+	shots := artifacts(t)
+	b := startBrowser(t, bin)
+	shot := func(name string) {
+		file := filepath.Join(shots, name+".png")
+		b.screenshot(file)
+		st, err := os.Stat(file)
+		require.NoError(t, err, name)
+		require.Positive(t, st.Size(), name)
+		t.Logf("screenshot %s", file)
+	}
+
+	b.open(in.srv.URL + "/ui/sessions/agent")
+	b.waitFor(`document.getElementById("live-status").textContent.startsWith("following")`)
+	b.waitFor(`Array.from(document.querySelectorAll("#conversation img.thumb")).every(i => i.complete && i.naturalWidth > 0)`)
+	conv := `document.getElementById("conversation")`
+	require.Equal(t, float64(2), b.eval(conv+`.querySelectorAll("img.thumb.conv").length`), "both screenshots")
+	// The compaction is a divider, the record before it marked replaced.
+	require.Equal(t, "checkpoint", b.eval(conv+`.querySelector(".conv-divider[data-seq='2']").dataset.status`))
+	require.Contains(t, b.eval(conv+`.querySelector(".conv-item.removed[data-seq='1'] .rule").textContent`), "replaced by the compaction at seq 2")
+	// Each call beside its result, side by side.
+	require.Equal(t, float64(2), b.eval(conv+`.querySelectorAll(".pair").length`))
+	require.Equal(t, true, b.eval(`(() => { const p = document.querySelector(".pair[data-call='b1']");
+		const c = p.querySelector(".call").getBoundingClientRect(), r = p.querySelector(".result").getBoundingClientRect();
+		return r.left >= c.right && Math.abs(r.top - c.top) < 2; })()`), "the result to the right of its call")
+	require.Contains(t, b.eval(`document.querySelector(".pair[data-call='b1'] .call").textContent`), "https://example.com/pricing")
+	// The earlier screenshot trimmed: the notice, the image greyed, the rule.
+	b1 := `document.querySelector(".pair[data-call='b1'] .result")`
+	require.Equal(t, "trimmed", b.eval(b1+`.dataset.status`))
+	require.Contains(t, b.eval(b1+`.textContent`), "[Earlier image omitted from the model context.]")
+	require.Contains(t, b.eval(b1+`.textContent`), "section 5")
+	require.Equal(t, "0.35", b.eval(`getComputedStyle(`+b1+`.querySelector("img.thumb.omitted")).opacity`))
+	require.Equal(t, false, b.eval(`document.querySelector(".pair[data-call='b2'] img.thumb").classList.contains("omitted")`))
+	require.Contains(t, b.eval(conv+`.querySelector(".conv-item.removed[data-seq='8'] .rule").textContent`), `orphan result "nope"`)
+	// The JSON of an entry, one click away.
+	details := conv + `.querySelector("#msg-2 details.json")`
+	require.Equal(t, false, b.eval(details+`.open`))
+	b.eval(details + `.querySelector("summary").click(); true`)
+	require.Equal(t, true, b.eval(details+`.open`))
+	require.Contains(t, b.eval(details+`.querySelector("pre").textContent`), `"toolCall"`)
+	b.eval(`document.getElementById("conversation").scrollIntoView(); true`)
+	shot("conversation")
+
+	// A record applied while the page is open joins the conversation.
+	seq := in.publish(subj, m("role", "assistant", "content", "The price is 12 euros a month."))
+	b.waitFor(fmt.Sprintf(`document.querySelector("#conversation .conv-item[data-seq='%d']") !== null`, seq))
+	require.Contains(t, b.eval(fmt.Sprintf(`document.querySelector("#conversation .conv-item[data-seq='%d']").textContent`, seq)), "12 euros")
+	shot("conversation-followed")
+
+	// What changed from seq 5 to 7: the first screenshot trimmed.
+	b.open(in.srv.URL + "/ui/sessions/agent?at=5&diff=7")
+	require.Equal(t, float64(1), b.eval(`document.querySelectorAll(".diff-item[data-kind='changed']").length`))
+	require.Equal(t, "5", b.eval(`document.querySelector(".diff-item[data-kind='changed']").dataset.seq`))
+	require.Equal(t, "trimmed", b.eval(`document.querySelector("tr.fate[data-seq='5']").dataset.to`))
+	shot("diff")
 }

@@ -16,10 +16,15 @@
 // embedded with go:embed. Its pages, under its prefix, /ui/ by default:
 //
 //	/ui/                            sessions, recently active first; ?q= searches ids, ?page=N pages
-//	/ui/sessions/ID                 one session: its latest records beside the context
+//	/ui/sessions/ID                 one session: the conversation (the context as the model
+//	                                sees it, calls beside their results, what the rules changed
+//	                                or left out marked with the rule), then its latest records
+//	                                beside the context
 //	/ui/sessions/ID?page=N          the records before, a page of them at a time
 //	/ui/sessions/ID?at=SEQ          the same, as it was at stream sequence SEQ
-//	/ui/sessions/ID?after=SEQ       what a followed page lacks: the records after SEQ, fates, summary
+//	/ui/sessions/ID?at=A&diff=B     what changed in the context from the earlier sequence to
+//	                                the later: entries added, removed, changed; fates changed
+//	/ui/sessions/ID?after=SEQ       what a followed page lacks: the records after SEQ, fates, summary, the conversation
 //	/ui/sessions/ID?format=json     the view as JSON, as ctxd inspect --json prints it
 //	/ui/sessions/ID/events          server-sent events: the session's last record's seq
 //	/ui/sessions/ID/records/SEQ     a stored record, raw
@@ -87,8 +92,14 @@
 // session is read once for every view of it until the service applies
 // another record (Source.Applied moves), and held without the records'
 // values; a followed page fetches only what it lacks. A page holds
-// PageRecords records and PageBytes of previews at most.
-// A number out of range in a query is a 400.
+// PageRecords records and PageBytes of previews at most, a row 20
+// thumbnails and the dropped list 200 entries: of the previews, the
+// conversation shows its latest 100 entries within an eighth of
+// PageBytes. A diff loads both its views in one slot of MaxLoads, each
+// as a page's view is read (ReadBytes, the read rate), lists 200 entries
+// and fates at most within PageBytes, and is refused (413) for a view
+// that holds more than ReadBytes, having no context to compare.
+// A number out of range in a query is a 400 that names it.
 //
 // Pages carry a Content-Security-Policy that runs no inline script or
 // style, record contents are cut for display and escaped, and raw

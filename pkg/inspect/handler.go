@@ -78,9 +78,10 @@ type Options struct {
 	// 0 means 100. The context is built from every record, when the
 	// session's records fit in ReadBytes.
 	PageRecords int
-	// PageBytes bounds the previews of a page, records and context
-	// messages together; past it the rows left show no preview, only the
-	// link to their raw record. 0 means 1 MiB.
+	// PageBytes bounds the previews of a page, the conversation, records
+	// and context messages together (the conversation takes an eighth at
+	// most); past it the rows left show no preview, only the link to
+	// their raw record. It bounds a diff's previews too. 0 means 1 MiB.
 	PageBytes int
 	// ReadBytes bounds the bytes of records a view reads (a session
 	// page, its JSON or a follow update), whatever the session holds. A
@@ -424,9 +425,11 @@ type recordRow struct {
 	Preview string
 	Cut     bool // the preview is not the whole record
 	Images  []imageRef
-	Context []contextMsg
-	More    int // context messages the record gives beyond those shown
-	Divider bool
+	// MoreImages are the record's images past rowImages, not shown.
+	MoreImages int
+	Context    []contextMsg
+	More       int // context messages the record gives beyond those shown
+	Divider    bool
 }
 
 // droppedItem is an entry of the dropped report, linked to its record.
@@ -450,6 +453,15 @@ type contextMsg struct {
 // contextPerRow bounds the context messages a row shows: a compaction
 // gives hundreds.
 const contextPerRow = 20
+
+// Bounds of the parts of a page that previews do not count: a record
+// of thousands of images or unpaired calls shows rowImages thumbnails,
+// a rule of ruleBytes, and the dropped list droppedItems entries.
+const (
+	rowImages    = 20
+	ruleBytes    = 1000
+	droppedItems = 200
+)
 
 // sessionURL is the path of a page of a session, as of at.
 func sessionURL(base string, at uint64, page int) string {
@@ -493,6 +505,10 @@ func (h *Handler) session(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	base := h.opt.Prefix + "sessions/" + url.PathEscape(id)
+	if q.Has("diff") {
+		h.diff(w, r, id, at, base)
+		return
+	}
 	if q.Get("format") != "json" && (follow || q.Get("page") == "" || q.Get("page") == "0") {
 		// The latest page and follow updates: from the view shared by
 		// every request for it, loaded once per record applied.
@@ -538,6 +554,74 @@ func (h *Handler) session(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.renderPage(w, r, pv)
+}
+
+// diff answers ?at=A&diff=B: what changed in the session's context
+// from the earlier of the two sequences to the later (at absent or 0 is
+// the session as it is). It loads both views in one slot of MaxLoads,
+// each read as a page's is, and shows the entries added, removed and
+// changed and the records whose fate changed.
+func (h *Handler) diff(w http.ResponseWriter, r *http.Request, id string, at uint64, base string) {
+	q := r.URL.Query()
+	other, err := seqParam(r, "diff", 0)
+	if err == nil && other == 0 {
+		err = fmt.Errorf("diff: %q is not a stream sequence (1 or more)", cut(q.Get("diff"), 40))
+	}
+	if err == nil && q.Has("at") && at == 0 {
+		err = errors.New(`at: "0" is not a stream sequence (1 or more; leave at out for the session as it is)`)
+	}
+	for _, p := range []string{"after", "page", "format"} {
+		if err == nil && q.Has(p) {
+			err = fmt.Errorf("diff: not with %s (a diff is a page of its own; the JSON of each side is ?at=SEQ&format=json)", p)
+		}
+	}
+	if err != nil {
+		h.fail(w, r, http.StatusBadRequest, err)
+		return
+	}
+	// From the earlier to the later; 0 (the session as it is) is the latest.
+	fromName, from, toName, to := "diff", other, "at", at
+	if at != 0 && at < other {
+		fromName, from, toName, to = "at", at, "diff", other
+	}
+	release, ok := h.load(w, r)
+	if !ok {
+		return
+	}
+	defer release()
+	side := func(name string, seq uint64) (*View, bool) {
+		v, err := h.view(r.Context(), id, seq)
+		switch {
+		case errors.Is(err, ErrNoSession):
+			h.fail(w, r, http.StatusBadRequest, fmt.Errorf("%s: session %s has no records up to seq %d", name, id, seq))
+			return nil, false
+		case err != nil:
+			h.loadFailed(w, r, err)
+			return nil, false
+		case v.Cut != "":
+			h.fail(w, r, http.StatusRequestEntityTooLarge, fmt.Errorf("%s: no diff: %s", name, v.Cut))
+			return nil, false
+		}
+		return v, true
+	}
+	a, ok := side(fromName, from)
+	if !ok {
+		return
+	}
+	b, ok := side(toName, to)
+	if !ok {
+		return
+	}
+	d := diffViews(a, b, h.opt.PageBytes)
+	bare := func(v *View) *View {
+		out := *v
+		out.Rows, out.Messages = nil, nil
+		return &out
+	}
+	h.render(w, r, "diff", map[string]any{
+		"Title": "session " + id + ": diff", "ID": id, "Base": base, "From": bare(a), "To": bare(b),
+		"FromRecords": len(a.Rows), "ToRecords": len(b.Rows), "D": d, "At": at, "Diff": other,
+	})
 }
 
 // view loads a session as of at (0: all its records): it lists the
@@ -792,14 +876,20 @@ func (h *Handler) loadFailed(w http.ResponseWriter, r *http.Request, err error) 
 // previews made, and the view without the records' values, which a
 // large session holds hundreds of MiB of.
 type pageView struct {
-	View    *View // Rows without Value, no Messages
-	Base    string
-	Page    int
-	Rows    []recordRow
-	Hidden  int // records on older pages
-	Dropped []droppedItem
-	Newer   string
-	Older   string
+	View   *View // Rows without Value, no Messages
+	Base   string
+	Page   int
+	Rows   []recordRow
+	Hidden int // records on older pages
+	// Conv is the conversation view: the context as the model sees it,
+	// its latest entries; ConvHidden entries before them are left out.
+	Conv       []convItem
+	ConvHidden int
+	Dropped    []droppedItem
+	// DroppedMore are the dropped entries past droppedItems, not listed.
+	DroppedMore int
+	Newer       string
+	Older       string
 }
 
 // pageView makes page of v (page 0 the latest records, page 1 the n
@@ -815,7 +905,15 @@ func (h *Handler) pageView(ctx context.Context, v *View, base string, page int) 
 			return nil, err
 		}
 	}
-	pv := &pageView{Base: base, Page: page, Rows: h.rows(v, shown, base), Hidden: max(end-n, 0)}
+	// The conversation takes an eighth of the page's previews at most,
+	// the records the rest.
+	budget := h.opt.PageBytes / 8
+	conv, convHidden := conversation(v, base, budget)
+	used := 0
+	for _, it := range conv {
+		used += it.bytes()
+	}
+	pv := &pageView{Base: base, Page: page, Conv: conv, ConvHidden: convHidden, Rows: h.rows(v, shown, base, h.opt.PageBytes-used), Hidden: max(end-n, 0)}
 	// A link to a record goes to the page that shows it.
 	href := func(seq uint64) string {
 		i, _ := slices.BinarySearchFunc(v.Rows, seq, func(r Row, seq uint64) int { return cmp.Compare(r.Seq, seq) })
@@ -825,10 +923,18 @@ func (h *Handler) pageView(ctx context.Context, v *View, base string, page int) 
 		return fmt.Sprintf("#seq-%d", seq)
 	}
 	for _, c := range v.Dropped.UnpairedCalls {
-		pv.Dropped = append(pv.Dropped, droppedItem{What: "unpaired call", ID: c.ID, Tool: c.Tool, Seq: c.Seq, Href: href(c.Seq)})
+		if len(pv.Dropped) == droppedItems {
+			pv.DroppedMore++
+			continue
+		}
+		pv.Dropped = append(pv.Dropped, droppedItem{What: "unpaired call", ID: cut(c.ID, convName), Tool: cut(c.Tool, convName), Seq: c.Seq, Href: href(c.Seq)})
 	}
 	for _, o := range v.Dropped.OrphanResults {
-		pv.Dropped = append(pv.Dropped, droppedItem{What: "orphan result", ID: o.ID, Seq: o.Seq, Href: href(o.Seq)})
+		if len(pv.Dropped) == droppedItems {
+			pv.DroppedMore++
+			continue
+		}
+		pv.Dropped = append(pv.Dropped, droppedItem{What: "orphan result", ID: cut(o.ID, convName), Seq: o.Seq, Href: href(o.Seq)})
 	}
 	if page < last {
 		pv.Older = sessionURL(base, v.At, page+1)
@@ -849,8 +955,8 @@ func (h *Handler) pageView(ctx context.Context, v *View, base string, page int) 
 
 func (h *Handler) renderPage(w http.ResponseWriter, r *http.Request, pv *pageView) {
 	h.render(w, r, "session", map[string]any{
-		"Title": "session " + pv.View.Session, "ID": pv.View.Session, "View": pv.View, "Rows": pv.Rows, "Dropped": pv.Dropped,
-		"Hidden": pv.Hidden, "Live": pv.View.At == 0 && pv.Page == 0, "Base": pv.Base, "Page": pv.Page,
+		"Title": "session " + pv.View.Session, "ID": pv.View.Session, "View": pv.View, "Rows": pv.Rows, "Dropped": pv.Dropped, "DroppedMore": pv.DroppedMore,
+		"Hidden": pv.Hidden, "Conv": pv.Conv, "ConvHidden": pv.ConvHidden, "Live": pv.View.At == 0 && pv.Page == 0, "Base": pv.Base, "Page": pv.Page,
 		"Older": pv.Older, "Newer": pv.Newer,
 		"Statuses": []projection.Status{projection.StatusKept, projection.StatusConverted, projection.StatusPruned, projection.StatusTrimmed,
 			projection.StatusCheckpoint, projection.StatusReplaced, projection.StatusDropped, StatusRejected, StatusQuarantined},
@@ -959,12 +1065,12 @@ type cachedPage struct {
 }
 
 // rows makes the rows of a page, their previews bounded by PageBytes.
-func (h *Handler) rows(v *View, shown []Row, base string) []recordRow {
+func (h *Handler) rows(v *View, shown []Row, base string, budget int) []recordRow {
 	inContext := imagesIn(v.Messages)
-	budget := h.opt.PageBytes
 	rows := make([]recordRow, len(shown))
 	for i, row := range shown {
 		rr := recordRow{Row: row, Base: base, Divider: row.Class == "compaction"}
+		rr.Rule = cut(rr.Rule, ruleBytes)
 		switch {
 		case row.Value == nil && row.Status == StatusUnexplained:
 			rr.Preview, rr.Cut = fmt.Sprintf("(a record of %s, not read for this page: open the raw record)", mib(row.Size)), true
@@ -981,7 +1087,11 @@ func (h *Handler) rows(v *View, shown []Row, base string) []recordRow {
 			}
 			n := 0
 			walkImages(row.Value, func(blk *record.Map, _ inline) {
-				rr.Images = append(rr.Images, imageRef{N: n, InContext: inContext[blk]})
+				if n < rowImages {
+					rr.Images = append(rr.Images, imageRef{N: n, InContext: inContext[blk]})
+				} else {
+					rr.MoreImages++
+				}
 				n++
 			})
 		}
@@ -1028,11 +1138,12 @@ func (h *Handler) followUpdate(w http.ResponseWriter, r *http.Request, pv *pageV
 	j, _ := slices.BinarySearchFunc(v.Rows[:i], from, func(r Row, seq uint64) int { return cmp.Compare(r.Seq, seq) })
 	var fates []fate
 	for _, row := range v.Rows[max(j, i-h.opt.PageRecords):i] {
-		fates = append(fates, fate{Seq: row.Seq, Status: row.Status, Rule: row.Rule})
+		fates = append(fates, fate{Seq: row.Seq, Status: row.Status, Rule: cut(row.Rule, ruleBytes)})
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
-	data := map[string]any{"View": v, "Rows": fresh, "Fates": fates, "More": more, "Prefix": h.opt.Prefix}
+	data := map[string]any{"View": v, "Rows": fresh, "Fates": fates, "More": more, "Prefix": h.opt.Prefix,
+		"Base": pv.Base, "Conv": pv.Conv, "ConvHidden": pv.ConvHidden}
 	if err := h.tmpl["follow"].ExecuteTemplate(w, "follow", data); err != nil {
 		h.opt.Logger.Warn("inspector template failed", "page", "follow", "err", err)
 	}
@@ -1325,7 +1436,7 @@ func parseTemplates() map[string]*template.Template {
 		"add": func(a, b int) int { return a + b },
 	}
 	out := map[string]*template.Template{}
-	for _, name := range []string{"sessions", "session", "rejected", "error"} {
+	for _, name := range []string{"sessions", "session", "rejected", "error", "diff"} {
 		out[name] = template.Must(template.New(name).Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/"+name+".html"))
 	}
 	out["follow"] = out["session"]

@@ -276,7 +276,8 @@ func TestHandler_SessionsAndRejected(t *testing.T) {
 	// The session page lists the rejected records in place.
 	code, _, body = in.get("/ui/sessions/second")
 	require.Equal(t, http.StatusOK, code)
-	require.Equal(t, 2, strings.Count(body, `data-status="rejected"`))
+	require.Equal(t, 2, strings.Count(body, `class="rec st-rejected"`), "in the records")
+	require.Equal(t, 2, strings.Count(body, `class="conv-item removed st-rejected"`), "in the conversation")
 }
 
 func TestHandler_Events(t *testing.T) {
@@ -406,6 +407,11 @@ func TestHandler_PageBounded(t *testing.T) {
 	require.Contains(t, body, `480 more message(s)`)
 	require.Contains(t, body, `href="/ui/sessions/big/records/2"`, "the raw record is a link away")
 	require.Contains(t, body, "context 502 messages")
+	// The conversation shows the latest entries within its share.
+	require.Regexp(t, `<p class="conv-hidden">\d+ earlier entries not shown`, body)
+	require.Contains(t, body, `id="msg-501"`)
+	require.NotContains(t, body, `id="msg-0"`)
+	t.Logf("page of a 502-message context: %d bytes", len(body))
 }
 
 // TestHandler_PageOfSessions: the list's page is a number in range, or 400.
@@ -862,4 +868,26 @@ func TestHandler_SessionsListSummarizesOnce(t *testing.T) {
 	in.publish("transcripts.two", m("role", "assistant", "content", "three"))
 	require.Contains(t, list(), "two")
 	require.Equal(t, int64(3), src.summaries.Load(), "the session that moved only")
+}
+
+// TestHandler_PageBoundedManyParts: a record of thousands of images or of
+// unpaired calls keeps the page small: its thumbnails, its rule and the
+// dropped list are cut, with the rest a link away.
+func TestHandler_PageBoundedManyParts(t *testing.T) {
+	in := startInstance(t, inspect.Options{})
+	var images, calls []any
+	small := smallPNG(t)
+	for range 5_000 {
+		images = append(images, m("type", "image", "data", small, "mimeType", "image/png"))
+	}
+	for i := range 5_000 {
+		calls = append(calls, m("type", "toolCall", "id", fmt.Sprintf("c%d", i), "name", "bash"))
+	}
+	in.publish("transcripts.h", m("role", "user", "content", images), m("role", "assistant", "content", calls))
+	code, _, body := in.get("/ui/sessions/h")
+	require.Equal(t, http.StatusOK, code)
+	t.Logf("page %d bytes, %d thumbnails", len(body), strings.Count(body, "<img"))
+	require.Less(t, len(body), 256<<10)
+	require.Contains(t, body, "4980 more image(s)")
+	require.Contains(t, body, "4800 more dropped")
 }

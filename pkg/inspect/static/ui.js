@@ -41,6 +41,9 @@
       if (n.id && document.getElementById(n.id)) { rows.removeChild(n); continue; }
       tbody.appendChild(n);
     }
+    var conv = up.querySelector("#conversation");
+    var oldConv = document.getElementById("conversation");
+    if (conv && oldConv) oldConv.replaceWith(conv);
     var sum = up.querySelector("p.summary");
     var old = root.querySelector("p.summary");
     if (sum && old) old.replaceWith(sum);
