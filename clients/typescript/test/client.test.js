@@ -440,7 +440,7 @@ describe("ctxd serve with users (deployments/nats/auth.conf)", () => {
   before(async () => {
     srv = await startCtxd(
       ["--nats-config", join(repoRoot, "deployments", "nats", "auth.conf"), "--user", "ctxd", "--inbox-prefix", "_INBOX_ctxd"],
-      { CTXD_PASSWORD: "ctxd-secret", APP_PASSWORD: app.pass },
+      { CTXD_PASSWORD: "ctxd-secret", APP_PASSWORD: app.pass, OPERATOR_PASSWORD: "operator-secret" },
     );
   });
   after(async () => {
