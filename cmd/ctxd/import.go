@@ -58,7 +58,20 @@ other files go on. Raise the server's max_payload and import again.
 
 A large file is read on all processors; its records are published once
 it is read whole, since which entries are on a transcript's active branch
-is known only at its end. The next file is read while one is published.`
+is known only at its end. The next file is read while one is published.
+
+With --follow the import keeps going: every 300 ms it looks at the size,
+modification time and identity of each FILE, and of each .jsonl and .json
+file under a directory FILE (Claude Code's project folder, Codex's
+sessions, Gemini CLI's chats, pi's sessions), and publishes what a file
+that changed adds, complete lines only. It resumes after a restart without
+sending anything twice; a file cut shorter or replaced is read again from
+its start; a new file is a new session. A tool that rewinds past records
+already published (it goes on from an earlier point) gets a compaction of
+the branch it goes on from, so the context follows the tool and the stream
+keeps every record. --timeout bounds each publish, not the run; Ctrl-C
+stops (exit 0). Not for --print, standard input or OpenHands.
+  ctxd import --follow --from claude-code ~/.claude/projects/-home-me-repo`
 
 func runImport(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "import", "import --from FORMAT [flags] FILE...", importAbout)
