@@ -240,16 +240,16 @@ func (f *follower) publish(ctx context.Context, ff *followedFile, name string, t
 		case !ff.seen:
 			fmt.Fprintf(f.e.stderr, "%s: %d records, %d published, %d already in the stream, last sequence %d\n%s",
 				head, len(t.Records), res.published, res.present, res.last, t.Report.Summary("  "))
-		case res.published > 0:
+		case res.published > 0 || res.rewound:
 			fmt.Fprintf(f.e.stderr, "%s: %d published, last sequence %d\n", head, res.published, res.last)
 		}
-		if res.rewound > 0 {
-			fmt.Fprintf(f.e.stderr, "%s: rewound past %d records the session holds: a compaction of the branch it goes on from was published before the rest\n", head, res.rewound)
+		if res.rewound {
+			fmt.Fprintf(f.e.stderr, "%s: rewound: the context held records the file no longer produces, or lacked ones it does; a compaction of the branch the file goes on from was published before the rest\n", head)
 		}
 		if res.abandoned > 0 {
 			fmt.Fprintf(f.e.stderr, "%s: warning: session %s holds %d records of %s files that this file does not produce\n", name, sess, res.abandoned, t.Format)
 		}
-		if !ff.seen || res.published > 0 {
+		if !ff.seen || res.published > 0 || res.rewound {
 			fmt.Fprintf(f.out, "%s %d\n", sess, res.last)
 		}
 	}

@@ -218,7 +218,7 @@ func TestImportFollow_Rewind(t *testing.T) {
 	ids, _ = stored(t, js, session)
 	require.Len(t, ids, 51) // the 49, the compaction, the new line
 	require.Equal(t, 1, rewinds(ids))
-	require.Contains(t, f.errOut.String(), "rewound past")
+	require.Contains(t, f.errOut.String(), "rewound: ")
 	require.Equal(t, 0, f.stop(), f.errOut.String())
 
 	// Started again after the file grew: what it holds is not sent again.
@@ -278,4 +278,36 @@ func TestImportFollow_CommandLine(t *testing.T) {
 		e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errOut, getenv: func(string) string { return "" }}
 		require.Equal(t, 130, run(ctx, e, []string{"import", "--follow", "--nats", url, "--from", "pi", file}), errOut.String())
 	})
+}
+
+// A file that appears in a followed directory is a new session, and a
+// file replaced by another (a new inode) is read again from its start.
+func TestImportFollow_NewAndReplacedFiles(t *testing.T) {
+	url, js := importServer(t)
+	dir := t.TempDir()
+	first := mustRead(t, samples+"pi/session-01.jsonl")
+	second := mustRead(t, samples+"pi/agent-sessions-pi-small.jsonl")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "a.jsonl"), []byte(first), 0o644))
+	f := startFollow(t, "--nats", url, "--from", "pi", dir)
+	waitContext(t, js, f, "019e963d-6bd6-7ade-8a49-256ac3391bdd", printedContext(t, "pi", first))
+
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "sub"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "sub", "b.jsonl"), []byte(second), 0o644))
+	waitContext(t, js, f, "019e19b4-eb48-746a-aa6b-8dfcfa37954b", printedContext(t, "pi", second))
+
+	// a.jsonl replaced by a file holding its first lines and more.
+	lines := strings.SplitAfter(first, "\n")
+	tmp := filepath.Join(t.TempDir(), "a.jsonl")
+	require.NoError(t, os.WriteFile(tmp, []byte(strings.Join(lines[:3], "")), 0o644))
+	require.NoError(t, os.Rename(tmp, filepath.Join(dir, "a.jsonl")))
+	require.Eventually(t, func() bool { return strings.Contains(f.errOut.String(), "replaced or cut shorter") }, 2*time.Minute, 50*time.Millisecond)
+	require.NoError(t, os.WriteFile(tmp, []byte(first), 0o644))
+	require.NoError(t, os.Rename(tmp, filepath.Join(dir, "a.jsonl")))
+	waitContext(t, js, f, "019e963d-6bd6-7ade-8a49-256ac3391bdd", printedContext(t, "pi", first))
+	require.Equal(t, 0, f.stop(), f.errOut.String())
+	for _, s := range []string{"019e963d-6bd6-7ade-8a49-256ac3391bdd", "019e19b4-eb48-746a-aa6b-8dfcfa37954b"} {
+		ids, _ := stored(t, js, s)
+		requireUnique(t, ids)
+		require.Contains(t, f.out.String(), s+" ")
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
 
@@ -420,11 +421,11 @@ func (p *importPublisher) findStream(ctx context.Context) {
 var importAckWait time.Duration
 
 type importResult struct {
-	published int // stored by this import
-	present   int // found in the stream before publishing, not sent
-	abandoned int // in the stream, imported from the format, not produced by the file
-	rewound   int // abandoned records a compaction published before the rest repaired
-	duplicate int // sent, and dropped by the server as duplicates
+	published int  // stored by this import
+	present   int  // found in the stream before publishing, not sent
+	abandoned int  // in the stream, imported from the format, not produced by the file
+	rewound   bool // a compaction of the file's branch was published before the rest
+	duplicate int  // sent, and dropped by the server as duplicates
 	last      uint64
 }
 
@@ -500,18 +501,19 @@ func (p *importPublisher) publish(ctx context.Context, t *importer.Transcript, s
 	// record a stream limit deleted, or that an import failed to store
 	// while records after it were stored) cannot be filled in the file's
 	// order any more: refuse rather than append out of order.
-	done, abandoned, lastAbandoned, bad := storedPrefix(log.IDs, ids, importMsgID(t.Format, session, ""))
+	state, bad := storedState(log.IDs, ids, importMsgID(t.Format, session, ""))
 	if bad != nil {
 		return res, bad.describe(t, session)
 	}
+	done, abandoned := state.n, state.abandoned
 	res.present, res.abandoned, res.last = done, abandoned, lastSeq
 	todo := t.Records[done:]
-	if rewind && abandoned > 0 {
+	if rewind && (abandoned > 0 || state.context < done) {
 		// The tool went on from an earlier point than the session's last
 		// records: a compaction of the branch it continues, up to the
 		// fork, comes before the rest, so that the context follows the
 		// tool. The abandoned records stay in the stream.
-		c, err := importer.Rewind(t, done, lastAbandoned, abandoned)
+		c, err := importer.Rewind(t, done, rewindID(done, lastSeq), abandoned)
 		if err != nil {
 			return res, fmt.Errorf("%s: rewind: %w", t.Name, err)
 		}
@@ -526,8 +528,7 @@ func (p *importPublisher) publish(ctx context.Context, t *importer.Transcript, s
 		}
 		todo = append([]importer.Record{c}, todo...)
 		ids = append(ids[:done:done], append([]string{cid}, ids[done:]...)...)
-		res.rewound = abandoned
-		res.abandoned = 0
+		res.rewound, res.abandoned = true, 0
 	}
 	var prog *progress
 	if pr := newProgress(p.e.stderr, "import "+t.Name, uint64(len(todo))); pr.tty && len(todo) > 0 {
@@ -674,8 +675,27 @@ type orderError struct{ want, got int }
 // starts with prefix and importer.RewindID): it repaired the ones before.
 // last is the id of the last of them, after prefix.
 func storedPrefix(stored, ids []string, prefix string) (n, abandoned int, last string, bad *orderError) {
+	p, bad := storedState(stored, ids, prefix)
+	return p.n, p.abandoned, p.last, bad
+}
+
+// prefixState is what storedState finds.
+type prefixState struct {
+	n         int    // the file's first records the session holds
+	abandoned int    // records of the format after the last rewind, not of the file
+	last      string // the id of the last of those, after the prefix
+	// context is how many of the file's first records the session's
+	// context holds: a rewind compaction holds the file's records up to
+	// its fork, and the records after it add theirs. Fewer than n when
+	// the file went back to records the session holds before a rewind
+	// compaction that left them out.
+	context int
+}
+
+// storedState is storedPrefix, with what the context holds of the file.
+func storedState(stored, ids []string, prefix string) (p prefixState, bad *orderError) {
 	if len(stored) == 0 {
-		return 0, 0, "", nil // a new session: no need to index the file's ids
+		return p, nil // a new session: no need to index the file's ids
 	}
 	index := make(map[string]int, len(ids))
 	for i, id := range ids {
@@ -687,19 +707,33 @@ func storedPrefix(stored, ids []string, prefix string) (n, abandoned int, last s
 		if !ok {
 			switch {
 			case strings.HasPrefix(id, rewind):
-				abandoned, last = 0, ""
+				p.abandoned, p.last = 0, ""
+				p.context = p.n
+				fork, _, _ := strings.Cut(strings.TrimPrefix(id, rewind), "@")
+				if k, err := strconv.Atoi(fork); err == nil && k >= 0 && k < p.n {
+					p.context = k
+				}
 			case strings.HasPrefix(id, prefix):
-				abandoned++
-				last = strings.TrimPrefix(id, prefix)
+				p.abandoned++
+				p.last = strings.TrimPrefix(id, prefix)
 			}
 			continue
 		}
-		if i != n {
-			return 0, 0, "", &orderError{want: n, got: i}
+		if i != p.n {
+			return prefixState{}, &orderError{want: p.n, got: i}
 		}
-		n++
+		p.n++
+		p.context++
 	}
-	return n, abandoned, last, nil
+	return p, nil
+}
+
+// rewindID is the id of a rewind compaction published after the
+// session's last sequence last, fork being how many of the file's
+// records it holds: the sequence makes it unique, the fork tells what
+// it holds.
+func rewindID(fork int, last uint64) string {
+	return fmt.Sprintf("%d@%d", fork, last)
 }
 
 func (e *orderError) describe(t *importer.Transcript, session string) error {

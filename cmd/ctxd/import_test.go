@@ -464,6 +464,14 @@ func TestStoredPrefix(t *testing.T) {
 	_, abandoned, last, _ = storedPrefix([]string{"p:a", "p:x", "p:rewind:x", "p:b"}, []string{"p:a", "p:b", "p:c"}, "p:")
 	require.Equal(t, 0, abandoned)
 	require.Equal(t, "", last)
+
+	// A rewind compaction to the file's first record, then the file back
+	// to the records the session holds before it: its context lacks them.
+	p, bad := storedState([]string{"p:a", "p:b", "p:rewind:1@2"}, []string{"p:a", "p:b"}, "p:")
+	require.Nil(t, bad)
+	require.Equal(t, prefixState{n: 2, context: 1}, p)
+	p, _ = storedState([]string{"p:a", "p:b", "p:rewind:1@2", "p:c"}, []string{"p:a", "p:c"}, "p:")
+	require.Equal(t, prefixState{n: 2, context: 2}, p)
 }
 
 // A file rewound after it was imported (here: cut back to its first

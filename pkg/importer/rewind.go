@@ -14,8 +14,8 @@ const RewindID = "rewind:"
 // conversation of t's first n records: what a tool continues from after
 // it rewound past records a session already holds (its fork). Published
 // after them, it makes the session's context follow the tool while the
-// stream keeps every record. id tells this rewind from others (the ID
-// of the last record it abandons, say); abandoned is how many records
+// stream keeps every record. id tells this rewind from others (the
+// importer's publisher uses the fork and the session's last sequence); abandoned is how many records
 // it abandons, kept in importedFrom. The fields no tool stores are
 // filled as for the tools' own compactions.
 func Rewind(t *Transcript, n int, id string, abandoned int) (Record, error) {
