@@ -19,34 +19,16 @@ import (
 	"github.com/ctxd/ctxd/pkg/projection"
 )
 
-// lockedBuffer is a buffer a running command writes while a test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // following is a `ctxd import --follow` running in-process.
 type following struct {
-	out, errOut *lockedBuffer
+	out, errOut *syncBuf
 	stop        func() int // interrupts it and returns its exit code
 }
 
 func startFollow(t *testing.T, args ...string) *following {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	f := &following{out: &lockedBuffer{}, errOut: &lockedBuffer{}}
+	f := &following{out: &syncBuf{}, errOut: &syncBuf{}}
 	e := &env{stdin: strings.NewReader(""), stdout: f.out, stderr: f.errOut, getenv: func(string) string { return "" }}
 	done := make(chan int, 1)
 	go func() { done <- run(ctx, e, append([]string{"import", "--follow"}, args...)) }()
