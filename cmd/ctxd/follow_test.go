@@ -126,9 +126,12 @@ func TestImportFollow_Grows(t *testing.T) {
 					waitContext(t, js, f, c.session, printedContext(t, c.format, strings.Join(lines[:upTo-1], "")))
 					chunk = chunk[len(chunk)-5:]
 				}
+				want := printedContext(t, c.format, strings.Join(lines[:upTo], ""))
+				start := time.Now()
 				appendFile(t, file, chunk)
 				written = upTo
-				waitContext(t, js, f, c.session, printedContext(t, c.format, strings.Join(lines[:written], "")))
+				waitContext(t, js, f, c.session, want)
+				t.Logf("step %d: in the context %s after it was written", s, time.Since(start).Round(time.Millisecond))
 			}
 			require.Equal(t, 0, f.stop(), f.errOut.String())
 			require.Contains(t, f.errOut.String(), "stopped following")
