@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -82,7 +83,9 @@ func (f *follower) scan(ctx context.Context) {
 		}
 	}
 	for name := range f.files {
-		if !present[name] {
+		if !present[name] && !slices.Contains(f.paths, name) {
+			// A path given keeps its entry: an error about it is written
+			// once, however long it lasts.
 			fmt.Fprintf(f.e.stderr, "%s: gone; what was published stays\n", name)
 			delete(f.files, name)
 		}

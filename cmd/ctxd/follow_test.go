@@ -296,3 +296,14 @@ func TestImportFollow_NewAndReplacedFiles(t *testing.T) {
 		require.Contains(t, f.out.String(), s+" ")
 	}
 }
+
+// A followed directory that is missing is said once, not at every look.
+func TestFollower_MissingPathSaidOnce(t *testing.T) {
+	var errOut syncBuf
+	dir := filepath.Join(t.TempDir(), "chats")
+	f := &follower{e: &env{stderr: &errOut}, paths: []string{dir}, files: map[string]*followedFile{}}
+	for range 3 {
+		f.scan(context.Background())
+	}
+	require.Equal(t, 1, strings.Count(errOut.String(), "no such file"), errOut.String())
+}
