@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
 
@@ -58,7 +59,20 @@ other files go on. Raise the server's max_payload and import again.
 
 A large file is read on all processors; its records are published once
 it is read whole, since which entries are on a transcript's active branch
-is known only at its end. The next file is read while one is published.`
+is known only at its end. The next file is read while one is published.
+
+With --follow the import keeps going: every 300 ms it looks at the size,
+modification time and identity of each FILE, and of each .jsonl and .json
+file under a directory FILE (Claude Code's project folder, Codex's
+sessions, Gemini CLI's chats, pi's sessions), and publishes what a file
+that changed adds, complete lines only. It resumes after a restart without
+sending anything twice; a file cut shorter or replaced is read again from
+its start; a new file is a new session. A tool that rewinds past records
+already published (it goes on from an earlier point) gets a compaction of
+the branch it goes on from, so the context follows the tool and the stream
+keeps every record. --timeout bounds each publish, not the run; Ctrl-C
+stops (exit 0). Not for --print, standard input or OpenHands.
+  ctxd import --follow --from claude-code ~/.claude/projects/-home-me-repo`
 
 func runImport(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "import", "import --from FORMAT [flags] FILE...", importAbout)
@@ -68,12 +82,18 @@ func runImport(ctx context.Context, e *env, args []string) error {
 	printOnly := fs.Bool("print", false, "write the records to standard output as JSON lines; publish nothing")
 	maxLine := fs.Int("max-line", importer.DefaultMaxLine, "the longest line of a file read, in `BYTES`: a longer one fails its file")
 	maxFile := fs.Int64("max-file", importer.DefaultMaxFile, "the largest file read, in `BYTES`: a file is read whole before it is converted, so this bounds the memory an import takes; a larger one fails")
+	follow := fs.Bool("follow", false, "keep following the files, and the transcripts under directories, publishing each record as the tool writes it, until interrupted; --timeout then bounds each publish")
 	timeout := addTimeout(fs, 30*time.Minute)
 	pos, err := parse(e, fs, args)
 	if err != nil {
 		return err
 	}
-	if err := e.bound("import", "--timeout", *timeout); err != nil {
+	if *follow {
+		if *timeout < 0 {
+			fmt.Fprintf(e.stderr, "ctxd import: --timeout: want 0 (no bound) or a positive duration such as 30s, got %s\n", *timeout)
+			return errUsage
+		}
+	} else if err := e.bound("import", "--timeout", *timeout); err != nil {
 		return err
 	}
 	if *from == "" {
@@ -103,6 +123,11 @@ func runImport(ctx context.Context, e *env, args []string) error {
 		return errUsage
 	}
 	parser := importer.Parser{MaxLine: *maxLine, MaxFile: *maxFile}
+	if *follow {
+		if err := checkFollow(e, format, *printOnly, *session, pos); err != nil {
+			return err
+		}
+	}
 
 	if e.getenv("GOGC") == "" {
 		// A conversion's heap grows to hold every entry of the file before
@@ -125,6 +150,13 @@ func runImport(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		pub = &importPublisher{nc: nc, js: js, e: e, ready: make(chan struct{})}
+		if *follow {
+			return followFiles(ctx, e, pub, &follower{
+				e: e, pub: pub, parser: parser, format: format, session: *session,
+				batch: *timeout, interval: followInterval, paths: pos,
+				out: bufio.NewWriter(e.stdout), files: map[string]*followedFile{},
+			})
+		}
 		// Find the stream while the first file is read and converted.
 		go pub.findStream(ctx)
 		defer func() { <-pub.ready }()
@@ -165,6 +197,53 @@ func runImport(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("%d of %d files not imported", failed, len(pos))
 	}
 	return nil
+}
+
+// checkFollow checks what --follow is given: files and directories that
+// exist, no standard input, a single file for --session.
+func checkFollow(e *env, format importer.Format, printOnly bool, session string, paths []string) error {
+	usage := func(format string, a ...any) error {
+		fmt.Fprintf(e.stderr, "ctxd import: --follow: "+format+"\n", a...)
+		return errUsage
+	}
+	if printOnly {
+		return usage("publishes: not with --print")
+	}
+	if format == importer.OpenHands {
+		return usage("an OpenHands conversation is a directory of events: import it when it is finished")
+	}
+	for _, p := range paths {
+		if p == "-" {
+			return usage("follows files and directories, not standard input")
+		}
+		st, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		if session != "" && (st.IsDir() || len(paths) > 1) {
+			return usage("--session names the session of one file: give one file, or no --session")
+		}
+	}
+	return nil
+}
+
+// followFiles finds the stream, within the follower's batch bound, then
+// follows until ctx ends. Interrupted before the stream is found, it
+// returns ctx's error; after, a stop is the normal end.
+func followFiles(ctx context.Context, e *env, pub *importPublisher, f *follower) error {
+	fctx, cancel := ctx, context.CancelFunc(func() {})
+	if f.batch > 0 {
+		fctx, cancel = context.WithTimeout(ctx, f.batch)
+	}
+	pub.findStream(fctx)
+	cancel()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if pub.err != nil {
+		return pub.err
+	}
+	return f.run(ctx)
 }
 
 // converted is a file read and converted, or why not; release once ts is
@@ -234,7 +313,7 @@ func importFile(ctx context.Context, e *env, out *bufio.Writer, pub *importPubli
 			fmt.Fprintf(e.stderr, "%s: %d records printed\n%s", head, len(t.Records), t.Report.Summary("  "))
 			continue
 		}
-		res, err := pub.publish(ctx, t, sess)
+		res, err := pub.publish(ctx, t, sess, false)
 		if err != nil {
 			fmt.Fprintf(e.stderr, "%s: not published\n%s", head, t.Report.Summary("  "))
 			errs = append(errs, err)
@@ -342,10 +421,11 @@ func (p *importPublisher) findStream(ctx context.Context) {
 var importAckWait time.Duration
 
 type importResult struct {
-	published int // stored by this import
-	present   int // found in the stream before publishing, not sent
-	abandoned int // in the stream, imported from the format, not produced by the file
-	duplicate int // sent, and dropped by the server as duplicates
+	published int  // stored by this import
+	present   int  // found in the stream before publishing, not sent
+	abandoned int  // in the stream, imported from the format, not produced by the file
+	rewound   bool // a compaction of the file's branch was published before the rest
+	duplicate int  // sent, and dropped by the server as duplicates
 	last      uint64
 }
 
@@ -358,7 +438,12 @@ func importMsgID(format importer.Format, session, id string) string {
 
 // publish stores a transcript's records that the session's stream does not
 // hold yet, in order.
-func (p *importPublisher) publish(ctx context.Context, t *importer.Transcript, session string) (importResult, error) {
+//
+// With rewind, records of the format the session holds after the ones of
+// the file, and that the file no longer produces (a branch the tool
+// abandoned), are followed by a compaction of the file's branch up to
+// them before the rest is appended.
+func (p *importPublisher) publish(ctx context.Context, t *importer.Transcript, session string, rewind bool) (importResult, error) {
 	var res importResult
 	subj, err := subject.Transcript(session)
 	if err != nil {
@@ -416,12 +501,35 @@ func (p *importPublisher) publish(ctx context.Context, t *importer.Transcript, s
 	// record a stream limit deleted, or that an import failed to store
 	// while records after it were stored) cannot be filled in the file's
 	// order any more: refuse rather than append out of order.
-	done, abandoned, bad := storedPrefix(log.IDs, ids, importMsgID(t.Format, session, ""))
+	state, bad := storedState(log.IDs, ids, importMsgID(t.Format, session, ""))
 	if bad != nil {
 		return res, bad.describe(t, session)
 	}
+	done, abandoned := state.n, state.abandoned
 	res.present, res.abandoned, res.last = done, abandoned, lastSeq
 	todo := t.Records[done:]
+	if rewind && (abandoned > 0 || state.context < done) {
+		// The tool went on from an earlier point than the session's last
+		// records: a compaction of the branch it continues, up to the
+		// fork, comes before the rest, so that the context follows the
+		// tool. The abandoned records stay in the stream.
+		c, err := importer.Rewind(t, done, rewindID(done, lastSeq), abandoned)
+		if err != nil {
+			return res, fmt.Errorf("%s: rewind: %w", t.Name, err)
+		}
+		cid := importMsgID(t.Format, session, c.ID)
+		n, err := c.Size()
+		if err != nil {
+			return res, fmt.Errorf("%s: %s: encode record: %w", t.Name, c.Where, err)
+		}
+		size := int64(n) + int64(bus.AppendHeaderBytes(cid))
+		if (limit > 0 && size > limit) || (maxMsg > 0 && size > maxMsg) {
+			return res, fmt.Errorf("%s: the compaction of %s is %d bytes with its headers, more than the server or stream %s accepts; nothing of session %s was published: raise the limit, or import the file into a new --session", t.Name, c.Where, size, stream, session)
+		}
+		todo = append([]importer.Record{c}, todo...)
+		ids = append(ids[:done:done], append([]string{cid}, ids[done:]...)...)
+		res.rewound, res.abandoned = true, 0
+	}
 	var prog *progress
 	if pr := newProgress(p.e.stderr, "import "+t.Name, uint64(len(todo))); pr.tty && len(todo) > 0 {
 		prog = pr
@@ -563,28 +671,69 @@ type orderError struct{ want, got int }
 // publishers) anywhere; abandoned counts those whose id starts with
 // prefix, which an import of the same format into the same session
 // stored: of a branch the file abandoned since, or of another file.
-func storedPrefix(stored, ids []string, prefix string) (n, abandoned int, bad *orderError) {
+// Only those after the session's last rewind compaction count (its id
+// starts with prefix and importer.RewindID): it repaired the ones before.
+// last is the id of the last of them, after prefix.
+func storedPrefix(stored, ids []string, prefix string) (n, abandoned int, last string, bad *orderError) {
+	p, bad := storedState(stored, ids, prefix)
+	return p.n, p.abandoned, p.last, bad
+}
+
+// prefixState is what storedState finds.
+type prefixState struct {
+	n         int    // the file's first records the session holds
+	abandoned int    // records of the format after the last rewind, not of the file
+	last      string // the id of the last of those, after the prefix
+	// context is how many of the file's first records the session's
+	// context holds: a rewind compaction holds the file's records up to
+	// its fork, and the records after it add theirs. Fewer than n when
+	// the file went back to records the session holds before a rewind
+	// compaction that left them out.
+	context int
+}
+
+// storedState is storedPrefix, with what the context holds of the file.
+func storedState(stored, ids []string, prefix string) (p prefixState, bad *orderError) {
 	if len(stored) == 0 {
-		return 0, 0, nil // a new session: no need to index the file's ids
+		return p, nil // a new session: no need to index the file's ids
 	}
 	index := make(map[string]int, len(ids))
 	for i, id := range ids {
 		index[id] = i
 	}
+	rewind := prefix + importer.RewindID
 	for _, id := range stored {
 		i, ok := index[id]
 		if !ok {
-			if strings.HasPrefix(id, prefix) {
-				abandoned++
+			switch {
+			case strings.HasPrefix(id, rewind):
+				p.abandoned, p.last = 0, ""
+				p.context = p.n
+				fork, _, _ := strings.Cut(strings.TrimPrefix(id, rewind), "@")
+				if k, err := strconv.Atoi(fork); err == nil && k >= 0 && k < p.n {
+					p.context = k
+				}
+			case strings.HasPrefix(id, prefix):
+				p.abandoned++
+				p.last = strings.TrimPrefix(id, prefix)
 			}
 			continue
 		}
-		if i != n {
-			return 0, 0, &orderError{want: n, got: i}
+		if i != p.n {
+			return prefixState{}, &orderError{want: p.n, got: i}
 		}
-		n++
+		p.n++
+		p.context++
 	}
-	return n, abandoned, nil
+	return p, nil
+}
+
+// rewindID is the id of a rewind compaction published after the
+// session's last sequence last, fork being how many of the file's
+// records it holds: the sequence makes it unique, the fork tells what
+// it holds.
+func rewindID(fork int, last uint64) string {
+	return fmt.Sprintf("%d@%d", fork, last)
 }
 
 func (e *orderError) describe(t *importer.Transcript, session string) error {

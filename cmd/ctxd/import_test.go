@@ -49,6 +49,12 @@ func stored(t *testing.T, js jetstream.JetStream, session string) ([]string, []a
 	defer cancel()
 	cons, err := js.OrderedConsumer(ctx, "TRANSCRIPTS", jetstream.OrderedConsumerConfig{FilterSubjects: []string{"transcripts." + session}})
 	require.NoError(t, err)
+	defer func() {
+		// Tests that poll would otherwise reach the server's consumer limit.
+		if name := cons.CachedInfo().Name; name != "" {
+			js.DeleteConsumer(context.WithoutCancel(ctx), "TRANSCRIPTS", name)
+		}
+	}()
 	info, err := cons.Info(ctx)
 	require.NoError(t, err)
 	var ids []string
@@ -437,16 +443,35 @@ func TestStoredPrefix(t *testing.T) {
 		{[]string{"a", "b", "a"}, 0, &orderError{want: 2, got: 0}},
 	}
 	for _, c := range cases {
-		n, _, bad := storedPrefix(c.stored, ids, "")
+		n, _, _, bad := storedPrefix(c.stored, ids, "")
 		require.Equal(t, c.n, n, "%v", c.stored)
 		require.Equal(t, c.bad, bad, "%v", c.stored)
 	}
 
 	// The ids with the import's prefix that the file does not produce.
-	n, abandoned, bad := storedPrefix([]string{"p:a", "p:x", "q:y", "p:b", "p:z"}, []string{"p:a", "p:b", "p:c"}, "p:")
+	n, abandoned, last, bad := storedPrefix([]string{"p:a", "p:x", "q:y", "p:b", "p:z"}, []string{"p:a", "p:b", "p:c"}, "p:")
 	require.Nil(t, bad)
 	require.Equal(t, 2, n)
 	require.Equal(t, 2, abandoned)
+	require.Equal(t, "z", last)
+
+	// A rewind compaction repaired the ones before it.
+	n, abandoned, last, bad = storedPrefix([]string{"p:a", "p:x", "p:rewind:x", "p:b", "p:y"}, []string{"p:a", "p:b", "p:c"}, "p:")
+	require.Nil(t, bad)
+	require.Equal(t, 2, n)
+	require.Equal(t, 1, abandoned)
+	require.Equal(t, "y", last)
+	_, abandoned, last, _ = storedPrefix([]string{"p:a", "p:x", "p:rewind:x", "p:b"}, []string{"p:a", "p:b", "p:c"}, "p:")
+	require.Equal(t, 0, abandoned)
+	require.Equal(t, "", last)
+
+	// A rewind compaction to the file's first record, then the file back
+	// to the records the session holds before it: its context lacks them.
+	p, bad := storedState([]string{"p:a", "p:b", "p:rewind:1@2"}, []string{"p:a", "p:b"}, "p:")
+	require.Nil(t, bad)
+	require.Equal(t, prefixState{n: 2, context: 1}, p)
+	p, _ = storedState([]string{"p:a", "p:b", "p:rewind:1@2", "p:c"}, []string{"p:a", "p:c"}, "p:")
+	require.Equal(t, prefixState{n: 2, context: 2}, p)
 }
 
 // A file rewound after it was imported (here: cut back to its first
