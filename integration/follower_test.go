@@ -69,13 +69,19 @@ func followStatsOf(t testing.TB, nc *nats.Conn) map[string]followStats {
 // nameOf returns the instance name $SRV.STATS gives an instance.
 func nameOf(t testing.TB, tc *testCluster, in *instance) string {
 	t.Helper()
-	for name := range followStatsOf(t, tc.nc) {
-		if strings.HasSuffix(name, ":"+strconv.Itoa(in.pid)) {
-			return name
+	// $SRV.STATS is gathered for 300 ms after the last answer: an
+	// instance that answers later (a loaded machine) is asked again.
+	var found string
+	require.Eventually(t, func() bool {
+		for name := range followStatsOf(t, tc.nc) {
+			if strings.HasSuffix(name, ":"+strconv.Itoa(in.pid)) {
+				found = name
+				return true
+			}
 		}
-	}
-	t.Fatalf("instance %d not in $SRV.STATS", in.pid)
-	return ""
+		return false
+	}, 20*time.Second, 50*time.Millisecond, "instance %d in $SRV.STATS", in.pid)
+	return found
 }
 
 // A request that reaches an instance without the ingest pin, with
