@@ -127,23 +127,9 @@ type editor struct {
 	msgs  []any
 	seqs  []uint64
 	owned map[any]bool
-	drop  []bool // messages left with nothing to send
 }
 
-func (e *editor) result() ([]any, []uint64) {
-	if e.drop == nil {
-		return e.msgs, e.seqs
-	}
-	msgs := make([]any, 0, len(e.msgs))
-	seqs := make([]uint64, 0, len(e.msgs))
-	for i, m := range e.msgs {
-		if !e.drop[i] {
-			msgs = append(msgs, m)
-			seqs = append(seqs, e.seqs[i])
-		}
-	}
-	return msgs, seqs
-}
+func (e *editor) result() ([]any, []uint64) { return e.msgs, e.seqs }
 
 // own returns a copy of m this editor may change, made once.
 func (e *editor) own(m *record.Map) *record.Map {
@@ -195,7 +181,10 @@ func role(v any) string {
 
 // thinking removes the thinking blocks of assistant messages before the
 // last keep; the last assistant message keeps its thinking when it holds
-// a tool call, which Anthropic requires while the tool loop goes on.
+// a tool call, which Anthropic requires while the tool loop goes on. A
+// message of thinking alone stays, its content empty: the renderings
+// leave it out as they left out its thinking, and the turns around it
+// render as they did.
 func (e *editor) thinking(keep int, rep *Report) {
 	var assistants []int
 	for i, v := range e.msgs {
@@ -229,13 +218,6 @@ func (e *editor) thinking(keep int, rep *Report) {
 		m.Set("content", kept)
 		for _, b := range gone {
 			rep.ThinkingRemoved = append(rep.ThinkingRemoved, Removed{Seq: e.seqs[i], Message: i, Block: b})
-		}
-		if len(kept) == 0 && !hasToolCalls(m) {
-			// Nothing left to send: CONTEXT.md's pass 2 drops such a message.
-			if e.drop == nil {
-				e.drop = make([]bool, len(e.msgs))
-			}
-			e.drop[i] = true
 		}
 	}
 }
@@ -488,8 +470,7 @@ func (e *editor) toolResults(t *ToolResults, trigger uint64, before int, opt Opt
 // fork returns an editor over the same messages whose changes do not
 // reach e.
 func (e *editor) fork() *editor {
-	f := &editor{msgs: append([]any(nil), e.msgs...), seqs: e.seqs, drop: e.drop}
-	return f
+	return &editor{msgs: append([]any(nil), e.msgs...), seqs: e.seqs}
 }
 
 // clearedContent is what the content of r becomes: the notice, as a

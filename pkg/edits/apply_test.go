@@ -144,9 +144,10 @@ func TestApply_Thinking(t *testing.T) {
 		jsonValue(t, `{"role":"toolResult","toolCallId":"c1","content":"ok"}`),
 	}
 	out, seqs, rep := edits.Apply(msgs, &edits.Config{Thinking: &edits.Thinking{KeepTurns: 0}}, edits.Options{Seqs: []uint64{1, 2, 3, 4, 5}})
-	require.Equal(t, []uint64{1, 2, 4, 5}, seqs, "a message of thinking alone has nothing left to send")
+	require.Equal(t, []uint64{1, 2, 3, 4, 5}, seqs)
 	require.Equal(t, `[{"type":"text","text":"one"}]`, mustJSON(t, get(out[1].(*record.Map), "content")))
-	require.Equal(t, mustJSON(t, msgs[3]), mustJSON(t, out[2]), "the last turn keeps its thinking with its tool call")
+	require.Equal(t, `{"role":"assistant","content":[]}`, mustJSON(t, out[2]), "a message of thinking alone stays, empty")
+	require.Equal(t, mustJSON(t, msgs[3]), mustJSON(t, out[3]), "the last turn keeps its thinking with its tool call")
 	require.Equal(t, []edits.Removed{{Seq: 2, Message: 1, Block: 0}, {Seq: 3, Message: 2, Block: 0}}, rep.ThinkingRemoved)
 
 	out, _, rep = edits.Apply(msgs, &edits.Config{Thinking: &edits.Thinking{KeepTurns: 2}}, edits.Options{})
