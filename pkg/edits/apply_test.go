@@ -399,3 +399,113 @@ func TestApply_Growth(t *testing.T) {
 		require.NotEmpty(t, prevCleared, "seed %d: the session went over the trigger", seed)
 	}
 }
+
+// The same over generated sessions, record by record, in every format:
+// while the results only grow at the tail and the estimate does not fall
+// (a compaction, or a screenshot trimmed by pass 3, may make it fall), a
+// cleared result stays cleared, and the cleared set changes only when
+// the excess crosses a multiple of the step, or when everything
+// clearable was cleared.
+func TestApply_GrowthGenerated(t *testing.T) {
+	n := 60
+	if testing.Short() {
+		n = 20
+	}
+	checked, changed := 0, 0
+	for seed := uint64(1); seed <= uint64(n); seed++ {
+		r := rand.New(rand.NewPCG(seed, 4))
+		g := newGen(r)
+		s := projection.New(projection.Options{BrowserTools: g.BrowserTools()})
+		f := render.Formats[int(seed)%len(render.Formats)]
+		step := uint64(r.IntN(3) * 200)
+		c := &edits.Config{ToolResults: &edits.ToolResults{TriggerTokens: uint64(300 + r.IntN(1500)), HasTrigger: true, Keep: r.IntN(3), ClearAtLeastTokens: step}}
+		type key struct {
+			seq uint64
+			id  string
+		}
+		var prevResults []string
+		var prevCleared map[key]bool
+		prevBefore, prevMultiple, prevAll := 0, uint64(0), false
+		for i, v := range g.Session(150) {
+			s.Apply(uint64(i+1), v)
+			msgs, seqs := s.Messages(), s.MessageSeqs(nil)
+			opt := options(f, seqs)
+			_, _, rep := edits.Apply(msgs, c, opt)
+			results := resultKeys(msgs, seqs)
+			cleared := map[key]bool{}
+			for _, cl := range rep.Cleared {
+				cleared[key{cl.Seq, cl.ID}] = true
+			}
+			multiple := uint64(0)
+			if uint64(rep.TokensBefore) > c.ToolResults.TriggerTokens {
+				q := max(step, 1)
+				multiple = (uint64(rep.TokensBefore) - c.ToolResults.TriggerTokens + q - 1) / q
+			}
+			grew := rep.TokensBefore >= prevBefore && len(results) >= len(prevResults) && slicesEqual(results[:len(prevResults)], prevResults)
+			if grew && prevCleared != nil {
+				what := fmt.Sprintf("seed %d %s record %d", seed, f, i+1)
+				for k := range prevCleared {
+					require.True(t, cleared[k], "%s: the result %v came back", what, k)
+				}
+				if len(prevCleared) > 0 {
+					checked++
+				}
+				if len(cleared) != len(prevCleared) {
+					changed++
+				}
+				if len(cleared) != len(prevCleared) && !prevAll {
+					require.NotEqual(t, prevMultiple, multiple, "%s: the cleared set changed within a step", what)
+				}
+			}
+			all := edits.Config{ToolResults: &edits.ToolResults{HasTrigger: true, Keep: c.ToolResults.Keep}}
+			_, _, most := edits.Apply(msgs, &all, opt)
+			prevAll = len(most.Cleared) == len(rep.Cleared)
+			prevResults, prevCleared, prevBefore, prevMultiple = results, cleared, rep.TokensBefore, multiple
+		}
+	}
+	t.Logf("%d records checked with results cleared before, %d changes of the cleared set", checked, changed)
+	require.Greater(t, checked, 100*n/60)
+	require.Greater(t, changed, 20*n/60)
+}
+
+// resultKeys names each result of the context by its record and id.
+func resultKeys(msgs []any, seqs []uint64) []string {
+	var out []string
+	for i, v := range msgs {
+		m, ok := v.(*record.Map)
+		if !ok {
+			continue
+		}
+		switch r, _ := m.String("role"); r {
+		case "toolResult", "tool":
+			out = append(out, fmt.Sprintf("%d/%s", seqs[i], mustJSONValue(get(m, "content"))))
+		case "user":
+			arr, _ := get(m, "content").([]any)
+			for _, x := range arr {
+				if b, ok := x.(*record.Map); ok {
+					if t, _ := b.String("type"); t == "tool_result" {
+						out = append(out, fmt.Sprintf("%d/%s", seqs[i], mustJSONValue(get(b, "content"))))
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+func mustJSONValue(v any) string {
+	b, _ := record.MarshalJSON(v)
+	return string(b)
+}
+
+func slicesEqual(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
