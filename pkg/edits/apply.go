@@ -31,6 +31,10 @@ type Cleared struct {
 	Tool   string
 	Seq    uint64
 	Tokens int // the estimate of the content cleared
+	// Message indexes the messages; Block is the tool_result block of a
+	// user message, -1 for a result message. The reply does not carry
+	// them (Map).
+	Message, Block int
 }
 
 // Removed locates a thinking block or image an edit removed: Message
@@ -463,7 +467,7 @@ func (e *editor) toolResults(t *ToolResults, trigger uint64, before int, opt Opt
 	}
 	e.clear(clearable[:k], t.ClearInputs)
 	for _, r := range clearable[:k] {
-		rep.Cleared = append(rep.Cleared, Cleared{ID: r.id, Tool: r.tool, Seq: e.seqs[r.m], Tokens: r.tokens})
+		rep.Cleared = append(rep.Cleared, Cleared{ID: r.id, Tool: r.tool, Seq: e.seqs[r.m], Tokens: r.tokens, Message: r.m, Block: r.b})
 	}
 }
 
