@@ -69,7 +69,7 @@ type View struct {
 	// StatusUnexplained, and Messages, Dropped and Summary are empty.
 	Cut string
 	// Edited, for a view with context edits applied (?edits=, edited.go),
-	// says what the edits changed in each message changed, by its index
+	// says what the edits did to each message they changed, by its index
 	// in Messages.
 	Edited map[int]string
 }
