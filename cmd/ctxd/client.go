@@ -12,6 +12,7 @@ import (
 
 	"github.com/ctxd/ctxd/pkg/bus"
 	"github.com/ctxd/ctxd/pkg/client"
+	"github.com/ctxd/ctxd/pkg/edits"
 	"github.com/ctxd/ctxd/pkg/record"
 	"github.com/ctxd/ctxd/pkg/subject"
 )
@@ -118,6 +119,12 @@ With --format F (anthropic, openai-chat, openai-responses, gemini) the
 reply holds the context rendered for that provider, with a report of what
 the rendering changed (docs/RENDER.md); --budget-tokens N adds whether it
 is over N input tokens and where a compaction may cut.
+With --edits JSON the context is edited before rendering (docs/EDITS.md):
+old tool results cleared once it is over a number of tokens, old thinking
+and images removed, with a report under "edits"; for example
+  --edits '{"tool_results":{"trigger_tokens":100000,"keep":3,"clear_at_least_tokens":20000}}'
+  --edits '{"thinking":{"keep_turns":1},"images":{"keep":3,"batch":10}}'
+tool_results without trigger_tokens takes --budget-tokens as its trigger.
 A reply larger than the server's max payload comes in chunks and is
 printed whole: --wait-ms plus 5 s bound the wait for the answer, then each
 chunk may take 30 s, however many there are.
@@ -137,6 +144,7 @@ func runContext(ctx context.Context, e *env, args []string) error {
 	waitMS := fs.Int("wait-ms", 2000, "how long the service may wait for --min-seq, in ms (at most 30000; 0: answer now or fail)")
 	format := fs.String("format", "", "neutral (the default), anthropic, openai-chat, openai-responses or gemini")
 	budget := fs.Uint64("budget-tokens", 0, "say whether the context is over this many input tokens (0: don't)")
+	editsJSON := fs.String("edits", "", "edit the context before rendering: a JSON object of tool_results, thinking, images (docs/EDITS.md)")
 	partitions := fs.Int("partitions", 0, "the stream's partitions: ask the instance that applies the session's partition first (ctxd.p.K.SESSION)")
 	hedgeMS := fs.Int("hedge-ms", 0, "send the request once more, to any instance, when no answer came within this many ms (0: a quarter of the time, 200 to 1000 ms; -1: never)")
 	pos, err := parse(e, fs, args)
@@ -157,6 +165,17 @@ func runContext(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.stderr, "ctxd context: --wait-ms must be 0 or more, got %d\n", *waitMS)
 		return errUsage
 	}
+	var edited *edits.Config
+	if *editsJSON != "" {
+		if edited, err = edits.ParseJSON([]byte(*editsJSON)); err != nil {
+			fmt.Fprintf(e.stderr, "ctxd context: --edits: %v\n", err)
+			return errUsage
+		}
+		if edited.ToolResults != nil && !edited.ToolResults.HasTrigger && *budget == 0 {
+			fmt.Fprintln(e.stderr, "ctxd context: --edits: edits.tool_results.trigger_tokens is required without --budget-tokens")
+			return errUsage
+		}
+	}
 	if *hedgeMS < -1 {
 		fmt.Fprintf(e.stderr, "ctxd context: --hedge-ms must be -1 (never), 0 (the default) or more, got %d\n", *hedgeMS)
 		return errUsage
@@ -172,7 +191,7 @@ func runContext(ctx context.Context, e *env, args []string) error {
 	// The timeout is the answer's; a large one then takes as long as its
 	// chunks keep coming.
 	data, err := client.Context(ctx, nc, pos[0], client.Request{MinSeq: *minSeq, WaitMS: *waitMS, NoWait: *waitMS == 0, Format: *format,
-		BudgetTokens: *budget, Partitions: *partitions, ChunkTimeout: contextChunkTimeout, Hedge: time.Duration(*hedgeMS) * time.Millisecond})
+		BudgetTokens: *budget, Edits: edited, Partitions: *partitions, ChunkTimeout: contextChunkTimeout, Hedge: time.Duration(*hedgeMS) * time.Millisecond})
 	if err != nil {
 		return err
 	}

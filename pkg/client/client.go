@@ -30,6 +30,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/ctxd/ctxd/pkg/edits"
 	"github.com/ctxd/ctxd/pkg/protocol"
 	"github.com/ctxd/ctxd/pkg/subject"
 )
@@ -111,6 +112,11 @@ type Request struct {
 	// BudgetTokens, when not 0, asks the reply to say whether the context
 	// is over this many input tokens, and where a compaction may cut.
 	BudgetTokens uint64
+	// Edits, when not nil, asks for the context with these edits applied
+	// before rendering (docs/EDITS.md): old tool results cleared, old
+	// thinking and images removed. ToolResults needs a TriggerTokens of
+	// its own (HasTrigger) or BudgetTokens.
+	Edits *edits.Config
 	// Partitions, the stream's number of partitions (Partitions), sends
 	// the request to the instance that applies the session's partition,
 	// on ctxd.p.<k>.<session>, and to ctxd.context.<session> when no
@@ -235,6 +241,9 @@ func Context(ctx context.Context, nc *nats.Conn, session string, req Request) ([
 	}
 	if req.WaitMS < 0 {
 		return nil, fmt.Errorf("%w: WaitMS %d is negative", ErrBadRequest, req.WaitMS)
+	}
+	if e := req.Edits; e != nil && e.ToolResults != nil && !e.ToolResults.HasTrigger && req.BudgetTokens == 0 {
+		return nil, fmt.Errorf("%w: Edits.ToolResults needs TriggerTokens (HasTrigger) or BudgetTokens", ErrBadRequest)
 	}
 	header := nats.Header{}
 	if req.Msgpack {
@@ -664,5 +673,6 @@ func (req Request) wire(timeout time.Duration) protocol.Request {
 	if req.BudgetTokens > 0 {
 		w.BudgetTokens, w.HasBudget = req.BudgetTokens, true
 	}
+	w.Edits = req.Edits
 	return w
 }

@@ -258,6 +258,9 @@ func conversation(v *View, base string, budget int) (items []convItem, hidden in
 						p.Result = blocksOf(rc, thumbs, &budget)
 						rrow := v.Rows[owner[j]]
 						p.ResultStatus, p.ResultRule = rrow.Status, cut(rrow.Rule, convText)
+						if rule, ok := v.Edited[j]; ok {
+							p.ResultStatus, p.ResultRule = StatusEdited, rule
+						}
 						if rrow.ImagesOmitted > 0 && j == rrow.First {
 							p.Result = append(p.Result, omitted(rrow, v.Messages, thumbs, &budget)...)
 						}
@@ -273,6 +276,9 @@ func conversation(v *View, base string, budget int) (items []convItem, hidden in
 			// screenshot): shown greyed, with the rule.
 			if row.ImagesOmitted > 0 && en.msg == row.First {
 				it.Blocks = append(it.Blocks, omitted(row, v.Messages, thumbs, &budget)...)
+			}
+			if rule, ok := v.Edited[en.msg]; ok {
+				it.Status, it.Rule = StatusEdited, rule
 			}
 			it.JSON = preview(msg, min(convJSON, max(budget, 0)))
 			budget -= len(it.JSON)

@@ -24,6 +24,8 @@
 //	/ui/sessions/ID?at=SEQ          the same, as it was at stream sequence SEQ
 //	/ui/sessions/ID?at=A&diff=B     what changed in the context from the earlier sequence to
 //	                                the later: entries added, removed, changed; fates changed
+//	/ui/sessions/ID?edits=JSON      the latest page with the context edits of docs/EDITS.md applied
+//	                                (tool_results needs trigger_tokens): what they changed marked "edited"
 //	/ui/sessions/ID?after=SEQ       what a followed page lacks: the records after SEQ, fates, summary, the conversation
 //	/ui/sessions/ID?format=json     the view as JSON, as ctxd inspect --json prints it
 //	/ui/sessions/ID/events          server-sent events: the session's last record's seq

@@ -509,6 +509,10 @@ func (h *Handler) session(w http.ResponseWriter, r *http.Request) {
 		h.diff(w, r, id, at, base)
 		return
 	}
+	if q.Has("edits") {
+		h.edited(w, r, id, at, base)
+		return
+	}
 	if q.Get("format") != "json" && (follow || q.Get("page") == "" || q.Get("page") == "0") {
 		// The latest page and follow updates: from the view shared by
 		// every request for it, loaded once per record applied.

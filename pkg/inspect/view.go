@@ -68,6 +68,10 @@ type View struct {
 	// then lists every record by sequence and size, with the status
 	// StatusUnexplained, and Messages, Dropped and Summary are empty.
 	Cut string
+	// Edited, for a view with context edits applied (?edits=, edited.go),
+	// says what the edits did to each message they changed, by its index
+	// in Messages.
+	Edited map[int]string
 }
 
 // Row is one stored record and its fate.

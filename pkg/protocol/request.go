@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/ctxd/ctxd/pkg/edits"
 	"github.com/ctxd/ctxd/pkg/record"
 )
 
@@ -47,6 +48,9 @@ type Request struct {
 	// BudgetTokens is budget_tokens, when HasBudget.
 	BudgetTokens uint64
 	HasBudget    bool
+	// Edits is edits: the context edits to apply before rendering (nil:
+	// none; docs/EDITS.md).
+	Edits *edits.Config
 }
 
 // Wait is how long the service may wait for MinSeq: wait_ms bounded by
@@ -71,7 +75,7 @@ func (r Request) Timeout() time.Duration {
 
 // ParseRequest reads a request body: a JSON object or a msgpack map (the
 // reply is encoded as the request was: record.IsJSON tells which) with
-// optional min_seq, wait_ms, timeout_ms, format and budget_tokens;
+// optional min_seq, wait_ms, timeout_ms, format, budget_tokens and edits;
 // unknown fields are ignored, an empty body is the zero Request. Every
 // error wraps ErrBadRequest and says what is wrong.
 func ParseRequest(body []byte) (Request, error) {
@@ -126,7 +130,25 @@ func ParseRequest(body []byte) (Request, error) {
 		}
 		req.HasBudget = true
 	}
+	if v, ok := m.Get("edits"); ok {
+		if req.Edits, err = parseEdits(v, req.HasBudget); err != nil {
+			return req, err
+		}
+	}
 	return req, nil
+}
+
+// parseEdits reads the edits field: tool_results needs a trigger, its
+// own or the request's budget_tokens.
+func parseEdits(v any, hasBudget bool) (*edits.Config, error) {
+	c, err := edits.Parse(v)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	if c.ToolResults != nil && !c.ToolResults.HasTrigger && !hasBudget {
+		return nil, fmt.Errorf("%w: %w: edits.tool_results.trigger_tokens is required when the request has no budget_tokens", ErrBadRequest, edits.ErrInvalid)
+	}
+	return c, nil
 }
 
 // AppendJSON appends the request as a JSON object: min_seq always, the
@@ -150,6 +172,10 @@ func (r Request) AppendJSON(b []byte) []byte {
 		b = append(b, `,"budget_tokens":`...)
 		b = strconv.AppendUint(b, r.BudgetTokens, 10)
 	}
+	if r.Edits != nil {
+		b = append(b, `,"edits":`...)
+		b, _ = record.AppendJSON(b, r.Edits.Map()) // strings, integers, booleans
+	}
 	return append(b, '}')
 }
 
@@ -168,6 +194,9 @@ func (r Request) AppendMsgpack(b []byte) []byte {
 	}
 	if r.HasBudget {
 		m.Set("budget_tokens", r.BudgetTokens)
+	}
+	if r.Edits != nil {
+		m.Set("edits", r.Edits.Map())
 	}
 	out, err := record.MarshalMsgpack(m)
 	if err != nil {

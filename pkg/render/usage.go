@@ -275,3 +275,36 @@ func resultIDs(m *record.Map) []string {
 	}
 	return nil
 }
+
+// ValueTokens estimates the input tokens a value (a message, a block, a
+// result's content) adds to a body in format f, as Estimate counts a
+// body: a token per BytesPerToken bytes of its JSON outside image data,
+// and each image by the provider's formula. A value JSON cannot encode
+// counts 0.
+func ValueTokens(f Format, v any) int {
+	n, err := record.JSONLen(v)
+	if err != nil {
+		return 0
+	}
+	imageBytes, tokens := 0, 0
+	walkImages(v, func(img image, size int) {
+		imageBytes += size
+		w, h, ok := imageSize(img)
+		if !ok {
+			w, h = defaultSide, defaultSide
+		}
+		tokens += imageTokens(f, w, h)
+	})
+	return tokens + (max(n-imageBytes, 0)+BytesPerToken-1)/BytesPerToken
+}
+
+// Tokens estimates the input tokens of the neutral messages rendered in
+// format f: the InputTokens of the usage the reply would carry.
+func Tokens(f Format, messages []any, opt Options) int {
+	body, _ := Render(f, messages, opt)
+	n, err := body.JSONLen()
+	if err != nil {
+		return 0
+	}
+	return Estimate(body, n).InputTokens
+}

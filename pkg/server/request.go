@@ -3,6 +3,7 @@ package server
 import (
 	"time"
 
+	"github.com/ctxd/ctxd/pkg/edits"
 	"github.com/ctxd/ctxd/pkg/protocol"
 	"github.com/ctxd/ctxd/pkg/record"
 	"github.com/ctxd/ctxd/pkg/render"
@@ -30,6 +31,9 @@ type contextRequest struct {
 	// budget is budget_tokens; hasBudget says whether the request gave one.
 	budget    uint64
 	hasBudget bool
+	// edits are the context edits asked for (nil: none): such a reply is
+	// rendered whole, never cached (edited.go).
+	edits *edits.Config
 	// timeout is timeout_ms: how long the client waits for the reply (0:
 	// it did not say). deadline is when the request was received plus
 	// timeout; the service answers by then, with the context or an error.
@@ -58,6 +62,7 @@ func parseRequest(body []byte, accept string) (contextRequest, error) {
 	}
 	req.minSeq, req.wait, req.timeout = p.MinSeq, p.Wait(), p.Timeout()
 	req.budget, req.hasBudget = p.BudgetTokens, p.HasBudget
+	req.edits = p.Edits
 	if p.Format != "" {
 		f, err := render.ParseFormat(p.Format)
 		if err != nil {

@@ -221,7 +221,7 @@ func (s *Service) Open() error {
 	err = svc.AddEndpoint("context", micro.HandlerFunc(s.handleContext),
 		micro.WithEndpointSubject(subject.ContextPrefix+"*"),
 		micro.WithEndpointMetadata(map[string]string{
-			"description": "model context of a session; body: optional {min_seq, wait_ms, format, budget_tokens}",
+			"description": "model context of a session; body: optional {min_seq, wait_ms, format, budget_tokens, edits}",
 		}))
 	if err == nil {
 		// Chunks of a large reply are held by the instance that made it.
@@ -448,6 +448,14 @@ func (s *Service) reply(r micro.Request, v Viewer, session string, req contextRe
 	verr := v.View(s.ctx, session, func(p *projection.Session) {
 		empty = p == nil
 		switch {
+		case req.edits != nil:
+			// Edited on request, whole each time: the cached replies
+			// and their render states are of the unedited context.
+			if req.msgpack {
+				out, err = appendEditedMsgpack(nil, session, p, req, s.BrowserTools)
+			} else {
+				out, err = appendEditedJSON(nil, session, p, req, s.BrowserTools)
+			}
 		case req.rendered():
 			// Rendered on request, kept until the session changes.
 			var prev int

@@ -8,7 +8,7 @@ import type { JetStreamClient, JetStreamPublishOptions } from "@nats-io/jetstrea
 import { BadRequestError, NoServiceError, permissionError, ReplyError, RequestTimeoutError } from "./errors.js";
 import { request, timeoutOf } from "./request.js";
 import { checkSession, contextSubject, partitionSubject, transcriptSubject } from "./subject.js";
-import type { Format, ReplyFor, TranscriptRecord } from "./types.js";
+import type { Edits, Format, ReplyFor, TranscriptRecord } from "./types.js";
 
 /** Options of connect: the nats.js connection options, and partitions. */
 export interface ConnectOptions extends NodeConnectionOptions {
@@ -54,8 +54,8 @@ export interface ContextOptions<F extends Format | undefined = Format | undefine
   format?: F;
   /** Ask whether the context is over this many estimated input tokens, and where a compaction may cut. */
   budgetTokens?: number;
-  /** Sent as the request's edits field, as given. */
-  edits?: unknown;
+  /** Context edits applied before rendering (docs/EDITS.md): sent as the request's edits field. */
+  edits?: Edits;
   /**
    * How long the client waits for the answer, in ms; the service is told
    * (timeout_ms) and answers within it. Default: waitMs (at most 30000) + 5000.

@@ -296,6 +296,39 @@ export interface RenderReport extends Open {
 /** The formats a context is rendered in. */
 export type Format = "neutral" | "anthropic" | "openai-chat" | "openai-responses" | "gemini";
 
+/**
+ * Context edits applied before rendering (docs/EDITS.md): the request's
+ * edits field. Every count and token figure is a whole number of at least 0.
+ */
+export interface Edits {
+  /** Clear the content of old tool results once the context is over trigger_tokens. */
+  tool_results?: {
+    /** Default: the request's budgetTokens; one of the two is required. */
+    trigger_tokens?: number;
+    /** The most recent results left whole (default 3). */
+    keep?: number;
+    /** The step of what is cleared, so that the body holds between steps (default 0). */
+    clear_at_least_tokens?: number;
+    /** Tools whose results are never cleared. */
+    exclude_tools?: string[];
+    /** Replace the cleared results' call arguments by {} too (default false). */
+    clear_inputs?: boolean;
+  };
+  /** Remove the thinking of assistant messages before the last keep_turns (default 1). */
+  thinking?: { keep_turns?: number };
+  /** Replace images beyond the keep most recent (default 3) by a notice, batch at a time (default 10). */
+  images?: { keep?: number; batch?: number };
+}
+
+/** What the edits changed: the reply's edits field. */
+export interface EditsReport {
+  tool_results_cleared: { id: string; tool: string; seq: number; tokens: number }[];
+  thinking_removed: { seq: number; message: number; block: number }[];
+  images_removed: { seq: number; message: number; block: number }[];
+  tokens_before: number;
+  tokens_after: number;
+}
+
 /** The fields every reply has. */
 export interface ReplyBase {
   session: string;
@@ -306,6 +339,8 @@ export interface ReplyBase {
   usage?: Usage;
   /** When the request had budgetTokens. */
   budget?: Budget;
+  /** When the request had edits: what they changed; usage is then the edited body's. */
+  edits?: EditsReport;
 }
 
 /** The neutral context. */

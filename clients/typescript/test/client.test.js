@@ -136,9 +136,27 @@ describe("ctxd serve", () => {
       assert.equal(Buffer.compare(Buffer.concat([bytes, Buffer.from("\n")]), printed), 0, format);
       assert.deepEqual(reply, JSON.parse(td.decode(bytes)), format);
     }
-    // edits are passed through; the service ignores a field it does not know.
-    const withEdits = await ctxd.context("fmt1", { minSeq: last.seq, edits: [{ drop: 3 }] });
+    // edits: the reply of the edited context, as ctxd context --edits prints it.
+    const edits = { tool_results: { trigger_tokens: 10, keep: 0 }, thinking: { keep_turns: 0 }, images: { keep: 0, batch: 1 } };
+    const withEdits = await ctxd.context("fmt1", { minSeq: last.seq, format: "anthropic", edits });
     assert.equal(withEdits.seq, last.seq);
+    assert.ok(withEdits.edits.tool_results_cleared.length > 0);
+    assert.ok(withEdits.edits.tokens_after < withEdits.edits.tokens_before);
+    assert.equal(withEdits.usage.input_tokens, withEdits.edits.tokens_after);
+    for (const c of withEdits.edits.tool_results_cleared) {
+      assert.ok(JSON.stringify(withEdits.messages).includes(`[tool result cleared: ${c.tool} ${c.id}, ${c.tokens} tokens]`), c.id);
+    }
+    const editedBytes = await ctxd.contextBytes("fmt1", { minSeq: last.seq, format: "anthropic", edits });
+    const editedPrinted = await ctxdCommand(["context", "fmt1", "--format", "anthropic", "--edits", JSON.stringify(edits), "--nats", srv.url]);
+    assert.equal(Buffer.compare(Buffer.concat([editedBytes, Buffer.from("\n")]), editedPrinted), 0, "edited");
+    await assert.rejects(
+      ctxd.context("fmt1", { minSeq: last.seq, edits: [{ drop: 3 }] }),
+      (err) => err instanceof CtxdError && err.code === "400" && err.description.includes("edits must be an object"),
+    );
+    await assert.rejects(
+      ctxd.context("fmt1", { minSeq: last.seq, edits: { tool_results: { keep: 3 } } }),
+      (err) => err instanceof CtxdError && err.code === "400" && err.description.includes("edits.tool_results.trigger_tokens is required"),
+    );
   });
 
   test("a reply of a few MiB comes in pushed chunks, byte-equal to ctxd context", async () => {

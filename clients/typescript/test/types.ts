@@ -3,9 +3,9 @@
 // the types of their format.
 
 import { connect, CtxdError } from "../dist/index.js";
-import type { AnthropicReply, Format, NeutralReply, TranscriptRecord } from "../dist/index.js";
+import type { AnthropicReply, Edits, Format, NeutralReply, TranscriptRecord } from "../dist/index.js";
 
-export async function turn(record: TranscriptRecord, msgId: string, waitMs: number, format: Format, budgetTokens: number, edits: unknown) {
+export async function turn(record: TranscriptRecord, msgId: string, waitMs: number, format: Format, budgetTokens: number, edits: Edits) {
   const ctxd = await connect({ servers: "nats://127.0.0.1:4222", user: "u", pass: "p", partitions: "auto" });
   const { seq } = await ctxd.publish("s1", record, { msgId });
   const reply = await ctxd.context("s1", { minSeq: seq, waitMs, format, budgetTokens, edits });
