@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ctxd/ctxd/pkg/bus"
 	"github.com/ctxd/ctxd/pkg/client"
@@ -179,8 +178,7 @@ type App struct {
 
 	ns     *natsd.Server
 	nc     *nats.Conn
-	js     jetstream.JetStream
-	st     jetstream.Stream
+	st     *bus.Stream
 	stream string
 	loader *streamLoader
 	roles  *roles
@@ -322,10 +320,6 @@ func (a *App) Open(ctx context.Context) (err error) {
 	if err := client.CheckInbox(ctx, a.nc); err != nil {
 		return fmt.Errorf("connect to %s: %w", Redact(url), err)
 	}
-	js, err := bus.JetStream(a.nc)
-	if err != nil {
-		return err
-	}
 	want, err := streams.Transcripts()
 	if err != nil {
 		return err
@@ -344,28 +338,28 @@ func (a *App) Open(ctx context.Context) (err error) {
 			a.Logger.Warn("stream limit accepted: records past it leave the stream, and with them the contexts of their sessions", "stream", want.Name, "field", fe.Field, "value", fe.Have)
 		}))
 	}
-	var st jetstream.Stream
+	var st *bus.Stream
 	err = a.retryStart(ctx, url, "stream "+want.Name, func(ctx context.Context) error {
-		st, err = bus.EnsureStream(ctx, js, want, check...)
+		st, err = bus.SetUp(ctx, a.nc, want, check...)
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	if have := st.CachedInfo().Config.Replicas; a.Replicas > 0 && have != a.Replicas {
+	if have := st.Replicas(); a.Replicas > 0 && have != a.Replicas {
 		a.Logger.Warn("the existing stream has another number of replicas than --replicas; ctxd leaves it as it is",
 			"stream", want.Name, "replicas", have, "want", a.Replicas)
 	}
 	var cps *bus.Checkpoints
 	err = a.retryStart(ctx, url, "checkpoint bucket", func(ctx context.Context) error {
-		cps, err = bus.OpenCheckpoints(ctx, js, a.Replicas)
+		cps, err = st.CheckpointBucket(ctx, a.Replicas)
 		return err
 	})
 	if err != nil {
 		return err
 	}
 
-	layout, err := bus.LayoutOf(st.CachedInfo().Config)
+	layout, err := st.Layout()
 	if err != nil {
 		return err
 	}
@@ -383,18 +377,17 @@ func (a *App) Open(ctx context.Context) (err error) {
 
 	var snaps *bus.Snapshots
 	err = a.retryStart(ctx, url, "snapshot bucket", func(ctx context.Context) error {
-		snaps, err = bus.OpenSnapshots(ctx, js, a.Replicas)
+		snaps, err = st.SnapshotBucket(ctx, a.Replicas)
 		return err
 	})
 	if err != nil {
 		return err
 	}
 
-	cps.Stream = bus.StreamIdentity(st.CachedInfo())
-	a.js, a.st, a.stream = js, st, want.Name
+	a.st, a.stream = st, want.Name
 	a.loader = &streamLoader{nc: a.nc, stream: want.Name, cps: cps, layout: layout,
 		snaps: snaps, identity: cps.Stream}
-	a.layout = watchLayout(a.life, a.nc, st, layout, a.Logger, func(err error) {
+	a.layout = watchLayout(a.life, a.nc, st.ReadLayout, layout, a.Logger, func(err error) {
 		a.layoutErr.Store(&err)
 		a.fail(err)
 	})
@@ -414,7 +407,7 @@ func (a *App) Open(ctx context.Context) (err error) {
 	a.roles.reader.MissTTL = 0
 	// Before the ingest and the service: no record is applied, and no
 	// session read, that a removal before it could have touched.
-	counted := !limited && !st.CachedInfo().Config.AllowMsgTTL
+	counted := !limited && !st.AllowsMsgTTL()
 	err = a.retryStart(ctx, url, "removal watcher", func(ctx context.Context) error {
 		a.removals, err = openRemovals(ctx, a.life, a.nc, want.Name, counted, a.roles.stores, a.dropSnapshots, a.Logger)
 		return err
@@ -429,7 +422,7 @@ func (a *App) Open(ctx context.Context) (err error) {
 	// loads from there when it is asked for, so nothing is replayed here.
 	var last, msgs uint64
 	err = a.retryStart(ctx, url, "stream "+want.Name, func(ctx context.Context) error {
-		last, msgs, err = bus.LastSeq(ctx, st)
+		last, msgs, err = st.State(ctx)
 		return err
 	})
 	if err != nil {
@@ -452,9 +445,9 @@ func (a *App) Open(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	var cons jetstream.Consumer
+	var cons *bus.Consumer
 	err = a.retryStart(ctx, url, "consumer "+ccfg.Durable, func(ctx context.Context) error {
-		cons, err = bus.OpenConsumer(ctx, st, ccfg, last)
+		cons, err = st.OpenConsumer(ctx, ccfg, last)
 		return err
 	})
 	if err != nil {
@@ -473,7 +466,7 @@ func (a *App) Open(ctx context.Context) (err error) {
 			a.fail(fmt.Errorf("ingest consumer %s on stream %s was deleted: no record is applied any more; start ctxd again to create it", streams.IngestName, want.Name))
 		}
 	}})
-	if a.ingest, err = bus.StartIngest(cons, last, readRange, a.handle, a.Logger, pin, bus.WithPullBytes(bus.PullBytes(a.nc))); err != nil {
+	if a.ingest, err = cons.StartIngest(last, readRange, a.handle, a.Logger, pin); err != nil {
 		return err
 	}
 	a.running.Store(a.ingest)
@@ -749,18 +742,8 @@ func (a *App) unpin(ctx context.Context) {
 	if pin == "" {
 		return
 	}
-	cons, err := a.st.Consumer(ctx, streams.IngestName)
-	if err != nil {
+	if err := a.st.Unpin(ctx, streams.IngestName, streams.IngestGroup, pin); err != nil {
 		a.Logger.Warn("unpin the ingest consumer", "err", err)
-		return
-	}
-	for _, g := range cons.CachedInfo().PriorityGroups {
-		if g.Group == streams.IngestGroup && g.PinnedClientID == pin {
-			if err := a.st.UnpinConsumer(ctx, streams.IngestName, streams.IngestGroup); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-				a.Logger.Warn("unpin the ingest consumer", "err", err)
-			}
-			return
-		}
 	}
 }
 

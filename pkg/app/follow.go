@@ -160,7 +160,7 @@ func (f *following) start(gen uint64, st *store.Store) {
 	ctx, cancel := context.WithTimeout(a.life, followStart)
 	defer cancel()
 	run, err := func() (*bus.Follower, error) {
-		last, _, err := bus.LastSeq(ctx, a.st)
+		last, _, err := a.st.State(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -171,7 +171,7 @@ func (f *following) start(gen uint64, st *store.Store) {
 		st.Advance(last)
 		// Applied unproven: a reply proves the removals before it shows
 		// what is new (followed).
-		return bus.Follow(ctx, a.js, a.stream, last, bus.PullBytes(a.nc), func(m bus.Msg) {
+		return a.st.Follow(ctx, last, bus.PullBytes(a.nc), func(m bus.Msg) {
 			applyRecord(st, m)
 		}, a.Logger)
 	}()

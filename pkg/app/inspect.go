@@ -280,7 +280,7 @@ func (s *inspectSource) Applied() uint64 {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	last, _, err := bus.LastSeq(ctx, s.a.st)
+	last, _, err := s.a.st.State(ctx)
 	if err != nil {
 		return 0
 	}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ctxd/ctxd/pkg/bus"
 )
@@ -39,8 +38,8 @@ var ErrLayoutChanged = errors.New("the stream's partitions changed since this in
 
 // layoutWatch stops the instance when the stream's layout changes.
 type layoutWatch struct {
-	ctx     context.Context // the app's: its end stops a read under way
-	st      jetstream.Stream
+	ctx     context.Context                                 // the app's: its end stops a read under way
+	read    func(context.Context) (bus.Layout, bool, error) // the layout now; false: no stream
 	have    bus.Layout
 	logger  *slog.Logger
 	changed func(error) // told once, from the watch's goroutine
@@ -51,10 +50,11 @@ type layoutWatch struct {
 	done chan struct{}
 }
 
-// watchLayout starts watching st, whose layout at the start is have.
-// An error to subscribe to the advisories leaves the periodic read.
-func watchLayout(ctx context.Context, nc *nats.Conn, st jetstream.Stream, have bus.Layout, logger *slog.Logger, changed func(error)) *layoutWatch {
-	w := &layoutWatch{ctx: ctx, st: st, have: have, logger: logger, changed: changed,
+// watchLayout starts watching a stream whose layout at the start is
+// have, read reading it again (bus.Stream.ReadLayout). An error to
+// subscribe to the advisories leaves the periodic read.
+func watchLayout(ctx context.Context, nc *nats.Conn, read func(context.Context) (bus.Layout, bool, error), have bus.Layout, logger *slog.Logger, changed func(error)) *layoutWatch {
+	w := &layoutWatch{ctx: ctx, read: read, have: have, logger: logger, changed: changed,
 		poke: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	update := []byte(`"$JS.API.STREAM.UPDATE.` + have.Stream + `"`)
 	sub, err := nc.Subscribe(bus.AuditAdvisory, func(m *nats.Msg) {
@@ -96,16 +96,14 @@ func (w *layoutWatch) run() {
 func (w *layoutWatch) check() error {
 	ctx, cancel := context.WithTimeout(w.ctx, 2*time.Second)
 	defer cancel()
-	info, err := w.st.Info(ctx)
-	if err != nil {
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			return nil // a stream deleted: the checkpoints' identity and the consumer say so
-		}
+	now, ok, err := w.read(ctx)
+	switch {
+	case err == nil && !ok:
+		return nil // a stream deleted: the checkpoints' identity and the consumer say so
+	case err != nil && !ok:
 		w.logger.Debug("stream layout not read", "err", err)
 		return nil
-	}
-	now, err := bus.LayoutOf(info.Config)
-	if err != nil {
+	case err != nil:
 		return fmt.Errorf("%w: stream %s: %w", ErrLayoutChanged, w.have.Stream, err)
 	}
 	if now.P != w.have.P || now.After != w.have.After {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/ctxd/ctxd/pkg/bus"
 	"github.com/ctxd/ctxd/pkg/ops"
 	"github.com/ctxd/ctxd/pkg/store"
 )
@@ -69,7 +68,7 @@ func (a *App) lastSeq(ctx context.Context) (uint64, error) {
 	if !a.serving.Load() {
 		return 0, errors.New("not started")
 	}
-	last, _, err := bus.LastSeq(ctx, a.st)
+	last, _, err := a.st.State(ctx)
 	return last, err
 }
 

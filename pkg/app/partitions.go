@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ctxd/ctxd/pkg/bus"
 	"github.com/ctxd/ctxd/pkg/server"
@@ -88,7 +87,7 @@ type balancer struct {
 	r     *roles
 	after uint64 // the stream's last sequence at start
 
-	cons []jetstream.Consumer // by partition, as openConsumers found or made them
+	cons []*bus.Consumer // by partition, as openConsumers found or made them
 
 	// mu guards what follows; no JetStream request is made under it: a
 	// round decides under it, gives pins back without it, and looks
@@ -122,10 +121,10 @@ type balancer struct {
 }
 
 func newBalancer(a *App, r *roles, after uint64) *balancer {
-	b := &balancer{a: a, r: r, after: after, cons: make([]jetstream.Consumer, len(r.parts)), runs: make([]*bus.Ingest, len(r.parts)), giving: make([]bool, len(r.parts)), stop: make(chan struct{}), done: make(chan struct{}),
+	b := &balancer{a: a, r: r, after: after, cons: make([]*bus.Consumer, len(r.parts)), runs: make([]*bus.Ingest, len(r.parts)), giving: make([]bool, len(r.parts)), stop: make(chan struct{}), done: make(chan struct{}),
 		leaving: map[string]time.Time{}}
 	b.unpinConsumer = func(ctx context.Context, k int) error {
-		return a.st.UnpinConsumer(ctx, streams.PartitionName(k), streams.IngestGroup)
+		return a.st.Unpin(ctx, streams.PartitionName(k), streams.IngestGroup, "")
 	}
 	// Until the instances are counted, as if this one held them all.
 	b.target.Store(int64(len(r.parts)))
@@ -142,7 +141,7 @@ func (b *balancer) openConsumers(ctx context.Context) error {
 			return err
 		}
 		err = b.a.retryStart(ctx, b.a.nc.ConnectedUrl(), "consumer "+cfg.Durable, func(ctx context.Context) error {
-			b.cons[k], err = bus.OpenConsumer(ctx, b.a.st, cfg, b.after)
+			b.cons[k], err = b.a.st.OpenConsumer(ctx, cfg, b.after)
 			return err
 		})
 		if err != nil {
@@ -511,7 +510,7 @@ func (b *balancer) startRuns(ks []int) {
 		each(ks, func(_, k int) {
 			ctx, cancel := context.WithTimeout(b.a.life, 10*time.Second)
 			defer cancel()
-			if _, err := b.a.st.Consumer(ctx, streams.PartitionName(k)); errors.Is(err, jetstream.ErrConsumerNotFound) {
+			if b.a.st.ConsumerDeleted(ctx, streams.PartitionName(k)) {
 				b.a.fail(fmt.Errorf("ingest consumer %s on stream %s was deleted: its partition's records are applied no more; start ctxd again to create it", streams.PartitionName(k), b.a.stream))
 			}
 		})
@@ -519,21 +518,13 @@ func (b *balancer) startRuns(ks []int) {
 }
 
 // startRun pulls from partition k's consumer; b.mu is held.
-func (b *balancer) startRun(k int, cons jetstream.Consumer) error {
+func (b *balancer) startRun(k int, cons *bus.Consumer) error {
 	p := b.r.parts[k]
-	tr := &gapTrack{Consumer: cons}
 	nc, stream := b.a.nc, b.a.stream
 	readRange := func(from, to uint64, fn func(bus.Msg) error) error {
-		if tr.nothingBetween(from, to) {
-			return nil
-		}
 		ctx, cancel := context.WithTimeout(b.a.life, 30*time.Second)
 		defer cancel()
-		if err := bus.ReadPartition(ctx, nc, stream, k, from, to, to+1, fn); err != nil {
-			return err
-		}
-		tr.hole = false
-		return nil
+		return bus.ReadPartition(ctx, nc, stream, k, from, to, to+1, fn)
 	}
 	pin := bus.WithPin(bus.Pin{Gained: p.gained, Lost: func(_, reason string, refused bool) {
 		p.lost(reason, refused)
@@ -541,7 +532,7 @@ func (b *balancer) startRun(k int, cons jetstream.Consumer) error {
 			b.a.fail(fmt.Errorf("ingest consumer %s on stream %s was deleted: its partition's records are applied no more; start ctxd again to create it", streams.PartitionName(k), stream))
 		}
 	}})
-	in, err := bus.StartIngest(tr, b.after, readRange, b.a.handlePart(p), b.a.Logger.With("partition", k), pin, bus.WithPullBytes(bus.PullBytes(b.a.nc)))
+	in, err := cons.StartIngest(b.after, readRange, b.a.handlePart(p), b.a.Logger.With("partition", k), pin, bus.TrackDeliveries())
 	if err != nil {
 		return err
 	}
@@ -557,23 +548,14 @@ func (b *balancer) unpin(k int, pin string) {
 	}
 	ctx, cancel := context.WithTimeout(b.a.life, 5*time.Second)
 	defer cancel()
-	name := streams.PartitionName(k)
-	cons, err := b.a.st.Consumer(ctx, name)
-	if err != nil {
+	if err := b.a.st.Unpin(ctx, streams.PartitionName(k), streams.IngestGroup, pin); err != nil {
 		b.a.Logger.Warn("unpin", "partition", k, "err", err)
-		return
-	}
-	for _, g := range cons.CachedInfo().PriorityGroups {
-		if g.Group == streams.IngestGroup && g.PinnedClientID == pin {
-			b.unpinNow(ctx, k)
-			return
-		}
 	}
 }
 
 // unpinNow gives partition k's pin back, whoever holds it.
 func (b *balancer) unpinNow(ctx context.Context, k int) {
-	if err := b.unpinConsumer(ctx, k); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+	if err := b.unpinConsumer(ctx, k); err != nil {
 		b.a.Logger.Warn("unpin", "partition", k, "err", err)
 	}
 }
@@ -777,72 +759,6 @@ func (r *part) drop() {
 	}
 }
 
-// gapTrack is a partition consumer that tells its ingest's gap filler
-// when a delivery skipped nothing. A partition's records are far apart in
-// the stream, so each delivery skips stream sequences; reading them all
-// back would cost a read per record. The consumer's delivery sequence
-// says instead: the server delivers a consumer's new records in stream
-// order, each with the next delivery sequence, so a record delivered
-// right after the previous one seen, under the same pin, skipped none of
-// the partition's. Messages are handled one at a time, on one goroutine.
-type gapTrack struct {
-	jetstream.Consumer
-
-	prevC, prevS uint64 // delivery and stream sequences of the previous message
-	prevPin      string
-	contig       bool   // the current message came right after the previous one
-	before, cur  uint64 // the previous and current messages' stream sequences
-	hole         bool   // a delivery was missed since the last read
-}
-
-func (t *gapTrack) Consume(h jetstream.MessageHandler, opts ...jetstream.PullConsumeOpt) (jetstream.ConsumeContext, error) {
-	return t.Consumer.Consume(func(m jetstream.Msg) {
-		meta, err := m.Metadata()
-		if err != nil {
-			t.contig, t.hole = false, true
-			h(m)
-			return
-		}
-		pin := ""
-		if hdr := m.Headers(); hdr != nil {
-			pin = hdr.Get("Nats-Pin-Id")
-		}
-		t.see(meta.Sequence.Consumer, meta.Sequence.Stream, pin)
-		h(parsedMsg{m, meta})
-	}, opts...)
-}
-
-// parsedMsg is a delivered message whose metadata was parsed: the ingest
-// asks for it again. jetstream.Msg parses its reply subject at every
-// call; parsing it twice a record was a tenth of an instance's CPU under
-// load (docs/PERFORMANCE.md, "Partitions").
-type parsedMsg struct {
-	jetstream.Msg
-	meta *jetstream.MsgMetadata
-}
-
-// Metadata returns the metadata parsed.
-func (m parsedMsg) Metadata() (*jetstream.MsgMetadata, error) { return m.meta, nil }
-
-// see notes a delivered message: its delivery and stream sequences and
-// its pin.
-func (t *gapTrack) see(c, s uint64, pin string) {
-	t.contig = t.prevC != 0 && c == t.prevC+1 && pin != "" && pin == t.prevPin
-	if !t.contig {
-		t.hole = true
-	}
-	t.before, t.cur = t.prevS, s
-	t.prevC, t.prevS, t.prevPin = c, s, pin
-}
-
-// nothingBetween reports whether the gap filler's read of [from, to],
-// up to the current message, can be skipped: the current message came
-// right after the previous one, which was handled, and no delivery was
-// missed since the last read.
-func (t *gapTrack) nothingBetween(from, to uint64) bool {
-	return t.contig && !t.hole && from > t.before && to+1 == t.cur
-}
-
 // newRoles returns the roles of a stream of layout's partitions.
 func newRoles(a *App, reader *store.Store, layout bus.Layout) *roles {
 	r := &roles{a: a, reader: reader, layout: layout}
@@ -881,14 +797,13 @@ func (a *App) openPartitioned(ctx context.Context, last uint64) error {
 // partitions' records, so the lag is its consumer's: the records not
 // delivered yet and those delivered but not acknowledged.
 func (a *App) partitionLag(ctx context.Context) error {
-	var behind uint64
+	var names []string
 	for _, k := range a.roles.owned() {
-		cons, err := a.st.Consumer(ctx, streams.PartitionName(k))
-		if err != nil {
-			return fmt.Errorf("partition %d: %w", k, err)
-		}
-		info := cons.CachedInfo()
-		behind += info.NumPending + uint64(info.NumAckPending)
+		names = append(names, streams.PartitionName(k))
+	}
+	behind, err := a.st.Lag(ctx, names...)
+	if err != nil {
+		return err
 	}
 	if behind > a.ReadyMaxLag {
 		return fmt.Errorf("catching up: %d records of the partitions held not applied yet (more than %d)", behind, a.ReadyMaxLag)
