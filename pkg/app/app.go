@@ -25,6 +25,7 @@ import (
 	"github.com/ctxd/ctxd/pkg/ops"
 	"github.com/ctxd/ctxd/pkg/projection"
 	"github.com/ctxd/ctxd/pkg/record"
+	"github.com/ctxd/ctxd/pkg/removals"
 	"github.com/ctxd/ctxd/pkg/server"
 	"github.com/ctxd/ctxd/pkg/store"
 	"github.com/ctxd/ctxd/streams"
@@ -205,7 +206,7 @@ type App struct {
 
 	// removals applies the stream's purges and deletions to the stores
 	// (purge.go).
-	removals *removals
+	removals *removals.Watcher
 	// layout stops the instance when the stream's partitions change
 	// (layout.go); layoutErr, once set, answers every request.
 	layout    *layoutWatch
@@ -409,7 +410,7 @@ func (a *App) Open(ctx context.Context) (err error) {
 	// session read, that a removal before it could have touched.
 	counted := !limited && !st.AllowsMsgTTL()
 	err = a.retryStart(ctx, url, "removal watcher", func(ctx context.Context) error {
-		a.removals, err = openRemovals(ctx, a.life, a.nc, want.Name, counted, a.roles.stores, a.dropSnapshots, a.Logger)
+		a.removals, err = removals.Open(ctx, a.life, a.nc, want.Name, counted, a.roles.stores, a.dropSnapshots, a.Logger)
 		return err
 	})
 	if err != nil {
@@ -535,7 +536,7 @@ func (a *App) newStore() *store.Store {
 
 // handle applies one stored record to its session in the ingest store.
 func (a *App) handle(m bus.Msg) {
-	a.removals.cover(m.Seq)
+	a.removals.Cover(m.Seq)
 	// None when the pin was refused while the record was in hand.
 	applyRecord(a.roles.feeding(), m)
 }
@@ -669,7 +670,7 @@ func (a *App) Close() error {
 	// background work still under way stops, and is waited for.
 	a.end()
 	if a.removals != nil {
-		a.removals.close()
+		a.removals.Close()
 		a.removals = nil
 	}
 	a.bg.Wait()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ctxd/ctxd/pkg/bus"
 	"github.com/ctxd/ctxd/pkg/projection"
+	"github.com/ctxd/ctxd/pkg/removals"
 	"github.com/ctxd/ctxd/pkg/server"
 	"github.com/ctxd/ctxd/pkg/store"
 	"github.com/ctxd/ctxd/pkg/subject"
@@ -276,7 +277,7 @@ func (f *following) ready(p *part, seq uint64) bool {
 	}
 	fl := f.cur.Load()
 	need := max(seq, p.floor.Load())
-	return fl != nil && fl.st.Applied() >= need && f.r.a.removals.covered(need)
+	return fl != nil && fl.st.Applied() >= need && f.r.a.removals.Covered(need)
 }
 
 // loaded reports whether the follower store answers the session from
@@ -306,16 +307,16 @@ func (f *following) loaded(session string) bool {
 // a turn's reply pays one, as the ingest's record did.
 type followed struct {
 	st       *store.Store
-	removals *removals
+	removals *removals.Watcher
 	mark     uint64 // the removals' mark when the request came
 	need     uint64 // the sequence the request needs
 }
 
 func (v followed) View(ctx context.Context, session string, fn func(p *projection.Session)) error {
-	v.removals.cover(v.need)
+	v.removals.Cover(v.need)
 	return v.st.ViewSettled(ctx, session, func(ctx context.Context) (uint64, error) {
 		upTo := v.st.Applied()
-		return upTo, v.removals.settleSince(ctx, v.mark, upTo)
+		return upTo, v.removals.SettleSince(ctx, v.mark, upTo)
 	}, fn)
 }
 

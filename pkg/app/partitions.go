@@ -704,7 +704,7 @@ func (b *balancer) live() map[string]string {
 func (a *App) handlePart(p *part) bus.Handler {
 	P := len(a.roles.parts)
 	return func(m bus.Msg) {
-		a.removals.cover(m.Seq) // purge.go
+		a.removals.Cover(m.Seq) // purge.go
 		st := p.feeding()
 		if st == nil {
 			return // the pin was given up while the record was in hand

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ctxd/ctxd/pkg/bus"
 	"github.com/ctxd/ctxd/pkg/projection"
+	"github.com/ctxd/ctxd/pkg/removals"
 	"github.com/ctxd/ctxd/pkg/server"
 	"github.com/ctxd/ctxd/pkg/store"
 	"github.com/ctxd/ctxd/pkg/subject"
@@ -281,8 +282,8 @@ func (r *roles) Reach(ctx context.Context, session string, seq uint64, timeout t
 	}
 	p := r.partOf(session)
 	deadline := time.Now().Add(timeout)
-	mark := r.a.removals.mark() // purge.go: the removals made before now
-	r.a.removals.drain()
+	mark := r.a.removals.Mark() // purge.go: the removals made before now
+	r.a.removals.Drain()
 	if st := p.ingestStore(); st != nil && st.Wait(ctx, max(seq, p.floor.Load()), 0) == nil {
 		return st, nil // the common case: there already, nothing to watch, no lock
 	}
@@ -300,7 +301,7 @@ func (r *roles) Reach(ctx context.Context, session string, seq uint64, timeout t
 			if err != nil {
 				return nil, err
 			}
-			r.a.removals.cover(upTo) // purge.go: no removal before upTo is left in the stores
+			r.a.removals.Cover(upTo) // purge.go: no removal before upTo is left in the stores
 			need = last
 		}
 		// The ingest gets there, unless the pin is lost meanwhile: then
@@ -398,7 +399,7 @@ func (r *roles) probe(ctx context.Context, session string, seq, need uint64, dea
 type caught struct {
 	st         *store.Store
 	last, upTo uint64
-	removals   *removals
+	removals   *removals.Watcher
 	// again probes the stream again: for a record last that a removal
 	// took after the probe.
 	again func(context.Context) (last, upTo uint64, err error)
@@ -407,7 +408,7 @@ type caught struct {
 func (c caught) View(ctx context.Context, session string, fn func(p *projection.Session)) error {
 	for try := 0; ; try++ {
 		err := c.st.ViewAtChecked(ctx, session, c.last, func(ctx context.Context, read bool) error {
-			return c.removals.settle(ctx, read, c.upTo)
+			return c.removals.Settle(ctx, read, c.upTo)
 		}, fn)
 		if !errors.Is(err, store.ErrBehind) || c.again == nil || try == 2 {
 			return err
@@ -568,4 +569,9 @@ func (r *part) retire(st *store.Store) {
 	r.retired.Loads += s.Loads
 	r.retired.SnapshotLoads += s.SnapshotLoads
 	r.retired.Evictions += s.Evictions
+}
+
+// the ingests feed (one a partition held), and the follower's.
+func (r *roles) stores() []*store.Store {
+	return append(append([]*store.Store{r.reader}, r.ingestStores()...), r.follow.stores()...)
 }
