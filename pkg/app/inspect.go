@@ -275,10 +275,10 @@ func (s *inspectSource) Rejected(ctx context.Context) ([]store.Rejection, error)
 // stream's last sequence: an instance that reads per request follows the
 // stream itself.
 func (s *inspectSource) Applied() uint64 {
-	if st := s.a.roles.ingestStore(); st != nil {
+	if st := s.a.roles.IngestStore(); st != nil {
 		return st.Applied()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(s.a.life, 2*time.Second)
 	defer cancel()
 	last, _, err := s.a.st.State(ctx)
 	if err != nil {

@@ -89,10 +89,10 @@ func (a *App) Ready(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("stream: %w", err)
 	}
-	if a.roles.bal != nil {
-		return a.partitionLag(ctx)
+	if a.roles.Partitioned() {
+		return a.roles.PartitionLag(ctx, a.ReadyMaxLag)
 	}
-	st := a.roles.ingestStore()
+	st := a.roles.IngestStore()
 	if st == nil {
 		// Not ingesting: every request reads the session's tail from the
 		// stream, so no lag makes this instance's answers late.

@@ -107,7 +107,7 @@ func (a *App) closeSnapshots(label snapshotLabel, sts ...*store.Store) {
 		within = DefaultShutdownCheckpoints
 	}
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), within)
+	ctx, cancel := context.WithTimeout(a.life, within) // Close calls it before the end of life
 	defer cancel()
 	written, left, err := closeEach(sts, func(st *store.Store) (int, int, error) {
 		return st.CloseSnapshots(ctx, a.loader.identity, removed)
@@ -254,7 +254,7 @@ func (a *App) writeIdleSnapshots(ctx context.Context, every time.Duration) {
 	if !ok {
 		return
 	}
-	sts := a.roles.ingestStores()
+	sts := a.roles.IngestStores()
 	if len(sts) == 0 {
 		return
 	}
@@ -274,15 +274,4 @@ func (a *App) writeIdleSnapshots(ctx context.Context, every time.Duration) {
 			a.dropSnapshots()
 		}
 	}
-}
-
-// ingestStores returns the stores the ingests feed now.
-func (r *roles) ingestStores() []*store.Store {
-	var out []*store.Store
-	for _, p := range r.parts {
-		if st := p.feeding(); st != nil {
-			out = append(out, st)
-		}
-	}
-	return out
 }

@@ -505,7 +505,7 @@ func (r *Watcher) forget() {
 
 // appliedRemovals reads the stream's count of removed sequences and
 // reports whether every removal it counts has been applied to the
-// stores the removals concern now (roles.stores). A snapshot taken
+// stores the removals concern now (the stores Open was given). A snapshot taken
 // after it returns true, of a store that was among them then, holds no
 // record removed before the read; a removal after it moves the stream's
 // count past the one returned, and the snapshot is not used. A store
