@@ -61,7 +61,13 @@
 //     server did with each.
 //   - Checkpoints: the key-value bucket of per-session checkpoints.
 //
+// direct.go is the package's one long file (about 700 lines): it is one
+// job, the validated direct-get protocol (batches, multi_last, the
+// replicas asked again, the leader last), whose parts only make sense
+// together.
+//
 // Data flows one way: publisher -> stream -> consumer -> handler. The
 // handler (the projections) knows nothing of JetStream, and bus knows
-// nothing of projections: they meet in package app.
+// nothing of projections: they meet in package ownership, which package
+// app wires.
 package bus
