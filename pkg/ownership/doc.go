@@ -11,7 +11,8 @@
 // (roles.go, follow.go). On a partitioned stream a balancer decides
 // which partitions' consumers this instance pulls from: it counts the
 // live instances by $SRV.PING, hands the surplus back, and listens to
-// the handbacks of instances that stop (partitions.go, balancer.go).
+// the handbacks of instances that stop (partitions.go, balancer.go,
+// peers.go).
 //
 // What it needs from outside is injected, each as a small interface or
 // a function in Config: the stream (*bus.Stream: its state, follower,
