@@ -7,7 +7,8 @@
 //
 //	bus         the one package that talks JetStream: the stream's handle
 //	            (bus.SetUp), its consumers and ingests, pins, lag, the
-//	            checkpoint and snapshot buckets, validated reads
+//	            watch of its layout, the checkpoint and snapshot
+//	            buckets, validated reads
 //	ownership   who applies what: the roles of the instance (the ingest
 //	            store while the pin is held, the follower, the reader),
 //	            the partitions' balancer, handbacks and the count of the
@@ -21,8 +22,7 @@
 //
 // What app itself holds: Config and its defaults (config.go), Open and
 // Close (app.go), the retries of a JetStream that is starting (start.go),
-// the watch of the stream's layout (layout.go), the snapshots written at
-// shutdown and when idle (snapshots.go), the readiness and metrics
+// the snapshots written at shutdown and when idle (snapshots.go), the readiness and metrics
 // (ops.go) and the inspector's source (inspect.go). An unpartitioned
 // stream's one ingest is started here; a partitioned stream's ingests,
 // one a partition held, are ownership's balancer's.
@@ -56,6 +56,10 @@ import (
 	"github.com/ctxd/ctxd/pkg/store"
 	"github.com/ctxd/ctxd/streams"
 )
+
+// ErrLayoutChanged is why an instance stops when the stream's layout is
+// not the one it started with (bus.ErrLayoutChanged).
+var ErrLayoutChanged = bus.ErrLayoutChanged
 
 // App is a running ctxd.
 type App struct {
@@ -92,8 +96,8 @@ type App struct {
 	// (package removals).
 	removals *removals.Watcher
 	// layout stops the instance when the stream's partitions change
-	// (layout.go); layoutErr, once set, answers every request.
-	layout    *layoutWatch
+	// (bus.LayoutWatch); layoutErr, once set, answers every request.
+	layout    *bus.LayoutWatch
 	layoutErr atomic.Pointer[error]
 	// snapsDrops counts the emptyings of the snapshot bucket asked for
 	// since the one running began (dropSnapshots); 0: none runs.
@@ -272,7 +276,7 @@ func (a *App) Open(ctx context.Context) (err error) {
 	a.st, a.stream = st, want.Name
 	a.loader = &streamLoader{nc: a.nc, stream: want.Name, cps: cps, layout: layout,
 		snaps: snaps, identity: cps.Stream}
-	a.layout = watchLayout(a.life, a.nc, st.ReadLayout, layout, a.Logger, func(err error) {
+	a.layout = st.WatchLayout(a.life, layout, a.Logger, func(err error) {
 		a.layoutErr.Store(&err)
 		a.fail(err)
 	})
@@ -558,7 +562,7 @@ func (a *App) Close() error {
 		a.removals = nil
 	}
 	a.bg.Wait()
-	a.layout.close()
+	a.layout.Close()
 	a.layout = nil
 	if a.roles != nil {
 		// The reader writes only the checkpoints that replace ones its

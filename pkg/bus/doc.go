@@ -32,8 +32,8 @@
 //   - Pins and lag: Stream.Unpin gives a consumer's pin back (only the
 //     pin named, or whoever holds it), Stream.Lag says how far behind
 //     the stream consumers are, Stream.ConsumerDeleted whether one was
-//     deleted, and Stream.ReadLayout reads the partitions again for the
-//     instance that watches them. NotEnabled, NoPeers and Transient
+//     deleted; Stream.WatchLayout tells the instance when the stream's
+//     partitions are no longer those it started with. NotEnabled, NoPeers and Transient
 //     sort the errors of a JetStream that is starting.
 //   - Reads: Replay reads a range with an ordered consumer; ReadSubject,
 //     ReadRange and ReadSeqs read with direct gets, no consumer needed;

@@ -36,7 +36,7 @@ var ErrLayoutChanged = errors.New("the stream's partitions changed since this in
 
 // LayoutWatch tells when the stream's layout changes.
 type LayoutWatch struct {
-	ctx     context.Context                                 // the app's: its end stops a read under way
+	ctx     context.Context                             // the app's: its end stops a read under way
 	read    func(context.Context) (Layout, bool, error) // the layout now; false: no stream
 	have    Layout
 	logger  *slog.Logger
