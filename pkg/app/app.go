@@ -23,9 +23,11 @@
 // What app itself holds: Config and its defaults (config.go), Open and
 // Close (app.go), the retries of a JetStream that is starting (start.go),
 // the snapshots written at shutdown and when idle (snapshots.go), the readiness and metrics
-// (ops.go) and the inspector's source (inspect.go). An unpartitioned
-// stream's one ingest is started here; a partitioned stream's ingests,
-// one a partition held, are ownership's balancer's.
+// (ops.go) and the inspector's source (inspect.go). The ingests are
+// ownership's: an unpartitioned stream's one (Roles.OpenIngest), and a
+// partitioned stream's, one a partition held, by its balancer
+// (Roles.OpenPartitions); they are still two paths, one consumer with
+// its follower and one a partition with its balancer.
 //
 // Close owns the app's root context (life): every goroutine app and the
 // packages it starts run under it, and Close ends it once nothing uses
@@ -71,9 +73,9 @@ type App struct {
 	stream string
 	loader *streamLoader
 	roles  *ownership.Roles
-	ingest *bus.Ingest
-	// running is the ingest, for the connection's handlers.
-	running atomic.Pointer[bus.Ingest]
+	// running is the roles while an unpartitioned stream's ingest runs,
+	// for the connection's handlers.
+	running atomic.Pointer[ownership.Roles]
 	svc     *server.Service
 	closed  chan struct{} // closed when the connection is
 
@@ -175,11 +177,10 @@ func (a *App) Open(ctx context.Context) (err error) {
 			} else {
 				log.Warn("nats disconnected", "err", err)
 			}
-			// Until records of the pin come again (the ingest then
-			// reads what the connection lost), or another pin's, the
-			// ingest store is not trusted: requests read the stream.
-			if in := a.running.Load(); in != nil {
-				in.Lose("nats disconnected", false)
+			// Until records of the pin come again, or another pin's,
+			// the ingest store is not trusted: requests read the stream.
+			if r := a.running.Load(); r != nil {
+				r.Disconnected()
 			}
 		}),
 		// A permissions violation (a subject the user may not use) and a
@@ -335,38 +336,10 @@ func (a *App) Open(ctx context.Context) (err error) {
 		return a.openService()
 	}
 
-	// The ingest consumer; a new one starts after the records the stream
-	// holds now. Every instance pulls; JetStream delivers to the pinned
-	// one, which then makes its ingest store (ownership.Roles.Gained).
-	ccfg, err := streams.Ingest()
-	if err != nil {
+	if err := a.roles.OpenIngest(ctx, last); err != nil {
 		return err
 	}
-	var cons *bus.Consumer
-	err = a.retryStart(ctx, url, "consumer "+ccfg.Durable, func(ctx context.Context) error {
-		cons, err = st.OpenConsumer(ctx, ccfg, last)
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	readRange := func(from, to uint64, fn func(bus.Msg) error) error {
-		ctx, cancel := context.WithTimeout(a.life, 30*time.Second)
-		defer cancel()
-		return bus.ReadRange(ctx, a.nc, want.Name, from, to, fn)
-	}
-	pin := bus.WithPin(bus.Pin{Gained: a.roles.Gained, Lost: func(_, reason string, refused bool) {
-		a.roles.Lost(reason, refused)
-		if reason == bus.ReasonConsumerDeleted {
-			// Nothing is delivered any more, to any instance: stop loudly,
-			// so that a supervisor starts ctxd again, which creates it.
-			a.fail(fmt.Errorf("ingest consumer %s on stream %s was deleted: no record is applied any more; start ctxd again to create it", streams.IngestName, want.Name))
-		}
-	}})
-	if a.ingest, err = cons.StartIngest(last, readRange, a.roles.Handle, a.Logger, pin); err != nil {
-		return err
-	}
-	a.running.Store(a.ingest)
+	a.running.Store(a.roles)
 	return a.openService()
 }
 
@@ -537,15 +510,13 @@ func (a *App) Close() error {
 		a.closeCheckpoints(partitions...)
 		a.closeSnapshots(partitionsLabel, partitions...)
 	}
-	if a.ingest != nil {
-		owner := a.roles.Feeding()
-		a.running.Store(nil)
-		errs = append(errs, a.ingest.Close())
-		a.ingest = nil
+	if a.running.Swap(nil) != nil {
+		owner, err := a.roles.StopIngest()
+		errs = append(errs, err)
 		if owner != nil {
 			a.closeCheckpoints(owner)
 			ctx, cancel := context.WithTimeout(a.life, 2*time.Second)
-			a.unpin(ctx)
+			a.roles.Unpin(ctx)
 			cancel()
 			// After the pin: another instance ingests meanwhile. The
 			// removals concern the store until the roles' Lost below.
@@ -622,19 +593,6 @@ func (a *App) closeCheckpoints(sts ...*store.Store) {
 	}
 	a.Logger.Warn("checkpoints at shutdown: some not written; those sessions load from earlier checkpoints, reading more of the stream",
 		append([]any{"written", written, "not_written", left, "took", took, "err", err}, stores...)...)
-}
-
-// unpin gives up the consumer's pin, when the server says this instance
-// holds it, so that another instance ingests at once instead of after
-// the pinned TTL.
-func (a *App) unpin(ctx context.Context) {
-	pin := a.roles.HeldPin()
-	if pin == "" {
-		return
-	}
-	if err := a.st.Unpin(ctx, streams.IngestName, streams.IngestGroup, pin); err != nil {
-		a.Logger.Warn("unpin the ingest consumer", "err", err)
-	}
 }
 
 func (a *App) logInfo(msg string, args ...any) {

@@ -8,7 +8,8 @@
 // reply goes back past, and answers the service (server.Reacher): from
 // the ingest store while the pin is held, from the follower that reads
 // an unpartitioned stream along otherwise, or through the stream
-// (roles.go, follow.go). On a partitioned stream a balancer decides
+// (roles.go, follow.go). An unpartitioned stream has one ingest, of the
+// stream's consumer (ingest.go). On a partitioned stream a balancer decides
 // which partitions' consumers this instance pulls from: it counts the
 // live instances by $SRV.PING, hands the surplus back, and listens to
 // the handbacks of instances that stop (partitions.go, balancer.go,

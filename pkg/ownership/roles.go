@@ -76,6 +76,9 @@ type Roles struct {
 	follow *following
 	// probes counts the probes of the stream for a session's last record.
 	probes atomic.Uint64
+	// ingest is the unpartitioned stream's ingest (ingest.go); nil when
+	// none runs.
+	ingest atomic.Pointer[bus.Ingest]
 }
 
 // route serves partition k's endpoint, or stops.
