@@ -340,3 +340,25 @@ func TestPartitions_ShareTheCache(t *testing.T) {
 	require.Equal(t, 40, st.MaxSessions)
 	require.Equal(t, int64(1600), r.reader.MaxBytes, "the reader's store keeps the whole bound")
 }
+
+// A handback notice from the network decodes to one the balancer can
+// take, naming partitions the stream has, or to an error; never a panic.
+func FuzzDecodeHandback(f *testing.F) {
+	f.Add([]byte(`{"stream":"TRANSCRIPTS","partitions":4,"instance":"h:1","id":"X","handed_back":[0,3]}`))
+	f.Add([]byte(`{"stream":"TRANSCRIPTS","partitions":4,"instance":"h:1","handed_back":[4]}`))
+	f.Add([]byte(`{"stream":"TRANSCRIPTS","partitions":4,"instance":"","handed_back":[]}`))
+	f.Add([]byte(`[0,1]`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		h, err := decodeHandback(data, "TRANSCRIPTS", 4)
+		if err != nil {
+			return
+		}
+		require.Equal(t, "TRANSCRIPTS", h.Stream)
+		require.Equal(t, 4, h.Partitions)
+		require.NotEmpty(t, h.Instance)
+		require.LessOrEqual(t, len(h.HandedBack), 4)
+		for _, k := range h.HandedBack {
+			require.True(t, k >= 0 && k < 4, "partition %d", k)
+		}
+	})
+}
