@@ -197,14 +197,10 @@ func (s *inspectSource) Sessions(ctx context.Context) ([]inspect.SessionRef, err
 	if err != nil {
 		return nil, err
 	}
-	js, err := bus.JetStream(nc)
-	if err != nil {
-		return nil, err
-	}
 	s.mu.Lock()
 	before := s.listed
 	s.mu.Unlock()
-	subs, err := bus.SubjectsSince(ctx, js, s.Stream, subject.TranscriptsPrefix+">", before)
+	subs, err := bus.ListSubjects(ctx, nc, s.Stream, subject.TranscriptsPrefix+">", before)
 	if err != nil {
 		return nil, err
 	}
