@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ctxd/ctxd/internal/natstest"
-	"github.com/ctxd/ctxd/pkg/app"
+	"github.com/ctxd/ctxd/pkg/ownership"
 	"github.com/ctxd/ctxd/streams"
 )
 
@@ -143,7 +143,7 @@ func TestPartitions_GracefulHandoff(t *testing.T) {
 		replies = pingReplies(t, tc.nc)
 		return len(replies) == 3
 	}, 30*time.Second, 10*time.Millisecond, "the 3 instances answer $SRV.PING")
-	notice := func(h app.Handback) []byte {
+	notice := func(h ownership.Handback) []byte {
 		data, err := json.Marshal(h)
 		require.NoError(t, err)
 		return data
@@ -152,14 +152,14 @@ func TestPartitions_GracefulHandoff(t *testing.T) {
 	for _, data := range [][]byte{
 		[]byte("not json"),
 		[]byte(`{"stream":"TRANSCRIPTS","partitions":12,"instance":"x:1","handed_back":"all"}`),
-		notice(app.Handback{Stream: "OTHER", Partitions: 12, Instance: "x:1", HandedBack: []int{0}}),
-		notice(app.Handback{Stream: "TRANSCRIPTS", Partitions: 16, Instance: "x:1", HandedBack: []int{0}}),
-		notice(app.Handback{Stream: "TRANSCRIPTS", Partitions: 12, Instance: "x:1", HandedBack: []int{12}}),
-		notice(app.Handback{Stream: "TRANSCRIPTS", Partitions: 12, Instance: "x:1", HandedBack: []int{-1}}),
-		notice(app.Handback{Stream: "TRANSCRIPTS", Partitions: 12, Instance: "x:1", HandedBack: many}),
-		notice(app.Handback{Stream: "TRANSCRIPTS", Partitions: 12, Instance: "", HandedBack: []int{0}}),
+		notice(ownership.Handback{Stream: "OTHER", Partitions: 12, Instance: "x:1", HandedBack: []int{0}}),
+		notice(ownership.Handback{Stream: "TRANSCRIPTS", Partitions: 16, Instance: "x:1", HandedBack: []int{0}}),
+		notice(ownership.Handback{Stream: "TRANSCRIPTS", Partitions: 12, Instance: "x:1", HandedBack: []int{12}}),
+		notice(ownership.Handback{Stream: "TRANSCRIPTS", Partitions: 12, Instance: "x:1", HandedBack: []int{-1}}),
+		notice(ownership.Handback{Stream: "TRANSCRIPTS", Partitions: 12, Instance: "x:1", HandedBack: many}),
+		notice(ownership.Handback{Stream: "TRANSCRIPTS", Partitions: 12, Instance: "", HandedBack: []int{0}}),
 	} {
-		require.NoError(t, tc.nc.Publish(app.HandbackSubject, data))
+		require.NoError(t, tc.nc.Publish(ownership.HandbackSubject, data))
 	}
 	require.NoError(t, tc.nc.Flush())
 

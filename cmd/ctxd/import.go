@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ctxd/ctxd/pkg/bus"
 	"github.com/ctxd/ctxd/pkg/importer"
@@ -145,11 +144,7 @@ func runImport(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		defer nc.Close()
-		js, err := bus.JetStream(nc)
-		if err != nil {
-			return err
-		}
-		pub = &importPublisher{nc: nc, js: js, e: e, ready: make(chan struct{})}
+		pub = &importPublisher{nc: nc, e: e, ready: make(chan struct{})}
 		if *follow {
 			return followFiles(ctx, e, pub, &follower{
 				e: e, pub: pub, parser: parser, format: format, session: *session,
@@ -387,19 +382,18 @@ const mapMinBytes = 16 << 20
 // record.
 type importPublisher struct {
 	nc *nats.Conn
-	js jetstream.JetStream
 	e  *env
 	// The stream that stores transcripts.>, found once; ready is closed
 	// when stream or err is set.
 	ready  chan struct{}
-	stream jetstream.Stream
+	stream *bus.Stream
 	err    error
 }
 
 // findStream looks up the stream that stores the transcripts.
 func (p *importPublisher) findStream(ctx context.Context) {
 	defer close(p.ready)
-	if p.stream, p.err = bus.StreamFor(ctx, p.js, subject.TranscriptsPrefix+">"); p.err != nil {
+	if p.stream, p.err = bus.FindStream(ctx, p.nc, subject.TranscriptsPrefix+">"); p.err != nil {
 		if ctx.Err() == nil {
 			p.err = fmt.Errorf("%w (is ctxd serve running?)", p.err)
 		}
@@ -407,7 +401,7 @@ func (p *importPublisher) findStream(ctx context.Context) {
 	}
 	// The records already there are found through the layout: one that
 	// misses some would publish them again.
-	l, err := bus.LayoutOf(p.stream.CachedInfo().Config)
+	l, err := p.stream.Layout()
 	if err == nil {
 		err = bus.CheckLayout(ctx, p.nc, l)
 	}
@@ -543,7 +537,7 @@ func (p *importPublisher) publish(ctx context.Context, t *importer.Transcript, s
 	// sent before the failure was known may be stored after it, leaving
 	// the session without it: it says so, and importing again refuses
 	// (above) rather than append it out of order.
-	out, err := bus.Append(ctx, p.js, bus.AppendRecords{
+	out, err := p.stream.Append(ctx, bus.AppendRecords{
 		Subject: subj,
 		After:   log.Last,
 		N:       len(todo),
@@ -754,18 +748,18 @@ func (e *orderError) describe(t *importer.Transcript, session string) error {
 // server checks a publish's expected last subject sequence against;
 // last is the session's last sequence on either.
 func (p *importPublisher) sessionLog(ctx context.Context, session string) (log *bus.SubjectLog, last uint64, err error) {
-	l, err := bus.LayoutOf(p.stream.CachedInfo().Config)
+	l, err := p.stream.Layout()
 	if err != nil {
 		return nil, 0, err
 	}
-	log, err = bus.ReadSubjectLog(ctx, p.js, p.stream, l.Subject(session))
+	log, err = p.stream.ReadSubjectLog(ctx, l.Subject(session))
 	if err != nil || !l.Partitioned() || l.After == 0 {
 		if log != nil {
 			last = log.Last
 		}
 		return log, last, err
 	}
-	old, err := bus.ReadSubjectLog(ctx, p.js, p.stream, subject.TranscriptsPrefix+session)
+	old, err := p.stream.ReadSubjectLog(ctx, subject.TranscriptsPrefix+session)
 	if err != nil {
 		return nil, 0, err
 	}

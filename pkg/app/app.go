@@ -1,177 +1,67 @@
 // Package app wires ctxd together: the NATS server (embedded or not), the
-// JetStream stream and ingest consumer, the live projections and the
-// request-reply service. cmd/ctxd and the integration tests both run it.
+// stream and its ingest, the live projections and the request-reply
+// service. cmd/ctxd and the integration tests both run it.
+//
+// It only wires; each job is another package's, and each of those knows
+// the others only through what app hands it:
+//
+//	bus         the one package that talks JetStream: the stream's handle
+//	            (bus.SetUp), its consumers and ingests, pins, lag, the
+//	            watch of its layout, the checkpoint and snapshot
+//	            buckets, validated reads
+//	ownership   who applies what: the roles of the instance (the ingest
+//	            store while the pin is held, the follower, the reader),
+//	            the partitions' balancer, handbacks and the count of the
+//	            live instances; it answers the service (server.Reacher)
+//	removals    the removal watcher: purges and deletions applied to the
+//	            stores ownership lists
+//	store       the projections of the sessions, loaded through app's
+//	            streamLoader (loader.go), the one place store and bus meet
+//	server      the request-reply service over ownership's roles
+//	ops         the operators' listener: metrics, health, readiness
+//
+// What app itself holds: Config and its defaults (config.go), Open and
+// Close (app.go), the retries of a JetStream that is starting (start.go),
+// the snapshots written at shutdown and when idle (snapshots.go), the readiness and metrics
+// (ops.go) and the inspector's source (inspect.go). The ingests are
+// ownership's: an unpartitioned stream's one (Roles.OpenIngest), and a
+// partitioned stream's, one a partition held, by its balancer
+// (Roles.OpenPartitions); they are still two paths, one consumer with
+// its follower and one a partition with its balancer.
+//
+// Close owns the app's root context (life): every goroutine app and the
+// packages it starts run under it, and Close ends it once nothing uses
+// it, then waits for them. No lock is held across a JetStream request.
 package app
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"iter"
 	"log/slog"
-	"maps"
-	"net/http"
 	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ctxd/ctxd/pkg/bus"
 	"github.com/ctxd/ctxd/pkg/client"
-	"github.com/ctxd/ctxd/pkg/inspect"
 	"github.com/ctxd/ctxd/pkg/natsd"
 	"github.com/ctxd/ctxd/pkg/ops"
+	"github.com/ctxd/ctxd/pkg/ownership"
 	"github.com/ctxd/ctxd/pkg/projection"
 	"github.com/ctxd/ctxd/pkg/record"
+	"github.com/ctxd/ctxd/pkg/removals"
 	"github.com/ctxd/ctxd/pkg/server"
 	"github.com/ctxd/ctxd/pkg/store"
 	"github.com/ctxd/ctxd/streams"
 )
 
-// Config is everything ctxd serve can be told.
-type Config struct {
-	// NATSURL connects to an existing server or cluster; empty starts the
-	// embedded server.
-	NATSURL string
-	// Embedded server settings, used when NATSURL is empty.
-	DataDir      string
-	Host         string
-	Port         int
-	MaxPayload   int32
-	SyncAlways   bool
-	SyncInterval time.Duration
-
-	// Replicas of the TRANSCRIPTS stream when ctxd creates it.
-	Replicas int
-	// Partitions of the TRANSCRIPTS stream when ctxd creates it (0 or 1:
-	// none). An existing stream keeps its own; one with another number
-	// than a Partitions above 1 is refused (ctxd partition moves an
-	// unpartitioned one).
-	Partitions int
-	// AllowStreamLimits accepts an existing TRANSCRIPTS stream with limits
-	// (max_age, max_msgs, max_bytes, max_msgs_per_subject, discard new):
-	// the stream then deletes or refuses records, and the contexts hold
-	// only what it keeps. Without it such a stream is refused (bus.ErrLimit).
-	AllowStreamLimits bool
-	// BrowserTools name the tools whose screenshots are trimmed, and before
-	// whose latest screenshot a rendered Anthropic reply places its cache
-	// breakpoint.
-	BrowserTools []string
-	// MaxRecordBytes is the largest record decoded.
-	MaxRecordBytes int
-	// CacheSessions and CacheBytes bound the projections held in memory;
-	// others load from the stream when asked for.
-	CacheSessions int
-	CacheBytes    int64
-	// RenderCacheBytes is the largest rendered reply the service keeps
-	// with a session; the replies kept count in CacheBytes. 0 keeps none.
-	RenderCacheBytes int
-	// MaxLoads bounds the requests loading a session at once; more wait
-	// in a queue, and past it are refused with 503 (server.Service).
-	MaxLoads int
-	// MaxWaiters bounds the requests waiting for min_seq at once; past it
-	// they are refused with 503.
-	MaxWaiters int
-	// EmptyRate paces the answers of no records to requests that took the
-	// load lane (sessions never written to): at most this many a second
-	// (server.Service.MissRate); 0 does not pace them.
-	EmptyRate float64
-	// MaxSessionBytes bounds one session's records since its latest
-	// compaction; a record past it is quarantined.
-	MaxSessionBytes int64
-	// Instance names this instance in $SRV.STATS, ctxd.rejected and its
-	// NATS connection; New makes an empty one host:pid.
-	Instance string
-	// Logger receives ctxd's log lines; New makes a nil one discard them.
-	Logger *slog.Logger
-
-	// NATSOptions are added to the connection's options: credentials and
-	// TLS for a server that asks for them.
-	NATSOptions []nats.Option
-	// NATSConfigFile, for the embedded server, is a nats-server
-	// configuration file (accounts, users, TLS) applied under the flags.
-	NATSConfigFile string
-	// RejectLog is how many rejected records ctxd.rejected lists.
-	RejectLog int
-	// Version is the version the service reports in $SRV.INFO.
-	Version string
-
-	// HTTPAddr, when set, is where the operators' HTTP listener serves
-	// /metrics, /healthz, /readyz and HTTPHandlers (package ops).
-	HTTPAddr string
-	// HTTPToken, when set, is the bearer token the listener requires on
-	// every path but /healthz and /readyz; without it the listener
-	// refuses an address beyond loopback.
-	HTTPToken string
-	// HTTPHosts are host names the listener serves besides localhost,
-	// the loopback addresses and the address it listens on; requests for
-	// others are refused (see package ops).
-	HTTPHosts []string
-	// InspectReadRate bounds the bytes a second the inspector's views
-	// read from the stream together (inspect.Options.ReadRate): below 0,
-	// no bound.
-	InspectReadRate int
-	// HTTPHandlers are mounted on the listener, behind its token, by
-	// pattern: {"/ui/": inspector} serves an inspector at /ui/. They are
-	// served from the start of Open: one that reads the app checks
-	// Serving first.
-	HTTPHandlers map[string]http.Handler
-	// ReadyMaxLag is how many records the ingest may be behind the stream
-	// and still be ready; past it /readyz says not ready.
-	ReadyMaxLag uint64
-	// ShutdownCheckpoints is how long Close writes checkpoints at most,
-	// and then as long for snapshots; those not written by then are
-	// counted in one log line and left (a session without its latest
-	// checkpoint loads from an earlier one, and one without its snapshot
-	// by its checkpoint, reading more of the stream). 0 means
-	// DefaultShutdownCheckpoints.
-	ShutdownCheckpoints time.Duration
-	// IdleSnapshots is how often the ingest writes the snapshots of the
-	// sessions that had no record since the time before (so that after a
-	// crash they load from them); 0 means DefaultIdleSnapshots, below 0
-	// none are written but at shutdown.
-	IdleSnapshots time.Duration
-}
-
-// DefaultIdleSnapshots is how often idle sessions' snapshots are written.
-const DefaultIdleSnapshots = 10 * time.Second
-
-// DefaultShutdownCheckpoints is how long Close writes checkpoints at most.
-const DefaultShutdownCheckpoints = 5 * time.Second
-
-// DefaultConfig returns the defaults of ctxd serve.
-func DefaultConfig() Config {
-	return Config{
-		DataDir:          "./data",
-		Host:             natsd.DefaultHost,
-		Port:             natsd.DefaultPort,
-		MaxPayload:       natsd.DefaultMaxPayload,
-		SyncInterval:     natsd.DefaultSyncInterval,
-		Replicas:         1,
-		BrowserTools:     projection.DefaultBrowserTools,
-		MaxRecordBytes:   record.DefaultMaxBytes,
-		CacheSessions:    store.DefaultMaxSessions,
-		CacheBytes:       store.DefaultMaxBytes,
-		RenderCacheBytes: server.DefaultRenderCacheBytes,
-		MaxLoads:         server.DefaultMaxLoads,
-		MaxWaiters:       server.DefaultMaxWaiters,
-		EmptyRate:        server.DefaultMissRate,
-		MaxSessionBytes:  store.DefaultMaxSessionBytes,
-		RejectLog:        store.DefaultRejectLog,
-		ReadyMaxLag:      DefaultReadyMaxLag,
-		InspectReadRate:  inspect.DefaultReadRate,
-
-		ShutdownCheckpoints: DefaultShutdownCheckpoints,
-		IdleSnapshots:       DefaultIdleSnapshots,
-	}
-}
-
-// DefaultReadyMaxLag is how far behind the stream the ingest may be and
-// still be ready.
-const DefaultReadyMaxLag = 1000
+// ErrLayoutChanged is why an instance stops when the stream's layout is
+// not the one it started with (bus.ErrLayoutChanged).
+var ErrLayoutChanged = bus.ErrLayoutChanged
 
 // App is a running ctxd.
 type App struct {
@@ -179,14 +69,13 @@ type App struct {
 
 	ns     *natsd.Server
 	nc     *nats.Conn
-	js     jetstream.JetStream
-	st     jetstream.Stream
+	st     *bus.Stream
 	stream string
 	loader *streamLoader
-	roles  *roles
-	ingest *bus.Ingest
-	// running is the ingest, for the connection's handlers.
-	running atomic.Pointer[bus.Ingest]
+	roles  *ownership.Roles
+	// running is the roles while an unpartitioned stream's ingest runs,
+	// for the connection's handlers.
+	running atomic.Pointer[ownership.Roles]
 	svc     *server.Service
 	closed  chan struct{} // closed when the connection is
 
@@ -206,11 +95,11 @@ type App struct {
 	failErr atomic.Pointer[error]
 
 	// removals applies the stream's purges and deletions to the stores
-	// (purge.go).
-	removals *removals
+	// (package removals).
+	removals *removals.Watcher
 	// layout stops the instance when the stream's partitions change
-	// (layout.go); layoutErr, once set, answers every request.
-	layout    *layoutWatch
+	// (bus.LayoutWatch); layoutErr, once set, answers every request.
+	layout    *bus.LayoutWatch
 	layoutErr atomic.Pointer[error]
 	// snapsDrops counts the emptyings of the snapshot bucket asked for
 	// since the one running began (dropSnapshots); 0: none runs.
@@ -288,11 +177,10 @@ func (a *App) Open(ctx context.Context) (err error) {
 			} else {
 				log.Warn("nats disconnected", "err", err)
 			}
-			// Until records of the pin come again (the ingest then
-			// reads what the connection lost), or another pin's, the
-			// ingest store is not trusted: requests read the stream.
-			if in := a.running.Load(); in != nil {
-				in.Lose("nats disconnected", false)
+			// Until records of the pin come again, or another pin's,
+			// the ingest store is not trusted: requests read the stream.
+			if r := a.running.Load(); r != nil {
+				r.Disconnected()
 			}
 		}),
 		// A permissions violation (a subject the user may not use) and a
@@ -322,10 +210,6 @@ func (a *App) Open(ctx context.Context) (err error) {
 	if err := client.CheckInbox(ctx, a.nc); err != nil {
 		return fmt.Errorf("connect to %s: %w", Redact(url), err)
 	}
-	js, err := bus.JetStream(a.nc)
-	if err != nil {
-		return err
-	}
 	want, err := streams.Transcripts()
 	if err != nil {
 		return err
@@ -344,28 +228,28 @@ func (a *App) Open(ctx context.Context) (err error) {
 			a.Logger.Warn("stream limit accepted: records past it leave the stream, and with them the contexts of their sessions", "stream", want.Name, "field", fe.Field, "value", fe.Have)
 		}))
 	}
-	var st jetstream.Stream
+	var st *bus.Stream
 	err = a.retryStart(ctx, url, "stream "+want.Name, func(ctx context.Context) error {
-		st, err = bus.EnsureStream(ctx, js, want, check...)
+		st, err = bus.SetUp(ctx, a.nc, want, check...)
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	if have := st.CachedInfo().Config.Replicas; a.Replicas > 0 && have != a.Replicas {
+	if have := st.Replicas(); a.Replicas > 0 && have != a.Replicas {
 		a.Logger.Warn("the existing stream has another number of replicas than --replicas; ctxd leaves it as it is",
 			"stream", want.Name, "replicas", have, "want", a.Replicas)
 	}
 	var cps *bus.Checkpoints
 	err = a.retryStart(ctx, url, "checkpoint bucket", func(ctx context.Context) error {
-		cps, err = bus.OpenCheckpoints(ctx, js, a.Replicas)
+		cps, err = st.CheckpointBucket(ctx, a.Replicas)
 		return err
 	})
 	if err != nil {
 		return err
 	}
 
-	layout, err := bus.LayoutOf(st.CachedInfo().Config)
+	layout, err := st.Layout()
 	if err != nil {
 		return err
 	}
@@ -383,45 +267,46 @@ func (a *App) Open(ctx context.Context) (err error) {
 
 	var snaps *bus.Snapshots
 	err = a.retryStart(ctx, url, "snapshot bucket", func(ctx context.Context) error {
-		snaps, err = bus.OpenSnapshots(ctx, js, a.Replicas)
+		snaps, err = st.SnapshotBucket(ctx, a.Replicas)
 		return err
 	})
 	if err != nil {
 		return err
 	}
 
-	cps.Stream = bus.StreamIdentity(st.CachedInfo())
-	a.js, a.st, a.stream = js, st, want.Name
+	a.st, a.stream = st, want.Name
 	a.loader = &streamLoader{nc: a.nc, stream: want.Name, cps: cps, layout: layout,
 		snaps: snaps, identity: cps.Stream}
-	a.layout = watchLayout(a.life, a.nc, st, layout, a.Logger, func(err error) {
+	a.layout = st.WatchLayout(a.life, layout, a.Logger, func(err error) {
 		a.layoutErr.Store(&err)
 		a.fail(err)
 	})
-	a.roles = newRoles(a, a.newStore(), layout)
-	if !layout.Partitioned() {
-		// A follower answers most of what reaches an instance without
-		// the pin: the reader store has a share of the cache (follow.go).
-		a.roles.reader.MaxBytes = readerShare(a.CacheBytes)
-		a.roles.reader.MaxSessions = readerShare(a.CacheSessions)
-	}
-	// Only the ingest writes checkpoints: one writer at a time, but for
-	// the moments two instances both think they hold the pin.
-	a.roles.reader.Loader = readOnly{a.loader}
-	// A miss remembered is safe only in a store the ingest feeds: it
-	// forgets one as it meets the session's first record. The reader's
-	// learns of records only by reading them.
-	a.roles.reader.MissTTL = 0
+	a.roles = ownership.New(ownership.Config{
+		Layout: layout, Conn: a.nc, Stream: st, Instance: a.Instance, Logger: a.Logger, Life: a.life,
+		Fail: a.fail,
+		Stopped: func() error {
+			if err := a.layoutErr.Load(); err != nil {
+				return *err
+			}
+			return nil
+		},
+		Retry: func(ctx context.Context, what string, fn func(ctx context.Context) error) error {
+			return a.retryStart(ctx, a.nc.ConnectedUrl(), what, fn)
+		},
+		NewStore: a.newStore, ReadOnly: readOnly{a.loader},
+		CacheBytes: a.CacheBytes, CacheSessions: a.CacheSessions,
+	})
 	// Before the ingest and the service: no record is applied, and no
 	// session read, that a removal before it could have touched.
-	counted := !limited && !st.CachedInfo().Config.AllowMsgTTL
+	counted := !limited && !st.AllowsMsgTTL()
 	err = a.retryStart(ctx, url, "removal watcher", func(ctx context.Context) error {
-		a.removals, err = openRemovals(ctx, a.life, a.nc, want.Name, counted, a.roles.stores, a.dropSnapshots, a.Logger)
+		a.removals, err = removals.Open(ctx, a.life, a.nc, want.Name, counted, a.roles.Stores, a.dropSnapshots, a.Logger)
 		return err
 	})
 	if err != nil {
 		return err
 	}
+	a.roles.Removals = a.removals
 	a.sweepSnapshots(ctx)
 	a.idleSnaps = startIdleSnapshots(a)
 
@@ -429,54 +314,32 @@ func (a *App) Open(ctx context.Context) (err error) {
 	// loads from there when it is asked for, so nothing is replayed here.
 	var last, msgs uint64
 	err = a.retryStart(ctx, url, "stream "+want.Name, func(ctx context.Context) error {
-		last, msgs, err = bus.LastSeq(ctx, st)
+		last, msgs, err = st.State(ctx)
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	a.roles.reader.Advance(last)
-	a.roles.floor.Store(last)
+	a.roles.Start(last)
 	a.logInfo("stream open", "stream", want.Name, "last_seq", last, "records", msgs, "instance", a.Instance, "partitions", layout.P)
 	if layout.Partitioned() {
-		if err := a.openPartitioned(ctx, last); err != nil {
+		// Every partition's consumer is made if missing, and the
+		// instance pulls as ceil(P / live instances) allows.
+		if err := a.roles.OpenPartitions(ctx, last); err != nil {
 			return err
 		}
+		// The service exists before any partition is gained: it serves
+		// the partition endpoints of those gained before it opens once
+		// it does.
+		a.svc = server.New(a.nc, a.roles)
+		a.roles.Balance(a.svc)
 		return a.openService()
 	}
 
-	// The ingest consumer; a new one starts after the records the stream
-	// holds now. Every instance pulls; JetStream delivers to the pinned
-	// one, which then makes its ingest store (roles.gained).
-	ccfg, err := streams.Ingest()
-	if err != nil {
+	if err := a.roles.OpenIngest(ctx, last); err != nil {
 		return err
 	}
-	var cons jetstream.Consumer
-	err = a.retryStart(ctx, url, "consumer "+ccfg.Durable, func(ctx context.Context) error {
-		cons, err = bus.OpenConsumer(ctx, st, ccfg, last)
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	readRange := func(from, to uint64, fn func(bus.Msg) error) error {
-		ctx, cancel := context.WithTimeout(a.life, 30*time.Second)
-		defer cancel()
-		return bus.ReadRange(ctx, a.nc, want.Name, from, to, fn)
-	}
-	pin := bus.WithPin(bus.Pin{Gained: a.roles.gained, Lost: func(_, reason string, refused bool) {
-		a.roles.lost(reason, refused)
-		if reason == bus.ReasonConsumerDeleted {
-			// Nothing is delivered any more, to any instance: stop loudly,
-			// so that a supervisor starts ctxd again, which creates it.
-			a.fail(fmt.Errorf("ingest consumer %s on stream %s was deleted: no record is applied any more; start ctxd again to create it", streams.IngestName, want.Name))
-		}
-	}})
-	if a.ingest, err = bus.StartIngest(cons, last, readRange, a.handle, a.Logger, pin, bus.WithPullBytes(bus.PullBytes(a.nc))); err != nil {
-		return err
-	}
-	a.running.Store(a.ingest)
+	a.running.Store(a.roles)
 	return a.openService()
 }
 
@@ -503,10 +366,10 @@ func (a *App) openService() error {
 	// A stopping instance finishes the reads in hand: with other
 	// instances on the stream, a request's wait ends well within this.
 	a.svc.CloseGrace = 2 * time.Second
-	a.svc.Role = a.roles.role
-	if P := len(a.roles.parts); P > 1 {
-		a.svc.Partitions = P
-		a.svc.Owned = a.roles.owned
+	a.svc.Role = a.roles.Role
+	if a.roles.Partitioned() {
+		a.svc.Partitions = a.loader.layout.P
+		a.svc.Owned = a.roles.Owned
 	}
 	// Open returns once the server holds the service's subscriptions: a
 	// request sent right after finds a responder.
@@ -532,19 +395,12 @@ func (a *App) newStore() *store.Store {
 	if a.loader != nil {
 		s.SubjectOf = a.loader.layout.SubjectAt // rejections name the stored subject
 	}
-	if a.roles != nil && a.roles.reader != nil {
+	if a.roles != nil && a.roles.Reader() != nil {
 		// One list of rejected records for the instance, whichever
 		// store met them.
-		s.ShareRejections(a.roles.reader)
+		s.ShareRejections(a.roles.Reader())
 	}
 	return s
-}
-
-// handle applies one stored record to its session in the ingest store.
-func (a *App) handle(m bus.Msg) {
-	a.removals.cover(m.Seq)
-	// None when the pin was refused while the record was in hand.
-	applyRecord(a.roles.feeding(), m)
 }
 
 // URL returns the NATS client URL ctxd is connected to, without the
@@ -586,7 +442,7 @@ func (a *App) Store() *store.Store {
 	if a.roles == nil {
 		return nil
 	}
-	return a.roles.current()
+	return a.roles.Current()
 }
 
 // Stats counts the instance's work over all its stores: the ingest's
@@ -634,14 +490,13 @@ func (a *App) Close() error {
 	a.idleSnaps = nil
 	var partitions []*store.Store
 	var partitionsLabel snapshotLabel
-	if a.roles != nil && a.roles.bal != nil {
+	if a.roles != nil && a.roles.Partitioned() {
 		// Their snapshots' removed count, read while the removals still
 		// concern their stores: handed back, they miss those after.
 		partitionsLabel = a.snapshotLabel()
 		// The partitions first, at once: other instances apply them while
 		// this one finishes the requests in hand, through the stream.
-		partitions = a.roles.bal.close()
-		a.roles.bal = nil
+		partitions = a.roles.HandBack()
 	}
 	if a.svc != nil {
 		errs = append(errs, a.svc.Close())
@@ -649,49 +504,48 @@ func (a *App) Close() error {
 	}
 	if a.roles != nil {
 		// No request reads it any more, and none starts after.
-		a.roles.follow.close(a.roles.part)
+		a.roles.StopFollower()
 	}
 	if len(partitions) > 0 {
 		a.closeCheckpoints(partitions...)
 		a.closeSnapshots(partitionsLabel, partitions...)
 	}
-	if a.ingest != nil {
-		owner := a.roles.feeding()
-		a.running.Store(nil)
-		errs = append(errs, a.ingest.Close())
-		a.ingest = nil
+	if a.running.Swap(nil) != nil {
+		owner, err := a.roles.StopIngest()
+		errs = append(errs, err)
 		if owner != nil {
 			a.closeCheckpoints(owner)
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			a.unpin(ctx)
+			ctx, cancel := context.WithTimeout(a.life, 2*time.Second)
+			a.roles.Unpin(ctx)
 			cancel()
 			// After the pin: another instance ingests meanwhile. The
-			// removals concern the store until roles.lost below.
+			// removals concern the store until the roles' Lost below.
 			a.closeSnapshots(a.snapshotLabel(), owner)
 			// Stops the checkpoint writer before the connection it writes on.
-			a.roles.lost(reasonShutdown, true)
+			a.roles.Lost(ownership.ReasonShutdown, true)
 		}
 	}
 	// Nothing applies records or answers requests any more: the
 	// background work still under way stops, and is waited for.
 	a.end()
 	if a.removals != nil {
-		a.removals.close()
+		a.removals.Close()
 		a.removals = nil
 	}
 	a.bg.Wait()
-	a.layout.close()
+	a.layout.Close()
 	a.layout = nil
 	if a.roles != nil {
 		// The reader writes only the checkpoints that replace ones its
 		// loads found wrong: those it holds are written before it stops,
 		// or the next load finds the wrong one again.
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		if _, left, err := a.roles.reader.CloseCheckpoints(ctx); left > 0 {
+		// Past the end of life: derived from it, not ended by it.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(a.life), 2*time.Second)
+		if _, left, err := a.roles.Reader().CloseCheckpoints(ctx); left > 0 {
 			a.Logger.Warn("checkpoints at shutdown: corrections of the reader not written; the next load finds the wrong ones again", "not_written", left, "err", err)
 		}
 		cancel()
-		errs = append(errs, a.roles.reader.Close())
+		errs = append(errs, a.roles.Reader().Close())
 	}
 	a.inspectConn.close() // after the listener: no view reads any more
 	if a.nc != nil {
@@ -725,7 +579,7 @@ func (a *App) closeCheckpoints(sts ...*store.Store) {
 		within = DefaultShutdownCheckpoints
 	}
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), within)
+	ctx, cancel := context.WithTimeout(a.life, within) // Close calls it before the end of life
 	written, left, err := closeEach(sts, func(st *store.Store) (int, int, error) { return st.CloseCheckpoints(ctx) })
 	cancel()
 	took := time.Since(start).Round(time.Millisecond)
@@ -741,115 +595,6 @@ func (a *App) closeCheckpoints(sts ...*store.Store) {
 		append([]any{"written", written, "not_written", left, "took", took, "err", err}, stores...)...)
 }
 
-// unpin gives up the consumer's pin, when the server says this instance
-// holds it, so that another instance ingests at once instead of after
-// the pinned TTL.
-func (a *App) unpin(ctx context.Context) {
-	pin := a.roles.heldPin()
-	if pin == "" {
-		return
-	}
-	cons, err := a.st.Consumer(ctx, streams.IngestName)
-	if err != nil {
-		a.Logger.Warn("unpin the ingest consumer", "err", err)
-		return
-	}
-	for _, g := range cons.CachedInfo().PriorityGroups {
-		if g.Group == streams.IngestGroup && g.PinnedClientID == pin {
-			if err := a.st.UnpinConsumer(ctx, streams.IngestName, streams.IngestGroup); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-				a.Logger.Warn("unpin the ingest consumer", "err", err)
-			}
-			return
-		}
-	}
-}
-
 func (a *App) logInfo(msg string, args ...any) {
 	a.Logger.Info(msg, args...)
-}
-
-// streamLoader loads sessions from the stream and the checkpoint bucket:
-// where the store and the bus meet.
-type streamLoader struct {
-	nc     *nats.Conn
-	stream string
-	cps    *bus.Checkpoints
-	layout bus.Layout // where a session's records are
-
-	snaps    *bus.Snapshots
-	identity string // bus.StreamIdentity of the stream
-}
-
-// checkpointTry bounds each but the last of checkpointTries reads of a
-// checkpoint. A key-value get is a direct get, which any replica of the
-// bucket may answer: one on a frozen node never does, and would hold the
-// load until its deadline. Asked again, another replica likely answers.
-const (
-	checkpointTry   = 300 * time.Millisecond
-	checkpointTries = 3
-)
-
-func (l *streamLoader) Checkpoint(ctx context.Context, session string) (store.Checkpoint, bool, error) {
-	for try := 1; ; try++ {
-		if try == checkpointTries {
-			return l.cps.Get(ctx, session)
-		}
-		tctx, cancel := context.WithTimeout(ctx, checkpointTry)
-		cp, ok, err := l.cps.Get(tctx, session)
-		cancel()
-		if err == nil || ctx.Err() != nil || !(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)) {
-			return cp, ok, err
-		}
-	}
-}
-
-func (l *streamLoader) SaveCheckpoint(ctx context.Context, session string, cp store.Checkpoint) error {
-	return l.cps.Put(ctx, session, cp)
-}
-
-// SaveCheckpoints writes a batch of checkpoints pipelined (store.BatchSaver).
-func (l *streamLoader) SaveCheckpoints(ctx context.Context, cps iter.Seq2[string, store.Checkpoint]) error {
-	return l.cps.PutAll(ctx, cps)
-}
-
-func (l *streamLoader) Records(ctx context.Context, session string, from, to uint64, fn func(seq uint64, data []byte) error) error {
-	return l.layout.ReadSubject(ctx, l.nc, session, from, to, fn)
-}
-
-// readOnly is a streamLoader that writes no checkpoint, but those that
-// replace one a load found wrong (store.Checkpoint.Corrective): a
-// checkpoint is a hint, and a second writer could only make it older;
-// a wrong one, which the owner may never load, is replaced by the first
-// instance that finds it, and only that one.
-type readOnly struct{ *streamLoader }
-
-func (l readOnly) SaveCheckpoint(ctx context.Context, session string, cp store.Checkpoint) error {
-	return l.SaveCheckpoints(ctx, maps.All(map[string]store.Checkpoint{session: cp}))
-}
-
-func (l readOnly) SaveCheckpoints(ctx context.Context, cps iter.Seq2[string, store.Checkpoint]) error {
-	return l.cps.PutAll(ctx, func(yield func(string, store.Checkpoint) bool) {
-		for id, cp := range cps {
-			if cp.Corrective() && !yield(id, cp) {
-				return
-			}
-		}
-	})
-}
-
-func (l *streamLoader) RecordsAt(ctx context.Context, session string, seqs []uint64, fn func(seq uint64, data []byte) error) error {
-	return l.layout.ReadSubjectSeqs(ctx, l.nc, session, seqs, fn)
-}
-
-// CountRecords counts a session's records from from on, on every
-// subject they are stored on (store.Prover).
-func (l *streamLoader) CountRecords(ctx context.Context, session string, from uint64) (uint64, error) {
-	return l.layout.Count(ctx, l.nc, session, from)
-}
-
-// StreamLast returns the stream's last sequence, as its leader says it
-// (store.Prover).
-func (l *streamLoader) StreamLast(ctx context.Context) (uint64, error) {
-	_, last, err := bus.Removed(ctx, l.nc, l.stream)
-	return last, err
 }

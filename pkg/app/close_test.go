@@ -52,7 +52,7 @@ func TestApp_CloseJoinsGoroutines(t *testing.T) {
 				require.NoError(t, err)
 				last = ack.Sequence
 			}
-			require.Eventually(t, func() bool { return a.Stats().Applied >= last || len(a.roles.owned()) == partitions }, 30*time.Second, 10*time.Millisecond)
+			require.Eventually(t, func() bool { return a.Stats().Applied >= last || len(a.roles.Owned()) == partitions }, 30*time.Second, 10*time.Millisecond)
 
 			entered := make(chan struct{})
 			var ended atomic.Bool

@@ -197,14 +197,10 @@ func (s *inspectSource) Sessions(ctx context.Context) ([]inspect.SessionRef, err
 	if err != nil {
 		return nil, err
 	}
-	js, err := bus.JetStream(nc)
-	if err != nil {
-		return nil, err
-	}
 	s.mu.Lock()
 	before := s.listed
 	s.mu.Unlock()
-	subs, err := bus.SubjectsSince(ctx, js, s.Stream, subject.TranscriptsPrefix+">", before)
+	subs, err := bus.ListSubjects(ctx, nc, s.Stream, subject.TranscriptsPrefix+">", before)
 	if err != nil {
 		return nil, err
 	}
@@ -275,12 +271,12 @@ func (s *inspectSource) Rejected(ctx context.Context) ([]store.Rejection, error)
 // stream's last sequence: an instance that reads per request follows the
 // stream itself.
 func (s *inspectSource) Applied() uint64 {
-	if st := s.a.roles.ingestStore(); st != nil {
+	if st := s.a.roles.IngestStore(); st != nil {
 		return st.Applied()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(s.a.life, 2*time.Second)
 	defer cancel()
-	last, _, err := bus.LastSeq(ctx, s.a.st)
+	last, _, err := s.a.st.State(ctx)
 	if err != nil {
 		return 0
 	}

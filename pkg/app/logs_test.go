@@ -44,7 +44,7 @@ func TestLogs_CleanStartAndStop(t *testing.T) {
 		require.NoError(t, a.Open(ctx))
 		// The instance takes the pin with the first record.
 		require.NoError(t, a.nc.Publish("transcripts.s", []byte(`{"role":"user","content":"hi"}`)))
-		require.Eventually(t, func() bool { return a.roles.ingestStore() != nil }, 20*time.Second, 10*time.Millisecond)
+		require.Eventually(t, func() bool { return a.roles.IngestStore() != nil }, 20*time.Second, 10*time.Millisecond)
 		require.NoError(t, a.Close())
 		cancel()
 		out := logs.String()

@@ -9,7 +9,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/ctxd/ctxd/pkg/bus"
 	"github.com/ctxd/ctxd/pkg/ops"
 	"github.com/ctxd/ctxd/pkg/store"
 )
@@ -69,7 +68,7 @@ func (a *App) lastSeq(ctx context.Context) (uint64, error) {
 	if !a.serving.Load() {
 		return 0, errors.New("not started")
 	}
-	last, _, err := bus.LastSeq(ctx, a.st)
+	last, _, err := a.st.State(ctx)
 	return last, err
 }
 
@@ -90,10 +89,10 @@ func (a *App) Ready(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("stream: %w", err)
 	}
-	if a.roles.bal != nil {
-		return a.partitionLag(ctx)
+	if a.roles.Partitioned() {
+		return a.roles.PartitionLag(ctx, a.ReadyMaxLag)
 	}
-	st := a.roles.ingestStore()
+	st := a.roles.IngestStore()
 	if st == nil {
 		// Not ingesting: every request reads the session's tail from the
 		// stream, so no lag makes this instance's answers late.

@@ -26,44 +26,6 @@ import (
 // that count cannot be said: on a stream that removes records of its own
 // accord (limits), or while a removal is not applied yet.
 
-// appliedRemovals reads the stream's count of removed sequences and
-// reports whether every removal it counts has been applied to the
-// stores the removals concern now (roles.stores). A snapshot taken
-// after it returns true, of a store that was among them then, holds no
-// record removed before the read; a removal after it moves the stream's
-// count past the one returned, and the snapshot is not used. A store
-// that has left them (a partition handed back) misses the removals
-// applied since: its snapshots need a count read while it was among
-// them.
-func (r *removals) appliedRemovals(ctx context.Context) (uint64, bool) {
-	if r == nil || !r.counted {
-		return 0, false
-	}
-	if r.lockIdle(ctx.Done()) != nil {
-		return 0, false
-	}
-	r.drainLocked()
-	// Every removal counted here is applied: one the read below counts
-	// that this does not was not applied when the stores were.
-	counted := r.base + r.applied
-	r.mu.Unlock()
-	ctx, cancel := context.WithTimeout(ctx, removalCheckTimeout)
-	defer cancel()
-	removed, _, err := r.state(ctx)
-	if err != nil || int64(removed) != counted {
-		return 0, false
-	}
-	return removed, true
-}
-
-// count returns the stream's removed count at which every removal has
-// been applied to the stores, as last known.
-func (r *removals) count() uint64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return uint64(r.base + r.applied)
-}
-
 // sweepSnapshots empties the snapshot bucket at start when its snapshots
 // were written at another removed count or of another stream: none of
 // them would be used, and they may hold records removed since.
@@ -71,7 +33,7 @@ func (a *App) sweepSnapshots(ctx context.Context) {
 	if a.loader.snaps == nil {
 		return
 	}
-	now := bus.SnapshotState{Stream: a.loader.identity, Removed: a.removals.count()}
+	now := bus.SnapshotState{Stream: a.loader.identity, Removed: a.removals.Count()}
 	swept, err := a.loader.snaps.Sweep(ctx, now)
 	switch {
 	case err != nil:
@@ -123,7 +85,7 @@ func (a *App) snapshotLabel() snapshotLabel {
 	if a.loader == nil || a.loader.snaps == nil {
 		return snapshotLabel{}
 	}
-	removed, ok := a.removals.appliedRemovals(a.life)
+	removed, ok := a.removals.Applied(a.life)
 	return snapshotLabel{removed, ok}
 }
 
@@ -145,7 +107,7 @@ func (a *App) closeSnapshots(label snapshotLabel, sts ...*store.Store) {
 		within = DefaultShutdownCheckpoints
 	}
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), within)
+	ctx, cancel := context.WithTimeout(a.life, within) // Close calls it before the end of life
 	defer cancel()
 	written, left, err := closeEach(sts, func(st *store.Store) (int, int, error) {
 		return st.CloseSnapshots(ctx, a.loader.identity, removed)
@@ -252,7 +214,7 @@ func startIdleSnapshots(a *App) *idleSnapshots {
 	if every == 0 {
 		every = DefaultIdleSnapshots
 	}
-	if every < 0 || a.loader == nil || a.loader.snaps == nil || a.removals == nil || !a.removals.counted {
+	if every < 0 || a.loader == nil || a.loader.snaps == nil || a.removals == nil || !a.removals.Counted() {
 		return nil
 	}
 	// Its round under way ends at stop, or at the app's end.
@@ -288,11 +250,11 @@ func (a *App) writeIdleSnapshots(ctx context.Context, every time.Duration) {
 	defer cancel()
 	// The count first: a store fed after it was fed, and concerned by
 	// the removals, when it was read (appliedRemovals).
-	removed, ok := a.removals.appliedRemovals(ctx)
+	removed, ok := a.removals.Applied(ctx)
 	if !ok {
 		return
 	}
-	sts := a.roles.ingestStores()
+	sts := a.roles.IngestStores()
 	if len(sts) == 0 {
 		return
 	}
@@ -312,15 +274,4 @@ func (a *App) writeIdleSnapshots(ctx context.Context, every time.Duration) {
 			a.dropSnapshots()
 		}
 	}
-}
-
-// ingestStores returns the stores the ingests feed now.
-func (r *roles) ingestStores() []*store.Store {
-	var out []*store.Store
-	for _, p := range r.parts {
-		if st := p.feeding(); st != nil {
-			out = append(out, st)
-		}
-	}
-	return out
 }

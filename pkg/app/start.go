@@ -7,7 +7,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ctxd/ctxd/pkg/bus"
 )
 
 // ErrNoJetStream is returned by Open when the server has no JetStream
@@ -26,8 +27,7 @@ const (
 	// noPeerTries bounds the tries while the cluster has too few peers
 	// online for the stream's replicas (a node still starting, or a
 	// cluster smaller than --replicas): about 45 seconds.
-	noPeerTries    = 12
-	errCodeNoPeers = 10005 // JetStream's "no suitable peers for placement"
+	noPeerTries = 12
 )
 
 // retryStart runs fn until it succeeds, fails for good, or ctx is done:
@@ -47,17 +47,17 @@ func (a *App) retryStart(ctx context.Context, url, what string, fn func(ctx cont
 		switch {
 		case ctx.Err() != nil:
 			return err
-		case notEnabled(err):
+		case bus.NotEnabled(err):
 			return noJetStream(url, err)
 		case errors.Is(err, nats.ErrNoResponders):
 			if noResponders++; noResponders >= noResponderTries {
 				return noJetStream(url, err)
 			}
-		case noPeersOnline(err):
+		case bus.NoPeers(err):
 			if noPeers++; noPeers >= noPeerTries {
 				return fmt.Errorf("%w (is every node of the cluster up, and are there at least --replicas of them?)", err)
 			}
-		case !transient(err):
+		case !bus.Transient(err):
 			return err
 		}
 		a.Logger.Warn("JetStream not available yet; retrying", "what", what, "in", wait, "err", err)
@@ -72,24 +72,4 @@ func (a *App) retryStart(ctx context.Context, url, what string, fn func(ctx cont
 
 func noJetStream(url string, err error) error {
 	return fmt.Errorf("%w on %s (for ctxd's account): start nats-server with -js, or add jetstream {} to its configuration (and to the account's): %w", ErrNoJetStream, Redact(url), err)
-}
-
-func noPeersOnline(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeNoPeers
-}
-
-func notEnabled(err error) bool {
-	return errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount)
-}
-
-// transient reports whether err is one a cluster returns while it elects
-// a leader, or while a server is starting.
-func transient(err error) bool {
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.Code == 503 {
-		return true // "JetStream system temporarily unavailable"
-	}
-	return errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)
 }

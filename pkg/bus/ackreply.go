@@ -23,7 +23,15 @@ const (
 // streamSeq returns the stream sequence named by a delivered message's
 // reply subject; ok is false when the subject is not one of the two
 // forms above, or the sequence is not a decimal number from 1 to 2^64-1.
-func streamSeq(reply string) (seq uint64, ok bool) {
+func streamSeq(reply string) (seq uint64, ok bool) { return ackSeq(reply, 0) }
+
+// consumerSeq returns the consumer's delivery sequence named by a
+// delivered message's reply subject, the token after the stream
+// sequence, as streamSeq does.
+func consumerSeq(reply string) (seq uint64, ok bool) { return ackSeq(reply, 1) }
+
+// ackSeq reads the sequence off tokens after the stream sequence's.
+func ackSeq(reply string, off int) (seq uint64, ok bool) {
 	if !strings.HasPrefix(reply, ackPrefix) {
 		return 0, false
 	}
@@ -36,6 +44,7 @@ func streamSeq(reply string) (seq uint64, ok bool) {
 	default:
 		return 0, false
 	}
+	pos += off
 	// Skip to the token at pos: "$JS" and "ACK" are the first two.
 	rest := reply[len(ackPrefix):]
 	for range pos - 2 {

@@ -13,14 +13,14 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/ctxd/ctxd/pkg/store"
+	"github.com/ctxd/ctxd/pkg/checkpoint"
 	"github.com/ctxd/ctxd/streams"
 )
 
 // Checkpoints is the key-value bucket of session checkpoints.
 //
 // PutAll never replaces a stored checkpoint with an older one
-// (store.Checkpoint.Newer): each write expects the key's revision it last
+// (checkpoint.Checkpoint.Newer): each write expects the key's revision it last
 // read or wrote (Nats-Expected-Last-Subject-Sequence), so of writers that
 // race (two instances, a shutdown and the ingest behind it, a rebuild)
 // none moves a checkpoint back. It remembers the revision and checkpoint
@@ -53,7 +53,7 @@ type Checkpoints struct {
 // revision (0: the key holds none).
 type storedCheckpoint struct {
 	rev uint64
-	cp  store.Checkpoint
+	cp  checkpoint.Checkpoint
 }
 
 // maxKnownKeys bounds the keys whose revision Checkpoints remembers; past
@@ -102,7 +102,7 @@ func (c *Checkpoints) open(ctx context.Context) error {
 // (any, when c names none), and clears the name: it is the bucket's
 // business, not the checkpoint's. One that names no stream is not of
 // it: nothing says which stream's sequences it lists.
-func (c *Checkpoints) ofStream(cp *store.Checkpoint) bool {
+func (c *Checkpoints) ofStream(cp *checkpoint.Checkpoint) bool {
 	of := c.Stream == "" || cp.Stream == c.Stream
 	cp.Stream = ""
 	return of
@@ -148,7 +148,7 @@ func (c *Checkpoints) reopen(ctx context.Context, err error) error {
 }
 
 // remember notes a key's checkpoint and revision.
-func (c *Checkpoints) remember(session string, rev uint64, cp store.Checkpoint) {
+func (c *Checkpoints) remember(session string, rev uint64, cp checkpoint.Checkpoint) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.known) >= maxKnownKeys {
@@ -172,8 +172,8 @@ func (c *Checkpoints) lookup(session string) (storedCheckpoint, bool) {
 
 // Get returns a session's checkpoint; ok is false when it has none. A
 // stored value that does not decode is an error wrapping
-// store.ErrBadCheckpoint.
-func (c *Checkpoints) Get(ctx context.Context, session string) (cp store.Checkpoint, ok bool, err error) {
+// checkpoint.ErrBadCheckpoint.
+func (c *Checkpoints) Get(ctx context.Context, session string) (cp checkpoint.Checkpoint, ok bool, err error) {
 	e, err := c.bucket().Get(ctx, session)
 	if gone(err) {
 		if err := c.reopen(ctx, err); err != nil {
@@ -189,12 +189,12 @@ func (c *Checkpoints) Get(ctx context.Context, session string) (cp store.Checkpo
 		return cp, false, fmt.Errorf("checkpoint %s: %w", session, err)
 	}
 	if err := json.Unmarshal(e.Value(), &cp); err != nil {
-		c.remember(session, e.Revision(), store.Checkpoint{}) // any checkpoint replaces it
-		return store.Checkpoint{}, false, fmt.Errorf("checkpoint %s: %w: %w", session, store.ErrBadCheckpoint, err)
+		c.remember(session, e.Revision(), checkpoint.Checkpoint{}) // any checkpoint replaces it
+		return checkpoint.Checkpoint{}, false, fmt.Errorf("checkpoint %s: %w: %w", session, checkpoint.ErrBadCheckpoint, err)
 	}
 	if !c.ofStream(&cp) {
-		c.remember(session, e.Revision(), store.Checkpoint{}) // any checkpoint replaces it
-		return store.Checkpoint{}, false, nil
+		c.remember(session, e.Revision(), checkpoint.Checkpoint{}) // any checkpoint replaces it
+		return checkpoint.Checkpoint{}, false, nil
 	}
 	c.remember(session, e.Revision(), cp)
 	return cp, true, nil
@@ -202,7 +202,7 @@ func (c *Checkpoints) Get(ctx context.Context, session string) (cp store.Checkpo
 
 // Put stores a session's checkpoint, whatever the bucket holds, and
 // returns once it is stored.
-func (c *Checkpoints) Put(ctx context.Context, session string, cp store.Checkpoint) error {
+func (c *Checkpoints) Put(ctx context.Context, session string, cp checkpoint.Checkpoint) error {
 	data, _ := c.encode(cp)
 	_, err := c.bucket().Put(ctx, session, data)
 	if gone(err) {
@@ -221,7 +221,7 @@ func (c *Checkpoints) Put(ctx context.Context, session string, cp store.Checkpoi
 
 // encode returns a checkpoint's value, and the checkpoint it stores: one
 // too large for the bucket is stored without its index.
-func (c *Checkpoints) encode(cp store.Checkpoint) ([]byte, store.Checkpoint) {
+func (c *Checkpoints) encode(cp checkpoint.Checkpoint) ([]byte, checkpoint.Checkpoint) {
 	if c.Stream != "" {
 		cp.Stream = c.Stream
 	}
@@ -249,11 +249,11 @@ func isWrongLast(err error) bool {
 
 // putNewer stores cp unless the bucket holds a checkpoint as new, reading
 // the key again whenever another writer changed it meanwhile.
-func (c *Checkpoints) putNewer(ctx context.Context, session string, cp store.Checkpoint) error {
+func (c *Checkpoints) putNewer(ctx context.Context, session string, cp checkpoint.Checkpoint) error {
 	for try := 0; try < 8; try++ {
 		k, ok := c.lookup(session)
 		if !ok {
-			if _, _, err := c.Get(ctx, session); err != nil && !errors.Is(err, store.ErrBadCheckpoint) {
+			if _, _, err := c.Get(ctx, session); err != nil && !errors.Is(err, checkpoint.ErrBadCheckpoint) {
 				return err
 			}
 			k, _ = c.lookup(session)
@@ -293,7 +293,7 @@ func (c *Checkpoints) putNewer(ctx context.Context, session string, cp store.Che
 // read again and written alone if still newer, several at a time. It
 // returns once all are stored, or with the first error; some of the
 // others may be stored by then.
-func (c *Checkpoints) PutAll(ctx context.Context, cps iter.Seq2[string, store.Checkpoint]) error {
+func (c *Checkpoints) PutAll(ctx context.Context, cps iter.Seq2[string, checkpoint.Checkpoint]) error {
 	prefix := "$KV." + c.bucket().Bucket() + "."
 	var inFlight []flight
 	var again []flight
@@ -398,7 +398,7 @@ const checkpointReaders = 32
 // flight is a checkpoint write PutAll sent and has no answer to yet.
 type flight struct {
 	session string
-	cp      store.Checkpoint
+	cp      checkpoint.Checkpoint
 	ack     jetstream.PubAckFuture
 }
 
@@ -422,8 +422,8 @@ func validKey(k string) bool {
 }
 
 // All returns every stored checkpoint.
-func (c *Checkpoints) All(ctx context.Context) (map[string]store.Checkpoint, error) {
-	out := map[string]store.Checkpoint{}
+func (c *Checkpoints) All(ctx context.Context) (map[string]checkpoint.Checkpoint, error) {
+	out := map[string]checkpoint.Checkpoint{}
 	w, err := c.bucket().WatchAll(ctx, jetstream.IgnoreDeletes())
 	if gone(err) {
 		if err := c.reopen(ctx, err); err != nil {
@@ -444,7 +444,7 @@ func (c *Checkpoints) All(ctx context.Context) (map[string]store.Checkpoint, err
 			if e == nil { // initial values delivered
 				return out, nil
 			}
-			var cp store.Checkpoint
+			var cp checkpoint.Checkpoint
 			if err := json.Unmarshal(e.Value(), &cp); err == nil && c.ofStream(&cp) {
 				out[e.Key()] = cp
 			}

@@ -52,6 +52,10 @@ type Ingest struct {
 
 	pullBytes int // the max_bytes of a pull
 
+	// track, on a partition's consumer, spares the gap filler its reads
+	// of the records that are not the partition's (TrackDeliveries).
+	track *deliveryTrack
+
 	mu      sync.Mutex
 	pin     string // the pin held, "" when none
 	prev    string // the pin last held, until the server refuses it
@@ -89,6 +93,17 @@ func WithPin(p Pin) IngestOption { return func(in *Ingest) { in.hooks = p } }
 // headers, which fits a server with default limits.
 func WithPullBytes(n int) IngestOption { return func(in *Ingest) { in.pullBytes = n } }
 
+// TrackDeliveries tells the ingest's gap filler, on the consumer of one
+// partition of a stream, when a delivery skipped none of the partition's
+// records: a partition's records are far apart in the stream, so each
+// delivery skips stream sequences, and reading them all back would cost
+// a read per record. The consumer's delivery sequence says instead: the
+// server delivers a consumer's new records in stream order, each with the
+// next delivery sequence, so a record delivered right after the previous
+// one seen, under the same pin, skipped none of the partition's; the
+// range is then not read. Any other delivery is read as without it.
+func TrackDeliveries() IngestOption { return func(in *Ingest) { in.track = &deliveryTrack{} } }
+
 // PullExpiry is how long each pull of the ingest waits on the server. A
 // pinned ingest's pulls keep its pin: the consumer's pinned TTL must be
 // well above it (ctxd.consumer.json: 3 s).
@@ -114,7 +129,7 @@ func StartIngest(cons jetstream.Consumer, after uint64, readRange func(from, to 
 	for _, o := range opts {
 		o(in)
 	}
-	in.gaps = gapFiller{last: after, read: readRange, handle: h}
+	in.gaps = gapFiller{last: after, read: readRange, handle: h, track: in.track}
 	pull := []jetstream.PullConsumeOpt{jetstream.PullMaxMessagesWithBytesLimit(1000, in.pullBytes), jetstream.ConsumeErrHandler(in.consumeError)}
 	if groups := info.Config.PriorityGroups; len(groups) > 0 {
 		in.group = groups[0]
@@ -131,16 +146,25 @@ func StartIngest(cons jetstream.Consumer, after uint64, readRange func(from, to 
 // receive handles one delivered message.
 func (in *Ingest) receive(m jetstream.Msg) {
 	seq, ok := streamSeq(m.Reply())
+	var cseq uint64 // read only for the track
+	if ok && in.track != nil {
+		cseq, ok = consumerSeq(m.Reply())
+	}
 	if !ok {
 		meta, err := m.Metadata()
 		if err != nil {
+			in.track.lose()
 			in.Logger.Warn("message without JetStream metadata", "subject", m.Subject(), "err", err)
 			return
 		}
-		seq = meta.Sequence.Stream
+		seq, cseq = meta.Sequence.Stream, meta.Sequence.Consumer
 	}
+	pin := ""
+	if in.group != "" || in.track != nil {
+		pin = m.Headers().Get(pinHeader)
+	}
+	in.track.see(cseq, seq, pin)
 	if in.group != "" {
-		pin := m.Headers().Get(pinHeader)
 		in.mu.Lock()
 		held, lost := in.pin, in.lostPin
 		in.mu.Unlock()
@@ -231,10 +255,11 @@ type gapFiller struct {
 	last   uint64 // highest stream sequence handled
 	read   func(from, to uint64, fn func(Msg) error) error
 	handle Handler
+	track  *deliveryTrack // nil: every gap is read
 }
 
 func (g *gapFiller) deliver(m Msg) error {
-	if m.Seq > g.last+1 && g.read != nil {
+	if m.Seq > g.last+1 && g.read != nil && !g.track.nothingBetween(g.last+1, m.Seq-1) {
 		err := g.read(g.last+1, m.Seq-1, func(skipped Msg) error {
 			g.handle(skipped)
 			g.last = max(g.last, skipped.Seq)
@@ -243,10 +268,58 @@ func (g *gapFiller) deliver(m Msg) error {
 		if err != nil {
 			return err
 		}
+		g.track.read()
 	}
 	g.handle(m)
 	g.last = max(g.last, m.Seq)
 	return nil
+}
+
+// deliveryTrack follows a consumer's delivery sequences for
+// TrackDeliveries. Messages are received one at a time, on one goroutine;
+// a nil track tracks nothing.
+type deliveryTrack struct {
+	prevC, prevS uint64 // delivery and stream sequences of the previous message
+	prevPin      string
+	contig       bool   // the current message came right after the previous one
+	before, cur  uint64 // the previous and current messages' stream sequences
+	hole         bool   // a delivery was missed since the last read
+}
+
+// see notes a delivered message: its delivery and stream sequences and
+// its pin.
+func (t *deliveryTrack) see(c, s uint64, pin string) {
+	if t == nil {
+		return
+	}
+	t.contig = t.prevC != 0 && c == t.prevC+1 && pin != "" && pin == t.prevPin
+	if !t.contig {
+		t.hole = true
+	}
+	t.before, t.cur = t.prevS, s
+	t.prevC, t.prevS, t.prevPin = c, s, pin
+}
+
+// lose notes a message whose sequences are unknown.
+func (t *deliveryTrack) lose() {
+	if t != nil {
+		t.contig, t.hole = false, true
+	}
+}
+
+// read notes that the gap filler read what the deliveries skipped.
+func (t *deliveryTrack) read() {
+	if t != nil {
+		t.hole = false
+	}
+}
+
+// nothingBetween reports whether the gap filler's read of [from, to],
+// up to the current message, can be skipped: the current message came
+// right after the previous one, which was handled, and no delivery was
+// missed since the last read.
+func (t *deliveryTrack) nothingBetween(from, to uint64) bool {
+	return t != nil && t.contig && !t.hole && from > t.before && to+1 == t.cur
 }
 
 // Close drains the consumer: the message in hand is finished and nothing

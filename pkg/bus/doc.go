@@ -1,7 +1,18 @@
 // Package bus is the one package that talks JetStream. Every other
 // package reaches streams, consumers and buckets through it, holding at
-// most a connection or the handle JetStream returns (pkg/perf's
-// baselines, which measure JetStream itself, excepted).
+// most a connection and bus's own handles: Stream (SetUp, FindStream,
+// OpenStream), Consumer, Ingest, Follower, Checkpoints, Snapshots,
+// Layout. Only bus, the definitions in streams/, pkg/perf's baselines
+// (which measure JetStream itself) and tests import nats.go/jetstream.
+// The functions that take JetStream's handles (EnsureStream,
+// OpenConsumer, StartIngest, Replay, Publish...) are what the handles'
+// methods are made of; they stay exported for those baselines, ctxd's
+// offline commands and the tests.
+//
+// bus knows no domain package: it moves bytes, sequences and subjects
+// (package subject names them). The one domain value it stores, a
+// session's checkpoint, is package checkpoint's, a leaf that package
+// store shares; everything else it hands on is bytes.
 //
 //   - Streams and consumers: EnsureStream creates the TRANSCRIPTS stream
 //     from its definition in streams/, or checks an existing one field by
@@ -15,7 +26,15 @@
 //     ctxd's) it acknowledges in batches. Pulls ask for what fits the
 //     server (PullBytes). On
 //     the pinned consumer every instance pulls and JetStream delivers to
-//     one; the Pin hooks hear when this one gains or loses the pin.
+//     one; the Pin hooks hear when this one gains or loses the pin. On a
+//     partition's consumer TrackDeliveries spares the reads of the
+//     records between two deliveries that are not the partition's.
+//   - Pins and lag: Stream.Unpin gives a consumer's pin back (only the
+//     pin named, or whoever holds it), Stream.Lag says how far behind
+//     the stream consumers are, Stream.ConsumerDeleted whether one was
+//     deleted; Stream.WatchLayout tells the instance when the stream's
+//     partitions are no longer those it started with. NotEnabled, NoPeers and Transient
+//     sort the errors of a JetStream that is starting.
 //   - Reads: Replay reads a range with an ordered consumer; ReadSubject,
 //     ReadRange and ReadSeqs read with direct gets, no consumer needed;
 //     LastOf asks for a subject's last record; StreamFor finds the stream
@@ -42,7 +61,13 @@
 //     server did with each.
 //   - Checkpoints: the key-value bucket of per-session checkpoints.
 //
+// direct.go is the package's one long file (about 700 lines): it is one
+// job, the validated direct-get protocol (batches, multi_last, the
+// replicas asked again, the leader last), whose parts only make sense
+// together.
+//
 // Data flows one way: publisher -> stream -> consumer -> handler. The
 // handler (the projections) knows nothing of JetStream, and bus knows
-// nothing of projections: they meet in package app.
+// nothing of projections: they meet in package ownership, which package
+// app wires.
 package bus

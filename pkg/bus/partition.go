@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/ctxd/ctxd/pkg/store"
+	"github.com/ctxd/ctxd/pkg/checkpoint"
 	"github.com/ctxd/ctxd/pkg/subject"
 	"github.com/ctxd/ctxd/streams"
 )
@@ -100,11 +100,11 @@ func (l Layout) ReadSubject(ctx context.Context, nc *nats.Conn, session string, 
 
 // ReadSubjectSeqs reads a session's records at seqs, as ReadSubjectSeqs
 // does. On a stream partitioned after it had records, an index that
-// names a sequence up to After is reported stale (store.ErrIndexStale):
+// names a sequence up to After is reported stale (checkpoint.ErrIndexStale):
 // the store then reads the session's subjects instead.
 func (l Layout) ReadSubjectSeqs(ctx context.Context, nc *nats.Conn, session string, seqs []uint64, fn func(seq uint64, data []byte) error) error {
 	if l.mixed() && len(seqs) > 0 && seqs[0] <= l.After {
-		return fmt.Errorf("stream %s: sequence %d may be on %s, stored before the stream was partitioned: %w", l.Stream, seqs[0], subject.TranscriptsPrefix+session, store.ErrIndexStale)
+		return fmt.Errorf("stream %s: sequence %d may be on %s, stored before the stream was partitioned: %w", l.Stream, seqs[0], subject.TranscriptsPrefix+session, checkpoint.ErrIndexStale)
 	}
 	return ReadSubjectSeqs(ctx, nc, l.Stream, l.Subject(session), seqs, fn)
 }

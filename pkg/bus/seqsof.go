@@ -7,7 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/ctxd/ctxd/pkg/store"
+	"github.com/ctxd/ctxd/pkg/checkpoint"
 )
 
 // seqsWindow is how many single direct gets ReadSubjectSeqs has in
@@ -21,7 +21,7 @@ const seqsWindow = 256
 // of subject: the sequences come from a record index (a checkpoint's, or
 // the store's), which is a hint. A sequence whose message is on another
 // subject, or that the stream leader says holds no message (deleted), fails
-// the read with an error wrapping store.ErrIndexStale, before fn is
+// the read with an error wrapping checkpoint.ErrIndexStale, before fn is
 // called for it: the caller then reads the subject instead.
 //
 // As ReadSeqs, a replica without a sequence is asked again, then the
@@ -57,7 +57,7 @@ func ReadSubjectSeqs(ctx context.Context, nc *nats.Conn, stream, subject string,
 					return nil
 				}
 				if g.subject != subject {
-					return fmt.Errorf("stream %s: sequence %d is a message of %s, not of %s: %w", stream, part[next], g.subject, subject, store.ErrIndexStale)
+					return fmt.Errorf("stream %s: sequence %d is a message of %s, not of %s: %w", stream, part[next], g.subject, subject, checkpoint.ErrIndexStale)
 				}
 				delete(have, part[next])
 				if err := fn(part[next], g.data); err != nil {
@@ -103,7 +103,7 @@ func ReadSubjectSeqs(ctx context.Context, nc *nats.Conn, stream, subject string,
 						return err
 					}
 					if m == nil {
-						return fmt.Errorf("stream %s: sequence %d of %s holds no message: %w", stream, seq, subject, store.ErrIndexStale)
+						return fmt.Errorf("stream %s: sequence %d of %s holds no message: %w", stream, seq, subject, checkpoint.ErrIndexStale)
 					}
 					have[seq] = got{m.Subject, m.Data}
 				}

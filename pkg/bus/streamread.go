@@ -11,14 +11,16 @@ import (
 	"github.com/ctxd/ctxd/pkg/subject"
 )
 
-// Stream is an existing stream opened for reading over a connection,
-// with the checkpoint bucket beside it: the access of a caller that
-// holds a connection and no JetStream handle (ctxd rebuild). Its methods
-// read as the package's functions of the same names do.
+// Stream is the handle of a stream over a connection, with the buckets
+// beside it: what a caller holds instead of JetStream's handles (ctxd
+// serve through SetUp, ctxd import through FindStream, ctxd rebuild and
+// the inspector through OpenStream). Its methods read and write as the
+// package's functions of the same names do.
 type Stream struct {
 	nc   *nats.Conn
 	js   jetstream.JetStream
 	name string
+	st   jetstream.Stream // as found when the handle was made
 }
 
 // OpenStream opens the stream called name; the error wraps
@@ -41,7 +43,7 @@ func OpenStream(ctx context.Context, nc *nats.Conn, name string) (*Stream, error
 	if err := CheckLayout(ctx, nc, l); err != nil {
 		return nil, err
 	}
-	return &Stream{nc: nc, js: js, name: name}, nil
+	return &Stream{nc: nc, js: js, name: name, st: st}, nil
 }
 
 // Name returns the stream's name.

@@ -97,3 +97,13 @@ func SubjectsSince(ctx context.Context, js jetstream.JetStream, stream, filter s
 // maxSubjectFilters is how many subjects that moved SubjectsSince names
 // to the consumer; past it, the filter: every subject's last is loaded.
 const maxSubjectFilters = 64
+
+// ListSubjects is SubjectsSince over a connection, for a caller that
+// holds no JetStream handle.
+func ListSubjects(ctx context.Context, nc *nats.Conn, stream, filter string, before []SubjectState) ([]SubjectState, error) {
+	js, err := JetStream(nc)
+	if err != nil {
+		return nil, err
+	}
+	return SubjectsSince(ctx, js, stream, filter, before)
+}

@@ -38,5 +38,6 @@
 //
 // The baselines use the JetStream API raw (async publishes, ordered and
 // durable consumers, stream management), because they measure what ctxd
-// is built on: perf is the one package besides bus that imports it.
+// is built on: besides bus and the definitions in streams/, perf is the
+// one package that imports it, for those baselines and their streams.
 package perf

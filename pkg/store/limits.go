@@ -7,36 +7,6 @@ import (
 	"github.com/ctxd/ctxd/pkg/record"
 )
 
-// Checkpoint says where a session's projection can be rebuilt from: the
-// stream sequence of its latest valid compaction (0 when none is known:
-// read the subject from its start) and of its last record. A projection
-// is a function of the records from its latest valid compaction on, so
-// any checkpoint, however old, rebuilds the same projection; a recent one
-// rebuilds it from fewer records.
-//
-// Index, when not empty, lists the session's record sequences from From
-// to Seq, in order (From first when it is not 0, Seq last), encoded (see
-// WithSeqs and Seqs): a load reads exactly those records by sequence, and
-// the records after Seq from the session's subject, instead of scanning
-// the subject from From. It is a hint too: a load checks it and scans
-// when it does not hold (see load.go). A checkpoint without it is the
-// format written before it existed, and loads as before.
-type Checkpoint struct {
-	From  uint64
-	Seq   uint64
-	Index string
-	// Stream names the stream the sequences are of (bus.Checkpoints
-	// sets and checks it): a stream deleted and created again numbers
-	// other records with the same sequences.
-	Stream string
-
-	indexErr string // why the stored index was dropped (IndexError)
-	// replaces is the key of a stored checkpoint found wrong (its index
-	// leaves records out or names others', or its Seq lies past the
-	// stream's end): Newer replaces that one, though it looks as new.
-	replaces string
-}
-
 // Limits bound what one record and one session may hold. They decide
 // which records a session holds and which compaction it restarts from,
 // so the service and ctxd rebuild must apply the same Limits: with any

@@ -255,10 +255,7 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 		sl.proj, sl.size, sl.weight = b.proj, b.size, b.weight
 		sl.seq = max(sl.seq, b.proj.Seq())
 		if wrong != nil {
-			sl.replaces = wrong.key()
-			if past {
-				sl.replaces = pastEnd + sl.replaces
-			}
+			sl.replaces = Checkpoint{}.Replacing(wrong.Key(), past).Replaces()
 		}
 		switch {
 		case later || wrong != nil:

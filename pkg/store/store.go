@@ -40,6 +40,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ctxd/ctxd/pkg/checkpoint"
 	"github.com/ctxd/ctxd/pkg/projection"
 	"github.com/ctxd/ctxd/pkg/record"
 	"github.com/ctxd/ctxd/pkg/subject"
@@ -90,7 +91,7 @@ type SeqLoader interface {
 // ErrIndexStale is wrapped by a SeqLoader's error when a sequence it was
 // asked for holds no record of the session: the index it read by is
 // wrong (a stored one tampered with, or records deleted since).
-var ErrIndexStale = errors.New("store: the record index names a sequence that holds no record of the session")
+var ErrIndexStale = checkpoint.ErrIndexStale
 
 // Prover is a SeqLoader that can prove a stored record index complete.
 // A checkpoint's index is a hint: reading its sequences proves each is a
@@ -411,7 +412,7 @@ func (s *Store) checkpointsWritten(batch map[string]Checkpoint, idle bool) {
 			if cp.Seq >= sl.savedSeq {
 				sl.saved, sl.savedSeq = max(sl.saved, cp.From), cp.Seq
 			}
-			if cp.replaces == sl.replaces {
+			if cp.Replaces() == sl.replaces {
 				sl.replaces = ""
 			}
 			sl.mu.Unlock()
@@ -769,8 +770,7 @@ func (s *Store) checkpointOf(sl *slot) Checkpoint {
 	if sl.indexed {
 		cp = cp.WithSeqs(sl.seqs)
 	}
-	cp.replaces = sl.replaces
-	return cp
+	return cp.Replacing(sl.replaces, false)
 }
 
 // indexCheckpoints returns the checkpoints of marked sessions, for the

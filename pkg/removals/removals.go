@@ -1,19 +1,8 @@
-package app
-
-import (
-	"context"
-	"fmt"
-	"log/slog"
-	"sync"
-	"sync/atomic"
-	"time"
-
-	"github.com/nats-io/nats.go"
-
-	"github.com/ctxd/ctxd/pkg/bus"
-	"github.com/ctxd/ctxd/pkg/store"
-)
-
+// Package removals applies the stream's removals (purges, deleted
+// messages) to the stores of an instance: the removal watcher. It knows
+// the stores only through a function that lists them, and the stream
+// through a connection.
+//
 // Operators remove records from the stream: nats stream purge (of one
 // subject or all, with --seq or --keep), nats stream rmm. A context holds
 // only what the stream holds, so the stores must forget what they hold of
@@ -35,8 +24,8 @@ import (
 // been applied, and that sequence is verified.
 //
 // The ingest applies no record past the verified sequence before it has
-// checked the stream's state again (cover); nor does a reader show a
-// session caught up to a sequence past it (settle). A check that finds
+// checked the stream's state again (Watcher.Cover); nor does a reader show a
+// session caught up to a sequence past it (Watcher.Settle). A check that finds
 // removals no advisory told of waits a moment for their advisories, then
 // forgets every session in both stores: when in doubt, the sessions load
 // from the stream, which holds only what remains. So the ingest store
@@ -57,7 +46,7 @@ import (
 // one from a compaction it remembers, or finds the session's last record
 // below one it has seen), the request proves, after the read and before
 // the reply is built, that every removal made before then has been
-// applied (settle): it reads the stream's count after the read, unless
+// applied (Watcher.Settle): it reads the stream's count after the read, unless
 // a check that began after the read has ended meanwhile, and a count
 // that moved is handled as check handles it (the advisories awaited, or
 // every session forgotten). That one read also covers the probe's last
@@ -80,6 +69,21 @@ import (
 // accord: its count moves without advisories, so only the advisories are
 // applied there, and records aged out of the stream may stay in cached
 // contexts until the session is loaded again.
+package removals
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/ctxd/ctxd/pkg/bus"
+	"github.com/ctxd/ctxd/pkg/store"
+)
 
 // Bounds of the removal watcher.
 const (
@@ -100,8 +104,8 @@ const (
 	removalCheckEvery = 5 * time.Second
 )
 
-// removals applies the stream's removals to the stores.
-type removals struct {
+// Watcher applies the stream's removals to the stores.
+type Watcher struct {
 	nc     *nats.Conn
 	stream string
 	stores func() []*store.Store
@@ -151,11 +155,11 @@ type removals struct {
 	done   chan struct{}
 }
 
-// openRemovals subscribes to the advisories, reads where the stream is,
+// Open subscribes to the advisories, reads where the stream is,
 // and starts the watcher's goroutine. ctx bounds the start; life is the
 // app's, whose end stops the reads of the stream's state.
-func openRemovals(ctx, life context.Context, nc *nats.Conn, stream string, counted bool, stores func() []*store.Store, onRemoval func(), logger *slog.Logger) (*removals, error) {
-	r := &removals{nc: nc, stream: stream, stores: stores, removed: onRemoval, logger: logger, counted: counted,
+func Open(ctx, life context.Context, nc *nats.Conn, stream string, counted bool, stores func() []*store.Store, onRemoval func(), logger *slog.Logger) (*Watcher, error) {
+	r := &Watcher{nc: nc, stream: stream, stores: stores, removed: onRemoval, logger: logger, counted: counted,
 		ch: make(chan *nats.Msg, removalAdvisories), stop: make(chan struct{}), done: make(chan struct{})}
 	r.ctx, r.cancel = context.WithCancel(life)
 	r.state = func(ctx context.Context) (uint64, uint64, error) { return bus.Removed(ctx, nc, stream) }
@@ -185,8 +189,8 @@ func openRemovals(ctx, life context.Context, nc *nats.Conn, stream string, count
 	return r, nil
 }
 
-// close stops the goroutine and the subscription.
-func (r *removals) close() {
+// Close stops the goroutine and the subscription.
+func (r *Watcher) Close() {
 	if r == nil {
 		return
 	}
@@ -196,7 +200,7 @@ func (r *removals) close() {
 	r.sub.Unsubscribe()
 }
 
-func (r *removals) run() {
+func (r *Watcher) run() {
 	defer close(r.done)
 	drain := time.NewTicker(removalDrainEvery)
 	defer drain.Stop()
@@ -207,7 +211,7 @@ func (r *removals) run() {
 			return
 		case <-drain.C:
 		}
-		r.drain()
+		r.Drain()
 		if r.counted && time.Since(lastCheck) >= removalCheckEvery {
 			lastCheck = time.Now()
 			if r.lockIdle(nil) == nil {
@@ -220,7 +224,7 @@ func (r *removals) run() {
 
 // drain applies the advisories received so far. It costs nothing when
 // there are none.
-func (r *removals) drain() {
+func (r *Watcher) Drain() {
 	if r == nil || len(r.ch) == 0 && r.busy.Load() == 0 {
 		return
 	}
@@ -234,7 +238,7 @@ func (r *removals) drain() {
 // lockIdle locks r.mu once no check is under way, waiting for the one
 // that is (no lock held meanwhile); it returns done's error, unlocked,
 // when done is closed first. A nil done never is.
-func (r *removals) lockIdle(done <-chan struct{}) error {
+func (r *Watcher) lockIdle(done <-chan struct{}) error {
 	r.mu.Lock()
 	for r.flight != nil {
 		f := r.flight
@@ -254,7 +258,7 @@ func (r *removals) lockIdle(done <-chan struct{}) error {
 
 // begin marks a check under way and unlocks r.mu, which is held: the
 // caller checks (check), which ends it.
-func (r *removals) begin() chan struct{} {
+func (r *Watcher) begin() chan struct{} {
 	f := make(chan struct{})
 	r.flight = f
 	r.mu.Unlock()
@@ -263,7 +267,7 @@ func (r *removals) begin() chan struct{} {
 
 // drainLocked applies the advisories waiting; r.mu is held, or the
 // caller's check is under way.
-func (r *removals) drainLocked() {
+func (r *Watcher) drainLocked() {
 	r.busy.Add(1)
 	defer r.busy.Add(-1)
 	for {
@@ -279,12 +283,12 @@ func (r *removals) drainLocked() {
 // cover returns once every removal made before the record seq was stored
 // has been applied: at once when seq is verified, else after a check of
 // the stream's state.
-func (r *removals) cover(seq uint64) {
+func (r *Watcher) Cover(seq uint64) {
 	if r == nil {
 		return
 	}
 	if seq <= r.verified.Load() || !r.counted {
-		r.drain()
+		r.Drain()
 		return
 	}
 	// A check under way covers seq when its read began after the record
@@ -300,7 +304,7 @@ func (r *removals) cover(seq uint64) {
 
 // covered reports whether cover(seq) returns without reading the
 // stream's state.
-func (r *removals) covered(seq uint64) bool {
+func (r *Watcher) Covered(seq uint64) bool {
 	return r == nil || !r.counted || seq <= r.verified.Load()
 }
 
@@ -314,20 +318,20 @@ func (r *removals) covered(seq uint64) bool {
 // It checks the stream's state, unless a check that began reading it
 // after settle was called has ended meanwhile and verified upTo (one
 // check answers the readers that waited for it together).
-func (r *removals) settle(ctx context.Context, read bool, upTo uint64) error {
+func (r *Watcher) Settle(ctx context.Context, read bool, upTo uint64) error {
 	if r == nil {
 		return nil
 	}
 	if !read {
-		r.cover(upTo)
+		r.Cover(upTo)
 		return nil
 	}
-	return r.settleSince(ctx, r.mark(), upTo)
+	return r.SettleSince(ctx, r.Mark(), upTo)
 }
 
 // mark returns what settleSince is given to prove the removals made
 // before mark was called.
-func (r *removals) mark() uint64 {
+func (r *Watcher) Mark() uint64 {
 	if r == nil {
 		return 0
 	}
@@ -339,12 +343,12 @@ func (r *removals) mark() uint64 {
 // when a check that began reading the stream's state after it has ended
 // meanwhile and verified upTo, else after a check of its own. On a
 // stream that removes records of its own accord it covers upTo.
-func (r *removals) settleSince(ctx context.Context, mark, upTo uint64) error {
+func (r *Watcher) SettleSince(ctx context.Context, mark, upTo uint64) error {
 	if r == nil {
 		return nil
 	}
 	if !r.counted {
-		r.cover(upTo)
+		r.Cover(upTo)
 		return nil
 	}
 	if r.lockIdle(ctx.Done()) != nil {
@@ -367,7 +371,7 @@ func (r *removals) settleSince(ctx context.Context, mark, upTo uint64) error {
 // or, failing that, forgets every session and verifies up to need (a
 // record already stored). It is the check under way f (begin): no lock
 // is held while it reads, and it alone applies advisories until it ends.
-func (r *removals) check(f chan struct{}, need uint64) {
+func (r *Watcher) check(f chan struct{}, need uint64) {
 	deadline := time.Now().Add(removalGrace)
 	// Whatever its last read of the stream's state finds, every removal
 	// made before that read began is applied when check returns:
@@ -441,7 +445,7 @@ func (r *removals) check(f chan struct{}, need uint64) {
 }
 
 // raise moves the verified sequence up to seq.
-func (r *removals) raise(seq uint64) {
+func (r *Watcher) raise(seq uint64) {
 	for {
 		cur := r.verified.Load()
 		if seq <= cur || r.verified.CompareAndSwap(cur, seq) {
@@ -451,7 +455,7 @@ func (r *removals) raise(seq uint64) {
 }
 
 // apply applies one advisory; r.mu is held.
-func (r *removals) apply(m *nats.Msg) {
+func (r *Watcher) apply(m *nats.Msg) {
 	rm, ok, err := bus.ParseRemoval(m.Data, r.stream)
 	if err != nil {
 		// About the stream, but unreadable: what went is not known.
@@ -485,20 +489,58 @@ func (r *removals) apply(m *nats.Msg) {
 
 // forgetAll forgets every session of both stores, and says why; r.mu
 // is held.
-func (r *removals) forgetAll(why string, args ...any) {
+func (r *Watcher) forgetAll(why string, args ...any) {
 	r.forget()
 	r.logger.Warn("every session loads from the stream again: "+why, args...)
 }
 
 // forget forgets every session of both stores; r.mu is held.
-func (r *removals) forget() {
+func (r *Watcher) forget() {
 	for _, st := range r.stores() {
 		st.ForgetAll()
 	}
 }
 
 // stores returns the stores a removal concerns: the reader's, those
-// the ingests feed (one a partition held), and the follower's.
-func (r *roles) stores() []*store.Store {
-	return append(append([]*store.Store{r.reader}, r.ingestStores()...), r.follow.stores()...)
+
+// appliedRemovals reads the stream's count of removed sequences and
+// reports whether every removal it counts has been applied to the
+// stores the removals concern now (the stores Open was given). A snapshot taken
+// after it returns true, of a store that was among them then, holds no
+// record removed before the read; a removal after it moves the stream's
+// count past the one returned, and the snapshot is not used. A store
+// that has left them (a partition handed back) misses the removals
+// applied since: its snapshots need a count read while it was among
+// them.
+func (r *Watcher) Applied(ctx context.Context) (uint64, bool) {
+	if r == nil || !r.counted {
+		return 0, false
+	}
+	if r.lockIdle(ctx.Done()) != nil {
+		return 0, false
+	}
+	r.drainLocked()
+	// Every removal counted here is applied: one the read below counts
+	// that this does not was not applied when the stores were.
+	counted := r.base + r.applied
+	r.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, removalCheckTimeout)
+	defer cancel()
+	removed, _, err := r.state(ctx)
+	if err != nil || int64(removed) != counted {
+		return 0, false
+	}
+	return removed, true
 }
+
+// Count returns the stream's removed count at which every removal has
+// been applied to the stores, as last known.
+func (r *Watcher) Count() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return uint64(r.base + r.applied)
+}
+
+// Counted reports whether the stream's count of removed sequences is
+// checked: it removes nothing of its own accord.
+func (r *Watcher) Counted() bool { return r != nil && r.counted }

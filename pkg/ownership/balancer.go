@@ -1,23 +1,16 @@
-package app
+package ownership
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/ctxd/ctxd/pkg/bus"
-	"github.com/ctxd/ctxd/pkg/server"
 	"github.com/ctxd/ctxd/pkg/store"
-	"github.com/ctxd/ctxd/pkg/subject"
 	"github.com/ctxd/ctxd/streams"
 )
 
@@ -40,7 +33,7 @@ import (
 //
 // Only the surplus moves. Correctness never depends on this: a request
 // for a partition this instance does not hold is answered through the
-// stream (roles.read), and an ingest store is trusted only while its pin
+// stream (Roles.read), and an ingest store is trusted only while its pin
 // is held (bus.Pin hooks).
 //
 // An instance that stops hands every partition it holds back at once,
@@ -84,17 +77,17 @@ const leavingFor = 30 * time.Second
 
 // balancer runs the partitions' ingests of one instance.
 type balancer struct {
-	a     *App
-	r     *roles
-	after uint64 // the stream's last sequence at start
-
-	cons []jetstream.Consumer // by partition, as openConsumers found or made them
+	r      *Roles
+	cons   Consumers
+	peers  Peers
+	stream string
+	logger *slog.Logger
 
 	// mu guards what follows; no JetStream request is made under it: a
 	// round decides under it, gives pins back without it, and looks
 	// again after.
 	mu   sync.Mutex
-	runs []*bus.Ingest // by partition; nil when not pulling
+	runs []Run // by partition; nil when not pulling
 	// giving are the partitions whose pin is being given back: none is
 	// pulled from again before the unpin request has ended.
 	giving []bool
@@ -107,12 +100,8 @@ type balancer struct {
 	self string
 	// leaving are the service ids of instances that said they stop, left
 	// out of the count until it no longer sees them or leavingFor.
-	leaving map[string]time.Time
-	sub     *nats.Subscription
-
-	// unpinConsumer gives partition k's pin back, whoever holds it (a
-	// JetStream request).
-	unpinConsumer func(ctx context.Context, k int) error
+	leaving  map[string]time.Time
+	unlisten func() // stops the handbacks' subscription; nil when none
 
 	moved   atomic.Int64 // partitions handed back
 	target  atomic.Int64 // partitions an instance holds at most, as last counted
@@ -121,45 +110,23 @@ type balancer struct {
 	done    chan struct{}
 }
 
-func newBalancer(a *App, r *roles, after uint64) *balancer {
-	b := &balancer{a: a, r: r, after: after, cons: make([]jetstream.Consumer, len(r.parts)), runs: make([]*bus.Ingest, len(r.parts)), giving: make([]bool, len(r.parts)), stop: make(chan struct{}), done: make(chan struct{}),
+func newBalancer(r *Roles, cons Consumers, peers Peers) *balancer {
+	b := &balancer{r: r, cons: cons, peers: peers, stream: r.layout.Stream, logger: r.cfg.Logger,
+		runs: make([]Run, len(r.parts)), giving: make([]bool, len(r.parts)), stop: make(chan struct{}), done: make(chan struct{}),
 		leaving: map[string]time.Time{}}
-	b.unpinConsumer = func(ctx context.Context, k int) error {
-		return a.st.UnpinConsumer(ctx, streams.PartitionName(k), streams.IngestGroup)
-	}
 	// Until the instances are counted, as if this one held them all.
 	b.target.Store(int64(len(r.parts)))
 	return b
 }
 
-// openConsumers creates the partitions' consumers that are missing, each
-// to start after the stream's last sequence (every record up to it is
-// stored: loads read it).
-func (b *balancer) openConsumers(ctx context.Context) error {
-	for k := range b.r.parts {
-		cfg, err := streams.PartitionIngest(k)
-		if err != nil {
-			return err
-		}
-		err = b.a.retryStart(ctx, b.a.nc.ConnectedUrl(), "consumer "+cfg.Durable, func(ctx context.Context) error {
-			b.cons[k], err = bus.OpenConsumer(ctx, b.a.st, cfg, b.after)
-			return err
-		})
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // start listens to the other instances' handbacks and runs the rounds.
 func (b *balancer) start() {
-	sub, err := b.a.nc.Subscribe(HandbackSubject, b.noticed)
+	stop, err := b.peers.Listen(b.noticed)
 	if err != nil {
 		// The rounds move every partition without notices, later.
-		b.a.Logger.Warn("partition handbacks: not listening; partitions handed back wait for a round", "err", err)
+		b.logger.Warn("partition handbacks: not listening; partitions handed back wait for a round", "err", err)
 	}
-	b.sub = sub
+	b.unlisten = stop
 	go b.loop()
 }
 
@@ -191,7 +158,7 @@ func (b *balancer) held() []int {
 
 // round counts the live instances and moves partitions.
 func (b *balancer) round() {
-	seen := b.live()
+	seen := b.peers.Live()
 	b.mu.Lock()
 	var given *handback
 	defer func() {
@@ -211,7 +178,7 @@ func (b *balancer) round() {
 		if b.over++; b.over >= 2 {
 			b.over = 0
 			surplus := held[target:]
-			b.a.Logger.Info("partitions handed back", "partitions", surplus, "held", len(held), "target", target, "instances", n)
+			b.logger.Info("partitions handed back", "partitions", surplus, "held", len(held), "target", target, "instances", n)
 			given = b.handBack(surplus, fmt.Sprintf("handed back: %d instances, at most %d partitions each", n, target))
 			held = held[:target]
 		}
@@ -248,7 +215,7 @@ func (b *balancer) counted(seen map[string]string) {
 	}
 	self, mine := "", 0
 	for id, inst := range seen {
-		if inst == b.a.Instance {
+		if inst == b.r.cfg.Instance {
 			self, mine = id, mine+1
 		}
 	}
@@ -273,13 +240,8 @@ func (b *balancer) count() int {
 // of the count, and its partitions are pulled from at once (takeOver),
 // here rather than in the rounds' goroutine, which may be waiting for
 // $SRV.PING replies.
-func (b *balancer) noticed(m *nats.Msg) {
-	h, err := decodeHandback(m.Data, b.a.stream, len(b.r.parts))
-	if err != nil {
-		b.a.Logger.Debug("partition handback ignored", "err", err)
-		return
-	}
-	if h.Instance == b.a.Instance {
+func (b *balancer) noticed(h Handback) {
+	if h.Instance == b.r.cfg.Instance {
 		return // its own
 	}
 	b.mu.Lock()
@@ -298,30 +260,6 @@ func (b *balancer) noticed(m *nats.Msg) {
 	}
 	b.mu.Unlock()
 	b.takeOver(h.HandedBack)
-}
-
-// decodeHandback decodes a notice of stream's partitions; one of another
-// stream or number of partitions, or naming a partition the stream does
-// not have, is an error.
-func decodeHandback(data []byte, stream string, P int) (Handback, error) {
-	var h Handback
-	if err := json.Unmarshal(data, &h); err != nil {
-		return Handback{}, fmt.Errorf("handback: %w", err)
-	}
-	switch {
-	case h.Stream != stream || h.Partitions != P:
-		return Handback{}, fmt.Errorf("handback: of stream %q with %d partitions, not %q with %d", h.Stream, h.Partitions, stream, P)
-	case h.Instance == "":
-		return Handback{}, errors.New("handback: no instance")
-	case len(h.HandedBack) > P:
-		return Handback{}, fmt.Errorf("handback: %d partitions of %d", len(h.HandedBack), P)
-	}
-	for _, k := range h.HandedBack {
-		if k < 0 || k >= P {
-			return Handback{}, fmt.Errorf("handback: no partition %d of %d", k, P)
-		}
-	}
-	return h, nil
 }
 
 // takeOver pulls, at once, from the partitions other instances handed
@@ -347,20 +285,17 @@ func (b *balancer) takeOver(ks []int) {
 	if held >= target || len(pull) == 0 {
 		return
 	}
-	b.a.Logger.Info("partitions handed back by an instance that stops: pulling from them", "partitions", pull, "held", held, "target", target, "instances", n)
+	b.logger.Info("partitions handed back by an instance that stops: pulling from them", "partitions", pull, "held", held, "target", target, "instances", n)
 	b.startRuns(pull)
 }
 
 // announce tells the other instances which partitions this one hands
 // back as it stops.
 func (b *balancer) announce(ks []int) {
-	data, err := json.Marshal(Handback{Stream: b.a.stream, Partitions: len(b.r.parts), Instance: b.a.Instance, ID: b.self, HandedBack: ks})
-	if err == nil {
-		err = b.a.nc.Publish(HandbackSubject, data)
-	}
+	err := b.peers.Announce(Handback{Stream: b.stream, Partitions: len(b.r.parts), Instance: b.r.cfg.Instance, ID: b.self, HandedBack: ks})
 	if err != nil {
 		// The others' rounds take the partitions, later.
-		b.a.Logger.Warn("partition handback notice", "err", err)
+		b.logger.Warn("partition handback notice", "err", err)
 	}
 }
 
@@ -376,7 +311,7 @@ type handback struct {
 type given struct {
 	k  int
 	st *store.Store
-	in *bus.Ingest
+	in Run
 }
 
 // handBack gives partitions up at once: their stores are not trusted
@@ -419,11 +354,11 @@ func (h *handback) finish() {
 			defer b.closing.Done()
 			if g.in != nil {
 				if err := g.in.Close(); err != nil {
-					b.a.Logger.Warn("partition ingest", "partition", g.k, "err", err)
+					b.logger.Warn("partition ingest", "partition", g.k, "err", err)
 				}
 			}
 			if g.st != nil {
-				ctx, cancel := context.WithTimeout(b.a.life, 10*time.Second)
+				ctx, cancel := context.WithTimeout(b.r.cfg.Life, 10*time.Second)
 				_ = g.st.SaveCheckpoints(ctx) // a hint: the next owner loads from the stream without
 				cancel()
 				g.st.Close()
@@ -446,7 +381,7 @@ func (b *balancer) stopRun(k int) {
 	go func() {
 		defer b.closing.Done()
 		if err := in.Close(); err != nil {
-			b.a.Logger.Warn("partition ingest", "partition", k, "err", err)
+			b.logger.Warn("partition ingest", "partition", k, "err", err)
 		}
 		b.mu.Lock()
 		if b.runs[k] != nil || b.giving[k] {
@@ -498,8 +433,8 @@ func each(ks []int, fn func(i, k int)) {
 // say nothing).
 func (b *balancer) startRuns(ks []int) {
 	for _, k := range ks {
-		if err := b.startRun(k, b.cons[k]); err != nil {
-			b.a.Logger.Warn("partition ingest", "partition", k, "err", err)
+		if err := b.startRun(k); err != nil {
+			b.logger.Warn("partition ingest", "partition", k, "err", err)
 		}
 	}
 	if len(ks) == 0 {
@@ -509,44 +444,36 @@ func (b *balancer) startRuns(ks []int) {
 	go func() {
 		defer b.closing.Done()
 		each(ks, func(_, k int) {
-			ctx, cancel := context.WithTimeout(b.a.life, 10*time.Second)
+			ctx, cancel := context.WithTimeout(b.r.cfg.Life, 10*time.Second)
 			defer cancel()
-			if _, err := b.a.st.Consumer(ctx, streams.PartitionName(k)); errors.Is(err, jetstream.ErrConsumerNotFound) {
-				b.a.fail(fmt.Errorf("ingest consumer %s on stream %s was deleted: its partition's records are applied no more; start ctxd again to create it", streams.PartitionName(k), b.a.stream))
+			if b.cons.Deleted(ctx, k) {
+				b.r.fail(deletedPartition(k, b.stream))
 			}
 		})
 	}()
 }
 
 // startRun pulls from partition k's consumer; b.mu is held.
-func (b *balancer) startRun(k int, cons jetstream.Consumer) error {
+func (b *balancer) startRun(k int) error {
 	p := b.r.parts[k]
-	tr := &gapTrack{Consumer: cons}
-	nc, stream := b.a.nc, b.a.stream
-	readRange := func(from, to uint64, fn func(bus.Msg) error) error {
-		if tr.nothingBetween(from, to) {
-			return nil
-		}
-		ctx, cancel := context.WithTimeout(b.a.life, 30*time.Second)
-		defer cancel()
-		if err := bus.ReadPartition(ctx, nc, stream, k, from, to, to+1, fn); err != nil {
-			return err
-		}
-		tr.hole = false
-		return nil
-	}
-	pin := bus.WithPin(bus.Pin{Gained: p.gained, Lost: func(_, reason string, refused bool) {
+	pin := bus.Pin{Gained: p.gained, Lost: func(_, reason string, refused bool) {
 		p.lost(reason, refused)
 		if reason == bus.ReasonConsumerDeleted {
-			b.a.fail(fmt.Errorf("ingest consumer %s on stream %s was deleted: its partition's records are applied no more; start ctxd again to create it", streams.PartitionName(k), stream))
+			b.r.fail(deletedPartition(k, b.stream))
 		}
-	}})
-	in, err := bus.StartIngest(tr, b.after, readRange, b.a.handlePart(p), b.a.Logger.With("partition", k), pin, bus.WithPullBytes(bus.PullBytes(b.a.nc)))
+	}}
+	in, err := b.cons.Pull(k, b.r.handlePart(p), pin)
 	if err != nil {
 		return err
 	}
 	b.runs[k] = in
 	return nil
+}
+
+// deletedPartition is why an instance stops when partition k's consumer
+// was deleted.
+func deletedPartition(k int, stream string) error {
+	return fmt.Errorf("ingest consumer %s on stream %s was deleted: its partition's records are applied no more; start ctxd again to create it", streams.PartitionName(k), stream)
 }
 
 // unpin gives partition k's pin back, when the server says this instance
@@ -555,26 +482,17 @@ func (b *balancer) unpin(k int, pin string) {
 	if pin == "" {
 		return
 	}
-	ctx, cancel := context.WithTimeout(b.a.life, 5*time.Second)
+	ctx, cancel := context.WithTimeout(b.r.cfg.Life, 5*time.Second)
 	defer cancel()
-	name := streams.PartitionName(k)
-	cons, err := b.a.st.Consumer(ctx, name)
-	if err != nil {
-		b.a.Logger.Warn("unpin", "partition", k, "err", err)
-		return
-	}
-	for _, g := range cons.CachedInfo().PriorityGroups {
-		if g.Group == streams.IngestGroup && g.PinnedClientID == pin {
-			b.unpinNow(ctx, k)
-			return
-		}
+	if err := b.cons.Unpin(ctx, k, pin); err != nil {
+		b.logger.Warn("unpin", "partition", k, "err", err)
 	}
 }
 
 // unpinNow gives partition k's pin back, whoever holds it.
 func (b *balancer) unpinNow(ctx context.Context, k int) {
-	if err := b.unpinConsumer(ctx, k); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		b.a.Logger.Warn("unpin", "partition", k, "err", err)
+	if err := b.cons.Unpin(ctx, k, ""); err != nil {
+		b.logger.Warn("unpin", "partition", k, "err", err)
 	}
 }
 
@@ -610,7 +528,7 @@ func (b *balancer) unpinAll(us []unpinning) {
 			b.unpin(k, us[i].pin)
 			return
 		}
-		ctx, cancel := context.WithTimeout(b.a.life, 5*time.Second)
+		ctx, cancel := context.WithTimeout(b.r.cfg.Life, 5*time.Second)
 		defer cancel()
 		b.unpinNow(ctx, k)
 	})
@@ -618,7 +536,7 @@ func (b *balancer) unpinAll(us []unpinning) {
 
 // close hands every partition held back at once and stops pulling. It
 // returns the partitions' ingest stores: their checkpoints are the
-// caller's to write, in one bulk with the others (App.closeCheckpoints).
+// caller's to write, in one bulk with the others (the app's closeCheckpoints).
 func (b *balancer) close() []*store.Store {
 	// At once, without waiting for a round counting the instances.
 	b.mu.Lock()
@@ -627,7 +545,7 @@ func (b *balancer) close() []*store.Store {
 	if len(held) > 0 {
 		// The notice first: the others pull from these partitions while
 		// they are unpinned, and JetStream pins one of their pulls.
-		b.a.Logger.Info("partitions handed back: shutting down", "partitions", held)
+		b.logger.Info("partitions handed back: shutting down", "partitions", held)
 		b.announce(held)
 	}
 	pins := map[int]string{}
@@ -635,13 +553,13 @@ func (b *balancer) close() []*store.Store {
 	for _, k := range held {
 		p := b.r.parts[k]
 		pins[k] = p.heldPin()
-		if st := p.release(reasonShutdown); st != nil {
+		if st := p.release(ReasonShutdown); st != nil {
 			stores = append(stores, st)
 		}
 		b.moved.Add(1)
 	}
 	unpins := b.unpinning(pins)
-	var ins []*bus.Ingest
+	var ins []Run
 	var ks []int
 	for k, in := range b.runs {
 		if in != nil {
@@ -651,14 +569,14 @@ func (b *balancer) close() []*store.Store {
 	}
 	b.mu.Unlock()
 	b.unpinAll(unpins)
-	if b.sub != nil {
-		b.sub.Unsubscribe()
+	if b.unlisten != nil {
+		b.unlisten()
 	}
 	close(b.stop)
 	<-b.done
 	each(ks, func(i, k int) {
 		if err := ins[i].Close(); err != nil {
-			b.a.Logger.Warn("partition ingest", "partition", k, "err", err)
+			b.logger.Warn("partition ingest", "partition", k, "err", err)
 		}
 	})
 	b.closing.Wait() // the rounds' handbacks
@@ -669,7 +587,7 @@ func (b *balancer) close() []*store.Store {
 			continue
 		}
 		pins[p.k] = p.heldPin()
-		if st := p.release(reasonShutdown); st != nil {
+		if st := p.release(ReasonShutdown); st != nil {
 			stores = append(stores, st)
 		}
 	}
@@ -678,220 +596,4 @@ func (b *balancer) close() []*store.Store {
 	b.mu.Unlock()
 	b.unpinAll(unpins)
 	return stores
-}
-
-// live returns the ctxd instances on the stream, by service id with
-// their instance names: the services named ctxd that answer $SRV.PING
-// with this instance's partitions.
-func (b *balancer) live() map[string]string {
-	ids := map[string]string{}
-	nc := b.a.nc
-	inbox := nc.NewInbox()
-	sub, err := nc.SubscribeSync(inbox)
-	if err != nil {
-		return ids
-	}
-	defer sub.Unsubscribe()
-	if err := nc.PublishRequest("$SRV.PING.ctxd", inbox, nil); err != nil {
-		return ids
-	}
-	want := strconv.Itoa(len(b.r.parts))
-	deadline := time.Now().Add(time.Second)
-	wait := 250 * time.Millisecond // for the first reply
-	for time.Now().Before(deadline) {
-		m, err := sub.NextMsg(wait)
-		if err != nil {
-			break
-		}
-		wait = 50 * time.Millisecond // for more
-		var ping struct {
-			ID       string            `json:"id"`
-			Metadata map[string]string `json:"metadata"`
-		}
-		if json.Unmarshal(m.Data, &ping) == nil && ping.ID != "" && ping.Metadata["partitions"] == want {
-			ids[ping.ID] = ping.Metadata["instance"]
-		}
-	}
-	return ids
-}
-
-// handlePart returns the handler of partition p's records: each is
-// applied to its session in the partition's ingest store, and one whose
-// subject is not of the partition (published to transcripts.<k>.<s>
-// directly, with the wrong k) is rejected.
-func (a *App) handlePart(p *part) bus.Handler {
-	P := len(a.roles.parts)
-	return func(m bus.Msg) {
-		a.removals.cover(m.Seq) // purge.go
-		st := p.feeding()
-		if st == nil {
-			return // the pin was given up while the record was in hand
-		}
-		session, k, err := subject.SessionOfStored(m.Subject)
-		if err == nil && (k != p.k || subject.Partition(session, P) != k) {
-			err = fmt.Errorf("%w: subject %q is not of partition %d of %d", subject.ErrBadSession, m.Subject, p.k, P)
-		}
-		if err != nil {
-			st.Reject(store.Rejection{Subject: m.Subject, Seq: m.Seq, Size: len(m.Data), Reason: err.Error(), Kind: store.KindSubject})
-			return
-		}
-		st.Apply(session, m.Seq, m.Data)
-	}
-}
-
-// release stops trusting the ingest store and takes it from the part:
-// the caller writes its checkpoints and closes it. Records of the pin
-// still delivered are not applied to it, and a refusal of the pin (its
-// pulls, after the unpin) does not close it under the caller.
-func (r *part) release(reason string) *store.Store {
-	r.lost(reason, false)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	st := r.feed.Swap(nil)
-	if st != nil {
-		r.retire(st)
-	}
-	return st
-}
-
-// drop lets the ingest store go: the partition is not held, and its
-// store missed records since.
-func (r *part) drop() {
-	r.mu.Lock()
-	if r.owner.Load() != nil {
-		r.r.a.Logger.Error("partition dropped while trusted", "partition", r.k)
-		if st := r.owner.Swap(nil); st != nil {
-			r.raise(st.Applied())
-		}
-	}
-	r.route(false)
-	old := r.feed.Swap(nil)
-	if old != nil {
-		r.retire(old)
-	}
-	r.pin = ""
-	r.change()
-	r.mu.Unlock()
-	if old != nil {
-		old.Close()
-	}
-}
-
-// gapTrack is a partition consumer that tells its ingest's gap filler
-// when a delivery skipped nothing. A partition's records are far apart in
-// the stream, so each delivery skips stream sequences; reading them all
-// back would cost a read per record. The consumer's delivery sequence
-// says instead: the server delivers a consumer's new records in stream
-// order, each with the next delivery sequence, so a record delivered
-// right after the previous one seen, under the same pin, skipped none of
-// the partition's. Messages are handled one at a time, on one goroutine.
-type gapTrack struct {
-	jetstream.Consumer
-
-	prevC, prevS uint64 // delivery and stream sequences of the previous message
-	prevPin      string
-	contig       bool   // the current message came right after the previous one
-	before, cur  uint64 // the previous and current messages' stream sequences
-	hole         bool   // a delivery was missed since the last read
-}
-
-func (t *gapTrack) Consume(h jetstream.MessageHandler, opts ...jetstream.PullConsumeOpt) (jetstream.ConsumeContext, error) {
-	return t.Consumer.Consume(func(m jetstream.Msg) {
-		meta, err := m.Metadata()
-		if err != nil {
-			t.contig, t.hole = false, true
-			h(m)
-			return
-		}
-		pin := ""
-		if hdr := m.Headers(); hdr != nil {
-			pin = hdr.Get("Nats-Pin-Id")
-		}
-		t.see(meta.Sequence.Consumer, meta.Sequence.Stream, pin)
-		h(parsedMsg{m, meta})
-	}, opts...)
-}
-
-// parsedMsg is a delivered message whose metadata was parsed: the ingest
-// asks for it again. jetstream.Msg parses its reply subject at every
-// call; parsing it twice a record was a tenth of an instance's CPU under
-// load (docs/PERFORMANCE.md, "Partitions").
-type parsedMsg struct {
-	jetstream.Msg
-	meta *jetstream.MsgMetadata
-}
-
-// Metadata returns the metadata parsed.
-func (m parsedMsg) Metadata() (*jetstream.MsgMetadata, error) { return m.meta, nil }
-
-// see notes a delivered message: its delivery and stream sequences and
-// its pin.
-func (t *gapTrack) see(c, s uint64, pin string) {
-	t.contig = t.prevC != 0 && c == t.prevC+1 && pin != "" && pin == t.prevPin
-	if !t.contig {
-		t.hole = true
-	}
-	t.before, t.cur = t.prevS, s
-	t.prevC, t.prevS, t.prevPin = c, s, pin
-}
-
-// nothingBetween reports whether the gap filler's read of [from, to],
-// up to the current message, can be skipped: the current message came
-// right after the previous one, which was handled, and no delivery was
-// missed since the last read.
-func (t *gapTrack) nothingBetween(from, to uint64) bool {
-	return t.contig && !t.hole && from > t.before && to+1 == t.cur
-}
-
-// newRoles returns the roles of a stream of layout's partitions.
-func newRoles(a *App, reader *store.Store, layout bus.Layout) *roles {
-	r := &roles{a: a, reader: reader, layout: layout}
-	r.parts = make([]*part, max(1, layout.P))
-	for k := range r.parts {
-		r.parts[k] = &part{r: r, k: k}
-	}
-	r.part = r.parts[0]
-	r.follow = &following{r: r}
-	return r
-}
-
-// openPartitioned starts the partitions' balancer: every partition's
-// consumer is made if missing, and the instance pulls as ceil(P / live
-// instances) allows.
-func (a *App) openPartitioned(ctx context.Context, last uint64) error {
-	for _, p := range a.roles.parts {
-		p.floor.Store(last)
-	}
-	b := newBalancer(a, a.roles, last)
-	if err := b.openConsumers(ctx); err != nil {
-		return err
-	}
-	a.roles.bal = b
-	// The service exists before any partition is gained: it serves the
-	// partition endpoints of those gained before it opens once it does.
-	a.svc = server.New(a.nc, a.roles)
-	a.roles.router = a.svc
-	b.start()
-	return nil
-}
-
-// partitionLag says why the partitions this instance applies are not
-// ready: more records not yet applied, over all of them, than
-// ReadyMaxLag. A partition's watermark does not move with the other
-// partitions' records, so the lag is its consumer's: the records not
-// delivered yet and those delivered but not acknowledged.
-func (a *App) partitionLag(ctx context.Context) error {
-	var behind uint64
-	for _, k := range a.roles.owned() {
-		cons, err := a.st.Consumer(ctx, streams.PartitionName(k))
-		if err != nil {
-			return fmt.Errorf("partition %d: %w", k, err)
-		}
-		info := cons.CachedInfo()
-		behind += info.NumPending + uint64(info.NumAckPending)
-	}
-	if behind > a.ReadyMaxLag {
-		return fmt.Errorf("catching up: %d records of the partitions held not applied yet (more than %d)", behind, a.ReadyMaxLag)
-	}
-	return nil
 }

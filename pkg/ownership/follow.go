@@ -1,4 +1,4 @@
-package app
+package ownership
 
 import (
 	"context"
@@ -30,7 +30,7 @@ import (
 // covers is answered from the follower store at once, without reading
 // the stream. One it does not cover yet waits for it at most followWait
 // (a record reaches the follower about when its publisher has the
-// PubAck), then is answered by a probe of the stream (roles.read), the
+// PubAck), then is answered by a probe of the stream (Roles.read), the
 // floor raised to the follower's watermark first: no later reply of the
 // instance is built on less than a follower's reply showed.
 //
@@ -110,7 +110,7 @@ func (fl *follower) wait(ctx context.Context, need uint64, timeout time.Duration
 
 // following starts and stops the instance's follower.
 type following struct {
-	r *roles
+	r *Roles
 	// cur is the follower running; nil when none.
 	cur atomic.Pointer[follower]
 	// replies counts the requests answered from a follower store.
@@ -141,13 +141,13 @@ func (f *following) want() {
 	if f.closed || f.pinned || f.starting != nil || f.cur.Load() != nil || time.Since(f.failedAt) < followRetry {
 		return
 	}
-	st := f.r.a.newStore()
+	st := f.r.cfg.NewStore()
 	st.MaxBytes -= readerShare(st.MaxBytes)
 	st.MaxSessions -= readerShare(st.MaxSessions)
 	// It writes no checkpoint (but those that replace one its loads
 	// found wrong, as the reader's): the ingest writes them.
-	st.Loader = readOnly{f.r.a.loader}
-	f.starting = st // the removals concern it from now on (roles.stores)
+	st.Loader = f.r.cfg.ReadOnly
+	f.starting = st // the removals concern it from now on (Roles.Stores)
 	f.wg.Add(1)
 	go f.start(f.gen, st)
 }
@@ -156,11 +156,11 @@ func (f *following) want() {
 // use unless the instance gained the pin or closed meanwhile.
 func (f *following) start(gen uint64, st *store.Store) {
 	defer f.wg.Done()
-	a := f.r.a
-	ctx, cancel := context.WithTimeout(a.life, followStart)
+	cfg := f.r.cfg
+	ctx, cancel := context.WithTimeout(cfg.Life, followStart)
 	defer cancel()
 	run, err := func() (*bus.Follower, error) {
-		last, _, err := bus.LastSeq(ctx, a.st)
+		last, _, err := cfg.Stream.State(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -171,9 +171,9 @@ func (f *following) start(gen uint64, st *store.Store) {
 		st.Advance(last)
 		// Applied unproven: a reply proves the removals before it shows
 		// what is new (followed).
-		return bus.Follow(ctx, a.js, a.stream, last, bus.PullBytes(a.nc), func(m bus.Msg) {
+		return cfg.Stream.Follow(ctx, last, bus.PullBytes(cfg.Conn), func(m bus.Msg) {
 			applyRecord(st, m)
-		}, a.Logger)
+		}, cfg.Logger)
 	}()
 	f.mu.Lock()
 	f.starting = nil
@@ -181,7 +181,7 @@ func (f *following) start(gen uint64, st *store.Store) {
 		f.failedAt = time.Now()
 		f.mu.Unlock()
 		st.Close()
-		a.Logger.Warn("follower not started: requests read the stream", "err", err)
+		cfg.Logger.Warn("follower not started: requests read the stream", "err", err)
 		return
 	}
 	if f.closed || f.pinned || f.gen != gen {
@@ -194,7 +194,7 @@ func (f *following) start(gen uint64, st *store.Store) {
 	fl.stuck.Store(-1)
 	f.cur.Store(fl)
 	f.mu.Unlock()
-	a.Logger.Info("follower started: this instance answers from the records it reads along", "watermark", st.Applied())
+	cfg.Logger.Info("follower started: this instance answers from the records it reads along", "watermark", st.Applied())
 }
 
 // gained stops the follower, the instance having gained the pin; the
@@ -242,14 +242,14 @@ func (f *following) stop(p *part, set func()) {
 	f.retired.Evictions += s.Evictions
 	f.mu.Unlock()
 	fl.st.Close()
-	f.r.a.Logger.Info("follower stopped", "watermark", fl.st.Applied(), "floor", p.floor.Load())
+	f.r.cfg.Logger.Info("follower stopped", "watermark", fl.st.Applied(), "floor", p.floor.Load())
 }
 
 // reach returns the follower store once its watermark covers seq and
 // the floor of p, waiting at most followWait (and timeout) for it;
 // false when there is no follower or it is behind, the floor then
 // raised to its watermark. With no follower it starts one. mark is the
-// removals' mark (purge.go) when the request came.
+// removals' mark (package removals) when the request came.
 func (f *following) reach(ctx context.Context, p *part, seq uint64, timeout time.Duration, mark uint64) (server.Viewer, bool) {
 	if !f.enabled() {
 		return nil, false
@@ -262,7 +262,7 @@ func (f *following) reach(ctx context.Context, p *part, seq uint64, timeout time
 	need := max(seq, p.floor.Load())
 	if fl.wait(ctx, need, timeout) {
 		f.replies.Add(1)
-		return followed{st: fl.st, removals: f.r.a.removals, mark: mark, need: need}, true
+		return followed{st: fl.st, removals: f.r.Removals, mark: mark, need: need}, true
 	}
 	p.raise(fl.st.Applied())
 	return nil, false
@@ -276,7 +276,7 @@ func (f *following) ready(p *part, seq uint64) bool {
 	}
 	fl := f.cur.Load()
 	need := max(seq, p.floor.Load())
-	return fl != nil && fl.st.Applied() >= need && f.r.a.removals.covered(need)
+	return fl != nil && fl.st.Applied() >= need && f.r.Removals.Covered(need)
 }
 
 // loaded reports whether the follower store answers the session from
@@ -306,16 +306,16 @@ func (f *following) loaded(session string) bool {
 // a turn's reply pays one, as the ingest's record did.
 type followed struct {
 	st       *store.Store
-	removals *removals
+	removals Removals
 	mark     uint64 // the removals' mark when the request came
 	need     uint64 // the sequence the request needs
 }
 
 func (v followed) View(ctx context.Context, session string, fn func(p *projection.Session)) error {
-	v.removals.cover(v.need)
+	v.removals.Cover(v.need)
 	return v.st.ViewSettled(ctx, session, func(ctx context.Context) (uint64, error) {
 		upTo := v.st.Applied()
-		return upTo, v.removals.settleSince(ctx, v.mark, upTo)
+		return upTo, v.removals.SettleSince(ctx, v.mark, upTo)
 	}, fn)
 }
 

@@ -1,4 +1,4 @@
-package app
+package bus
 
 import (
 	"bytes"
@@ -9,13 +9,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/ctxd/ctxd/pkg/bus"
 )
 
 // An instance reads a session's records on the subjects of the stream's
-// layout as it was when the instance started (bus.Layout): the number of
+// layout as it was when the instance started (Layout): the number of
 // partitions, and the sequence before which records stay on their
 // unpartitioned subject. `ctxd partition` changes the layout of a
 // stream in use: records stored after it go to partitioned subjects that
@@ -37,11 +34,11 @@ const layoutCheckEvery = 2 * time.Second
 // not the one it started with.
 var ErrLayoutChanged = errors.New("the stream's partitions changed since this instance started")
 
-// layoutWatch stops the instance when the stream's layout changes.
-type layoutWatch struct {
-	ctx     context.Context // the app's: its end stops a read under way
-	st      jetstream.Stream
-	have    bus.Layout
+// LayoutWatch tells when the stream's layout changes.
+type LayoutWatch struct {
+	ctx     context.Context                             // the app's: its end stops a read under way
+	read    func(context.Context) (Layout, bool, error) // the layout now; false: no stream
+	have    Layout
 	logger  *slog.Logger
 	changed func(error) // told once, from the watch's goroutine
 
@@ -51,13 +48,15 @@ type layoutWatch struct {
 	done chan struct{}
 }
 
-// watchLayout starts watching st, whose layout at the start is have.
-// An error to subscribe to the advisories leaves the periodic read.
-func watchLayout(ctx context.Context, nc *nats.Conn, st jetstream.Stream, have bus.Layout, logger *slog.Logger, changed func(error)) *layoutWatch {
-	w := &layoutWatch{ctx: ctx, st: st, have: have, logger: logger, changed: changed,
+// WatchLayout starts watching the stream, whose layout at the start is
+// have: changed is told once, from the watch's goroutine, when it is
+// not any more. ctx's end stops a read under way. An error to subscribe
+// to the advisories leaves the periodic read.
+func (s *Stream) WatchLayout(ctx context.Context, have Layout, logger *slog.Logger, changed func(error)) *LayoutWatch {
+	w := &LayoutWatch{ctx: ctx, read: s.ReadLayout, have: have, logger: logger, changed: changed,
 		poke: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	update := []byte(`"$JS.API.STREAM.UPDATE.` + have.Stream + `"`)
-	sub, err := nc.Subscribe(bus.AuditAdvisory, func(m *nats.Msg) {
+	sub, err := s.nc.Subscribe(AuditAdvisory, func(m *nats.Msg) {
 		if bytes.Contains(m.Data, update) {
 			select {
 			case w.poke <- struct{}{}:
@@ -73,7 +72,7 @@ func watchLayout(ctx context.Context, nc *nats.Conn, st jetstream.Stream, have b
 	return w
 }
 
-func (w *layoutWatch) run() {
+func (w *LayoutWatch) run() {
 	defer close(w.done)
 	t := time.NewTicker(layoutCheckEvery)
 	defer t.Stop()
@@ -93,19 +92,17 @@ func (w *layoutWatch) run() {
 
 // check reads the stream's configuration and returns ErrLayoutChanged,
 // with what changed, when its layout is not the one the instance has.
-func (w *layoutWatch) check() error {
+func (w *LayoutWatch) check() error {
 	ctx, cancel := context.WithTimeout(w.ctx, 2*time.Second)
 	defer cancel()
-	info, err := w.st.Info(ctx)
-	if err != nil {
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			return nil // a stream deleted: the checkpoints' identity and the consumer say so
-		}
+	now, ok, err := w.read(ctx)
+	switch {
+	case err == nil && !ok:
+		return nil // a stream deleted: the checkpoints' identity and the consumer say so
+	case err != nil && !ok:
 		w.logger.Debug("stream layout not read", "err", err)
 		return nil
-	}
-	now, err := bus.LayoutOf(info.Config)
-	if err != nil {
+	case err != nil:
 		return fmt.Errorf("%w: stream %s: %w", ErrLayoutChanged, w.have.Stream, err)
 	}
 	if now.P != w.have.P || now.After != w.have.After {
@@ -115,8 +112,8 @@ func (w *layoutWatch) check() error {
 	return nil
 }
 
-// close stops the watch.
-func (w *layoutWatch) close() {
+// Close stops the watch and waits for it.
+func (w *LayoutWatch) Close() {
 	if w == nil {
 		return
 	}

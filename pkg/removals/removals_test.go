@@ -1,4 +1,4 @@
-package app
+package removals
 
 import (
 	"context"
@@ -36,9 +36,9 @@ func TestRemovals_ConcurrentNeedsShareOneRead(t *testing.T) {
 		}
 	}
 	publish(10)
-	r, err := openRemovals(ctx, t.Context(), nc, cfg.Name, true, func() []*store.Store { return nil }, func() {}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	r, err := Open(ctx, t.Context(), nc, cfg.Name, true, func() []*store.Store { return nil }, func() {}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, err)
-	t.Cleanup(r.close)
+	t.Cleanup(r.Close)
 	require.Equal(t, uint64(10), r.verified.Load())
 	publish(16) // sequences 11 to 26, delivered to 16 partitions' ingests
 	reads := r.reads.Load()
@@ -46,7 +46,7 @@ func TestRemovals_ConcurrentNeedsShareOneRead(t *testing.T) {
 	r.mu.Lock()
 	var wg sync.WaitGroup
 	for i := range 16 {
-		wg.Go(func() { r.cover(uint64(11 + i)) })
+		wg.Go(func() { r.Cover(uint64(11 + i)) })
 	}
 	r.mu.Unlock()
 	wg.Wait()
@@ -54,10 +54,10 @@ func TestRemovals_ConcurrentNeedsShareOneRead(t *testing.T) {
 	require.Equal(t, uint64(26), r.verified.Load())
 
 	// Records already verified cost no read; one past it does.
-	r.cover(26)
+	r.Cover(26)
 	require.Equal(t, reads+1, r.reads.Load())
 	publish(1)
-	r.cover(27)
+	r.Cover(27)
 	require.Equal(t, reads+2, r.reads.Load())
 }
 
@@ -76,9 +76,9 @@ func TestRemovals_NoLockWhileReading(t *testing.T) {
 	require.NoError(t, err)
 	_, err = js.Publish(ctx, "transcripts.s1", []byte("{}"))
 	require.NoError(t, err)
-	r, err := openRemovals(ctx, t.Context(), nc, cfg.Name, true, func() []*store.Store { return nil }, func() {}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	r, err := Open(ctx, t.Context(), nc, cfg.Name, true, func() []*store.Store { return nil }, func() {}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, err)
-	t.Cleanup(r.close)
+	t.Cleanup(r.Close)
 	_, err = js.Publish(ctx, "transcripts.s2", []byte("{}"))
 	require.NoError(t, err)
 
@@ -93,13 +93,13 @@ func TestRemovals_NoLockWhileReading(t *testing.T) {
 	r.mu.Unlock()
 	reads := r.reads.Load()
 	covered := make(chan struct{})
-	go func() { r.cover(2); close(covered) }()
+	go func() { r.Cover(2); close(covered) }()
 	<-entered // the read is outstanding
 	require.True(t, r.mu.TryLock(), "the removals' lock is held while the stream's state is read")
 	r.mu.Unlock()
-	require.Equal(t, uint64(0), r.count())
+	require.Equal(t, uint64(0), r.Count())
 	second := make(chan struct{})
-	go func() { r.cover(2); close(second) }()
+	go func() { r.Cover(2); close(second) }()
 	close(release)
 	<-covered
 	<-second

@@ -1,4 +1,4 @@
-package app
+package ownership
 
 import (
 	"context"
@@ -51,28 +51,34 @@ import (
 // up within milliseconds.
 const floorBudget = 2 * time.Second
 
-// roles chooses, per request, the store that answers.
+// Roles chooses, per request, the store that answers.
 //
 // With partitions (P > 1, partitions.go) each partition has the owner
 // state a single stream has: its own consumer, pin, ingest store and
 // floor (a part); a request is answered by its session's partition's.
 // With one, the part is roles' own (the embedded one), as before.
-type roles struct {
-	a      *App
+type Roles struct {
+	cfg    Config
 	reader *store.Store
 	layout bus.Layout
+	// Removals applies the stream's removals to the stores; set before
+	// any record or request comes.
+	Removals Removals
 
 	*part           // partition 0: the whole stream when unpartitioned
 	parts []*part   // by partition; parts[0] is part
 	bal   *balancer // runs the partitions' ingests; nil when unpartitioned
 	// router serves each partition's endpoint while its ingest store is
 	// trusted; nil when unpartitioned.
-	router *server.Service
+	router Router
 	// follow runs the follower while the instance is no owner
 	// (follow.go); unpartitioned only.
 	follow *following
 	// probes counts the probes of the stream for a session's last record.
 	probes atomic.Uint64
+	// ingest is the unpartitioned stream's ingest (ingest.go); nil when
+	// none runs.
+	ingest atomic.Pointer[bus.Ingest]
 }
 
 // route serves partition k's endpoint, or stops.
@@ -84,7 +90,7 @@ func (r *part) route(on bool) {
 
 // part is the owner state of one partition (or of the whole stream).
 type part struct {
-	r *roles
+	r *Roles
 	k int
 
 	feed  atomic.Pointer[store.Store] // the ingest store, fed by the ingest; nil when none
@@ -98,7 +104,7 @@ type part struct {
 }
 
 // partOf returns the part of a session.
-func (r *roles) partOf(session string) *part {
+func (r *Roles) partOf(session string) *part {
 	if len(r.parts) <= 1 {
 		return r.part
 	}
@@ -157,14 +163,14 @@ func (r *part) gained(pin string, first uint64, resumed bool) {
 		r.log().Info("ingest pin held again: this instance applies every record", "pin", pin, "first_seq", first, "watermark", st.Applied())
 		return
 	}
-	st := r.r.a.newStore()
+	st := r.r.cfg.NewStore()
 	if bal := r.r.bal; bal != nil {
 		// The partitions an instance holds share its cache: each
 		// partition's ingest store has its part of --cache-bytes and
 		// --cache-sessions, as the live instances were last counted.
 		share := max(1, bal.target.Load())
-		st.MaxBytes = max(1, r.r.a.CacheBytes/share)
-		st.MaxSessions = max(1, r.r.a.CacheSessions/int(share))
+		st.MaxBytes = max(1, r.r.cfg.CacheBytes/share)
+		st.MaxSessions = max(1, r.r.cfg.CacheSessions/int(share))
 	}
 	from := max(first-1, r.floor.Load())
 	// A store that starts at the stream's first record meets every
@@ -213,23 +219,23 @@ func (r *part) lost(reason string, refused bool) {
 		how = "ingest pin lost: this instance answers from a follower that reads the stream along, or by reading each session's tail"
 	}
 	level := slog.LevelWarn
-	if reason == reasonShutdown {
+	if reason == ReasonShutdown {
 		level = slog.LevelInfo // given back on purpose
 	}
-	r.log().Log(context.Background(), level, how, "pin", pin, "reason", reason, "floor", r.floor.Load())
+	r.log().Log(r.r.cfg.Life, level, how, "pin", pin, "reason", reason, "floor", r.floor.Load())
 	r.r.follow.lost()
 }
 
-// reasonShutdown is why an instance that stops gives its pins up.
-const reasonShutdown = "shutting down"
+// ReasonShutdown is why an instance that stops gives its pins up.
+const ReasonShutdown = "shutting down"
 
 // log is the logger of the part's messages: they name the partition
 // when there are several.
 func (r *part) log() *slog.Logger {
 	if len(r.r.parts) > 1 {
-		return r.r.a.Logger.With("partition", r.k)
+		return r.r.cfg.Logger.With("partition", r.k)
 	}
-	return r.r.a.Logger
+	return r.r.cfg.Logger
 }
 
 // raise moves the floor up to seq.
@@ -242,9 +248,9 @@ func (r *part) raise(seq uint64) {
 	}
 }
 
-// role says what the instance does now, for $SRV.STATS: "ingest" while
+// Role says what the instance does now, for $SRV.STATS: "ingest" while
 // it applies the records (of at least one partition), else "reader".
-func (r *roles) role() string {
+func (r *Roles) Role() string {
 	for _, p := range r.parts {
 		if p.ingestStore() != nil {
 			return "ingest"
@@ -253,8 +259,8 @@ func (r *roles) role() string {
 	return "reader"
 }
 
-// owned lists the partitions whose ingest store requests trust now.
-func (r *roles) owned() []int {
+// Owned lists the partitions whose ingest store requests trust now.
+func (r *Roles) Owned() []int {
 	var out []int
 	for _, p := range r.parts {
 		if p.ingestStore() != nil {
@@ -266,7 +272,7 @@ func (r *roles) owned() []int {
 
 // Ready implements server.Reacher: the pinned instance answers at once
 // what its watermark covers, once it covers every earlier reply's.
-func (r *roles) Ready(session string, seq uint64) bool {
+func (r *Roles) Ready(session string, seq uint64) bool {
 	p := r.partOf(session)
 	if st := p.ingestStore(); st != nil {
 		return st.Applied() >= max(seq, p.floor.Load())
@@ -275,14 +281,16 @@ func (r *roles) Ready(session string, seq uint64) bool {
 }
 
 // Reach implements server.Reacher.
-func (r *roles) Reach(ctx context.Context, session string, seq uint64, timeout time.Duration) (server.Viewer, error) {
-	if err := r.a.layoutErr.Load(); err != nil {
-		return nil, *err // layout.go: what this instance would read misses records
+func (r *Roles) Reach(ctx context.Context, session string, seq uint64, timeout time.Duration) (server.Viewer, error) {
+	if r.cfg.Stopped != nil {
+		if err := r.cfg.Stopped(); err != nil {
+			return nil, err // the app's layout watch: what this instance would read misses records
+		}
 	}
 	p := r.partOf(session)
 	deadline := time.Now().Add(timeout)
-	mark := r.a.removals.mark() // purge.go: the removals made before now
-	r.a.removals.drain()
+	mark := r.Removals.Mark() // package removals: the removals made before now
+	r.Removals.Drain()
 	if st := p.ingestStore(); st != nil && st.Wait(ctx, max(seq, p.floor.Load()), 0) == nil {
 		return st, nil // the common case: there already, nothing to watch, no lock
 	}
@@ -300,7 +308,7 @@ func (r *roles) Reach(ctx context.Context, session string, seq uint64, timeout t
 			if err != nil {
 				return nil, err
 			}
-			r.a.removals.cover(upTo) // purge.go: no removal before upTo is left in the stores
+			r.Removals.Cover(upTo) // package removals: no removal before upTo is left in the stores
 			need = last
 		}
 		// The ingest gets there, unless the pin is lost meanwhile: then
@@ -338,7 +346,7 @@ func (r *roles) Reach(ctx context.Context, session string, seq uint64, timeout t
 
 // read brings the reader store's session up to a probe of the stream
 // that covers seq and the floor, and returns a Viewer that shows it.
-func (r *roles) read(ctx context.Context, p *part, session string, seq uint64, deadline time.Time) (server.Viewer, error) {
+func (r *Roles) read(ctx context.Context, p *part, session string, seq uint64, deadline time.Time) (server.Viewer, error) {
 	probe := func(ctx context.Context) (last, upTo uint64, err error) {
 		last, upTo, err = r.probe(ctx, session, seq, max(seq, p.floor.Load()), deadline)
 		if err == nil {
@@ -350,20 +358,20 @@ func (r *roles) read(ctx context.Context, p *part, session string, seq uint64, d
 	if err != nil {
 		return nil, err
 	}
-	return caught{st: r.reader, last: last, upTo: upTo, removals: r.a.removals, again: probe}, nil
+	return caught{st: r.reader, last: last, upTo: upTo, removals: r.Removals, again: probe}, nil
 }
 
 // probe asks the stream for the session's last record (0 for none) as a
 // replica that holds every record up to need sees it, need being seq or
 // past it (an earlier reply's floor); upTo is that replica's last
-// sequence. The caller covers upTo (purge.go) before it shows what it
+// sequence. The caller covers upTo (package removals) before it shows what it
 // has of the session.
-func (r *roles) probe(ctx context.Context, session string, seq, need uint64, deadline time.Time) (last, upTo uint64, err error) {
+func (r *Roles) probe(ctx context.Context, session string, seq, need uint64, deadline time.Time) (last, upTo uint64, err error) {
 	floorDeadline := time.Now().Add(floorBudget)
 	delay := time.Millisecond
 	for {
 		r.probes.Add(1)
-		m, upTo, err := r.layout.LastOf(ctx, r.a.nc, session)
+		m, upTo, err := r.layout.LastOf(ctx, r.cfg.Conn, session)
 		if err != nil {
 			return 0, 0, fmt.Errorf("last record of %s: %w", session, err)
 		}
@@ -394,11 +402,11 @@ func (r *roles) probe(ctx context.Context, session string, seq, need uint64, dea
 // caught shows a session of the reader store at or past its record last
 // (store.ViewAtChecked), as a probe that saw the stream up to upTo found
 // it. What it shows rests on no removal the stores have not applied,
-// made before the stream's state was checked after the read (purge.go).
+// made before the stream's state was checked after the read (package removals).
 type caught struct {
 	st         *store.Store
 	last, upTo uint64
-	removals   *removals
+	removals   Removals
 	// again probes the stream again: for a record last that a removal
 	// took after the probe.
 	again func(context.Context) (last, upTo uint64, err error)
@@ -407,7 +415,7 @@ type caught struct {
 func (c caught) View(ctx context.Context, session string, fn func(p *projection.Session)) error {
 	for try := 0; ; try++ {
 		err := c.st.ViewAtChecked(ctx, session, c.last, func(ctx context.Context, read bool) error {
-			return c.removals.settle(ctx, read, c.upTo)
+			return c.removals.Settle(ctx, read, c.upTo)
 		}, fn)
 		if !errors.Is(err, store.ErrBehind) || c.again == nil || try == 2 {
 			return err
@@ -427,7 +435,7 @@ func (c caught) View(ctx context.Context, session string, fn func(p *projection.
 //
 // With partitions no store applies every record: it returns
 // store.ErrWaitExpired at once.
-func (r *roles) Wait(ctx context.Context, seq uint64, timeout time.Duration) error {
+func (r *Roles) Wait(ctx context.Context, seq uint64, timeout time.Duration) error {
 	if len(r.parts) > 1 {
 		return fmt.Errorf("%w: the stream is partitioned: no instance applies every record", store.ErrWaitExpired)
 	}
@@ -478,16 +486,16 @@ func (r *roles) Wait(ctx context.Context, seq uint64, timeout time.Duration) err
 
 // View implements server.Projections; the service uses the Viewer Reach
 // returns.
-func (r *roles) View(ctx context.Context, session string, fn func(p *projection.Session)) error {
+func (r *Roles) View(ctx context.Context, session string, fn func(p *projection.Session)) error {
 	if st := r.partOf(session).ingestStore(); st != nil {
 		return st.View(ctx, session, fn)
 	}
 	return r.reader.View(ctx, session, fn)
 }
 
-// current is the store the instance answers from now: with partitions,
+// Current is the store the instance answers from now: with partitions,
 // the reader's.
-func (r *roles) current() *store.Store {
+func (r *Roles) Current() *store.Store {
 	if len(r.parts) > 1 {
 		return r.reader
 	}
@@ -500,13 +508,13 @@ func (r *roles) current() *store.Store {
 // Rejected lists the records this instance skipped, oldest first, as
 // its ingests met them or its reads did (a record stored before an
 // ingest store began is met only by a load): its stores share one list.
-func (r *roles) Rejected() []store.Rejection { return r.reader.Rejected() }
+func (r *Roles) Rejected() []store.Rejection { return r.reader.Rejected() }
 
 // Loaded reports whether a request for the session is answered from
 // memory now: while this instance ingests its partition, a session its
 // store holds; otherwise one the follower's store holds (follow.go).
 // Without either, none: each request reads the session's tail first.
-func (r *roles) Loaded(session string) bool {
+func (r *Roles) Loaded(session string) bool {
 	if st := r.partOf(session).ingestStore(); st != nil {
 		return st.Loaded(session)
 	}
@@ -520,7 +528,7 @@ func (r *roles) Loaded(session string) bool {
 // gauges (sessions, loaded, bytes) add up what its stores hold now;
 // applied is the watermark of the store that answers (the highest of
 // the ingest stores' with partitions).
-func (r *roles) Stats() store.Stats {
+func (r *Roles) Stats() store.Stats {
 	rd := r.reader.Stats()
 	out := store.Stats{Rejected: rd.Rejected, RejectedBy: rd.RejectedBy}
 	add := func(st store.Stats, ingest bool) {
@@ -543,7 +551,7 @@ func (r *roles) Stats() store.Stats {
 		out.FollowerReplies = r.follow.replies.Load()
 	}
 	out.StreamProbes = r.probes.Load()
-	out.Applied = r.current().Applied()
+	out.Applied = r.Current().Applied()
 	for _, p := range r.parts {
 		p.mu.Lock()
 		add(p.retired, true)

@@ -1,4 +1,4 @@
-package store
+package checkpoint
 
 import (
 	"encoding/json"
@@ -21,7 +21,7 @@ func asJSON(t testing.TB, cp Checkpoint) []byte {
 }
 
 func TestCheckpoint_MarshalJSON(t *testing.T) {
-	seqs := make([]uint64, MaxCheckpointSeqs)
+	seqs := make([]uint64, MaxSeqs)
 	for i := range seqs {
 		seqs[i] = uint64(1000*i + 5)
 	}

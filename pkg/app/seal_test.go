@@ -1,0 +1,31 @@
+package app
+
+import (
+	"go/build"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Only bus talks JetStream: the runtime packages hold bus's handles, and
+// bus knows no domain package but the checkpoint it stores.
+func TestSeal(t *testing.T) {
+	imports := func(dir string) []string {
+		t.Helper()
+		p, err := build.ImportDir(dir, 0)
+		require.NoError(t, err)
+		return p.Imports // production files only
+	}
+	const js = "github.com/nats-io/nats.go/jetstream"
+	for _, dir := range []string{".", "../ownership", "../removals", "../server", "../store", "../../cmd/ctxd"} {
+		require.NotContains(t, imports(dir), js, "%s imports JetStream: reach it through package bus", dir)
+	}
+	allowed := []string{"checkpoint", "subject"}
+	for _, imp := range imports("../bus") {
+		if rest, ok := strings.CutPrefix(imp, "github.com/ctxd/ctxd/pkg/"); ok {
+			require.True(t, slices.Contains(allowed, rest), "bus imports %s: bus knows no domain package", imp)
+		}
+	}
+}
