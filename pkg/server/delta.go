@@ -1,0 +1,362 @@
+package server
+
+import (
+	"container/list"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"weak"
+
+	"github.com/ctxd/ctxd/pkg/projection"
+	"github.com/ctxd/ctxd/pkg/protocol"
+	"github.com/ctxd/ctxd/pkg/record"
+	"github.com/ctxd/ctxd/pkg/render"
+)
+
+// Delta replies (PROTOCOL.md, "Delta replies"). A reply asked with
+// digest, or with have_seq and have_digest, carries the digest of its
+// message array (protocol.Chain). The service keeps, for each session,
+// format and encoding, the chain of every prefix of the latest reply's
+// array and of the one before (digestIndex): the chain of the next reply
+// goes on from the elements it shares with the latest, which only the
+// elements after are hashed for, and a client holding either reply gets
+// the elements from the first that differs, with "delta": {"keep": K}.
+//
+// What a reply shares with the one before is known without reading
+// either: the same neutral messages (by identity and record sequence,
+// as render.RenderJSON tells them) encode the same; a provider format's
+// rendering says which bytes of its items it kept from the rendering
+// before (render.State.KeptItems). A reply the service cannot relate to
+// the one before is hashed whole. A client's base the service does not
+// hold (another instance's, evicted, a digest it did not send) gets the
+// whole reply: the context made from a delta is always the one a whole
+// reply holds.
+
+// DefaultDigestBytes bounds the memory of the kept chains.
+const DefaultDigestBytes = 64 << 20
+
+// held is the reply a client holds: have_seq and have_digest.
+type held struct {
+	seq    uint64
+	digest string
+}
+
+// digestKey names the replies whose chains follow each other.
+type digestKey struct {
+	session, format string
+	msgpack         bool
+}
+
+// digestIndex is the chain of a reply's message array.
+type digestIndex struct {
+	proj         weak.Pointer[projection.Session]
+	version, seq uint64
+	state        uint64 // the render.State's ID; 0 for the neutral format
+	ends         []int  // where each item ends, from the first item's start
+	chain        []protocol.Chain
+	msgs         []weak.Pointer[record.Map] // neutral format: the messages
+	seqs         []uint64
+	digest       string
+	items        int         // the bytes of the items, separators included
+	prev         *baseChain  // the reply before, whose digest differs
+	extended     atomic.Bool // a later index appended to the slices in place
+}
+
+// baseChain is a reply a client may hold besides the latest.
+type baseChain struct {
+	seq    uint64
+	digest string
+	chain  []protocol.Chain
+}
+
+func (x *digestIndex) size() int64 {
+	n := int64(len(x.ends))*(8+32+8+8) + 256
+	if x.prev != nil {
+		n += int64(len(x.prev.chain)) * 32
+	}
+	return n
+}
+
+// digests keeps the latest index of each key, the least recently used
+// going first past max bytes.
+type digests struct {
+	max  int64
+	mu   sync.Mutex
+	size int64
+	m    map[digestKey]*list.Element
+	lru  list.List
+}
+
+type digestEntry struct {
+	key digestKey
+	x   *digestIndex
+	n   int64
+}
+
+func (d *digests) get(k digestKey) *digestIndex {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if e, ok := d.m[k]; ok {
+		d.lru.MoveToFront(e)
+		return e.Value.(*digestEntry).x
+	}
+	return nil
+}
+
+func (d *digests) put(k digestKey, x *digestIndex) {
+	n := x.size()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.m == nil {
+		d.m = map[digestKey]*list.Element{}
+	}
+	if e, ok := d.m[k]; ok {
+		de := e.Value.(*digestEntry)
+		d.size += n - de.n
+		de.x, de.n = x, n
+		d.lru.MoveToFront(e)
+	} else {
+		d.m[k] = d.lru.PushFront(&digestEntry{key: k, x: x, n: n})
+		d.size += n
+	}
+	for d.size > d.max && d.lru.Len() > 0 {
+		e := d.lru.Back()
+		de := e.Value.(*digestEntry)
+		d.lru.Remove(e)
+		delete(d.m, de.key)
+		d.size -= de.n
+	}
+}
+
+// errNoDigest: a reply whose array could not be read back. It is a bug:
+// the reply is an error rather than a digest that may be wrong.
+var errNoDigest = errors.New("digest of the reply")
+
+// indexReply returns the index of out, a reply for p, and where its
+// array lies, going on from the index of the reply before when it can.
+// st is the rendering state of out, nil when there is none.
+func (s *Service) indexReply(out []byte, session string, p *projection.Session, req contextRequest, st *render.State) (*digestIndex, protocol.Located, error) {
+	loc, err := protocol.Locate(out)
+	if err != nil {
+		return nil, loc, fmt.Errorf("%w: %w", errNoDigest, err)
+	}
+	key := digestKey{session, string(req.format), req.msgpack}
+	old := s.digests.get(key)
+	x := &digestIndex{}
+	if p != nil {
+		x.proj, x.version, x.seq = weak.Make(p), p.Version(), p.Seq()
+	}
+	if st != nil {
+		x.state = st.ID()
+	}
+	sameProj := old != nil && p != nil && old.proj == x.proj
+	if sameProj && old.version == x.version && old.seq == x.seq && (st == nil || old.state == x.state) {
+		// The same context as the latest reply: the same array.
+		return old, loc, nil
+	}
+	kept := 0 // the items of old that out holds too
+	var msgs []any
+	var seqs []uint64
+	if req.format == render.Neutral && p != nil {
+		msgs, seqs = p.Messages(), p.MessageSeqs(make([]uint64, 0, p.Len()))
+	}
+	switch {
+	case !sameProj:
+	case req.format == render.Neutral:
+		kept = firstChanged(old.msgs, old.seqs, msgs, seqs)
+	case st != nil && st.From() != 0 && st.From() == old.state:
+		kept, _ = slices.BinarySearch(old.ends, st.KeptItems()+1)
+	}
+	kept = min(kept, len(old.chainOrNil()))
+	if old != nil && kept > 0 && kept == len(old.chain) && old.extended.CompareAndSwap(false, true) {
+		x.ends, x.chain = old.ends, old.chain
+		x.msgs, x.seqs = old.msgs, old.seqs
+	} else if kept > 0 {
+		x.ends, x.chain = slices.Clone(old.ends[:kept]), slices.Clone(old.chain[:kept])
+		if old.msgs != nil {
+			x.msgs, x.seqs = slices.Clone(old.msgs[:kept]), slices.Clone(old.seqs[:kept])
+		}
+	}
+	var c protocol.Chain
+	i := loc.ItemsAt
+	if kept > 0 {
+		c, i = x.chain[kept-1], loc.ItemsAt+x.ends[kept-1]
+		if !req.msgpack && i < len(out) && out[i] == ',' {
+			i++
+		}
+	}
+	for n := kept; ; n++ {
+		if req.msgpack && n == loc.Count || !req.msgpack && (i >= len(out) || out[i] == ']') {
+			break
+		}
+		e, err := protocol.SkipValue(out, i, req.msgpack)
+		if err != nil {
+			return nil, loc, fmt.Errorf("%w: item %d: %w", errNoDigest, n, err)
+		}
+		c = c.Next(out[i:e])
+		x.chain = append(x.chain, c)
+		x.ends = append(x.ends, e-loc.ItemsAt)
+		i = e
+		if !req.msgpack && i < len(out) && out[i] == ',' {
+			i++
+		}
+	}
+	if req.format == render.Neutral && p != nil {
+		if len(x.chain) != len(msgs) {
+			return nil, loc, fmt.Errorf("%w: %d items for %d messages", errNoDigest, len(x.chain), len(msgs))
+		}
+		for _, v := range msgs[len(x.msgs):] {
+			m, _ := v.(*record.Map)
+			x.msgs = append(x.msgs, weak.Make(m))
+		}
+		x.seqs = append(x.seqs, seqs[len(x.seqs):]...)
+	}
+	x.items = i - loc.ItemsAt
+	if !req.msgpack {
+		if i >= len(out) || out[i] != ']' {
+			return nil, loc, fmt.Errorf("%w: the array does not end at %d", errNoDigest, i)
+		}
+	}
+	x.digest = c.Digest(loc.Other)
+	if old != nil && old.digest != x.digest {
+		x.prev = &baseChain{seq: old.seq, digest: old.digest, chain: old.chain}
+	} else if old != nil {
+		x.prev = old.prev
+	}
+	s.digests.put(key, x)
+	return x, loc, nil
+}
+
+func (x *digestIndex) chainOrNil() []protocol.Chain {
+	if x == nil {
+		return nil
+	}
+	return x.chain
+}
+
+// firstChanged is the index of the first message that differs between
+// two versions of a context: by identity (the projection hands out a
+// message it changes as a new value) and record sequence.
+func firstChanged(old []weak.Pointer[record.Map], oldSeqs []uint64, cur []any, curSeqs []uint64) int {
+	n := min(len(old), len(cur), len(oldSeqs), len(curSeqs))
+	for i := range n {
+		m, ok := cur[i].(*record.Map)
+		if !ok || m == nil || old[i].Value() != m || oldSeqs[i] != curSeqs[i] {
+			return i
+		}
+	}
+	return n
+}
+
+// base returns how many items of x the client holding h holds first, 0
+// when the service does not know h.
+func (x *digestIndex) base(h *held) int {
+	bases := []baseChain{{x.seq, x.digest, x.chain}}
+	if x.prev != nil {
+		bases = append(bases, *x.prev)
+	}
+	for _, b := range bases {
+		if b.digest != h.digest || b.seq != h.seq {
+			continue
+		}
+		// The chains agree up to the first item that differs.
+		n := min(len(b.chain), len(x.chain))
+		return sortSearch(n, func(i int) bool { return b.chain[i] != x.chain[i] })
+	}
+	return 0
+}
+
+func sortSearch(n int, f func(int) bool) int {
+	lo, hi := 0, n
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if !f(m) {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
+}
+
+// withDigest returns the reply out with its digest and, when keep > 0,
+// as a delta: its array holding the items from keep on. out is not
+// written: it may be shared.
+func withDigest(out []byte, x *digestIndex, loc protocol.Located, keep int, msgpack bool) ([]byte, error) {
+	itemsEnd := loc.ItemsAt + x.items
+	from := loc.ItemsAt
+	if keep > 0 {
+		from += x.ends[keep-1]
+		if !msgpack && keep < len(x.ends) {
+			from++ // the comma
+		}
+	}
+	n := len(out) + 2*protocol.DigestLen + 32
+	if keep > 0 {
+		n -= from - loc.ItemsAt
+	}
+	dst := make([]byte, 0, n)
+	if msgpack {
+		if out[0]&0xf0 != 0x80 || out[0]&0x0f > 13 {
+			return nil, fmt.Errorf("%w: a reply of %d bytes is not a small map", errNoDigest, len(out))
+		}
+		add := byte(1)
+		if keep > 0 {
+			add = 2
+		}
+		dst = append(dst, out[0]+add)
+		if keep == 0 {
+			dst = append(dst, out[1:]...)
+		} else {
+			dst = append(dst, out[1:loc.ArrayAt]...)
+			dst = record.AppendMsgpackArrayLen(dst, len(x.ends)-keep)
+			dst = append(dst, out[from:]...)
+		}
+		dst = record.AppendMsgpackString(dst, "digest")
+		dst = record.AppendMsgpackString(dst, x.digest)
+		if keep > 0 {
+			dst = record.AppendMsgpackString(dst, "delta")
+			dst = record.AppendMsgpackMapLen(dst, 1)
+			dst = record.AppendMsgpackString(dst, "keep")
+			dst = record.AppendMsgpackInt(dst, int64(keep))
+		}
+		return dst, nil
+	}
+	if keep == 0 {
+		dst = append(dst, out[:len(out)-1]...)
+	} else {
+		dst = append(dst, out[:loc.ItemsAt]...)
+		dst = append(dst, out[from:itemsEnd]...)
+		dst = append(dst, out[itemsEnd:len(out)-1]...)
+	}
+	dst = append(dst, `,"digest":"`...)
+	dst = append(dst, x.digest...)
+	dst = append(dst, '"')
+	if keep > 0 {
+		dst = append(dst, `,"delta":{"keep":`...)
+		dst = strconv.AppendInt(dst, int64(keep), 10)
+		dst = append(dst, '}')
+	}
+	return append(dst, '}'), nil
+}
+
+// digested returns out, the reply for p, with its digest, and as a delta
+// when the request's base allows one.
+func (s *Service) digested(out []byte, session string, p *projection.Session, req contextRequest, made *cachedReply) ([]byte, error) {
+	var st *render.State
+	if made != nil {
+		st = made.state
+	}
+	x, loc, err := s.indexReply(out, session, p, req, st)
+	if err != nil {
+		return nil, err
+	}
+	keep := 0
+	if req.have != nil {
+		keep = x.base(req.have)
+	}
+	return withDigest(out, x, loc, keep, req.msgpack)
+}
