@@ -111,6 +111,14 @@ type Request struct {
 	// BudgetTokens, when not 0, asks the reply to say whether the context
 	// is over this many input tokens, and where a compaction may cut.
 	BudgetTokens uint64
+	// Digest asks the reply to carry its digest; HaveSeq and HaveDigest,
+	// when HaveDigest is set, name the reply the caller holds, and the
+	// reply may be a delta against it (docs/PROTOCOL.md, "Delta
+	// replies"). Context returns the reply as it comes: Keeper applies
+	// deltas.
+	Digest     bool
+	HaveSeq    uint64
+	HaveDigest string
 	// Partitions, the stream's number of partitions (Partitions), sends
 	// the request to the instance that applies the session's partition,
 	// on ctxd.p.<k>.<session>, and to ctxd.context.<session> when no
@@ -663,6 +671,10 @@ func (req Request) wire(timeout time.Duration) protocol.Request {
 	}
 	if req.BudgetTokens > 0 {
 		w.BudgetTokens, w.HasBudget = req.BudgetTokens, true
+	}
+	w.Digest = req.Digest
+	if req.HaveDigest != "" {
+		w.HaveSeq, w.HaveDigest, w.HasHave = req.HaveSeq, req.HaveDigest, true
 	}
 	return w
 }
