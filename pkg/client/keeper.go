@@ -25,7 +25,7 @@ type Keeper struct {
 	Off bool
 
 	mu   sync.Mutex
-	held map[keptKey]keptReply
+	held map[keptKey]*protocol.Held
 }
 
 type keptKey struct {
@@ -33,11 +33,6 @@ type keptKey struct {
 	msgpack         bool
 }
 
-type keptReply struct {
-	body   []byte
-	seq    uint64
-	digest string
-}
 
 // Context is the package's Context, as a delta against the reply held
 // for the session when there is one; it returns the whole reply.
@@ -54,45 +49,40 @@ func (k *Keeper) Context(ctx context.Context, nc *nats.Conn, session string, req
 	k.mu.Unlock()
 	req.Digest = true
 	if ok {
-		req.HaveSeq, req.HaveDigest = h.seq, h.digest
+		req.HaveSeq, req.HaveDigest = h.Reply.Seq, h.Reply.Digest
 	}
 	body, err := Context(ctx, nc, session, req)
 	if err != nil {
 		return nil, err
 	}
-	full, r, err := whole(h.body, body)
+	var next *protocol.Held
+	if ok {
+		next, err = h.Apply(body)
+	} else {
+		next, err = protocol.Hold(body)
+	}
 	if err != nil && ok {
 		// Asked again without a base: a whole reply, or the error.
 		req.HaveSeq, req.HaveDigest = 0, ""
 		if body, err = Context(ctx, nc, session, req); err != nil {
 			return nil, err
 		}
-		full, r, err = whole(nil, body)
+		next, err = protocol.Hold(body)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if r.Digest != "" {
+	if next.Reply.Digest != "" {
 		k.mu.Lock()
 		if k.held == nil {
-			k.held = map[keptKey]keptReply{}
+			k.held = map[keptKey]*protocol.Held{}
 		}
-		if cur, ok := k.held[key]; !ok || cur.seq <= r.Seq {
-			k.held[key] = keptReply{body: full, seq: r.Seq, digest: r.Digest}
+		if cur, ok := k.held[key]; !ok || cur.Reply.Seq <= next.Reply.Seq {
+			k.held[key] = next
 		}
 		k.mu.Unlock()
 	}
-	return full, nil
-}
-
-// whole returns the whole reply a reply stands for, given the reply held.
-func whole(held, body []byte) ([]byte, protocol.Reply, error) {
-	full, err := protocol.ApplyDelta(held, body)
-	if err != nil {
-		return nil, protocol.Reply{}, err
-	}
-	r, err := protocol.ReadReply(full)
-	return full, r, err
+	return next.Body, nil
 }
 
 // Forget lets go of the replies held for the session.

@@ -49,7 +49,7 @@ func TestKeeper_Context(t *testing.T) {
 				require.Empty(t, r.Digest, "off: a request of protocol 3.3")
 				// The raw reply against the one before is a delta.
 				prev := k.held[keptKey{session, format, asMsgpack}]
-				raw, err := Context(ctx, nc, session, Request{Format: format, Msgpack: asMsgpack, HaveSeq: prev.seq, HaveDigest: prev.digest})
+				raw, err := Context(ctx, nc, session, Request{Format: format, Msgpack: asMsgpack, HaveSeq: prev.Reply.Seq, HaveDigest: prev.Reply.Digest})
 				require.NoError(t, err)
 				if r, _ := protocol.ReadReply(raw); r.HasDelta {
 					deltas++

@@ -397,19 +397,75 @@ func ApplyDelta(held, delta []byte) ([]byte, error) {
 	if !d.HasDelta {
 		return delta, nil
 	}
-	h, err := ReadReply(held)
+	h, err := Hold(held)
 	if err != nil {
 		return nil, fmt.Errorf("the reply held: %w", err)
 	}
-	if h.Msgpack != d.Msgpack {
+	next, err := h.apply(delta, d)
+	if err != nil {
+		return nil, err
+	}
+	return next.Body, nil
+}
+
+// Held is a whole reply held to apply the next delta to: its bytes, its
+// parts, and the chain of every prefix of its array, so that a delta
+// costs what it holds, not what the reply holds.
+type Held struct {
+	Body  []byte
+	Reply Reply
+	chain []Chain // chain[i]: the first i+1 elements'
+}
+
+// Hold reads a whole reply to hold.
+func Hold(body []byte) (*Held, error) {
+	r, err := ReadReply(body)
+	if err != nil {
+		return nil, err
+	}
+	if r.HasDelta {
+		return nil, fmt.Errorf("%w: a delta reply is not whole", ErrBadReply)
+	}
+	h := &Held{Body: body, Reply: r, chain: make([]Chain, 0, len(r.Items))}
+	var c Chain
+	for _, it := range r.Items {
+		c = c.Next(body[it[0]:it[1]])
+		h.chain = append(h.chain, c)
+	}
+	return h, nil
+}
+
+// Apply returns the whole reply a reply stands for: the reply itself
+// when it is whole, else the delta applied to h, checked against its
+// digest. h is not changed.
+func (h *Held) Apply(reply []byte) (*Held, error) {
+	d, err := ReadReply(reply)
+	if err != nil {
+		return nil, err
+	}
+	if !d.HasDelta {
+		return Hold(reply)
+	}
+	return h.apply(reply, d)
+}
+
+func (h *Held) apply(delta []byte, d Reply) (*Held, error) {
+	if h.Reply.Msgpack != d.Msgpack {
 		return nil, fmt.Errorf("%w: the reply held and the delta differ in encoding", ErrBadReply)
 	}
-	if h.HasDelta || d.Keep > uint64(len(h.Items)) {
-		return nil, fmt.Errorf("%w: delta keeps %d messages, the reply held has %d", ErrBadReply, d.Keep, len(h.Items))
+	if d.Keep > uint64(len(h.Reply.Items)) {
+		return nil, fmt.Errorf("%w: delta keeps %d messages, the reply held has %d", ErrBadReply, d.Keep, len(h.Reply.Items))
 	}
+	held := h.Body
 	keep := int(d.Keep)
 	n := keep + len(d.Items)
-	out := make([]byte, 0, len(delta)+len(held))
+	next := &Held{Reply: Reply{Msgpack: d.Msgpack, Array: -1, Other: -1, Seq: d.Seq, Digest: d.Digest}}
+	next.Reply.Items = make([][2]int, 0, n)
+	size := len(delta)
+	if keep > 0 {
+		size += h.Reply.Items[keep-1][1] - h.Reply.Items[0][0]
+	}
+	out := make([]byte, 0, size)
 	if d.Msgpack {
 		out = appendMapLen(out, len(d.Members)-1)
 	} else {
@@ -423,49 +479,71 @@ func ApplyDelta(held, delta []byte) ([]byte, error) {
 		if !d.Msgpack && !first {
 			out = append(out, ',')
 		}
+		first = false
+		nm := Member{Key: m.Key, KeyStart: len(out)}
 		out = append(out, delta[m.KeyStart:m.KeyEnd]...)
+		nm.KeyEnd = len(out)
 		if !d.Msgpack {
 			out = append(out, ':')
 		}
-		first = false
-		if mi != d.Array {
+		nm.Start = len(out)
+		switch {
+		case mi == d.Array:
+			next.Reply.Array = len(next.Reply.Members)
+			if d.Msgpack {
+				out = appendArrayLen(out, n)
+			} else {
+				out = append(out, '[')
+			}
+			if keep > 0 {
+				// The elements held lie together, with their separators.
+				at := len(out)
+				from := h.Reply.Items[0][0]
+				out = append(out, held[from:h.Reply.Items[keep-1][1]]...)
+				for _, it := range h.Reply.Items[:keep] {
+					next.Reply.Items = append(next.Reply.Items, [2]int{it[0] - from + at, it[1] - from + at})
+				}
+			}
+			for i, it := range d.Items {
+				if (keep > 0 || i > 0) && !d.Msgpack {
+					out = append(out, ',')
+				}
+				at := len(out)
+				out = append(out, delta[it[0]:it[1]]...)
+				next.Reply.Items = append(next.Reply.Items, [2]int{at, len(out)})
+			}
+			if !d.Msgpack {
+				out = append(out, ']')
+			}
+		default:
+			if mi == d.Other {
+				next.Reply.Other = len(next.Reply.Members)
+			}
 			out = append(out, delta[m.Start:m.End]...)
-			continue
 		}
-		if d.Msgpack {
-			out = appendArrayLen(out, n)
-		} else {
-			out = append(out, '[')
-		}
-		for i, it := range h.Items[:keep] {
-			if i > 0 && !d.Msgpack {
-				out = append(out, ',')
-			}
-			out = append(out, held[it[0]:it[1]]...)
-		}
-		for i, it := range d.Items {
-			if (keep > 0 || i > 0) && !d.Msgpack {
-				out = append(out, ',')
-			}
-			out = append(out, delta[it[0]:it[1]]...)
-		}
-		if !d.Msgpack {
-			out = append(out, ']')
-		}
+		nm.End = len(out)
+		next.Reply.Members = append(next.Reply.Members, nm)
 	}
 	if !d.Msgpack {
 		out = append(out, '}')
 	}
+	next.Body = out
+	next.chain = make([]Chain, keep, n)
+	copy(next.chain, h.chain[:keep])
+	var c Chain
+	if keep > 0 {
+		c = next.chain[keep-1]
+	}
+	for _, it := range d.Items {
+		c = c.Next(delta[it[0]:it[1]])
+		next.chain = append(next.chain, c)
+	}
 	if d.Digest != "" {
-		c := h.Chain(held, keep)
-		for _, it := range d.Items {
-			c = c.Next(delta[it[0]:it[1]])
-		}
 		if got := c.Digest(d.OtherBytes(delta)); got != d.Digest {
 			return nil, fmt.Errorf("%w: the context made from the delta has digest %s, the reply says %s", ErrBadReply, got, d.Digest)
 		}
 	}
-	return out, nil
+	return next, nil
 }
 
 // skipSpace skips JSON white space.

@@ -63,7 +63,8 @@ func benchDeltaTurn(b *testing.B, format string, n int) {
 		require.Empty(b, errorCode(msg))
 		return msg.Data
 	}
-	held := ask("digest", true)
+	held, err := protocol.Hold(ask("digest", true))
+	require.NoError(b, err)
 
 	// A bare request-reply of as many bytes as a delta.
 	var echo []byte
@@ -81,12 +82,10 @@ func benchDeltaTurn(b *testing.B, format string, n int) {
 		start := time.Now()
 		apply(c)
 		apply(r)
-		h, err := protocol.ReadReply(held)
-		require.NoError(b, err)
 		asked := time.Now()
-		d := ask("have_seq", h.Seq, "have_digest", h.Digest)
+		d := ask("have_seq", held.Reply.Seq, "have_digest", held.Reply.Digest)
 		fetch += time.Since(asked)
-		held, err = protocol.ApplyDelta(held, d)
+		held, err = held.Apply(d)
 		require.NoError(b, err)
 		turn += time.Since(start)
 		sentBytes += len(d)
@@ -103,5 +102,5 @@ func benchDeltaTurn(b *testing.B, format string, n int) {
 	b.ReportMetric(float64(turn.Microseconds())/float64(b.N), "turn-µs")
 	b.ReportMetric(float64(fetch.Microseconds())/float64(b.N), "fetch-µs")
 	b.ReportMetric(float64(bare.Microseconds())/float64(b.N), "bare-µs")
-	b.ReportMetric(float64(len(held)), "context-B")
+	b.ReportMetric(float64(len(held.Body)), "context-B")
 }

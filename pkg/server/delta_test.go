@@ -92,7 +92,9 @@ func TestService_Delta(t *testing.T) {
 				g := sessiongen.New(rand.New(rand.NewPCG(uint64(fi), 7)), sessiongen.Rules{Convert: projection.Convert, IsValidCompaction: projection.IsValidCompaction})
 				subj := "ctxd.context.s"
 				held := okReply(t, request(t, nc, subj, deltaBody(t, f, asMsgpack, "digest", true), nil))
-				deltas, kept := 0, 0
+				kept, err := protocol.Hold(held) // as a client holds it, from delta to delta
+				require.NoError(t, err)
+				deltas, keeps := 0, 0
 				for step := 1; step <= 80; step++ {
 					live.apply(uint64(step), g.Record())
 					h, err := protocol.ReadReply(held)
@@ -120,17 +122,21 @@ func TestService_Delta(t *testing.T) {
 					got, err := protocol.ApplyDelta(held, delta)
 					require.NoError(t, err, "step %d", step)
 					require.Equal(t, string(full), string(got), "step %d: the delta applied to the reply held", step)
+					kept, err = kept.Apply(delta)
+					require.NoError(t, err, "step %d", step)
+					require.Equal(t, string(full), string(kept.Body), "step %d: the delta applied to the reply kept", step)
+					require.Equal(t, fr.Items, kept.Reply.Items)
 					dr, err := protocol.ReadReply(delta)
 					require.NoError(t, err)
 					if dr.HasDelta {
 						deltas++
-						kept += int(dr.Keep)
+						keeps += int(dr.Keep)
 						require.Positive(t, dr.Keep)
 						require.Less(t, len(delta), len(full)+40)
 					}
 					held = full
 				}
-				t.Logf("%d deltas in 80 steps, %d messages kept", deltas, kept)
+				t.Logf("%d deltas in 80 steps, %d messages kept", deltas, keeps)
 				require.Greater(t, deltas, 20, "steps are answered with a delta")
 			})
 		}
