@@ -33,7 +33,6 @@ type keptKey struct {
 	msgpack         bool
 }
 
-
 // Context is the package's Context, as a delta against the reply held
 // for the session when there is one; it returns the whole reply.
 func (k *Keeper) Context(ctx context.Context, nc *nats.Conn, session string, req Request) ([]byte, error) {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 )
 
 // Delta replies (PROTOCOL.md, "Delta replies"). A reply asked with
@@ -415,6 +416,9 @@ type Held struct {
 	Body  []byte
 	Reply Reply
 	chain []Chain // chain[i]: the first i+1 elements'
+	// extended is set once a Held made from this one appended to chain
+	// in place (only the first may: what it appends lies past chain).
+	extended atomic.Bool
 }
 
 // Hold reads a whole reply to hold.
@@ -528,8 +532,12 @@ func (h *Held) apply(delta []byte, d Reply) (*Held, error) {
 		out = append(out, '}')
 	}
 	next.Body = out
-	next.chain = make([]Chain, keep, n)
-	copy(next.chain, h.chain[:keep])
+	if keep == len(h.chain) && h.extended.CompareAndSwap(false, true) {
+		next.chain = h.chain
+	} else {
+		next.chain = make([]Chain, keep, n)
+		copy(next.chain, h.chain[:keep])
+	}
 	var c Chain
 	if keep > 0 {
 		c = next.chain[keep-1]

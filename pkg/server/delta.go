@@ -135,14 +135,20 @@ func (d *digests) put(k digestKey, x *digestIndex) {
 // the reply is an error rather than a digest that may be wrong.
 var errNoDigest = errors.New("digest of the reply")
 
-// indexReply returns the index of out, a reply for p, and where its
-// array lies, going on from the index of the reply before when it can.
-// st is the rendering state of out, nil when there is none.
-func (s *Service) indexReply(out []byte, session string, p *projection.Session, req contextRequest, st *render.State) (*digestIndex, protocol.Located, error) {
-	loc, err := protocol.Locate(out)
-	if err != nil {
-		return nil, loc, fmt.Errorf("%w: %w", errNoDigest, err)
-	}
+// arrayOf is a reply's message array: its items (in JSON, what follows
+// them too, from the closing bracket on), count of them in msgpack
+// (-1: JSON), and the encoding of the body's other field.
+type arrayOf struct {
+	items []byte
+	count int
+	other []byte
+}
+
+// indexReply returns the index of a reply's array, the reply being for
+// p, going on from the index of the reply before when it can. st is the
+// rendering state of the reply, nil when there is none.
+func (s *Service) indexReply(arr arrayOf, session string, p *projection.Session, req contextRequest, st *render.State) (*digestIndex, error) {
+	out := arr.items
 	key := digestKey{session, string(req.format), req.msgpack}
 	old := s.digests.get(key)
 	x := &digestIndex{}
@@ -155,7 +161,7 @@ func (s *Service) indexReply(out []byte, session string, p *projection.Session, 
 	sameProj := old != nil && p != nil && old.proj == x.proj
 	if sameProj && old.version == x.version && old.seq == x.seq && (st == nil || old.state == x.state) {
 		// The same context as the latest reply: the same array.
-		return old, loc, nil
+		return old, nil
 	}
 	kept := 0 // the items of old that out holds too
 	var msgs []any
@@ -181,24 +187,24 @@ func (s *Service) indexReply(out []byte, session string, p *projection.Session, 
 		}
 	}
 	var c protocol.Chain
-	i := loc.ItemsAt
+	i := 0
 	if kept > 0 {
-		c, i = x.chain[kept-1], loc.ItemsAt+x.ends[kept-1]
+		c, i = x.chain[kept-1], x.ends[kept-1]
 		if !req.msgpack && i < len(out) && out[i] == ',' {
 			i++
 		}
 	}
 	for n := kept; ; n++ {
-		if req.msgpack && n == loc.Count || !req.msgpack && (i >= len(out) || out[i] == ']') {
+		if req.msgpack && n == arr.count || !req.msgpack && (i >= len(out) || out[i] == ']') {
 			break
 		}
 		e, err := protocol.SkipValue(out, i, req.msgpack)
 		if err != nil {
-			return nil, loc, fmt.Errorf("%w: item %d: %w", errNoDigest, n, err)
+			return nil, fmt.Errorf("%w: item %d: %w", errNoDigest, n, err)
 		}
 		c = c.Next(out[i:e])
 		x.chain = append(x.chain, c)
-		x.ends = append(x.ends, e-loc.ItemsAt)
+		x.ends = append(x.ends, e)
 		i = e
 		if !req.msgpack && i < len(out) && out[i] == ',' {
 			i++
@@ -206,7 +212,7 @@ func (s *Service) indexReply(out []byte, session string, p *projection.Session, 
 	}
 	if req.format == render.Neutral && p != nil {
 		if len(x.chain) != len(msgs) {
-			return nil, loc, fmt.Errorf("%w: %d items for %d messages", errNoDigest, len(x.chain), len(msgs))
+			return nil, fmt.Errorf("%w: %d items for %d messages", errNoDigest, len(x.chain), len(msgs))
 		}
 		for _, v := range msgs[len(x.msgs):] {
 			m, _ := v.(*record.Map)
@@ -214,20 +220,20 @@ func (s *Service) indexReply(out []byte, session string, p *projection.Session, 
 		}
 		x.seqs = append(x.seqs, seqs[len(x.seqs):]...)
 	}
-	x.items = i - loc.ItemsAt
+	x.items = i
 	if !req.msgpack {
 		if i >= len(out) || out[i] != ']' {
-			return nil, loc, fmt.Errorf("%w: the array does not end at %d", errNoDigest, i)
+			return nil, fmt.Errorf("%w: the array does not end at %d", errNoDigest, i)
 		}
 	}
-	x.digest = c.Digest(loc.Other)
+	x.digest = c.Digest(arr.other)
 	if old != nil && old.digest != x.digest {
 		x.prev = &baseChain{seq: old.seq, digest: old.digest, chain: old.chain}
 	} else if old != nil {
 		x.prev = old.prev
 	}
 	s.digests.put(key, x)
-	return x, loc, nil
+	return x, nil
 }
 
 func (x *digestIndex) chainOrNil() []protocol.Chain {
@@ -282,39 +288,32 @@ func sortSearch(n int, f func(int) bool) int {
 	return lo
 }
 
-// withDigest returns the reply out with its digest and, when keep > 0,
-// as a delta: its array holding the items from keep on. out is not
-// written: it may be shared.
-func withDigest(out []byte, x *digestIndex, loc protocol.Located, keep int, msgpack bool) ([]byte, error) {
-	itemsEnd := loc.ItemsAt + x.items
-	from := loc.ItemsAt
+// withDigest returns the reply made of head (up to the array's items:
+// in msgpack, before the array's header), the array's items and tail,
+// with its digest and, when keep > 0, as a delta: its array holding the
+// items from keep on. The parts are not written: they may be shared.
+func withDigest(head, items, tail []byte, x *digestIndex, keep int, msgpack bool) ([]byte, error) {
+	from := 0
 	if keep > 0 {
-		from += x.ends[keep-1]
+		from = x.ends[keep-1]
 		if !msgpack && keep < len(x.ends) {
 			from++ // the comma
 		}
 	}
-	n := len(out) + 2*protocol.DigestLen + 32
-	if keep > 0 {
-		n -= from - loc.ItemsAt
-	}
-	dst := make([]byte, 0, n)
+	dst := make([]byte, 0, len(head)+len(items)-from+len(tail)+2*protocol.DigestLen+48)
 	if msgpack {
-		if out[0]&0xf0 != 0x80 || out[0]&0x0f > 13 {
-			return nil, fmt.Errorf("%w: a reply of %d bytes is not a small map", errNoDigest, len(out))
+		if len(head) == 0 || head[0]&0xf0 != 0x80 || head[0]&0x0f > 13 {
+			return nil, fmt.Errorf("%w: a reply that is not a small map", errNoDigest)
 		}
 		add := byte(1)
 		if keep > 0 {
 			add = 2
 		}
-		dst = append(dst, out[0]+add)
-		if keep == 0 {
-			dst = append(dst, out[1:]...)
-		} else {
-			dst = append(dst, out[1:loc.ArrayAt]...)
-			dst = record.AppendMsgpackArrayLen(dst, len(x.ends)-keep)
-			dst = append(dst, out[from:]...)
-		}
+		dst = append(dst, head[0]+add)
+		dst = append(dst, head[1:]...)
+		dst = record.AppendMsgpackArrayLen(dst, len(x.ends)-keep)
+		dst = append(dst, items[from:]...)
+		dst = append(dst, tail...)
 		dst = record.AppendMsgpackString(dst, "digest")
 		dst = record.AppendMsgpackString(dst, x.digest)
 		if keep > 0 {
@@ -325,13 +324,12 @@ func withDigest(out []byte, x *digestIndex, loc protocol.Located, keep int, msgp
 		}
 		return dst, nil
 	}
-	if keep == 0 {
-		dst = append(dst, out[:len(out)-1]...)
-	} else {
-		dst = append(dst, out[:loc.ItemsAt]...)
-		dst = append(dst, out[from:itemsEnd]...)
-		dst = append(dst, out[itemsEnd:len(out)-1]...)
+	if len(tail) == 0 || tail[len(tail)-1] != '}' {
+		return nil, fmt.Errorf("%w: a reply that does not end its object", errNoDigest)
 	}
+	dst = append(dst, head...)
+	dst = append(dst, items[from:]...)
+	dst = append(dst, tail[:len(tail)-1]...)
 	dst = append(dst, `,"digest":"`...)
 	dst = append(dst, x.digest...)
 	dst = append(dst, '"')
@@ -350,13 +348,52 @@ func (s *Service) digested(out []byte, session string, p *projection.Session, re
 	if made != nil {
 		st = made.state
 	}
-	x, loc, err := s.indexReply(out, session, p, req, st)
+	loc, err := protocol.Locate(out)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errNoDigest, err)
+	}
+	x, err := s.indexReply(arrayOf{items: out[loc.ItemsAt:], count: loc.Count, other: loc.Other}, session, p, req, st)
 	if err != nil {
 		return nil, err
 	}
-	keep := 0
-	if req.have != nil {
-		keep = x.base(req.have)
+	head := out[:loc.ItemsAt]
+	if req.msgpack {
+		head = out[:loc.ArrayAt]
 	}
-	return withDigest(out, x, loc, keep, req.msgpack)
+	end := loc.ItemsAt + x.items
+	return withDigest(head, out[loc.ItemsAt:end], out[end:], x, s.keepFor(x, req), req.msgpack)
+}
+
+// keepFor is the delta's keep for the request: 0 for a whole reply.
+func (s *Service) keepFor(x *digestIndex, req contextRequest) int {
+	if req.have == nil {
+		return 0
+	}
+	return x.base(req.have)
+}
+
+// digestedMsgpack is digested for the neutral msgpack reply, made from
+// the session's encoded messages as they are kept, without a copy of
+// them: a delta costs what it sends.
+func (s *Service) digestedMsgpack(session string, p *projection.Session, req contextRequest) ([]byte, error) {
+	body, n, err := p.MsgpackBody()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errNotMsgpack, err)
+	}
+	x, err := s.indexReply(arrayOf{items: body, count: n}, session, p, req, nil)
+	if err != nil {
+		return nil, err
+	}
+	var buf [256]byte
+	head := record.AppendMsgpackMapLen(buf[:0], 4)
+	head = record.AppendMsgpackString(head, "session")
+	head = record.AppendMsgpackString(head, session)
+	head = record.AppendMsgpackString(head, "seq")
+	head = appendMsgpackUint(head, p.Seq())
+	head = record.AppendMsgpackString(head, "messages")
+	tail := record.AppendMsgpackString(nil, "dropped")
+	if tail, err = record.AppendMsgpack(tail, p.Dropped().Map()); err != nil {
+		return nil, fmt.Errorf("%w: %w", errNotMsgpack, err)
+	}
+	return withDigest(head, body[:x.items], tail, x, s.keepFor(x, req), true)
 }

@@ -452,6 +452,10 @@ func (s *Service) reply(r micro.Request, v Viewer, session string, req contextRe
 	var made *cachedReply // a rendered reply made here, kept with the session
 	var err error
 	verr := v.View(s.ctx, session, func(p *projection.Session) {
+		if req.digest && req.msgpack && !req.rendered() && p != nil {
+			out, err = s.digestedMsgpack(session, p, req) // no copy of the messages
+			return
+		}
 		if req.digest {
 			defer func() {
 				if err == nil {
