@@ -222,3 +222,35 @@ func TestService_DeltaRefused(t *testing.T) {
 		require.Contains(t, msg.Header.Get(micro.ErrorHeader), field, body)
 	}
 }
+
+// A reply, whole or a delta, larger than the max payload comes in chunks
+// like any; a delta of a large message too.
+func TestService_DeltaChunked(t *testing.T) {
+	url := startNATS(t, 8<<10)
+	live := &liveSession{p: projection.New(projection.Options{})}
+	big := strings.Repeat("x", 20<<10)
+	for i := range 4 {
+		live.apply(uint64(i+1), record.NewMap("role", "user", "content", fmt.Sprintf("%d %s", i, big)))
+	}
+	startService(t, url, live.projections())
+	nc := connect(t, url)
+	for _, asMsgpack := range []bool{false, true} {
+		body := func(kv ...any) []byte { return deltaBody(t, render.Neutral, asMsgpack, kv...) }
+		held := fetchAll(t, nc, request(t, nc, "ctxd.context.s", body("digest", true), nil))
+		h, err := protocol.Hold(held)
+		require.NoError(t, err)
+		seq := live.p.Seq()
+		live.apply(seq+1, record.NewMap("role", "assistant", "content", "a large answer "+big))
+		first := request(t, nc, "ctxd.context.s", body("have_seq", h.Reply.Seq, "have_digest", h.Reply.Digest), nil)
+		require.NotEmpty(t, first.Header.Get(HeaderChunks), "the delta comes in chunks")
+		delta := fetchAll(t, nc, first)
+		d, err := protocol.ReadReply(delta)
+		require.NoError(t, err)
+		require.True(t, d.HasDelta)
+		require.Len(t, d.Items, 1)
+		full := fetchAll(t, nc, request(t, nc, "ctxd.context.s", body("digest", true), nil))
+		next, err := h.Apply(delta)
+		require.NoError(t, err)
+		require.Equal(t, string(full), string(next.Body))
+	}
+}
