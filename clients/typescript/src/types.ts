@@ -306,6 +306,10 @@ export interface ReplyBase {
   usage?: Usage;
   /** When the request had budgetTokens. */
   budget?: Budget;
+  /** The digest of the reply's messages (docs/PROTOCOL.md, "Delta replies"): asked for, or kept by the client. */
+  digest?: string;
+  /** In a raw reply to haveSeq and haveDigest: the reply holds the messages from keep on. */
+  delta?: { keep: number };
 }
 
 /** The neutral context. */
