@@ -35,8 +35,10 @@ import (
 // whole reply: the context made from a delta is always the one a whole
 // reply holds.
 
-// DefaultDigestBytes bounds the memory of the kept chains.
-const DefaultDigestBytes = 64 << 20
+// DefaultDigestBytes bounds the memory of the kept chains: about 56
+// bytes a message of the latest reply, 32 of the one before; 16 MiB
+// holds those of 190 000 messages.
+const DefaultDigestBytes = 16 << 20
 
 // held is the reply a client holds: have_seq and have_digest.
 type held struct {
@@ -88,6 +90,9 @@ type digests struct {
 	size int64
 	m    map[digestKey]*list.Element
 	lru  list.List
+	// goneOn counts the replies indexed from the one before, hashing
+	// only what followed what they shared.
+	goneOn atomic.Int64
 }
 
 type digestEntry struct {
@@ -189,6 +194,7 @@ func (s *Service) indexReply(arr arrayOf, session string, p *projection.Session,
 	var c protocol.Chain
 	i := 0
 	if kept > 0 {
+		s.digests.goneOn.Add(1)
 		c, i = x.chain[kept-1], x.ends[kept-1]
 		if !req.msgpack && i < len(out) && out[i] == ',' {
 			i++

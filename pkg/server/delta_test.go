@@ -87,7 +87,7 @@ func TestService_Delta(t *testing.T) {
 			}
 			t.Run(name, func(t *testing.T) {
 				live := &liveSession{p: projection.New(projection.Options{})}
-				startService(t, url, live.projections())
+				svc, _ := startService(t, url, live.projections())
 				nc := connect(t, url)
 				g := sessiongen.New(rand.New(rand.NewPCG(uint64(fi), 7)), sessiongen.Rules{Convert: projection.Convert, IsValidCompaction: projection.IsValidCompaction})
 				subj := "ctxd.context.s"
@@ -136,7 +136,8 @@ func TestService_Delta(t *testing.T) {
 					}
 					held = full
 				}
-				t.Logf("%d deltas in 80 steps, %d messages kept", deltas, keeps)
+				t.Logf("%d deltas in 80 steps, %d messages kept; %d replies indexed from the one before", deltas, keeps, svc.digests.goneOn.Load())
+				require.Greater(t, svc.digests.goneOn.Load(), int64(5), "replies are indexed from the one before")
 				require.Greater(t, deltas, 20, "steps are answered with a delta")
 			})
 		}
