@@ -50,6 +50,10 @@ type held struct {
 type digestKey struct {
 	session, format string
 	msgpack         bool
+	// rendered: a neutral reply with a budget is made apart from the
+	// neutral reply (rendered.go); their chains do not go on from
+	// each other.
+	rendered bool
 }
 
 // digestIndex is the chain of a reply's message array.
@@ -154,7 +158,7 @@ type arrayOf struct {
 // rendering state of the reply, nil when there is none.
 func (s *Service) indexReply(arr arrayOf, session string, p *projection.Session, req contextRequest, st *render.State) (*digestIndex, error) {
 	out := arr.items
-	key := digestKey{session, string(req.format), req.msgpack}
+	key := digestKey{session, string(req.format), req.msgpack, req.rendered()}
 	old := s.digests.get(key)
 	x := &digestIndex{}
 	if p != nil {

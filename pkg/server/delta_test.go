@@ -80,12 +80,16 @@ func okReply(t testing.TB, msg *nats.Msg) []byte {
 func TestService_Delta(t *testing.T) {
 	url := startNATS(t, 0)
 	for fi, f := range render.Formats {
-		for _, asMsgpack := range []bool{false, true} {
-			name := string(f) + "/json"
-			if asMsgpack {
-				name = string(f) + "/msgpack"
+		for _, variant := range []string{"json", "msgpack", "json+budget", "msgpack+budget"} {
+			asMsgpack := strings.HasPrefix(variant, "msgpack")
+			var extra []any
+			if strings.HasSuffix(variant, "+budget") {
+				extra = []any{"budget_tokens", int64(2000)}
 			}
-			t.Run(name, func(t *testing.T) {
+			deltaBody := func(t testing.TB, f render.Format, asMsgpack bool, kv ...any) []byte {
+				return deltaBody(t, f, asMsgpack, append(kv, extra...)...)
+			}
+			t.Run(string(f)+"/"+variant, func(t *testing.T) {
 				live := &liveSession{p: projection.New(projection.Options{})}
 				svc, _ := startService(t, url, live.projections())
 				nc := connect(t, url)
