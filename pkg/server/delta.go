@@ -60,9 +60,9 @@ type digestKey struct {
 type digestIndex struct {
 	proj         weak.Pointer[projection.Session]
 	version, seq uint64
-	state        uint64 // the render.State's ID; 0 for the neutral format
-	ends         []int  // where each item ends, from the first item's start
-	chain        []protocol.Chain
+	state        uint64         // the render.State's ID; 0 for the neutral format
+	ends         blockList[int] // where each item ends, from the first item's start
+	chain        blockList[protocol.Chain]
 	msgs         []weak.Pointer[record.Map] // neutral format: the messages
 	seqs         []uint64
 	digest       string
@@ -75,13 +75,13 @@ type digestIndex struct {
 type baseChain struct {
 	seq    uint64
 	digest string
-	chain  []protocol.Chain
+	chain  blockList[protocol.Chain]
 }
 
 func (x *digestIndex) size() int64 {
-	n := int64(len(x.ends))*(8+32+8+8) + 256
+	n := int64(x.ends.len())*(8+32+8+8) + 256
 	if x.prev != nil {
-		n += int64(len(x.prev.chain)) * 32
+		n += int64(x.prev.chain.len()) * 32
 	}
 	return n
 }
@@ -183,15 +183,17 @@ func (s *Service) indexReply(arr arrayOf, session string, p *projection.Session,
 	case req.format == render.Neutral:
 		kept = firstChanged(old.msgs, old.seqs, msgs, seqs)
 	case st != nil && st.From() != 0 && st.From() == old.state:
-		kept, _ = slices.BinarySearch(old.ends, st.KeptItems()+1)
+		kept = sortSearch(old.ends.len(), func(i int) bool { return old.ends.at(i) > st.KeptItems() })
 	}
-	kept = min(kept, len(old.chainOrNil()))
-	if old != nil && kept > 0 && kept == len(old.chain) && old.extended.CompareAndSwap(false, true) {
-		x.ends, x.chain = old.ends, old.chain
-		x.msgs, x.seqs = old.msgs, old.seqs
-	} else if kept > 0 {
-		x.ends, x.chain = slices.Clone(old.ends[:kept]), slices.Clone(old.chain[:kept])
-		if old.msgs != nil {
+	if old != nil {
+		kept = min(kept, old.chain.len())
+	}
+	if kept > 0 {
+		inPlace := kept == old.chain.len() && old.extended.CompareAndSwap(false, true)
+		x.ends, x.chain = old.ends.prefix(kept, inPlace), old.chain.prefix(kept, inPlace)
+		if inPlace {
+			x.msgs, x.seqs = old.msgs, old.seqs
+		} else if old.msgs != nil {
 			x.msgs, x.seqs = slices.Clone(old.msgs[:kept]), slices.Clone(old.seqs[:kept])
 		}
 	}
@@ -199,7 +201,7 @@ func (s *Service) indexReply(arr arrayOf, session string, p *projection.Session,
 	i := 0
 	if kept > 0 {
 		s.digests.goneOn.Add(1)
-		c, i = x.chain[kept-1], x.ends[kept-1]
+		c, i = x.chain.at(kept-1), x.ends.at(kept-1)
 		if !req.msgpack && i < len(out) && out[i] == ',' {
 			i++
 		}
@@ -213,16 +215,16 @@ func (s *Service) indexReply(arr arrayOf, session string, p *projection.Session,
 			return nil, fmt.Errorf("%w: item %d: %w", errNoDigest, n, err)
 		}
 		c = c.Next(out[i:e])
-		x.chain = append(x.chain, c)
-		x.ends = append(x.ends, e)
+		x.chain.add(c)
+		x.ends.add(e)
 		i = e
 		if !req.msgpack && i < len(out) && out[i] == ',' {
 			i++
 		}
 	}
 	if req.format == render.Neutral && p != nil {
-		if len(x.chain) != len(msgs) {
-			return nil, fmt.Errorf("%w: %d items for %d messages", errNoDigest, len(x.chain), len(msgs))
+		if x.chain.len() != len(msgs) {
+			return nil, fmt.Errorf("%w: %d items for %d messages", errNoDigest, x.chain.len(), len(msgs))
 		}
 		for _, v := range msgs[len(x.msgs):] {
 			m, _ := v.(*record.Map)
@@ -244,13 +246,6 @@ func (s *Service) indexReply(arr arrayOf, session string, p *projection.Session,
 	}
 	s.digests.put(key, x)
 	return x, nil
-}
-
-func (x *digestIndex) chainOrNil() []protocol.Chain {
-	if x == nil {
-		return nil
-	}
-	return x.chain
 }
 
 // firstChanged is the index of the first message that differs between
@@ -279,8 +274,8 @@ func (x *digestIndex) base(h *held) int {
 			continue
 		}
 		// The chains agree up to the first item that differs.
-		n := min(len(b.chain), len(x.chain))
-		return sortSearch(n, func(i int) bool { return b.chain[i] != x.chain[i] })
+		n := min(b.chain.len(), x.chain.len())
+		return sortSearch(n, func(i int) bool { return b.chain.at(i) != x.chain.at(i) })
 	}
 	return 0
 }
@@ -305,8 +300,8 @@ func sortSearch(n int, f func(int) bool) int {
 func withDigest(head, items, tail []byte, x *digestIndex, keep int, msgpack bool) ([]byte, error) {
 	from := 0
 	if keep > 0 {
-		from = x.ends[keep-1]
-		if !msgpack && keep < len(x.ends) {
+		from = x.ends.at(keep - 1)
+		if !msgpack && keep < x.ends.len() {
 			from++ // the comma
 		}
 	}
@@ -321,7 +316,7 @@ func withDigest(head, items, tail []byte, x *digestIndex, keep int, msgpack bool
 		}
 		dst = append(dst, head[0]+add)
 		dst = append(dst, head[1:]...)
-		dst = record.AppendMsgpackArrayLen(dst, len(x.ends)-keep)
+		dst = record.AppendMsgpackArrayLen(dst, x.ends.len()-keep)
 		dst = append(dst, items[from:]...)
 		dst = append(dst, tail...)
 		dst = record.AppendMsgpackString(dst, "digest")
