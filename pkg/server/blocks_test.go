@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ctxd/ctxd/pkg/protocol"
 )
 
 // Versions of a blockList made from each other's prefixes never see
@@ -37,4 +39,22 @@ func TestBlockList_Prefix(t *testing.T) {
 		require.Equal(t, i, c.at(i))
 	}
 	require.Equal(t, 10599, c.at(1899))
+}
+
+// An index's item is found only where and as it was.
+func TestDigestIndex_Holds(t *testing.T) {
+	var x digestIndex
+	var c protocol.Chain
+	items := []byte(`{"a":1},{"b":2},{"c":3}`)
+	for _, e := range [][2]int{{0, 7}, {8, 15}, {16, 23}} {
+		c = c.Next(items[e[0]:e[1]])
+		x.chain.add(c)
+		x.ends.add(e[1])
+	}
+	require.True(t, x.holds(items, 0, false))
+	require.True(t, x.holds(items, 2, false))
+	require.True(t, x.holds([]byte(`{"a":1},{"b":2},{"c":3},{"d":4}`), 2, false))
+	require.False(t, x.holds([]byte(`{"a":1},{"b":9},{"c":3}`), 1, false))
+	require.False(t, x.holds([]byte(`{"a":1},{"b":2}`), 2, false), "shorter")
+	require.False(t, x.holds([]byte(`{"a":1} ,{"b":2},{"c":3}`), 1, false), "moved")
 }

@@ -95,8 +95,9 @@ type digests struct {
 	m    map[digestKey]*list.Element
 	lru  list.List
 	// goneOn counts the replies indexed from the one before, hashing
-	// only what followed what they shared.
-	goneOn atomic.Int64
+	// only what followed what they shared; mismatched those whose last
+	// item said to be shared was not.
+	goneOn, mismatched atomic.Int64
 }
 
 type digestEntry struct {
@@ -188,6 +189,12 @@ func (s *Service) indexReply(arr arrayOf, session string, p *projection.Session,
 	if old != nil {
 		kept = min(kept, old.chain.len())
 	}
+	if kept > 0 && !old.holds(out, kept-1, req.msgpack) {
+		// Not where the reply before had it: what was kept is not what
+		// it seemed. Hashed whole, rather than a digest that may be wrong.
+		s.digests.mismatched.Add(1)
+		kept = 0
+	}
 	if kept > 0 {
 		inPlace := kept == old.chain.len() && old.extended.CompareAndSwap(false, true)
 		x.ends, x.chain = old.ends.prefix(kept, inPlace), old.chain.prefix(kept, inPlace)
@@ -246,6 +253,22 @@ func (s *Service) indexReply(arr arrayOf, session string, p *projection.Session,
 	}
 	s.digests.put(key, x)
 	return x, nil
+}
+
+// holds reports whether items, the items of a reply, have x's item k
+// where x has it: the check of a shared prefix's last item, whose bytes
+// must hash, after the chain before them, to the chain x has for it.
+func (x *digestIndex) holds(items []byte, k int, msgpack bool) bool {
+	from := 0
+	var c protocol.Chain
+	if k > 0 {
+		from, c = x.ends.at(k-1), x.chain.at(k-1)
+		if !msgpack {
+			from++ // the comma
+		}
+	}
+	to := x.ends.at(k)
+	return to <= len(items) && from <= to && c.Next(items[from:to]) == x.chain.at(k)
 }
 
 // firstChanged is the index of the first message that differs between

@@ -142,6 +142,7 @@ func TestService_Delta(t *testing.T) {
 				}
 				t.Logf("%d deltas in 80 steps, %d messages kept; %d replies indexed from the one before", deltas, keeps, svc.digests.goneOn.Load())
 				require.Greater(t, svc.digests.goneOn.Load(), int64(5), "replies are indexed from the one before")
+				require.Zero(t, svc.digests.mismatched.Load(), "what was said to be shared was")
 				require.Greater(t, deltas, 20, "steps are answered with a delta")
 			})
 		}
