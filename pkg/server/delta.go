@@ -65,6 +65,7 @@ type digestIndex struct {
 	chain        blockList[protocol.Chain]
 	msgs         []weak.Pointer[record.Map] // neutral format: the messages
 	seqs         []uint64
+	cache        weak.Pointer[byte] // the projection's buffer the items were in (arrayOf.cached)
 	digest       string
 	items        int         // the bytes of the items, separators included
 	prev         *baseChain  // the reply before, whose digest differs
@@ -98,6 +99,9 @@ type digests struct {
 	// only what followed what they shared; mismatched those whose last
 	// item said to be shared was not.
 	goneOn, mismatched atomic.Int64
+	// appended counts the neutral replies whose messages the projection
+	// only appended to.
+	appended atomic.Int64
 }
 
 type digestEntry struct {
@@ -152,6 +156,11 @@ type arrayOf struct {
 	items []byte
 	count int
 	other []byte
+	// cached: items are the projection's cache of the encoded messages
+	// (projection.Session.JSONBody, MsgpackBody), which it never writes
+	// once handed out: the same buffer, as long or longer, holds the
+	// items it held.
+	cached bool
 }
 
 // indexReply returns the index of a reply's array, the reply being for
@@ -179,8 +188,16 @@ func (s *Service) indexReply(arr arrayOf, session string, p *projection.Session,
 	if req.format == render.Neutral && p != nil {
 		msgs, seqs = p.Messages(), p.MessageSeqs(make([]uint64, 0, p.Len()))
 	}
+	if arr.cached && len(arr.items) > 0 {
+		x.cache = weak.Make(&arr.items[0])
+	}
 	switch {
 	case !sameProj:
+	case req.format == render.Neutral && arr.cached && len(arr.items) >= old.items && old.cache == x.cache && old.cache.Value() != nil:
+		// The projection appended to the buffer the reply before was
+		// in: every item of it is here, as it was.
+		kept = old.chain.len()
+		s.digests.appended.Add(1)
 	case req.format == render.Neutral:
 		kept = firstChanged(old.msgs, old.seqs, msgs, seqs)
 	case st != nil && st.From() != 0 && st.From() == old.state:
@@ -241,7 +258,7 @@ func (s *Service) indexReply(arr arrayOf, session string, p *projection.Session,
 	}
 	x.items = i
 	if !req.msgpack {
-		if i >= len(out) || out[i] != ']' {
+		if i < len(out) && out[i] != ']' || i == len(out) && !arr.cached {
 			return nil, fmt.Errorf("%w: the array does not end at %d", errNoDigest, i)
 		}
 	}
@@ -400,17 +417,26 @@ func (s *Service) keepFor(x *digestIndex, req contextRequest) int {
 	return x.base(req.have)
 }
 
-// digestedMsgpack is digested for the neutral msgpack reply, made from
-// the session's encoded messages as they are kept, without a copy of
+// digestedNeutral is digested for the neutral reply, made from the
+// session's encoded messages as its cache holds them, without a copy of
 // them: a delta costs what it sends.
-func (s *Service) digestedMsgpack(session string, p *projection.Session, req contextRequest) ([]byte, error) {
-	body, n, err := p.MsgpackBody()
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", errNotMsgpack, err)
+func (s *Service) digestedNeutral(session string, p *projection.Session, req contextRequest) ([]byte, error) {
+	var body []byte
+	n := -1
+	if req.msgpack {
+		var err error
+		if body, n, err = p.MsgpackBody(); err != nil {
+			return nil, fmt.Errorf("%w: %w", errNotMsgpack, err)
+		}
+	} else {
+		body, _ = p.JSONBody()
 	}
-	x, err := s.indexReply(arrayOf{items: body, count: n}, session, p, req, nil)
+	x, err := s.indexReply(arrayOf{items: body, count: n, cached: true}, session, p, req, nil)
 	if err != nil {
 		return nil, err
+	}
+	if !req.msgpack {
+		return withDigest(appendReplyJSONHead(nil, session, p.Seq()), body[:x.items], appendReplyJSONTail(nil, p.Dropped()), x, s.keepFor(x, req), false)
 	}
 	var buf [256]byte
 	head := record.AppendMsgpackMapLen(buf[:0], 4)

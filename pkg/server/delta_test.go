@@ -143,6 +143,11 @@ func TestService_Delta(t *testing.T) {
 				t.Logf("%d deltas in 80 steps, %d messages kept; %d replies indexed from the one before", deltas, keeps, svc.digests.goneOn.Load())
 				require.Greater(t, svc.digests.goneOn.Load(), int64(5), "replies are indexed from the one before")
 				require.Zero(t, svc.digests.mismatched.Load(), "what was said to be shared was")
+				if f == render.Neutral && extra == nil && asMsgpack {
+					// (In JSON the plain requests between make the
+					// projection's reply buffers anew.)
+					require.Positive(t, svc.digests.appended.Load(), "replies whose messages were appended to")
+				}
 				require.Greater(t, deltas, 20, "steps are answered with a delta")
 			})
 		}
@@ -258,5 +263,36 @@ func TestService_DeltaChunked(t *testing.T) {
 		next, err := h.Apply(delta)
 		require.NoError(t, err)
 		require.Equal(t, string(full), string(next.Body))
+	}
+}
+
+// A session only appended to is indexed from the projection's buffer,
+// as JSON and as msgpack, without a walk of its messages.
+func TestService_DeltaAppended(t *testing.T) {
+	url := startNATS(t, 0)
+	for _, asMsgpack := range []bool{false, true} {
+		live := &liveSession{p: projection.New(projection.Options{})}
+		svc, _ := startService(t, url, live.projections())
+		nc := connect(t, url)
+		var h *protocol.Held
+		for i := range 20 {
+			live.apply(uint64(i+1), record.NewMap("role", "user", "content", fmt.Sprintf("turn %d", i)))
+			kv := []any{"digest", true}
+			if h != nil {
+				kv = []any{"have_seq", h.Reply.Seq, "have_digest", h.Reply.Digest}
+			}
+			reply := okReply(t, request(t, nc, "ctxd.context.s", deltaBody(t, render.Neutral, asMsgpack, kv...), nil))
+			var err error
+			if h == nil {
+				h, err = protocol.Hold(reply)
+			} else {
+				h, err = h.Apply(reply)
+			}
+			require.NoError(t, err)
+			full := okReply(t, request(t, nc, "ctxd.context.s", deltaBody(t, render.Neutral, asMsgpack, "digest", true), nil))
+			require.Equal(t, string(full), string(h.Body))
+		}
+		require.GreaterOrEqual(t, svc.digests.appended.Load(), int64(19), "msgpack %v", asMsgpack)
+		require.NoError(t, svc.Close()) // the next one answers alone
 	}
 }

@@ -452,8 +452,8 @@ func (s *Service) reply(r micro.Request, v Viewer, session string, req contextRe
 	var made *cachedReply // a rendered reply made here, kept with the session
 	var err error
 	verr := v.View(s.ctx, session, func(p *projection.Session) {
-		if req.digest && req.msgpack && !req.rendered() && p != nil {
-			out, err = s.digestedMsgpack(session, p, req) // no copy of the messages
+		if req.digest && !req.rendered() && p != nil {
+			out, err = s.digestedNeutral(session, p, req) // no copy of the messages
 			return
 		}
 		if req.digest {
