@@ -50,8 +50,14 @@ func FuzzApplyDelta(f *testing.F) {
 	f.Add([]byte(`{"messages":[{"a":1},2],"delta":{"keep":1},"digest":"x"}`))
 	f.Add([]byte("\x83\xa8messages\x92\x01\x02\xa5delta\x81\xa4keep\x01\xa3seq\x05"))
 	f.Add([]byte(`{"contents":[],"systemInstruction":{"parts":[]}}`))
-	held := []byte(`{"messages":[{"a":1},{"b":2}]}`)
+	heldJSON := []byte(`{"messages":[{"a":1},{"b":2}]}`)
+	heldMsgpack := []byte("\x81\xa8messages\x92\x01\x02")
 	f.Fuzz(func(t *testing.T, b []byte) {
+		_, _ = Locate(b)
+		held := heldJSON
+		if len(b) > 0 && b[0] != '{' {
+			held = heldMsgpack
+		}
 		out, err := ApplyDelta(held, b)
 		if err != nil {
 			require.ErrorIs(t, err, ErrBadReply)
@@ -59,6 +65,11 @@ func FuzzApplyDelta(f *testing.F) {
 		}
 		_, err = ReadReply(out)
 		require.NoError(t, err, "%q from %q", out, b)
-		_, _ = Locate(b)
+		h, err := Hold(held)
+		require.NoError(t, err)
+		next, err := h.Apply(b)
+		if err == nil {
+			require.Equal(t, out, next.Body)
+		}
 	})
 }
