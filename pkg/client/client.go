@@ -1,7 +1,9 @@
 // Package client publishes records to ctxd's stream (Publish) and fetches
 // model contexts from a ctxd service (Context): it checks the session id
 // before sending, turns service errors into *Error values, and
-// reassembles replies larger than the connection's max payload.
+// reassembles replies larger than the connection's max payload. A
+// Keeper keeps each session's last reply and asks for the next as a
+// delta against it, returning whole replies.
 //
 // A request is a read that every instance answers the same, so it may be
 // sent more than once: Context sends one that got no answer within its
