@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/ctxd/ctxd/pkg/bus"
 	"github.com/ctxd/ctxd/pkg/client"
 	"github.com/ctxd/ctxd/pkg/edits"
+	"github.com/ctxd/ctxd/pkg/protocol"
 	"github.com/ctxd/ctxd/pkg/record"
 	"github.com/ctxd/ctxd/pkg/subject"
 )
@@ -131,7 +133,11 @@ chunk may take 30 s, however many there are.
 A request not answered within --hedge-ms is sent once more to
 ctxd.context.SESSION, where any instance may take it, and the first answer
 wins; a request whose connection to the NATS server is lost is sent again
-once it is back, or fails naming the lost connection.`
+once it is back, or fails naming the lost connection.
+With --digest the reply carries "digest", which names its messages; with
+--have-seq N --have-digest D, the seq and digest of a reply held, the
+reply may be a delta, printed raw: "delta": {"keep": K} and only the
+messages from K on (docs/PROTOCOL.md, "Delta replies").`
 
 // contextChunkTimeout is how long ctxd context waits for each chunk of a
 // large reply after the first.
@@ -146,6 +152,9 @@ func runContext(ctx context.Context, e *env, args []string) error {
 	budget := fs.Uint64("budget-tokens", 0, "say whether the context is over this many input tokens (0: don't)")
 	editsJSON := fs.String("edits", "", "edit the context before rendering: a JSON object of tool_results, thinking, images (docs/EDITS.md)")
 	partitions := fs.Int("partitions", 0, "the stream's partitions: ask the instance that applies the session's partition first (ctxd.p.K.SESSION)")
+	digest := fs.Bool("digest", false, "ask the reply to carry its digest")
+	haveSeq := fs.Uint64("have-seq", 0, "the seq of the reply held (with --have-digest): the reply may be a delta against it")
+	haveDigest := fs.String("have-digest", "", "the digest of the reply held (with --have-seq)")
 	hedgeMS := fs.Int("hedge-ms", 0, "send the request once more, to any instance, when no answer came within this many ms (0: a quarter of the time, 200 to 1000 ms; -1: never)")
 	pos, err := parse(e, fs, args)
 	if err != nil {
@@ -176,6 +185,9 @@ func runContext(ctx context.Context, e *env, args []string) error {
 			return errUsage
 		}
 	}
+	if err := checkHave(e, fs, *haveDigest); err != nil {
+		return err
+	}
 	if *hedgeMS < -1 {
 		fmt.Fprintf(e.stderr, "ctxd context: --hedge-ms must be -1 (never), 0 (the default) or more, got %d\n", *hedgeMS)
 		return errUsage
@@ -191,11 +203,31 @@ func runContext(ctx context.Context, e *env, args []string) error {
 	// The timeout is the answer's; a large one then takes as long as its
 	// chunks keep coming.
 	data, err := client.Context(ctx, nc, pos[0], client.Request{MinSeq: *minSeq, WaitMS: *waitMS, NoWait: *waitMS == 0, Format: *format,
-		BudgetTokens: *budget, Edits: edited, Partitions: *partitions, ChunkTimeout: contextChunkTimeout, Hedge: time.Duration(*hedgeMS) * time.Millisecond})
+		BudgetTokens: *budget, Edits: edited, Partitions: *partitions, ChunkTimeout: contextChunkTimeout, Hedge: time.Duration(*hedgeMS) * time.Millisecond,
+		Digest: *digest, HaveSeq: *haveSeq, HaveDigest: *haveDigest})
 	if err != nil {
 		return err
 	}
 	return e.writeJSON(data)
+}
+
+// checkHave checks --have-seq and --have-digest: both or neither, and a
+// digest of 64 lowercase hex digits.
+func checkHave(e *env, fs *flag.FlagSet, digest string) error {
+	seqSet := false
+	fs.Visit(func(f *flag.Flag) { seqSet = seqSet || f.Name == "have-seq" })
+	switch {
+	case seqSet != (digest != ""):
+		fmt.Fprintln(e.stderr, "ctxd context: --have-seq and --have-digest go together: give both, or neither")
+		return errUsage
+	case digest == "":
+		return nil
+	}
+	if _, err := protocol.ParseRequest(fmt.Appendf(nil, `{"have_seq":0,"have_digest":%q}`, digest)); err != nil {
+		fmt.Fprintf(e.stderr, "ctxd context: --have-digest must be a digest of %d lowercase hex digits, got %q\n", protocol.DigestLen, digest)
+		return errUsage
+	}
+	return nil
 }
 
 func runRejected(ctx context.Context, e *env, args []string) error {

@@ -1,7 +1,9 @@
 // Package client publishes records to ctxd's stream (Publish) and fetches
 // model contexts from a ctxd service (Context): it checks the session id
 // before sending, turns service errors into *Error values, and
-// reassembles replies larger than the connection's max payload.
+// reassembles replies larger than the connection's max payload. A
+// Keeper keeps each session's last reply and asks for the next as a
+// delta against it, returning whole replies.
 //
 // A request is a read that every instance answers the same, so it may be
 // sent more than once: Context sends one that got no answer within its
@@ -117,6 +119,14 @@ type Request struct {
 	// thinking and images removed. ToolResults needs a TriggerTokens of
 	// its own (HasTrigger) or BudgetTokens.
 	Edits *edits.Config
+	// Digest asks the reply to carry its digest; HaveSeq and HaveDigest,
+	// when HaveDigest is set, name the reply the caller holds, and the
+	// reply may be a delta against it (docs/PROTOCOL.md, "Delta
+	// replies"). Context returns the reply as it comes: Keeper applies
+	// deltas.
+	Digest     bool
+	HaveSeq    uint64
+	HaveDigest string
 	// Partitions, the stream's number of partitions (Partitions), sends
 	// the request to the instance that applies the session's partition,
 	// on ctxd.p.<k>.<session>, and to ctxd.context.<session> when no
@@ -674,5 +684,9 @@ func (req Request) wire(timeout time.Duration) protocol.Request {
 		w.BudgetTokens, w.HasBudget = req.BudgetTokens, true
 	}
 	w.Edits = req.Edits
+	w.Digest = req.Digest
+	if req.HaveDigest != "" {
+		w.HaveSeq, w.HaveDigest, w.HasHave = req.HaveSeq, req.HaveDigest, true
+	}
 	return w
 }

@@ -51,6 +51,15 @@ type Request struct {
 	// Edits is edits: the context edits to apply before rendering (nil:
 	// none; docs/EDITS.md).
 	Edits *edits.Config
+	// Digest is digest: the reply carries its digest (Delta replies, in
+	// delta.go). HasHave implies it.
+	Digest bool
+	// HaveSeq and HaveDigest, when HasHave, are have_seq and have_digest:
+	// the seq and digest of the reply the client holds, against which
+	// the service may answer with a delta.
+	HaveSeq    uint64
+	HaveDigest string
+	HasHave    bool
 }
 
 // Wait is how long the service may wait for MinSeq: wait_ms bounded by
@@ -75,7 +84,8 @@ func (r Request) Timeout() time.Duration {
 
 // ParseRequest reads a request body: a JSON object or a msgpack map (the
 // reply is encoded as the request was: record.IsJSON tells which) with
-// optional min_seq, wait_ms, timeout_ms, format, budget_tokens and edits;
+// optional min_seq, wait_ms, timeout_ms, format, budget_tokens, edits,
+// digest, have_seq and have_digest;
 // unknown fields are ignored, an empty body is the zero Request. Every
 // error wraps ErrBadRequest and says what is wrong.
 func ParseRequest(body []byte) (Request, error) {
@@ -135,6 +145,9 @@ func ParseRequest(body []byte) (Request, error) {
 			return req, err
 		}
 	}
+	if err := req.parseDelta(m.Get); err != nil {
+		return req, err
+	}
 	return req, nil
 }
 
@@ -149,6 +162,50 @@ func parseEdits(v any, hasBudget bool) (*edits.Config, error) {
 		return nil, fmt.Errorf("%w: %w: edits.tool_results.trigger_tokens is required when the request has no budget_tokens", ErrBadRequest, edits.ErrInvalid)
 	}
 	return c, nil
+}
+
+// parseDelta reads digest, have_seq and have_digest: have_seq and
+// have_digest go together, and a digest is 64 lowercase hex digits.
+func (r *Request) parseDelta(get func(string) (any, bool)) error {
+	if v, ok := get("digest"); ok {
+		b, isBool := v.(bool)
+		if !isBool {
+			return fmt.Errorf("%w: digest must be true or false, got %s", ErrBadRequest, describe(v))
+		}
+		r.Digest = b
+	}
+	seq, hasSeq := get("have_seq")
+	d, hasDigest := get("have_digest")
+	switch {
+	case !hasSeq && !hasDigest:
+		return nil
+	case !hasSeq:
+		return fmt.Errorf("%w: have_digest without have_seq: give both, or neither", ErrBadRequest)
+	case !hasDigest:
+		return fmt.Errorf("%w: have_seq without have_digest: give both, or neither", ErrBadRequest)
+	}
+	var err error
+	if r.HaveSeq, err = nonNegative("have_seq", seq); err != nil {
+		return err
+	}
+	s, isString := d.(string)
+	if !isString || !isDigest(s) {
+		return fmt.Errorf("%w: have_digest must be a digest of %d lowercase hex digits, got %s", ErrBadRequest, DigestLen, describe(d))
+	}
+	r.HaveDigest, r.HasHave, r.Digest = s, true, true
+	return nil
+}
+
+func isDigest(s string) bool {
+	if len(s) != DigestLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // AppendJSON appends the request as a JSON object: min_seq always, the
@@ -176,6 +233,15 @@ func (r Request) AppendJSON(b []byte) []byte {
 		b = append(b, `,"edits":`...)
 		b, _ = record.AppendJSON(b, r.Edits.Map()) // strings, integers, booleans
 	}
+	if r.Digest && !r.HasHave {
+		b = append(b, `,"digest":true`...)
+	}
+	if r.HasHave {
+		b = append(b, `,"have_seq":`...)
+		b = strconv.AppendUint(b, r.HaveSeq, 10)
+		b = append(b, `,"have_digest":`...)
+		b = record.AppendJSONString(b, r.HaveDigest)
+	}
 	return append(b, '}')
 }
 
@@ -197,6 +263,13 @@ func (r Request) AppendMsgpack(b []byte) []byte {
 	}
 	if r.Edits != nil {
 		m.Set("edits", r.Edits.Map())
+	}
+	if r.Digest && !r.HasHave {
+		m.Set("digest", true)
+	}
+	if r.HasHave {
+		m.Set("have_seq", r.HaveSeq)
+		m.Set("have_digest", r.HaveDigest)
 	}
 	out, err := record.MarshalMsgpack(m)
 	if err != nil {

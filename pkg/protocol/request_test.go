@@ -17,6 +17,8 @@ func TestRequest_RoundTrip(t *testing.T) {
 		{MinSeq: math.MaxUint64, WaitMS: 0, HasWait: true},
 		{MinSeq: 7, WaitMS: 500, HasWait: true, TimeoutMS: 900, Format: "gemini", BudgetTokens: 9000, HasBudget: true},
 		{Format: `a "quoted" é name`, HasBudget: true},
+		{Digest: true},
+		{MinSeq: 3, Digest: true, HaveSeq: 9, HaveDigest: strings.Repeat("0a", 32), HasHave: true},
 	} {
 		for _, body := range [][]byte{r.AppendJSON(nil), r.AppendMsgpack(nil)} {
 			got, err := ParseRequest(body)
@@ -55,6 +57,13 @@ func TestParseRequest_Refused(t *testing.T) {
 		{`{"timeout_ms":-5}`, "timeout_ms must be a non-negative integer"},
 		{`{"budget_tokens":[]}`, "budget_tokens must be a non-negative integer"},
 		{`{"format":7}`, "format must be a string"},
+		{`{"digest":"yes"}`, "digest must be true or false"},
+		{`{"have_seq":1}`, "have_seq without have_digest"},
+		{`{"have_digest":"` + strings.Repeat("a", 64) + `"}`, "have_digest without have_seq"},
+		{`{"have_seq":-1,"have_digest":"` + strings.Repeat("a", 64) + `"}`, "have_seq must be a non-negative integer"},
+		{`{"have_seq":1,"have_digest":"` + strings.Repeat("A", 64) + `"}`, "have_digest must be a digest of 64 lowercase hex digits"},
+		{`{"have_seq":1,"have_digest":"` + strings.Repeat("a", 63) + `"}`, "have_digest must be a digest"},
+		{`{"have_seq":1,"have_digest":null}`, "have_digest must be a digest"},
 		{"\xef\xbb\xbf{}", "byte order mark"},
 		{`{"a":` + strings.Repeat(`{"a":`, 20) + `1` + strings.Repeat(`}`, 21), "bad request body"},
 		{`{"x":"` + strings.Repeat("a", MaxRequestSize) + `"}`, "at most 65536"},
@@ -67,7 +76,7 @@ func TestParseRequest_Refused(t *testing.T) {
 
 // Whatever parses writes back to a body that parses to the same request.
 func FuzzParseRequest(f *testing.F) {
-	for _, s := range []string{``, `{}`, `{"min_seq":5,"wait_ms":0,"format":"anthropic"}`, `{"budget_tokens":1,"timeout_ms":2}`, "\x81\xa7min_seq\x05"} {
+	for _, s := range []string{``, `{}`, `{"min_seq":5,"wait_ms":0,"format":"anthropic"}`, `{"budget_tokens":1,"timeout_ms":2}`, "\x81\xa7min_seq\x05", `{"digest":true}`, `{"have_seq":4,"have_digest":"` + strings.Repeat("0f", 32) + `"}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {

@@ -86,7 +86,31 @@ type State struct {
 	// extended is set, atomically, once a rendering from this state has
 	// appended to its slices in place (only the first may; see grow).
 	extended *uint32
+
+	// id names the state; from is the id of the state it was rendered
+	// from (0: rendered whole), kept the bytes of its messages array's
+	// items kept from that state's, in place (KeptItems).
+	id, from uint64
+	kept     int
+	// jItemsAt is where the messages' items start in a JSON body.
+	jItemsAt int
 }
+
+// stateIDs numbers the states.
+var stateIDs atomic.Uint64
+
+// ID returns a number naming the state among all of the process.
+func (s *State) ID() uint64 { return s.id }
+
+// From returns the ID of the state the rendering went on from, 0 when it
+// rendered the whole context.
+func (s *State) From() uint64 { return s.from }
+
+// KeptItems returns how many bytes of the messages array's items, from
+// the first, are those of the state it went on from (From), byte for
+// byte: every message of that state's array that ends within them is
+// in this one's, the same, at the same place among the items.
+func (s *State) KeptItems() int { return s.kept }
 
 type loggedCall struct {
 	id, wire string
@@ -320,7 +344,7 @@ func renderFrom(dst []byte, prev *State, f Format, messages []any, opt Options, 
 	if f == Neutral {
 		panic("render: RenderJSON of the neutral format")
 	}
-	st := &State{f: f, browser: opt.BrowserTools, seqs: opt.Seqs, extended: new(uint32), mp: mp}
+	st := &State{f: f, browser: opt.BrowserTools, seqs: opt.Seqs, extended: new(uint32), mp: mp, id: stateIDs.Add(1)}
 	var from *checkpoint
 	keep := 0        // checkpoints of prev kept
 	inPlace := false // this rendering may append to prev's slices
@@ -433,6 +457,10 @@ func renderFrom(dst []byte, prev *State, f Format, messages []any, opt Options, 
 	var err error
 	switch {
 	case from != nil && mp:
+		st.from, st.kept = prev.id, from.mlen
+		if from.mopen >= 0 {
+			st.kept = from.mopen
+		}
 		e.images, e.imageBytes, e.imageTokens = from.images, from.imageBytes, from.imageTokens
 		e.outs, e.nblk = from.outs, from.nblk
 		if len(l.msgs) > 0 && l.msgs[0].cont > 0 {
@@ -440,6 +468,7 @@ func renderFrom(dst []byte, prev *State, f Format, messages []any, opt Options, 
 		}
 		dst = e.resume(dst, prev, from, l.base+len(l.msgs))
 	case from != nil:
+		st.from, st.kept, st.jItemsAt = prev.id, from.off-prev.jItemsAt, prev.jItemsAt
 		dst = appendKept(dst, prev.body[:from.off])
 		e.images, e.imageBytes, e.imageTokens = from.images, from.imageBytes, from.imageTokens
 		e.outs, e.nblk = from.outs, from.nblk
@@ -455,6 +484,7 @@ func renderFrom(dst []byte, prev *State, f Format, messages []any, opt Options, 
 		if dst, err = e.head(dst, system); err != nil {
 			return dst, nil, err
 		}
+		st.jItemsAt = len(dst) - start
 	}
 	if mp {
 		dst, err = e.messagesMsgpack(dst, l)

@@ -42,6 +42,10 @@ type contextRequest struct {
 	// bounded holds the request to its deadline off the endpoint's
 	// goroutine (within.go); nil without one.
 	bounded *bounded
+	// digest: the reply carries its digest; have, when set, is the reply
+	// the client holds (delta.go).
+	digest bool
+	have   *held
 }
 
 // parseRequest reads the optional body (protocol.ParseRequest): a reply
@@ -63,6 +67,10 @@ func parseRequest(body []byte, accept string) (contextRequest, error) {
 	req.minSeq, req.wait, req.timeout = p.MinSeq, p.Wait(), p.Timeout()
 	req.budget, req.hasBudget = p.BudgetTokens, p.HasBudget
 	req.edits = p.Edits
+	req.digest = p.Digest
+	if p.HasHave {
+		req.have = &held{seq: p.HaveSeq, digest: p.HaveDigest}
+	}
 	if p.Format != "" {
 		f, err := render.ParseFormat(p.Format)
 		if err != nil {

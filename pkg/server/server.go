@@ -138,6 +138,9 @@ type Service struct {
 	// Owned, when set, lists the partitions this instance applies now,
 	// for $SRV.STATS.
 	Owned func() []int
+	// DigestBytes bounds the chains of message arrays kept to answer
+	// with deltas (delta.go); past it the least recently asked go.
+	DigestBytes int64
 
 	routes routes // the partition endpoints served (routes.go)
 	nc     *nats.Conn
@@ -162,6 +165,7 @@ type Service struct {
 	chunkPrefix string  // ctxd.chunk.<instance id>
 	rendered    renderCache
 	epStats     [3]endpointStats // context, chunk, rejected
+	digests     digests          // the chains of replies' arrays (delta.go)
 
 	// closing is set by Close. Stopping the endpoints drains them in the
 	// background, so requests already queued still reach the handler
@@ -186,6 +190,7 @@ func New(nc *nats.Conn, proj Projections) *Service {
 		MaxReplyBytes:    DefaultMaxReplyBytes,
 		LargeReplyBytes:  DefaultLargeReplyBytes,
 		LargeQueueBytes:  DefaultLargeQueueBytes,
+		DigestBytes:      DefaultDigestBytes,
 	}
 }
 
@@ -194,6 +199,7 @@ func (s *Service) Open() error {
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.closing = false
 	s.rendered.max = s.RenderCacheBytes
+	s.digests.max = s.DigestBytes
 	s.chunks.max, s.chunks.one = max(s.ChunkHoldBytes, s.MaxReplyBytes), s.MaxReplyBytes
 	if err := s.openLarge(); err != nil {
 		return fmt.Errorf("server: %w", err)
@@ -446,6 +452,17 @@ func (s *Service) reply(r micro.Request, v Viewer, session string, req contextRe
 	var made *cachedReply // a rendered reply made here, kept with the session
 	var err error
 	verr := v.View(s.ctx, session, func(p *projection.Session) {
+		if req.digest && !req.rendered() && p != nil {
+			out, err = s.digestedNeutral(session, p, req) // no copy of the messages
+			return
+		}
+		if req.digest {
+			defer func() {
+				if err == nil {
+					out, err = s.digested(out, session, p, req, made)
+				}
+			}()
+		}
 		empty = p == nil
 		switch {
 		case req.edits != nil:

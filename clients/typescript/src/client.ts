@@ -6,6 +6,8 @@ import { jetstream } from "@nats-io/jetstream";
 import type { JetStreamClient, JetStreamPublishOptions } from "@nats-io/jetstream";
 
 import { BadRequestError, NoServiceError, permissionError, ReplyError, RequestTimeoutError } from "./errors.js";
+import { apply, hold } from "./delta.js";
+import type { Held } from "./delta.js";
 import { request, timeoutOf } from "./request.js";
 import { checkSession, contextSubject, partitionSubject, transcriptSubject } from "./subject.js";
 import type { Edits, Format, ReplyFor, TranscriptRecord } from "./types.js";
@@ -56,6 +58,24 @@ export interface ContextOptions<F extends Format | undefined = Format | undefine
   budgetTokens?: number;
   /** Context edits applied before rendering (docs/EDITS.md): sent as the request's edits field. */
   edits?: Edits;
+  /**
+   * The client keeps each session's last reply (per format) and asks for
+   * the next against it: the service sends the messages that changed, and
+   * the client returns the whole reply, put back together and checked
+   * against its digest (docs/PROTOCOL.md, "Delta replies"). false turns
+   * this off for the request: the reply is asked for whole, as protocol
+   * 3.3 sends it. Default true.
+   */
+  delta?: boolean;
+  /** Ask the reply to carry its digest (implied by delta, and by haveDigest). */
+  digest?: boolean;
+  /**
+   * The seq and digest of a reply held: the reply may then be a delta
+   * against it, returned raw, as the service sent it. Both or neither;
+   * the client's own keeping is off for the request.
+   */
+  haveSeq?: number | bigint | string;
+  haveDigest?: string;
   /**
    * How long the client waits for the answer, in ms; the service is told
    * (timeout_ms) and answers within it. Default: waitMs (at most 30000) + 5000.
@@ -115,6 +135,21 @@ export function requestBody(opts: ContextOptions, timeoutMs: number): Uint8Array
     body += `,"budget_tokens":${opts.budgetTokens}`;
   }
   if (opts.edits !== undefined) body += `,"edits":${JSON.stringify(opts.edits)}`;
+  if ((opts.haveSeq === undefined) !== (opts.haveDigest === undefined)) {
+    throw new BadRequestError("haveSeq and haveDigest go together: give both, or neither");
+  }
+  if (opts.haveDigest !== undefined) {
+    const seq = String(opts.haveSeq);
+    if (!/^[0-9]{1,20}$/.test(seq) || BigInt(seq) > UINT64_MAX) {
+      throw new BadRequestError(`haveSeq must be from 0 to ${UINT64_MAX}, got ${seq}`);
+    }
+    if (typeof opts.haveDigest !== "string" || !/^[0-9a-f]{64}$/.test(opts.haveDigest)) {
+      throw new BadRequestError(`haveDigest must be a digest of 64 lowercase hex digits, got ${JSON.stringify(opts.haveDigest)}`);
+    }
+    body += `,"have_seq":${seq},"have_digest":"${opts.haveDigest}"`;
+  } else if (opts.digest) {
+    body += `,"digest":true`;
+  }
   return te.encode(body + "}");
 }
 
@@ -126,6 +161,8 @@ export class Ctxd {
   private readonly inboxPrefix: string | undefined;
   private parts: number | undefined;
   private partsRetry = 0;
+  // The last reply of each session and format, for deltas.
+  private readonly held = new Map<string, Held>();
 
   /** Use connect(). */
   constructor(nc: NatsConnection, opts: { inboxPrefix?: string; partitions?: number } = {}) {
@@ -187,10 +224,39 @@ export class Ctxd {
   }
 
   /**
-   * contextBytes returns the session's context reply as the service sent
-   * it (JSON), whole: what `ctxd context` prints, without its newline.
+   * contextBytes returns the session's context reply (JSON), whole: what
+   * `ctxd context --digest` prints, without its newline. It asks for it
+   * against the reply it holds for the session and format, and keeps the
+   * new one (delta, in ContextOptions); with delta false it returns what
+   * `ctxd context` prints; with haveSeq and haveDigest, the raw reply.
    */
   async contextBytes(session: string, opts: ContextOptions = {}): Promise<Uint8Array> {
+    if (opts.delta === false || opts.haveDigest !== undefined || opts.haveSeq !== undefined) {
+      return this.exchange(session, opts);
+    }
+    checkSession(session);
+    const key = `${session}\u0000${opts.format ?? "neutral"}`;
+    const h = this.held.get(key);
+    const ask = h ? { ...opts, haveSeq: h.seq, haveDigest: h.digest } : { ...opts, digest: true };
+    let next: Held;
+    try {
+      next = h ? apply(h, await this.exchange(session, ask)) : hold(await this.exchange(session, ask));
+    } catch (err) {
+      if (!h || !(err instanceof ReplyError)) throw err;
+      // A delta that does not add up: asked again, whole.
+      next = hold(await this.exchange(session, { ...opts, digest: true }));
+    }
+    const cur = this.held.get(key);
+    if (next.digest !== "" && (!cur || BigInt(cur.seq) <= BigInt(next.seq))) this.held.set(key, next);
+    return next.body;
+  }
+
+  /** forget lets go of the replies held for the session. */
+  forget(session: string): void {
+    for (const k of this.held.keys()) if (k.startsWith(`${session}\u0000`)) this.held.delete(k);
+  }
+
+  private async exchange(session: string, opts: ContextOptions): Promise<Uint8Array> {
     checkSession(session);
     const waitMs = opts.waitMs === undefined ? 2000 : wholeNumber("waitMs", opts.waitMs, 0);
     const timeout = opts.timeoutMs ?? Math.min(waitMs, 30000) + 5000;

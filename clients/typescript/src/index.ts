@@ -12,6 +12,8 @@ export {
   ReplyError,
   RequestTimeoutError,
 } from "./errors.js";
+export { apply, hold } from "./delta.js";
+export type { Held } from "./delta.js";
 export { request, timeoutOf } from "./request.js";
 export type { Wait } from "./request.js";
 export {

@@ -341,6 +341,10 @@ export interface ReplyBase {
   budget?: Budget;
   /** When the request had edits: what they changed; usage is then the edited body's. */
   edits?: EditsReport;
+  /** The digest of the reply's messages (docs/PROTOCOL.md, "Delta replies"): asked for, or kept by the client. */
+  digest?: string;
+  /** In a raw reply to haveSeq and haveDigest: the reply holds the messages from keep on. */
+  delta?: { keep: number };
 }
 
 /** The neutral context. */

@@ -132,7 +132,7 @@ describe("ctxd serve", () => {
       assert.equal(reply.budget, undefined, format);
 
       const bytes = await ctxd.contextBytes("fmt1", { minSeq: last.seq, format });
-      const printed = await ctxdCommand(["context", "fmt1", "--format", format, "--nats", srv.url]);
+      const printed = await ctxdCommand(["context", "fmt1", "--format", format, "--digest", "--nats", srv.url]);
       assert.equal(Buffer.compare(Buffer.concat([bytes, Buffer.from("\n")]), printed), 0, format);
       assert.deepEqual(reply, JSON.parse(td.decode(bytes)), format);
     }
@@ -165,7 +165,7 @@ describe("ctxd serve", () => {
     for (let i = 0; i < 12; i++) last = await ctxd.publish("big1", bigRecord(i, 300_000));
     const bytes = await ctxd.contextBytes("big1", { minSeq: last.seq });
     assert.ok(bytes.length > 3 * MAX_PAYLOAD, `${bytes.length} bytes`);
-    const printed = await ctxdCommand(["context", "big1", "--nats", srv.url]);
+    const printed = await ctxdCommand(["context", "big1", "--digest", "--nats", srv.url]);
     assert.equal(Buffer.compare(Buffer.concat([bytes, Buffer.from("\n")]), printed), 0);
     const reply = await ctxd.context("big1", { minSeq: last.seq });
     assert.equal(reply.messages.length, 12);
@@ -190,8 +190,56 @@ describe("ctxd serve", () => {
     const chunks = Math.ceil(bytes.length / MAX_PAYLOAD);
     // Every chunk past the first was asked for, and nothing else.
     assert.ok(fetches.length >= chunks - 1 && fetches.length <= chunks, `${fetches.length} fetches of ${chunks} chunks`);
-    const printed = await ctxdCommand(["context", "big2", "--nats", srv.url]);
+    const printed = await ctxdCommand(["context", "big2", "--digest", "--nats", srv.url]);
     assert.equal(Buffer.compare(Buffer.concat([bytes, Buffer.from("\n")]), printed), 0);
+  });
+
+  test("a session fetched turn after turn comes as deltas, put back together byte for byte", async () => {
+    for (const format of [undefined, "anthropic", "gemini"]) {
+      const session = `delta-${format ?? "neutral"}`;
+      let last;
+      for (const r of await exampleRecords()) last = await ctxd.publish(session, r);
+      let held;
+      for (let i = 0; i < 6; i++) {
+        const call = await ctxd.publish(session, {
+          role: "assistant",
+          content: [{ type: "toolCall", id: `d${i}`, name: "bash", arguments: { command: `ls ${i}` } }],
+        });
+        last = await ctxd.publish(session, { role: "toolResult", toolCallId: `d${i}`, toolName: "bash", content: `file${i}` });
+        assert.ok(call.seq < last.seq);
+        const bytes = await ctxd.contextBytes(session, { minSeq: last.seq, format });
+        const args = ["context", session, "--digest", "--nats", srv.url];
+        if (format) args.push("--format", format);
+        const printed = await ctxdCommand(args);
+        assert.equal(Buffer.compare(Buffer.concat([bytes, Buffer.from("\n")]), printed), 0, `${session} turn ${i}`);
+        // The raw reply against the one held is a delta, of the turn's messages.
+        if (held) {
+          const rawBytes = await ctxd.contextBytes(session, { format, haveSeq: held.seq, haveDigest: held.digest });
+          const raw = JSON.parse(td.decode(rawBytes));
+          assert.ok(raw.delta.keep > 0, `${session} turn ${i}`);
+          assert.ok(rawBytes.length < bytes.length / 2, `${session} turn ${i}: a delta of ${rawBytes.length} bytes for ${bytes.length}`);
+        }
+        held = JSON.parse(td.decode(bytes));
+        assert.match(held.digest, /^[0-9a-f]{64}$/);
+      }
+      // Off: the reply of protocol 3.3, as ctxd context prints it.
+      const whole = await ctxd.contextBytes(session, { format, delta: false });
+      const args = ["context", session, "--nats", srv.url];
+      if (format) args.push("--format", format);
+      assert.equal(Buffer.compare(Buffer.concat([whole, Buffer.from("\n")]), await ctxdCommand(args)), 0);
+      // A digest the service does not know: the whole reply.
+      const tampered = JSON.parse(td.decode(await ctxd.contextBytes(session, { format, haveSeq: held.seq, haveDigest: "0".repeat(64) })));
+      assert.equal(tampered.delta, undefined);
+      assert.deepEqual(tampered, held);
+    }
+    for (const [opts, says] of [
+      [{ haveSeq: 1 }, "haveSeq and haveDigest go together"],
+      [{ haveDigest: "0".repeat(64) }, "haveSeq and haveDigest go together"],
+      [{ haveSeq: -1, haveDigest: "0".repeat(64) }, "haveSeq must be"],
+      [{ haveSeq: 1, haveDigest: "ABC" }, "haveDigest must be a digest of 64 lowercase hex digits"],
+    ]) {
+      await assert.rejects(ctxd.contextBytes("delta-neutral", opts), (err) => err instanceof BadRequestError && err.message.includes(says));
+    }
   });
 
   test("a bad session id is refused before anything is sent, in the service's words", async () => {
@@ -430,7 +478,7 @@ describe("ctxd serve --partitions 4", () => {
     assert.deepEqual(reply.messages, [{ role: "user", content: "routed" }]);
     seen.stop();
     assert.deepEqual([...seen], [`ctxd.p.${partition("routed1", 4)}.routed1`]);
-    const printed = await ctxdCommand(["context", "routed1", "--partitions", "4", "--nats", srv.url]);
+    const printed = await ctxdCommand(["context", "routed1", "--partitions", "4", "--digest", "--nats", srv.url]);
     assert.equal(Buffer.compare(Buffer.concat([await ctxd.contextBytes("routed1"), Buffer.from("\n")]), printed), 0);
   });
 

@@ -1,0 +1,298 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ctxd/ctxd/internal/sessiongen"
+	"github.com/ctxd/ctxd/pkg/projection"
+	"github.com/ctxd/ctxd/pkg/protocol"
+	"github.com/ctxd/ctxd/pkg/record"
+	"github.com/ctxd/ctxd/pkg/render"
+)
+
+// liveSession serves one session that the test grows between requests.
+type liveSession struct {
+	mu sync.Mutex // the service's view and the test's Apply take turns
+	p  *projection.Session
+}
+
+func (l *liveSession) projections() *fakeProjections {
+	return &fakeProjections{view: func(_ context.Context, _ string, fn func(*projection.Session)) error {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		fn(l.p)
+		return nil
+	}}
+}
+
+func (l *liveSession) apply(seq uint64, v any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.p.Apply(seq, v)
+}
+
+// deltaBody is a request body in the format and encoding, with the
+// fields given.
+func deltaBody(t testing.TB, f render.Format, asMsgpack bool, kv ...any) []byte {
+	t.Helper()
+	kv = append([]any{"format", string(f)}, kv...)
+	if asMsgpack {
+		return msgpackOf(t, kv...)
+	}
+	b, err := record.MarshalJSON(record.NewMap(kv...))
+	require.NoError(t, err)
+	return b
+}
+
+// withoutDigest returns a reply with its last member, digest, removed.
+func withoutDigest(t testing.TB, b []byte) []byte {
+	t.Helper()
+	r, err := protocol.ReadReply(b)
+	require.NoError(t, err)
+	last := r.Members[len(r.Members)-1]
+	require.Equal(t, "digest", last.Key)
+	if r.Msgpack {
+		out := append([]byte{b[0] - 1}, b[1:last.KeyStart]...)
+		return out
+	}
+	return append(bytes.Clone(b[:last.KeyStart-1]), '}')
+}
+
+func okReply(t testing.TB, msg *nats.Msg) []byte {
+	t.Helper()
+	require.Empty(t, errorCode(msg), msg.Header.Get(micro.ErrorHeader))
+	return msg.Data
+}
+
+// A delta applied to the reply held is the whole reply, byte for byte,
+// at every step of generated sessions, in every format and encoding; the
+// whole reply is the reply without digest, with its digest.
+func TestService_Delta(t *testing.T) {
+	url := startNATS(t, 0)
+	for fi, f := range render.Formats {
+		for _, variant := range []string{"json", "msgpack", "json+budget", "msgpack+budget"} {
+			asMsgpack := strings.HasPrefix(variant, "msgpack")
+			var extra []any
+			if strings.HasSuffix(variant, "+budget") {
+				extra = []any{"budget_tokens", int64(2000)}
+			}
+			deltaBody := func(t testing.TB, f render.Format, asMsgpack bool, kv ...any) []byte {
+				return deltaBody(t, f, asMsgpack, append(kv, extra...)...)
+			}
+			t.Run(string(f)+"/"+variant, func(t *testing.T) {
+				live := &liveSession{p: projection.New(projection.Options{})}
+				svc, _ := startService(t, url, live.projections())
+				nc := connect(t, url)
+				g := sessiongen.New(rand.New(rand.NewPCG(uint64(fi), 7)), sessiongen.Rules{Convert: projection.Convert, IsValidCompaction: projection.IsValidCompaction})
+				subj := "ctxd.context.s"
+				held := okReply(t, request(t, nc, subj, deltaBody(t, f, asMsgpack, "digest", true), nil))
+				kept, err := protocol.Hold(held) // as a client holds it, from delta to delta
+				require.NoError(t, err)
+				deltas, keeps := 0, 0
+				for step := 1; step <= 80; step++ {
+					live.apply(uint64(step), g.Record())
+					h, err := protocol.ReadReply(held)
+					require.NoError(t, err)
+					ask := func() []byte {
+						return okReply(t, request(t, nc, subj, deltaBody(t, f, asMsgpack, "have_seq", h.Seq, "have_digest", h.Digest), nil))
+					}
+					var full, delta []byte
+					if step%2 == 0 { // the delta first, or the whole reply first
+						delta = ask()
+						full = okReply(t, request(t, nc, subj, deltaBody(t, f, asMsgpack, "digest", true), nil))
+					} else {
+						full = okReply(t, request(t, nc, subj, deltaBody(t, f, asMsgpack, "digest", true), nil))
+						delta = ask()
+					}
+					plain := okReply(t, request(t, nc, subj, deltaBody(t, f, asMsgpack), nil))
+					require.Equal(t, string(plain), string(withoutDigest(t, full)), "step %d: without digest, the reply is as before", step)
+					d, err := protocol.ComputeDigest(full)
+					require.NoError(t, err)
+					fr, err := protocol.ReadReply(full)
+					require.NoError(t, err)
+					require.Equal(t, d, fr.Digest, "step %d", step)
+					require.False(t, fr.HasDelta)
+
+					got, err := protocol.ApplyDelta(held, delta)
+					require.NoError(t, err, "step %d", step)
+					require.Equal(t, string(full), string(got), "step %d: the delta applied to the reply held", step)
+					kept, err = kept.Apply(delta)
+					require.NoError(t, err, "step %d", step)
+					require.Equal(t, string(full), string(kept.Body), "step %d: the delta applied to the reply kept", step)
+					require.Equal(t, fr.Items, kept.Reply.Items)
+					dr, err := protocol.ReadReply(delta)
+					require.NoError(t, err)
+					if dr.HasDelta {
+						deltas++
+						keeps += int(dr.Keep)
+						require.Positive(t, dr.Keep)
+						require.Less(t, len(delta), len(full)+40)
+					}
+					held = full
+				}
+				t.Logf("%d deltas in 80 steps, %d messages kept; %d replies indexed from the one before", deltas, keeps, svc.digests.goneOn.Load())
+				require.Greater(t, svc.digests.goneOn.Load(), int64(5), "replies are indexed from the one before")
+				require.Zero(t, svc.digests.mismatched.Load(), "what was said to be shared was")
+				if f == render.Neutral && extra == nil && asMsgpack {
+					// (In JSON the plain requests between make the
+					// projection's reply buffers anew.)
+					require.Positive(t, svc.digests.appended.Load(), "replies whose messages were appended to")
+				}
+				require.Greater(t, deltas, 20, "steps are answered with a delta")
+			})
+		}
+	}
+}
+
+// A base the service cannot be sure of gets the whole reply; a malformed
+// one is a 400 naming the field.
+func TestService_DeltaRefused(t *testing.T) {
+	url := startNATS(t, 0)
+	live := &liveSession{p: projection.New(projection.Options{})}
+	for i, r := range []string{
+		`{"role":"user","content":"one"}`,
+		`{"role":"assistant","content":"two"}`,
+		`{"role":"user","content":"three"}`,
+	} {
+		v, err := record.DecodeJSON([]byte(r))
+		require.NoError(t, err)
+		live.apply(uint64(i+1), v)
+	}
+	startService(t, url, live.projections())
+	nc := connect(t, url)
+	subj := "ctxd.context.s"
+	base := okReply(t, request(t, nc, subj, []byte(`{"digest":true}`), nil))
+	b, err := protocol.ReadReply(base)
+	require.NoError(t, err)
+	v, err := record.DecodeJSON([]byte(`{"role":"assistant","content":"four"}`))
+	require.NoError(t, err)
+	live.apply(4, v)
+	whole := okReply(t, request(t, nc, subj, []byte(`{"digest":true}`), nil))
+
+	ask := func(seq uint64, digest string) []byte {
+		return okReply(t, request(t, nc, subj, fmt.Appendf(nil, `{"have_seq":%d,"have_digest":%q}`, seq, digest), nil))
+	}
+	// The base held: a delta of one message.
+	d := ask(b.Seq, b.Digest)
+	require.Contains(t, string(d), `"delta":{"keep":3}`)
+	got, err := protocol.ApplyDelta(base, d)
+	require.NoError(t, err)
+	require.Equal(t, string(whole), string(got))
+
+	tampered := []byte(b.Digest)
+	tampered[0] ^= 1
+	for name, reply := range map[string][]byte{
+		"tampered digest":  ask(b.Seq, string(tampered)),
+		"seq beyond":       ask(b.Seq+100, b.Digest),
+		"seq before":       ask(b.Seq-1, b.Digest),
+		"unknown digest":   ask(3, strings.Repeat("0", 64)),
+		"another encoding": okReply(t, request(t, nc, subj, msgpackOf(t, "have_seq", b.Seq, "have_digest", b.Digest), nil)),
+	} {
+		if name == "another encoding" {
+			r, err := protocol.ReadReply(reply)
+			require.NoError(t, err)
+			require.False(t, r.HasDelta, name)
+			continue
+		}
+		require.Equal(t, string(whole), string(reply), "%s: the whole reply", name)
+	}
+
+	// A compaction since: the messages held are gone, the whole reply.
+	cur, err := protocol.ReadReply(whole)
+	require.NoError(t, err)
+	v, err = record.DecodeJSON([]byte(`{"type":"compaction","summary":"all of it","firstKeptEntryId":"x","tokensBefore":10}`))
+	require.NoError(t, err)
+	live.apply(5, v)
+	after := ask(cur.Seq, cur.Digest)
+	ar, err := protocol.ReadReply(after)
+	require.NoError(t, err)
+	require.False(t, ar.HasDelta, "after a compaction: %s", after)
+
+	for body, field := range map[string]string{
+		`{"have_seq":-1,"have_digest":"` + b.Digest + `"}`:                 "have_seq must be a non-negative integer",
+		`{"have_seq":"4","have_digest":"` + b.Digest + `"}`:                "have_seq must be a non-negative integer",
+		`{"have_seq":4,"have_digest":"abc"}`:                               "have_digest must be a digest of 64 lowercase hex digits",
+		`{"have_seq":4,"have_digest":7}`:                                   "have_digest must be a digest",
+		`{"have_seq":4,"have_digest":"` + strings.ToUpper(b.Digest) + `"}`: "have_digest must be",
+		`{"have_seq":4}`:                     "have_seq without have_digest",
+		`{"have_digest":"` + b.Digest + `"}`: "have_digest without have_seq",
+		`{"digest":1}`:                       "digest must be true or false",
+	} {
+		msg := request(t, nc, subj, []byte(body), nil)
+		require.Equal(t, CodeBadRequest, errorCode(msg), body)
+		require.Contains(t, msg.Header.Get(micro.ErrorHeader), field, body)
+	}
+}
+
+// A reply, whole or a delta, larger than the max payload comes in chunks
+// like any; a delta of a large message too.
+func TestService_DeltaChunked(t *testing.T) {
+	url := startNATS(t, 8<<10)
+	live := &liveSession{p: projection.New(projection.Options{})}
+	big := strings.Repeat("x", 20<<10)
+	for i := range 4 {
+		live.apply(uint64(i+1), record.NewMap("role", "user", "content", fmt.Sprintf("%d %s", i, big)))
+	}
+	startService(t, url, live.projections())
+	nc := connect(t, url)
+	for _, asMsgpack := range []bool{false, true} {
+		body := func(kv ...any) []byte { return deltaBody(t, render.Neutral, asMsgpack, kv...) }
+		held := fetchAll(t, nc, request(t, nc, "ctxd.context.s", body("digest", true), nil))
+		h, err := protocol.Hold(held)
+		require.NoError(t, err)
+		seq := live.p.Seq()
+		live.apply(seq+1, record.NewMap("role", "assistant", "content", "a large answer "+big))
+		first := request(t, nc, "ctxd.context.s", body("have_seq", h.Reply.Seq, "have_digest", h.Reply.Digest), nil)
+		require.NotEmpty(t, first.Header.Get(HeaderChunks), "the delta comes in chunks")
+		delta := fetchAll(t, nc, first)
+		d, err := protocol.ReadReply(delta)
+		require.NoError(t, err)
+		require.True(t, d.HasDelta)
+		require.Len(t, d.Items, 1)
+		full := fetchAll(t, nc, request(t, nc, "ctxd.context.s", body("digest", true), nil))
+		next, err := h.Apply(delta)
+		require.NoError(t, err)
+		require.Equal(t, string(full), string(next.Body))
+	}
+}
+
+// A session only appended to is indexed from the projection's buffer,
+// as JSON and as msgpack, without a walk of its messages.
+func TestService_DeltaAppended(t *testing.T) {
+	url := startNATS(t, 0)
+	for _, asMsgpack := range []bool{false, true} {
+		live := &liveSession{p: projection.New(projection.Options{})}
+		svc, _ := startService(t, url, live.projections())
+		nc := connect(t, url)
+		var h *protocol.Held
+		for i := range 20 {
+			live.apply(uint64(i+1), record.NewMap("role", "user", "content", fmt.Sprintf("turn %d", i)))
+			kv := []any{"digest", true}
+			if h != nil {
+				kv = []any{"have_seq", h.Reply.Seq, "have_digest", h.Reply.Digest}
+			}
+			reply := okReply(t, request(t, nc, "ctxd.context.s", deltaBody(t, render.Neutral, asMsgpack, kv...), nil))
+			var err error
+			if h == nil {
+				h, err = protocol.Hold(reply)
+			} else {
+				h, err = h.Apply(reply)
+			}
+			require.NoError(t, err)
+			full := okReply(t, request(t, nc, "ctxd.context.s", deltaBody(t, render.Neutral, asMsgpack, "digest", true), nil))
+			require.Equal(t, string(full), string(h.Body))
+		}
+		require.GreaterOrEqual(t, svc.digests.appended.Load(), int64(19), "msgpack %v", asMsgpack)
+		require.NoError(t, svc.Close()) // the next one answers alone
+	}
+}
