@@ -125,3 +125,44 @@ func TestService_Edits(t *testing.T) {
 	got := request(t, nc, "ctxd.context.s1", []byte(`{"format":"anthropic"}`), nil)
 	require.NotContains(t, string(got.Data), "tool result cleared")
 }
+
+// A request with edits that also asks for a digest, or names a reply it
+// holds, gets the edited context: the digest is of the edited messages,
+// and a delta against an edited reply puts the next edited one back
+// together.
+func TestService_EditsWithDigest(t *testing.T) {
+	url := startNATS(t, 0)
+	p := toolSession(t, 8, 4000)
+	proj := &fakeProjections{view: viewOf(map[string]*projection.Session{"s1": p})}
+	startService(t, url, proj)
+	nc := connect(t, url)
+
+	for _, f := range render.Formats {
+		t.Run(string(f), func(t *testing.T) {
+			edited := `{"thinking":{"keep_turns":1},"images":{"keep":0,"batch":1}}`
+			plain := request(t, nc, "ctxd.context.s1", []byte(fmt.Sprintf(`{"format":%q,"edits":%s}`, f, edited)), nil)
+			require.Empty(t, errorCode(plain), plain.Header.Get(micro.ErrorHeader))
+			require.Contains(t, string(plain.Data), `"edits":{`)
+
+			msg := request(t, nc, "ctxd.context.s1", []byte(fmt.Sprintf(`{"format":%q,"digest":true,"edits":%s}`, f, edited)), nil)
+			require.Empty(t, errorCode(msg), msg.Header.Get(micro.ErrorHeader))
+			v, err := record.DecodeJSON(msg.Data)
+			require.NoError(t, err)
+			m := v.(*record.Map)
+			require.NotNil(t, field(m, "edits"), "the edits' report")
+			d, ok := field(m, "digest").(string)
+			require.True(t, ok, "a digest: %s", msg.Data)
+			pv, err := record.DecodeJSON(plain.Data)
+			require.NoError(t, err)
+			for _, mem := range pv.(*record.Map).Members {
+				requireEqualValues(t, mem.Value, field(m, mem.Key), mem.Key)
+			}
+
+			seq, _ := record.IntegerString(field(m, "seq"))
+			again := request(t, nc, "ctxd.context.s1", []byte(fmt.Sprintf(`{"format":%q,"have_seq":%s,"have_digest":%q,"edits":%s}`, f, seq, d, edited)), nil)
+			require.Empty(t, errorCode(again), again.Header.Get(micro.ErrorHeader))
+			require.Contains(t, string(again.Data), `"edits":{`)
+			require.Contains(t, string(again.Data), d, "the same context, the same digest")
+		})
+	}
+}

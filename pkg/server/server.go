@@ -452,7 +452,7 @@ func (s *Service) reply(r micro.Request, v Viewer, session string, req contextRe
 	var made *cachedReply // a rendered reply made here, kept with the session
 	var err error
 	verr := v.View(s.ctx, session, func(p *projection.Session) {
-		if req.digest && !req.rendered() && p != nil {
+		if req.digest && !req.rendered() && req.edits == nil && p != nil {
 			out, err = s.digestedNeutral(session, p, req) // no copy of the messages
 			return
 		}
