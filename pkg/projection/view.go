@@ -209,7 +209,9 @@ func (s *Session) encoded(c *cache, enc encoder, sep byte, head []byte) []byte {
 	case from < len(oldOffs):
 		// Growing a capped slice copies the prefix without first zeroing
 		// the copy.
-		buf = slices.Grow(old[:cut:cut], len(old)-cut+len(old)/4+1024)
+		// Room for a sixteenth more: the slack is memory the session
+		// is counted at.
+		buf = slices.Grow(old[:cut:cut], len(old)-cut+len(old)/16+1024)
 	case old != nil:
 		buf = old
 	default:
