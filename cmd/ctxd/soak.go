@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -68,6 +69,16 @@ func runSoak(ctx context.Context, e *env, args []string) error {
 	}
 	if err := noArgs(e, "soak", pos); err != nil {
 		return err
+	}
+	switch {
+	case cfg.Sessions < 1 || cfg.Agents < 1:
+		return usageError(e, "soak", fmt.Errorf("--sessions and --agents: want at least 1, got %d and %d", cfg.Sessions, cfg.Agents))
+	case cfg.Duration <= 0 && cfg.Turns <= 0:
+		return usageError(e, "soak", fmt.Errorf("--duration: want a positive duration such as 5m, or --turns, got %s", cfg.Duration))
+	case cfg.Window <= 0:
+		return usageError(e, "soak", fmt.Errorf("--window: want a positive duration such as 30s, got %s", cfg.Window))
+	case cfg.ScreenshotEvery < 0 || cfg.ScreenshotBytes < 0 || cfg.Turns < 0 || cfg.Idle < 0:
+		return usageError(e, "soak", errors.New("--screenshot-every, --screenshot-bytes, --turns and --idle: want 0 or more"))
 	}
 	bin, err := os.Executable()
 	if err != nil {
