@@ -60,6 +60,13 @@ deployments/), give ctxd's with --inbox-prefix (_INBOX_ctxd there): every
 JetStream reply and ingest delivery comes to it. A user refused its inbox
 stops serve at start, naming it.
 
+Memory: the projections and the rendered replies kept with them take
+--cache-bytes at most; the process sets the Go runtime's soft memory limit
+to that plus 64 MiB, plus 192 MiB for the embedded server when it runs
+one (--memory-limit sets another, or off; GOMEMLIMIT in the environment
+wins), and gives free memory back to the system after --idle-release of
+quiet. See docs/OPERATING.md, "Memory".
+
 Every flag can also be set in the environment: CTXD_ and the flag's name in
 upper case with '-' as '_' (CTXD_DATA, CTXD_SYNC, ...); --nats also reads
 NATS_URL. A flag on the command line wins.
