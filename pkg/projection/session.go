@@ -49,6 +49,7 @@ type Session struct {
 
 	msgBytes int64 // the estimated size of the entries' messages held
 	settled  int64 // msgBytes when Apply last settled the session (shed.go)
+	settling bool  // Apply is building the JSON rendering: nothing is handed out
 }
 
 type site struct{ entry, block int }

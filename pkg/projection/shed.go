@@ -52,8 +52,16 @@ func (s *Session) settle() {
 	if s.msgBytes-s.settled < max(settleBytes, int64(len(s.json.bytes))/8) {
 		return
 	}
-	s.encoded(&s.json, appendMessageJSON, ',', nil)
+	c := &s.json
+	s.settling = true
+	s.encoded(c, appendMessageJSON, ',', nil)
+	s.settling = false
 	s.settled = s.msgBytes
+	// The rendering's room to grow is memory the session is counted at:
+	// what append leaves (a quarter at most) is kept, more is given back.
+	if n := len(c.bytes); !c.shared && cap(c.bytes)-n > n/4+settleBytes {
+		c.bytes = append(make([]byte, 0, n+n/8+settleBytes), c.bytes...)
+	}
 }
 
 // shed replaces entry i's message by the message with the images of its
