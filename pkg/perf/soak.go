@@ -84,7 +84,7 @@ func DefaultSoak() SoakConfig {
 		ScreenshotBytes: 100_000, // a 75 KB PNG
 		Duration:        5 * time.Minute,
 		Window:          30 * time.Second,
-		Idle:            60 * time.Second,
+		Idle:            150 * time.Second,
 		CheckEvery:      10,
 		BareEvery:       4,
 		MaxRatio:        1.5,
