@@ -38,7 +38,7 @@ func TestCLI_Version(t *testing.T) {
 // Every command refuses arguments it does not take.
 func TestCLI_ExtraArguments(t *testing.T) {
 	for _, args := range [][]string{
-		{"serve", "x"}, {"rejected", "x"}, {"rebuild", "x"}, {"bench", "x"}, {"version", "x"},
+		{"serve", "x"}, {"rejected", "x"}, {"rebuild", "x"}, {"bench", "x"}, {"soak", "x"}, {"version", "x"},
 		{"context", "a", "b"}, {"publish", "--session", "s", "a", "b"},
 	} {
 		code, _, errOut := runCmd(t, "", args...)

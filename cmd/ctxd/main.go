@@ -95,6 +95,7 @@ func init() {
 		{"replay", "the same as rebuild", runRebuild},
 		{"build", "print the model context of records read from a file or standard input (no NATS)", runBuild},
 		{"bench", "measure ctxd against raw NATS and rebuild-per-turn; print each figure beside its baseline", runBench},
+		{"soak", "run ctxd serve under long browsing sessions for a while; print turns, latency beside bare NATS, and memory per window", runSoak},
 		{"version", "print the version of ctxd", runVersion},
 	}
 }

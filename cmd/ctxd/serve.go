@@ -60,6 +60,13 @@ deployments/), give ctxd's with --inbox-prefix (_INBOX_ctxd there): every
 JetStream reply and ingest delivery comes to it. A user refused its inbox
 stops serve at start, naming it.
 
+Memory: the projections and the rendered replies kept with them take
+--cache-bytes at most; the process sets the Go runtime's soft memory limit
+to that plus 64 MiB, plus 192 MiB for the embedded server when it runs
+one (--memory-limit sets another, or off; GOMEMLIMIT in the environment
+wins), and gives free memory back to the system after --idle-release of
+quiet. See docs/OPERATING.md, "Memory".
+
 Every flag can also be set in the environment: CTXD_ and the flag's name in
 upper case with '-' as '_' (CTXD_DATA, CTXD_SYNC, ...); --nats also reads
 NATS_URL. A flag on the command line wins.
@@ -104,7 +111,10 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	level := fs.String("log-level", "info", "log `LEVEL`: debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "log `FORMAT`: text or json")
 	startTimeout := fs.Duration("start-timeout", 5*time.Minute, "how long the start may take at most: connecting, and waiting for JetStream, the stream and the buckets (retried while they are not available); past it, ctxd exits with an error (0: wait until interrupted)")
+	memLimit := fs.String("memory-limit", "auto", "the Go runtime's soft memory `LIMIT`: auto is --cache-bytes + 64 MiB, + 192 MiB with the embedded server (docs/OPERATING.md, \"Memory\"); BYTES such as 2GiB; off for none. GOMEMLIMIT in the environment wins")
+	idleRelease := fs.Duration("idle-release", 30*time.Second, "give the heap's free memory back to the system once the process has been quiet this long (allocated less than 4 MiB); 0: leave it to the runtime")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the process, from start to shutdown, to `FILE` (go tool pprof reads it)")
+	memprofile := fs.String("memprofile", "", "write a heap profile of the process, as it is when shutdown begins, to `FILE` (go tool pprof reads it)")
 	pos, err := parse(e, fs, args)
 	if err != nil {
 		return err
@@ -167,8 +177,26 @@ func runServe(ctx context.Context, e *env, args []string) error {
 			}
 		}()
 	}
-	if limit, set := memoryLimit(cfg); set {
-		cfg.Logger.Info("memory limit", "bytes", limit, "from", "--cache-bytes + 64 MiB")
+	limit, err := chooseMemoryLimit(*memLimit, os.Getenv("GOMEMLIMIT"), cfg.CacheBytes, cfg.NATSURL == "")
+	if err != nil {
+		return usageError(e, "serve", err)
+	}
+	if *idleRelease < 0 {
+		return usageError(e, "serve", fmt.Errorf("--idle-release: want 0 (off) or a positive duration such as 30s, got %s", *idleRelease))
+	}
+	if limit.bytes > 0 {
+		if limit.from != "GOMEMLIMIT" {
+			debug.SetMemoryLimit(limit.bytes)
+		}
+		cfg.Logger.Info("memory limit", "bytes", limit.bytes, "from", limit.from)
+	} else {
+		cfg.Logger.Info("no memory limit", "from", limit.from)
+	}
+	if *idleRelease > 0 {
+		idleCtx, stopIdle := context.WithCancel(ctx)
+		idleDone := make(chan struct{})
+		go func() { defer close(idleDone); returnWhenIdle(idleCtx, *idleRelease) }()
+		defer func() { stopIdle(); <-idleDone }()
 	}
 	if *startTimeout < 0 {
 		return usageError(e, "serve", fmt.Errorf("--start-timeout: want 0 (no bound) or a positive duration such as 1m, got %s", *startTimeout))
@@ -218,6 +246,11 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		return errors.Join(a.Err(), a.Close())
 	}
 	cfg.Logger.Info("shutting down")
+	if *memprofile != "" {
+		if err := writeHeapProfile(*memprofile); err != nil {
+			cfg.Logger.Warn("heap profile", "err", err)
+		}
+	}
 	_ = sdNotify(e, "STOPPING=1")
 	return a.Close()
 }
@@ -239,32 +272,17 @@ func startCPUProfile(file string) (stop func() error, err error) {
 	}, nil
 }
 
-// memoryBase is what ctxd holds beside its caches in the memory limit:
-// the runtime and its idle heap (about 20 MiB), the connections' buffers,
-// and records and replies in flight.
-const memoryBase = 64 << 20
-
-// memoryLimit sets the Go runtime's soft memory limit to --cache-bytes
-// (the projections and the rendered replies kept with them) + memoryBase,
-// unless GOMEMLIMIT sets one: the
-// garbage collector then runs before the heap grows past it, instead of
-// letting garbage double the live heap (GOGC=100) first, which took a
-// process with a full 128 MiB cache to 292 MiB in one run
-// (docs/PERFORMANCE.md).
-//
-// Not with the embedded server: its JetStream store holds the blocks
-// recently written and read in the same heap, beside the caches, and a
-// limit that does not count them kept the collector running without end
-// in the same benchmark, starving the server (the ingest's heartbeats and
-// the loads' reads timed out). It reports the limit and whether it set
-// it.
-func memoryLimit(cfg app.Config) (int64, bool) {
-	if os.Getenv("GOMEMLIMIT") != "" || cfg.CacheBytes <= 0 || cfg.NATSURL == "" {
-		return 0, false
+// writeHeapProfile writes the heap profile as of the last collection.
+func writeHeapProfile(file string) error {
+	f, err := os.Create(file)
+	if err != nil {
+		return fmt.Errorf("--memprofile: %w", err)
 	}
-	limit := cfg.CacheBytes + memoryBase
-	debug.SetMemoryLimit(limit)
-	return limit, true
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		f.Close()
+		return fmt.Errorf("--memprofile: %w", err)
+	}
+	return f.Close()
 }
 
 // envName is the environment variable of a flag: CTXD_MAX_PAYLOAD for

@@ -24,6 +24,12 @@
 //   - memory: resident bytes per live session, against the bytes of the
 //     contexts those sessions answer.
 //
+// Soak is apart from Run: it starts ctxd serve as a process of its own
+// (its RSS is then ctxd's and its embedded server's) and drives it with
+// agents in a closed loop over browsing sessions for a while, checking
+// every reply against the agents' own projections, and reports turns,
+// latency beside a bare turn, and memory per window (ctxd soak).
+//
 // Run starts an embedded NATS server in a directory (or uses the server of
 // Config.NATSURL), measures the figures Config selects, and returns a
 // Report whose WriteTable prints one row per figure. Everything runs in

@@ -21,7 +21,8 @@
 //     history, and a reply that did not change is served from cache.
 //
 // A Session holds what its context can still need, not every record it
-// was given: a settled message is kept as its JSON bytes (pack.go), and
+// was given: a settled message is kept as its JSON bytes (pack.go), from
+// the moment Apply has met enough of them, read or not (shed.go), and
 // a browser screenshot lets go of its images the moment a newer one
 // trims it, since nothing can bring them back into the context
 // (shed.go). Size estimates what it holds, which a service counts

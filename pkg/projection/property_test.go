@@ -172,6 +172,10 @@ func checkEquivalence(t *testing.T, seed uint64) {
 			next++
 		}
 		replay.Apply(rec.Seq, rec.Value)
+		// Never read, it holds no trimmed screenshot's images either.
+		if msg := heldWrongly(replay); msg != "" {
+			t.Fatalf("replay, unread, after seq %d: %s", rec.Seq, msg)
+		}
 	}
 	for _, sq := range skipped[next:] {
 		replay.Skip(sq)

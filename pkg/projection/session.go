@@ -48,6 +48,8 @@ type Session struct {
 	heldBytes int64
 
 	msgBytes int64 // the estimated size of the entries' messages held
+	settled  int64 // msgBytes when Apply last settled the session (shed.go)
+	settling bool  // Apply is building the JSON rendering: nothing is handed out
 }
 
 type site struct{ entry, block int }
@@ -105,6 +107,7 @@ func New(opt Options) *Session {
 func (s *Session) reset() {
 	s.entries = nil
 	s.msgBytes = 0
+	s.settled = 0
 	s.ids = map[string]int32{}
 	s.idSlab = nil
 	s.tools = nil
@@ -140,10 +143,12 @@ func (s *Session) Apply(seq uint64, v any) bool {
 		for _, m := range snapshot {
 			s.append(seq, m)
 		}
+		s.settle()
 		return true
 	}
 	if msg != nil {
 		s.append(seq, msg)
+		s.settle()
 	}
 	return true
 }

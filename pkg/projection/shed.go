@@ -30,6 +30,40 @@ import (
 // stay in the context for as long as the session lasts, and an orphan
 // result, though never in the context, is stored whole, as it was sent.
 
+// A session settles as it is applied, not only when it is read. Until
+// its JSON rendering is built, every message is held decoded, which
+// takes several times its JSON (a short message about five times; a
+// screenshot's base64 about 1.15 times, counted with the block it is
+// allocated in): a session applied and never read would be held at
+// about twice its context. So Apply builds the JSON rendering once the
+// messages decoded since it last did hold settleBytes, or an eighth of
+// the rendering if more, and the entries that settled are packed (see
+// pack.go). A session is then held at about its context plus its
+// indexes whether it has been read or not, and the JSON rendering is
+// ready for its first request. Building it in steps of an eighth of its
+// size keeps the copying of a rebuild's prefix (a screenshot trimmed
+// behind the tail) to a few bytes per byte applied.
+const settleBytes = 16 << 10
+
+// settle builds the JSON rendering, packing the entries it settles, when
+// the messages decoded since it was last built hold enough; see above.
+func (s *Session) settle() {
+	s.settled = min(s.settled, s.msgBytes) // a read packed them meanwhile
+	if s.msgBytes-s.settled < max(settleBytes, int64(len(s.json.bytes))/8) {
+		return
+	}
+	c := &s.json
+	s.settling = true
+	s.encoded(c, appendMessageJSON, ',', nil)
+	s.settling = false
+	s.settled = s.msgBytes
+	// The rendering's room to grow is memory the session is counted at:
+	// what append leaves (a quarter at most) is kept, more is given back.
+	if n := len(c.bytes); !c.shared && cap(c.bytes)-n > n/4+settleBytes {
+		c.bytes = append(make([]byte, 0, n+n/8+settleBytes), c.bytes...)
+	}
+}
+
 // shed replaces entry i's message by the message with the images of its
 // trimmed results omitted, when it still holds some; the entry must be
 // stale (touched), as its rendering is recomputed from the new message.

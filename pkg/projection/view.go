@@ -27,6 +27,11 @@ type cache struct {
 	held []int64
 
 	failed []failure // entries whose message did not encode, in order
+
+	// shared is set once bytes has been handed out (or lies in a reply
+	// handed out), and cleared when a rebuild by Apply starts a new
+	// buffer: until then a rebuild never writes the bytes in place.
+	shared bool
 }
 
 // failure is a message an encoding has no form for.
@@ -192,9 +197,14 @@ type encoder func(dst []byte, m *record.Map) ([]byte, error)
 // prefix instead.
 func (s *Session) encoded(c *cache, enc encoder, sep byte, head []byte) []byte {
 	if head == nil && c.built == s.version && c.bytes != nil {
+		c.shared = c.shared || !s.settling
 		return c.bytes
 	}
 	old, oldOffs, oldFailed := c.bytes, c.offs, c.failed
+	// src holds the old bytes of the entries from `from` on, at
+	// src[off-srcBase]: old itself, or a copy of its tail when the
+	// rebuild writes over old in place.
+	src, srcBase := old, 0
 	from := min(c.from, len(oldOffs))
 	cut := len(old)
 	if from < len(oldOffs) {
@@ -206,10 +216,19 @@ func (s *Session) encoded(c *cache, enc encoder, sep byte, head []byte) []byte {
 		buf = make([]byte, 0, len(head)+len(old)+len(old)/4+1024)
 		buf = append(buf, head...)
 		buf = append(buf, old[:cut]...)
+	case from < len(oldOffs) && !c.shared:
+		// Nobody holds these bytes (Apply built them since the last read):
+		// rebuild from the changed entry in place, reading the entries
+		// after it from a copy of the tail, rather than copying the
+		// whole prefix every time Apply settles the session.
+		src, srcBase = slices.Clone(old[cut:]), cut
+		buf = old[:cut]
 	case from < len(oldOffs):
 		// Growing a capped slice copies the prefix without first zeroing
 		// the copy.
-		buf = slices.Grow(old[:cut:cut], len(old)-cut+len(old)/4+1024)
+		// Room for a sixteenth more: the slack is memory the session
+		// is counted at.
+		buf = slices.Grow(old[:cut:cut], len(old)-cut+len(old)/16+1024)
 	case old != nil:
 		buf = old
 	default:
@@ -247,7 +266,7 @@ func (s *Session) encoded(c *cache, enc encoder, sep byte, head []byte) []byte {
 			if i+1 < len(oldOffs) {
 				end = oldOffs[i+1]
 			}
-			if b := old[oldOffs[i]:end]; len(b) > 0 {
+			if b := src[oldOffs[i]-srcBase : end-srcBase]; len(b) > 0 {
 				if sep != 0 {
 					if b[0] == sep {
 						b = b[1:]
@@ -285,6 +304,10 @@ func (s *Session) encoded(c *cache, enc encoder, sep byte, head []byte) []byte {
 		body = body[:len(body):len(body)]
 	}
 	c.bytes, c.offs, c.built, c.from, c.count, c.failed = body, offs, s.version, len(s.entries), count, failed
+	// A build for Apply hands nothing out: its bytes stay unshared when
+	// it started a new buffer, or wrote one nobody held.
+	inPlace := cap(buf) > 0 && cap(old) > 0 && &buf[:1][0] == &old[:1][0]
+	c.shared = head != nil || !s.settling || (c.shared && inPlace)
 	if c == &s.json {
 		s.reply = reply{} // built on other bytes
 		// Now that the JSON cache holds them, the entries it rendered
