@@ -160,6 +160,7 @@ type streamState struct {
 		Msgs    *uint64 `json:"messages"`
 		LastSeq *uint64 `json:"last_seq"`
 	} `json:"state"`
+	Cluster *jetstream.ClusterInfo `json:"cluster"`
 }
 
 // parseStreamState reads a stream info reply that holds the stream's
@@ -178,6 +179,9 @@ func parseStreamState(data []byte) (*streamState, error) {
 	}
 	if resp.State == nil || resp.State.Msgs == nil || resp.State.LastSeq == nil {
 		return nil, fmt.Errorf("stream info: %w: no state", ErrBadStreamInfo)
+	}
+	if err := fromLeader(&jetstream.StreamInfo{Cluster: resp.Cluster}); err != nil {
+		return nil, fmt.Errorf("stream info: %w", err)
 	}
 	return &resp, nil
 }

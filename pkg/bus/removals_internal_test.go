@@ -32,6 +32,9 @@ func TestDecodeRemoved_Hostile(t *testing.T) {
 		{"no last sequence", `{"state":{"messages":10}}`, 0, 0, ErrBadStreamInfo},
 		{"typed wrong", `{"state":{"messages":"10","last_seq":10}}`, 0, 0, ErrBadStreamInfo},
 		{"negative", `{"state":{"messages":-1,"last_seq":10}}`, 0, 0, ErrBadStreamInfo},
+		{"answered by the leader", `{"state":{"messages":10,"last_seq":10},"cluster":{"name":"C","raft_group":"S-R3F-x","leader":"n1","replicas":[{"name":"n2"},{"name":"n3"}]}}`, 0, 10, nil},
+		{"one server", `{"state":{"messages":10,"last_seq":10},"cluster":{"leader":"n1"}}`, 0, 10, nil},
+		{"a replica while the stream has no leader", `{"state":{"messages":0,"last_seq":0},"cluster":{"name":"C","raft_group":"S-R3F-x","replicas":[{"name":"n1"},{"name":"n2"},{"name":"n3"}]}}`, 0, 0, ErrNoStreamLeader},
 		{"stream not found", `{"error":{"code":404,"err_code":10059,"description":"stream not found"}}`, 0, 0, jetstream.ErrStreamNotFound},
 		{"error beside a state", `{"error":{"code":503,"err_code":10008,"description":"JetStream system temporarily unavailable"},"state":{"messages":1,"last_seq":1}}`, 0, 0, &jetstream.APIError{}},
 	}

@@ -41,7 +41,7 @@ type SubjectLog struct {
 // only their headers travel.
 func ReadSubjectLog(ctx context.Context, js jetstream.JetStream, st jetstream.Stream, subject string) (*SubjectLog, error) {
 	stream := st.CachedInfo().Config.Name
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter(subject))
+	info, err := leaderInfo(ctx, st, jetstream.WithSubjectFilter(subject))
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: %w", stream, err)
 	}

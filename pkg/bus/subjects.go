@@ -43,7 +43,7 @@ func SubjectsSince(ctx context.Context, js jetstream.JetStream, stream, filter s
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: %w", stream, err)
 	}
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter(filter))
+	info, err := leaderInfo(ctx, st, jetstream.WithSubjectFilter(filter))
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: %w", stream, err)
 	}
