@@ -49,28 +49,28 @@ func editedTail(r rendering, rep edits.Report, jsonBytes int) []record.Member {
 
 // appendEditedJSON appends the edited reply as JSON.
 func appendEditedJSON(dst []byte, session string, p *projection.Session, req contextRequest, browser []string) ([]byte, error) {
-	r, rep := editSession(p, req, browser)
-	var seq uint64
-	if p != nil {
-		seq = p.Seq()
-	}
-	head := record.NewMap("session", session, "seq", seq)
-	if r.format != render.Neutral {
-		head.Set("format", string(r.format))
-	}
-	jsonBytes, err := r.body.JSONLen()
+	out, err := editedReply(session, p, req, browser)
 	if err != nil {
-		return dst, fmt.Errorf("encode %s body: %w", r.format, err)
+		return dst, err
 	}
-	out := record.NewMap()
-	out.Members = append(out.Members, head.Members...)
-	out.Members = append(out.Members, r.body.Fields.Members...)
-	out.Members = append(out.Members, editedTail(r, rep, jsonBytes)...)
 	return record.AppendJSON(dst, out)
 }
 
 // appendEditedMsgpack appends the edited reply as a msgpack map.
 func appendEditedMsgpack(dst []byte, session string, p *projection.Session, req contextRequest, browser []string) ([]byte, error) {
+	out, err := editedReply(session, p, req, browser)
+	if err != nil {
+		return dst, err
+	}
+	if dst, err = record.AppendMsgpack(dst, out); err != nil {
+		return dst, fmt.Errorf("%w: %w", errNotMsgpack, err)
+	}
+	return dst, nil
+}
+
+// editedReply is the edited reply's map: the head, the body's fields,
+// the rendering's tail and the edits' report.
+func editedReply(session string, p *projection.Session, req contextRequest, browser []string) (*record.Map, error) {
 	r, rep := editSession(p, req, browser)
 	var seq uint64
 	if p != nil {
@@ -82,14 +82,11 @@ func appendEditedMsgpack(dst []byte, session string, p *projection.Session, req 
 	}
 	jsonBytes, err := r.body.JSONLen()
 	if err != nil {
-		return dst, fmt.Errorf("encode %s body: %w", r.format, err)
+		return nil, fmt.Errorf("encode %s body: %w", r.format, err)
 	}
 	out := record.NewMap()
 	out.Members = append(out.Members, head.Members...)
 	out.Members = append(out.Members, r.body.Fields.Members...)
 	out.Members = append(out.Members, editedTail(r, rep, jsonBytes)...)
-	if dst, err = record.AppendMsgpack(dst, out); err != nil {
-		return dst, fmt.Errorf("%w: %w", errNotMsgpack, err)
-	}
-	return dst, nil
+	return out, nil
 }
