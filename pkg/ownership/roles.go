@@ -291,6 +291,10 @@ func (r *Roles) Reach(ctx context.Context, session string, seq uint64, timeout t
 	deadline := time.Now().Add(timeout)
 	at := r.follow.loadsBefore() // before the mark (followed)
 	mark := r.Removals.Mark()    // package removals: the removals made before now
+	// A min_seq is a PubAck's: its record is stored, and the proof that
+	// no removal before it was missed starts now, often before the
+	// record reaches the ingest or the follower (package removals, Ahead).
+	r.Removals.Ahead(seq)
 	r.Removals.Drain()
 	if st := p.ingestStore(); st != nil && st.Wait(ctx, max(seq, p.floor.Load()), 0) == nil {
 		return st, nil // the common case: there already, nothing to watch, no lock
