@@ -135,6 +135,7 @@ func (p *fakePeers) Listen(func(Handback)) (func(), error) { return func() {}, n
 // noRemovals is a removal watcher of a stream that has had none.
 type noRemovals struct{}
 
+func (noRemovals) Ahead(uint64)                                      {}
 func (noRemovals) Cover(uint64)                                      {}
 func (noRemovals) Covered(uint64) bool                               { return true }
 func (noRemovals) Mark() uint64                                      { return 0 }

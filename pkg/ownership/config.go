@@ -50,8 +50,10 @@ type Config struct {
 
 // Removals is what the roles need of the removal watcher (package
 // removals): that every removal before a record is applied before it
-// (Cover), and before what a reply shows (Settle, SettleSince).
+// (Cover), and before what a reply shows (Settle, SettleSince); Ahead
+// starts the proof of a record applied unproven.
 type Removals interface {
+	Ahead(seq uint64)
 	Cover(seq uint64)
 	Covered(seq uint64) bool
 	Mark() uint64

@@ -23,8 +23,10 @@ import (
 // snapshot (those are the ingest's; its loader is the reader's,
 // read-only). The removals apply to it as to the other stores, and are
 // proven when a reply is built (followed), not before each record is
-// applied: a record then costs the follower no read of the stream's
-// state, and a session fetched again unchanged costs its request none.
+// applied: the proof starts as the record is applied (removals' Ahead)
+// and runs beside it, one read of the stream's state at a time shared by
+// the records delivered meanwhile, and a session fetched again unchanged
+// costs its request none.
 //
 // A request whose min_seq, and the floor, the follower's watermark
 // covers is answered from the follower store at once, without reading
@@ -78,6 +80,13 @@ func readerShare[T int | int64](n T) T {
 type follower struct {
 	st  *store.Store
 	run *bus.Follower
+	// clean is the count of the store's loads (store.Stats.Loads) that
+	// ended before a request's removals' mark, the request having
+	// proven since every removal made before that mark (settleSince):
+	// while the store has loaded no session since, what it holds was
+	// read of the stream before every removal not applied yet, and only
+	// records applied since may sit beside what such a removal took.
+	clean atomic.Uint64
 	// stuck is the watermark at which a request last waited followWait
 	// in vain, and stuckAt when (unix nanoseconds): while the watermark
 	// stays there (the follower's consumer is being made again after a
@@ -170,9 +179,12 @@ func (f *following) start(gen uint64, st *store.Store) {
 		st.Fresh = last == 0
 		st.Advance(last)
 		// Applied unproven: a reply proves the removals before it shows
-		// what is new (followed).
+		// what is new (followed). The proof starts as the record is
+		// applied (Ahead): it is under way, or done, when the request
+		// that asks for the record comes.
 		return cfg.Stream.Follow(ctx, last, bus.PullBytes(cfg.Conn), func(m bus.Msg) {
 			applyRecord(st, m)
+			f.r.Removals.Ahead(m.Seq)
 		}, cfg.Logger)
 	}()
 	f.mu.Lock()
@@ -249,8 +261,9 @@ func (f *following) stop(p *part, set func()) {
 // the floor of p, waiting at most followWait (and timeout) for it;
 // false when there is no follower or it is behind, the floor then
 // raised to its watermark. With no follower it starts one. mark is the
-// removals' mark (package removals) when the request came.
-func (f *following) reach(ctx context.Context, p *part, seq uint64, timeout time.Duration, mark uint64) (server.Viewer, bool) {
+// removals' mark (package removals) when the request came, and at the
+// follower's count of loads before it was taken (loadsBefore).
+func (f *following) reach(ctx context.Context, p *part, seq uint64, timeout time.Duration, mark uint64, at loadsAt) (server.Viewer, bool) {
 	if !f.enabled() {
 		return nil, false
 	}
@@ -262,10 +275,34 @@ func (f *following) reach(ctx context.Context, p *part, seq uint64, timeout time
 	need := max(seq, p.floor.Load())
 	if fl.wait(ctx, need, timeout) {
 		f.replies.Add(1)
-		return followed{st: fl.st, removals: f.r.Removals, mark: mark, need: need}, true
+		loads := uint64(0)
+		if at.fl == fl {
+			loads = at.loads
+		}
+		return followed{fl: fl, st: fl.st, removals: f.r.Removals, mark: mark, need: need, loads: loads, known: at.fl == fl}, true
 	}
 	p.raise(fl.st.Applied())
 	return nil, false
+}
+
+// loadsAt is the running follower and its store's count of loads, read
+// before a request's removals' mark.
+type loadsAt struct {
+	fl    *follower
+	loads uint64
+}
+
+// loadsBefore returns the running follower and its count of loads; the
+// caller takes the removals' mark after it.
+func (f *following) loadsBefore() loadsAt {
+	if !f.enabled() {
+		return loadsAt{}
+	}
+	fl := f.cur.Load()
+	if fl == nil {
+		return loadsAt{}
+	}
+	return loadsAt{fl: fl, loads: fl.st.Stats().Loads}
 }
 
 // ready reports whether the follower store answers a request at once,
@@ -298,24 +335,59 @@ func (f *following) loaded(session string) bool {
 // needs (its min_seq, or the floor), as the ingest covers each record:
 // every removal made before that record was stored is applied first. A
 // view that would show a state of the session no reply showed before
-// proves first that every removal made before the request came, and
-// before the records it shows were stored, has been applied
-// (store.ViewSettled, removals.settleSince; one read of the stream's
-// state serves both), as a reader's that reads the session now does. A
-// session shown again as it was, with nothing to cover, costs no read:
-// a turn's reply pays one, as the ingest's record did.
+// covers the store's watermark too: every record the state holds was
+// stored before it, so a removal not applied yet was made after each of
+// them, and the state is what the stream held before it. That holds of
+// what the records applied made; a load reads the stream, and may meet
+// a removal half way (a snapshot from before it, the records after it)
+// with no record stored after the removal. So when the store loaded a
+// session since the last request that proved the removals made before
+// it came (follower.clean), the view proves first that every removal
+// made before the request came, and before the records it shows were
+// stored, has been applied (store.ViewSettled, removals.settleSince; one
+// read of the stream's state serves both), as a reader's that reads the
+// session now does. Else the proof is the cover of the watermark, which
+// the follower started as it applied the records (Ahead): a turn's reply
+// waits for what is left of that read, not for a read of its own. A
+// session shown again as it was, with nothing to cover, costs no read.
 type followed struct {
+	fl       *follower
 	st       *store.Store
 	removals Removals
 	mark     uint64 // the removals' mark when the request came
 	need     uint64 // the sequence the request needs
+	// loads is the store's count of loads before mark was taken; known
+	// says it was read of this follower.
+	loads uint64
+	known bool
 }
 
 func (v followed) View(ctx context.Context, session string, fn func(p *projection.Session)) error {
 	v.removals.Cover(v.need)
 	return v.st.ViewSettled(ctx, session, func(ctx context.Context) (uint64, error) {
 		upTo := v.st.Applied()
-		return upTo, v.removals.SettleSince(ctx, v.mark, upTo)
+		if v.known && v.st.Stats().Loads <= v.fl.clean.Load() {
+			v.removals.Cover(upTo)
+			// A session the cover forgot loads when it is viewed
+			// again: the proof of the mark is made first.
+			if v.st.Stats().Loads <= v.fl.clean.Load() && v.st.Loaded(session) {
+				return upTo, nil
+			}
+		}
+		if err := v.removals.SettleSince(ctx, v.mark, upTo); err != nil {
+			return upTo, err
+		}
+		if v.known {
+			// Every load that ended before mark met no removal that
+			// is not applied now.
+			for {
+				cur := v.fl.clean.Load()
+				if v.loads <= cur || v.fl.clean.CompareAndSwap(cur, v.loads) {
+					break
+				}
+			}
+		}
+		return upTo, nil
 	}, fn)
 }
 

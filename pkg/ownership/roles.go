@@ -289,7 +289,12 @@ func (r *Roles) Reach(ctx context.Context, session string, seq uint64, timeout t
 	}
 	p := r.partOf(session)
 	deadline := time.Now().Add(timeout)
-	mark := r.Removals.Mark() // package removals: the removals made before now
+	at := r.follow.loadsBefore() // before the mark (followed)
+	mark := r.Removals.Mark()    // package removals: the removals made before now
+	// A min_seq is a PubAck's: its record is stored, and the proof that
+	// no removal before it was missed starts now, often before the
+	// record reaches the ingest or the follower (package removals, Ahead).
+	r.Removals.Ahead(seq)
 	r.Removals.Drain()
 	if st := p.ingestStore(); st != nil && st.Wait(ctx, max(seq, p.floor.Load()), 0) == nil {
 		return st, nil // the common case: there already, nothing to watch, no lock
@@ -333,7 +338,7 @@ func (r *Roles) Reach(ctx context.Context, session string, seq uint64, timeout t
 		}
 		p.raise(st.Applied())
 	}
-	if v, ok := r.follow.reach(ctx, p, seq, timeout, mark); ok {
+	if v, ok := r.follow.reach(ctx, p, seq, timeout, mark, at); ok {
 		if r.reader.Loaded(session) {
 			// Read by its tail before the follower ran: the follower's
 			// store holds it from now on, and one copy is enough.

@@ -65,6 +65,17 @@
 // when the removal comes is read again once its advisory is applied
 // (store.Forget), and not otherwise.
 //
+// A store that applies records unproven (a follower's, package
+// ownership) starts the proof as it applies each record (Watcher.Ahead):
+// the watcher's goroutine checks the stream's state in the background,
+// one check at a time, each covering every record stored before its
+// read began, and the records delivered while one is in flight share the
+// next. The reply that shows such a record covers it (Cover) and finds
+// that check done or under way: a turn's reply waits for what is left of
+// a read that began as the record came, not for a read of its own. What
+// is proven is the same: a record is shown only once every removal made
+// before it was stored has been applied.
+//
 // A stream with limits (AllowStreamLimits) drops messages of its own
 // accord: its count moves without advisories, so only the advisories are
 // applied there, and records aged out of the stream may stay in cached
@@ -122,6 +133,12 @@ type Watcher struct {
 	sub *nats.Subscription
 	ch  chan *nats.Msg
 
+	// ahead is the highest sequence Ahead was given, and kick tells the
+	// watcher's goroutine to check the stream's state until it is
+	// verified.
+	ahead atomic.Uint64
+	kick  chan struct{}
+
 	// verified: every removal made before the record at this sequence
 	// was stored has been applied to the stores.
 	verified atomic.Uint64
@@ -160,7 +177,7 @@ type Watcher struct {
 // app's, whose end stops the reads of the stream's state.
 func Open(ctx, life context.Context, nc *nats.Conn, stream string, counted bool, stores func() []*store.Store, onRemoval func(), logger *slog.Logger) (*Watcher, error) {
 	r := &Watcher{nc: nc, stream: stream, stores: stores, removed: onRemoval, logger: logger, counted: counted,
-		ch: make(chan *nats.Msg, removalAdvisories), stop: make(chan struct{}), done: make(chan struct{})}
+		ch: make(chan *nats.Msg, removalAdvisories), kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	r.ctx, r.cancel = context.WithCancel(life)
 	r.state = func(ctx context.Context) (uint64, uint64, error) { return bus.Removed(ctx, nc, stream) }
 	var err error
@@ -209,6 +226,9 @@ func (r *Watcher) run() {
 		select {
 		case <-r.stop:
 			return
+		case <-r.kick:
+			r.checkAhead()
+			continue
 		case <-drain.C:
 		}
 		r.Drain()
@@ -300,6 +320,47 @@ func (r *Watcher) Cover(seq uint64) {
 		return
 	}
 	r.check(r.begin(), seq)
+}
+
+// Ahead starts proving that every removal made before the record seq
+// was stored has been applied, and returns at once: the watcher's
+// goroutine checks the stream's state, one check at a time, each
+// covering every record stored before its read, until seq is verified.
+// A store that applies records unproven (the follower's) calls it for
+// each record it applies, so that the proof a reply needs (Cover) is
+// under way, or done, by the time a request asks for the record: the
+// check's round trip runs beside the record's way to the requester,
+// not after it. Records delivered while a check is in flight share the
+// next one.
+func (r *Watcher) Ahead(seq uint64) {
+	if r == nil || !r.counted || seq <= r.verified.Load() {
+		return
+	}
+	for {
+		cur := r.ahead.Load()
+		if seq <= cur || r.ahead.CompareAndSwap(cur, seq) {
+			break
+		}
+	}
+	select {
+	case r.kick <- struct{}{}:
+	default: // one is pending: it reads ahead when it runs
+	}
+}
+
+// checkAhead checks the stream's state once unless what Ahead was given
+// is verified. An Ahead call during the check kicks again: the next check
+// covers its record.
+func (r *Watcher) checkAhead() {
+	if r.ahead.Load() <= r.verified.Load() || r.lockIdle(r.stop) != nil {
+		return
+	}
+	r.drainLocked()
+	if r.ahead.Load() <= r.verified.Load() {
+		r.mu.Unlock()
+		return
+	}
+	r.check(r.begin(), 0)
 }
 
 // covered reports whether cover(seq) returns without reading the

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -105,4 +106,59 @@ func TestRemovals_NoLockWhileReading(t *testing.T) {
 	<-second
 	require.Equal(t, uint64(2), r.verified.Load())
 	require.LessOrEqual(t, r.reads.Load(), reads+2)
+}
+
+// Ahead returns at once and the watcher's goroutine checks the stream's
+// state: a record given to it is verified without a caller waiting, the
+// records given while a check is in flight share the next one, and a
+// removal no advisory told of is found by it (every session forgotten,
+// the removal counted) before the record after it is verified.
+func TestRemovals_AheadChecksInTheBackground(t *testing.T) {
+	js := natstest.JetStream(t)
+	nc := js.Conn()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cfg, err := streams.Transcripts()
+	require.NoError(t, err)
+	_, err = js.CreateStream(ctx, cfg)
+	require.NoError(t, err)
+	publish := func(n int) uint64 {
+		var last uint64
+		for i := range n {
+			ack, err := js.Publish(ctx, fmt.Sprintf("transcripts.s%d", i), []byte("{}"))
+			require.NoError(t, err)
+			last = ack.Sequence
+		}
+		return last
+	}
+	publish(2)
+	st := store.New()
+	t.Cleanup(func() { st.Close() })
+	var removed atomic.Int32
+	r, err := Open(ctx, t.Context(), nc, cfg.Name, true, func() []*store.Store { return []*store.Store{st} }, func() { removed.Add(1) }, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	t.Cleanup(r.Close)
+
+	reads := r.reads.Load()
+	last := publish(8)
+	for seq := uint64(3); seq <= last; seq++ {
+		r.Ahead(seq)
+	}
+	require.Eventually(t, func() bool { return r.Covered(last) }, 10*time.Second, time.Millisecond, "Ahead's records verified")
+	require.LessOrEqual(t, r.reads.Load()-reads, uint64(8), "one read a record at most")
+	reads = r.reads.Load()
+	r.Cover(last)
+	require.Equal(t, reads, r.reads.Load(), "a record Ahead verified costs Cover no read")
+
+	// A removal told by no advisory (the subscription gone): the check
+	// Ahead starts finds it.
+	require.NoError(t, r.sub.Unsubscribe())
+	s, err := js.Stream(ctx, cfg.Name)
+	require.NoError(t, err)
+	require.NoError(t, s.DeleteMsg(ctx, 1))
+	next := publish(1)
+	r.Ahead(next)
+	require.Eventually(t, func() bool { return r.Covered(next) }, 10*time.Second, time.Millisecond)
+	require.NotZero(t, removed.Load(), "the removal found")
+	require.Equal(t, uint64(1), r.Count(), "the removal counted as applied")
 }
