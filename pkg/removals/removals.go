@@ -103,6 +103,9 @@ const (
 	removalAdvisories = 4096
 	// removalCheckTimeout bounds one read of the stream's state.
 	removalCheckTimeout = 2 * time.Second
+	// removalReadRetry is how long a check reads the stream's state
+	// again after a read failed, before it forgets every session.
+	removalReadRetry = 10 * time.Second
 	// removalGrace is how long a check that finds removals not told
 	// waits for their advisories before it forgets every session.
 	removalGrace = 250 * time.Millisecond
@@ -429,7 +432,8 @@ func (r *Watcher) SettleSince(ctx context.Context, mark, upTo uint64) error {
 }
 
 // check reads the stream's state and verifies up to its last sequence,
-// or, failing that, forgets every session and verifies up to need (a
+// or, failing that (reads that fail for removalReadRetry, or removals no
+// advisory told of), forgets every session and verifies up to need (a
 // record already stored). It is the check under way f (begin): no lock
 // is held while it reads, and it alone applies advisories until it ends.
 func (r *Watcher) check(f chan struct{}, need uint64) {
@@ -438,6 +442,8 @@ func (r *Watcher) check(f chan struct{}, need uint64) {
 	// made before that read began is applied when check returns:
 	// verified, or every session forgotten.
 	var read uint64
+	var retryUntil time.Time // set by the first failed read
+	wait := 50 * time.Millisecond
 	defer func() {
 		r.mu.Lock()
 		r.checked.Store(read)
@@ -453,6 +459,26 @@ func (r *Watcher) check(f chan struct{}, need uint64) {
 		read = r.reads.Add(1)
 		removed, last, err := r.state(ctx)
 		cancel()
+		if err != nil && r.ctx.Err() == nil && (retryUntil.IsZero() || time.Now().Before(retryUntil)) {
+			// Read again: a server slow to answer, or a stream between
+			// leaders, answers in moments, and forgetting every session
+			// would have each load back from that server at once. What
+			// a removal made meanwhile took, the count read next says.
+			if retryUntil.IsZero() {
+				retryUntil = time.Now().Add(removalReadRetry)
+			}
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-r.stop:
+			}
+			t.Stop()
+			wait = min(2*wait, time.Second)
+			r.mu.Lock()
+			r.drainLocked()
+			r.mu.Unlock()
+			continue
+		}
 		if err != nil {
 			r.mu.Lock()
 			if r.ctx.Err() != nil {

@@ -162,3 +162,43 @@ func TestRemovals_AheadChecksInTheBackground(t *testing.T) {
 	require.NotZero(t, removed.Load(), "the removal found")
 	require.Equal(t, uint64(1), r.Count(), "the removal counted as applied")
 }
+
+// A read of the stream's state that fails (a server slow to answer, an
+// election) is read again, not answered by forgetting every session:
+// under load the stream answers late, and a store emptied then loads
+// every session back from the stream at once. A removal made meanwhile
+// is still found by the read that succeeds, as its count says.
+func TestRemovals_FailedReadIsReadAgain(t *testing.T) {
+	js := natstest.JetStream(t)
+	nc := js.Conn()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cfg, err := streams.Transcripts()
+	require.NoError(t, err)
+	_, err = js.CreateStream(ctx, cfg)
+	require.NoError(t, err)
+	_, err = js.Publish(ctx, "transcripts.s1", []byte("{}"))
+	require.NoError(t, err)
+	st := store.New()
+	t.Cleanup(func() { _ = st.Close() })
+	st.Apply("s1", 1, []byte(`{"role":"user","content":"hi"}`))
+	require.True(t, st.Loaded("s1"))
+	r, err := Open(ctx, t.Context(), nc, cfg.Name, true, func() []*store.Store { return []*store.Store{st} }, func() {}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	t.Cleanup(r.Close)
+
+	real := r.state
+	var failed atomic.Int32
+	r.state = func(ctx context.Context) (uint64, uint64, error) {
+		if failed.Add(1) == 1 {
+			return 0, 0, context.DeadlineExceeded
+		}
+		return real(ctx)
+	}
+	_, err = js.Publish(ctx, "transcripts.s1", []byte("{}"))
+	require.NoError(t, err)
+	r.Cover(2)
+	require.GreaterOrEqual(t, failed.Load(), int32(2), "read again")
+	require.Equal(t, uint64(2), r.verified.Load())
+	require.True(t, st.Loaded("s1"), "one failed read forgets nothing")
+}
