@@ -50,7 +50,11 @@ func (a *App) sweepSnapshots(ctx context.Context) {
 // One asked for while one runs makes the running one empty the bucket
 // again when it is done: what was written meanwhile goes too.
 func (a *App) dropSnapshots() {
-	if a.loader == nil || a.loader.snaps == nil || a.snapsDrops.Add(1) > 1 {
+	if a.loader == nil || a.loader.snaps == nil {
+		return
+	}
+	a.evictLabel.Store(nil) // until the next round of idle snapshots
+	if a.snapsDrops.Add(1) > 1 {
 		return
 	}
 	a.bg.Go(func() {
@@ -252,8 +256,10 @@ func (a *App) writeIdleSnapshots(ctx context.Context, every time.Duration) {
 	// the removals, when it was read (appliedRemovals).
 	removed, ok := a.removals.Applied(ctx)
 	if !ok {
+		a.evictLabel.Store(nil)
 		return
 	}
+	a.evictLabel.Store(&removed)
 	sts := a.roles.IngestStores()
 	if len(sts) == 0 {
 		return
@@ -273,5 +279,47 @@ func (a *App) writeIdleSnapshots(ctx context.Context, every time.Duration) {
 		if now, _, err := bus.Removed(ctx, a.nc, a.stream); err == nil && now != removed {
 			a.dropSnapshots()
 		}
+	}
+}
+
+// The stores write the snapshot of a session they evict (store.Store's
+// EvictSnapshots) at the removed count evictLabel holds: one at which
+// every removal was applied to the stores, read at start and by every
+// round of idle snapshots, and cleared when a removal comes, until the
+// next round. A store evicts with its locks held, so the count is read
+// from there, never from the removals' watcher, which takes the stores'
+// locks while it holds its own. A count older than the stream's is
+// still one at which every removal was applied: its snapshots are
+// never used, and cost only their writes.
+
+// setEvictLabel reads the count at start, before any store is fed.
+func (a *App) setEvictLabel() {
+	if a.loader == nil || a.loader.snaps == nil || !a.removals.Counted() {
+		return
+	}
+	removed := a.removals.Count()
+	a.evictLabel.Store(&removed)
+}
+
+// evictSnapshotLabel is the stores' EvictSnapshots.
+func (a *App) evictSnapshotLabel() (string, uint64, bool) {
+	removed := a.evictLabel.Load()
+	if removed == nil || a.life.Err() != nil {
+		return "", 0, false
+	}
+	return a.loader.identity, *removed, true
+}
+
+// evictSnapshotsWritten is the stores' SnapshotsWritten: as after the
+// idle snapshots, the bucket is marked written at removed, and emptied
+// when a removal came meanwhile (a snapshot taken before it was applied,
+// and written after the bucket was emptied, may hold what it removed).
+func (a *App) evictSnapshotsWritten(ctx context.Context, removed uint64) {
+	if a.removals.Count() != removed {
+		a.dropSnapshots()
+		return
+	}
+	if err := a.loader.snaps.MarkState(ctx, bus.SnapshotState{Stream: a.loader.identity, Removed: removed}); err != nil && ctx.Err() == nil {
+		a.Logger.Warn("snapshots' state not written; the next start empties them", "err", err)
 	}
 }

@@ -370,6 +370,7 @@ func (s *Store) CloseCheckpoints(ctx context.Context) (written, left int, err er
 // dropped (call SaveCheckpoints first to write them). The store still
 // applies and serves.
 func (s *Store) Close() error {
+	s.evictSnaps.close()
 	if n := s.checkpoints.close(); n > 0 {
 		s.Logger.Warn("checkpoints dropped at close; those sessions load from earlier ones", "checkpoints", n)
 	}
