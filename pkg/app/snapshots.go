@@ -2,12 +2,9 @@ package app
 
 import (
 	"context"
-	"errors"
 	"iter"
 	"sync"
 	"time"
-
-	"github.com/nats-io/nats.go"
 
 	"github.com/ctxd/ctxd/pkg/bus"
 	"github.com/ctxd/ctxd/pkg/store"
@@ -156,30 +153,15 @@ func closeEach(sts []*store.Store, close func(*store.Store) (written, left int, 
 	return written, left, err
 }
 
-// snapshotTry and snapshotTries bound the reads of a snapshot as
-// checkpointTry does a checkpoint's: a replica on a frozen node never
-// answers.
-const (
-	snapshotTry   = 300 * time.Millisecond
-	snapshotTries = 3
-)
-
-// Snapshot reads a session's snapshot (store.SnapshotLoader).
+// Snapshot reads a session's snapshot (store.SnapshotLoader), tried
+// again as a checkpoint is (retryRead).
 func (l *streamLoader) Snapshot(ctx context.Context, session string) ([]byte, bool, error) {
 	if l.snaps == nil {
 		return nil, false, nil
 	}
-	for try := 1; ; try++ {
-		if try == snapshotTries {
-			return l.snaps.Get(ctx, session)
-		}
-		tctx, cancel := context.WithTimeout(ctx, snapshotTry)
-		data, ok, err := l.snaps.Get(tctx, session)
-		cancel()
-		if err == nil || ctx.Err() != nil || !(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)) {
-			return data, ok, err
-		}
-	}
+	return retryRead(ctx, func(ctx context.Context) ([]byte, bool, error) {
+		return l.snaps.Get(ctx, session)
+	})
 }
 
 // SaveSnapshots writes snapshots (store.SnapshotLoader).
