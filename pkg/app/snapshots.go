@@ -238,7 +238,6 @@ func (a *App) writeIdleSnapshots(ctx context.Context, every time.Duration) {
 	// the removals, when it was read (appliedRemovals).
 	removed, ok := a.removals.Applied(ctx)
 	if !ok {
-		a.evictLabel.Store(nil)
 		return
 	}
 	a.evictLabel.Store(&removed)
@@ -271,8 +270,8 @@ func (a *App) writeIdleSnapshots(ctx context.Context, every time.Duration) {
 // next round. A store evicts with its locks held, so the count is read
 // from there, never from the removals' watcher, which takes the stores'
 // locks while it holds its own. A count older than the stream's is
-// still one at which every removal was applied: its snapshots are
-// never used, and cost only their writes.
+// still one at which every removal was applied (a round that cannot say
+// leaves it): its snapshots are never used, and cost only their writes.
 
 // setEvictLabel reads the count at start, before any store is fed.
 func (a *App) setEvictLabel() {

@@ -25,10 +25,21 @@ import (
 // is a hint, and the next eviction writes the session's again.
 
 // evictBacklog bounds the bytes of evicted projections waiting for their
-// snapshots: a share of the cache, at least minEvictBacklog.
-func (s *Store) evictBacklog() int64 { return max(s.MaxBytes/8, minEvictBacklog) }
+// snapshots: a share of the cache, at least minEvictBacklog. They are
+// out of the cache's count, and so beside MaxBytes.
+func (s *Store) evictBacklog() int64 { return max(s.MaxBytes/16, minEvictBacklog) }
 
-const minEvictBacklog = 16 << 20
+const minEvictBacklog = 4 << 20
+
+// minEvictRecords is the fewest records since its compaction a session
+// evicted has its snapshot written with, and since its snapshot written
+// before: a load of fewer costs less than the snapshot's write and read.
+// Tests lower it.
+var minEvictRecords = 32
+
+// evictWrite is how many snapshots of evicted sessions one write stores:
+// what the bucket's writes hold in flight stays a few of them.
+const evictWrite = 4
 
 // evictedSnap is an evicted session's projection and what its snapshot
 // says besides it.
@@ -61,6 +72,15 @@ func (w *evictWriter) idle() bool {
 // evicting is called by the cache for each slot it evicts, locked, with
 // the label taken before the pass (ok false: none written).
 func (s *Store) evicting(sl *slot, stream string, removed uint64) {
+	if len(sl.seqs) < minEvictRecords {
+		return
+	}
+	if sl.snapped != 0 && sl.snappedAt == removed && len(upFrom(sl.seqs, sl.snapped+1)) < minEvictRecords {
+		// Its snapshot is written, and loads with the few records after
+		// it: a session evicted at every other turn is written once in
+		// so many records, not at each eviction.
+		return
+	}
 	sn := s.snapshotMeta(sl, stream, removed)
 	if sn == nil {
 		return
@@ -117,23 +137,48 @@ func (s *Store) writeEvicted(ctx context.Context) {
 	}
 }
 
-// writeEvictedBatch writes a batch of evicted sessions' snapshots, and
-// marks those written on their slots.
+// writeEvictedBatch writes a batch of evicted sessions' snapshots,
+// evictWrite at a time, and marks those written on their slots.
 func (s *Store) writeEvictedBatch(ctx context.Context, batch map[string]evictedSnap) {
 	sv, ok := s.Loader.(SnapshotLoader)
 	if !ok {
 		return
 	}
+	all := make([]evictedSnap, 0, len(batch))
+	for _, e := range batch {
+		all = append(all, e)
+	}
+	removed := map[uint64]bool{}
+	for part := range slices.Chunk(all, evictWrite) {
+		if s.writeEvictedPart(ctx, sv, part) {
+			removed[part[0].sn.removed] = true
+		} else if ctx.Err() != nil {
+			break
+		}
+	}
+	if s.SnapshotsWritten != nil {
+		for r := range removed {
+			s.SnapshotsWritten(ctx, r)
+		}
+	}
+}
+
+// writeEvictedPart writes a few evicted sessions' snapshots, and reports
+// whether it wrote them; those of a session removed since are not.
+func (s *Store) writeEvictedPart(ctx context.Context, sv SnapshotLoader, part []evictedSnap) bool {
 	ctx, cancel := context.WithTimeout(ctx, s.SaveTimeout)
 	defer cancel()
-	var written []evictedSnap
 	snaps := func(yield func(string, []byte) bool) {
-		for id, e := range batch {
+		for _, e := range part {
+			e.sl.mu.Lock()
+			dead := e.sl.dead
+			e.sl.mu.Unlock()
+			if dead {
+				continue // forgotten: records of it may have left the stream
+			}
 			// The projection is the writer's alone: evicted, it is no
 			// slot's.
-			data := encodeSnapshot(nil, e.sn, e.proj)
-			written = append(written, e)
-			if !yield(id, data) {
+			if !yield(e.sl.id, encodeSnapshot(nil, e.sn, e.proj)) {
 				return
 			}
 		}
@@ -143,14 +188,9 @@ func (s *Store) writeEvictedBatch(ctx context.Context, batch map[string]evictedS
 		if ctx.Err() == nil {
 			s.Logger.Warn("snapshots of evicted sessions not written; those sessions load by their index", "err", err)
 		}
-		return
+		return false
 	}
-	if n == 0 {
-		return
-	}
-	removed := map[uint64]bool{}
-	for _, e := range written {
-		removed[e.sn.removed] = true
+	for _, e := range part {
 		e.sl.mu.Lock()
 		// The hint a load by index reads the snapshot on. One the bucket
 		// refused as too large is found missing, or older, by the load.
@@ -159,11 +199,7 @@ func (s *Store) writeEvictedBatch(ctx context.Context, batch map[string]evictedS
 		}
 		e.sl.mu.Unlock()
 	}
-	if s.SnapshotsWritten != nil {
-		for r := range removed {
-			s.SnapshotsWritten(ctx, r)
-		}
-	}
+	return n > 0
 }
 
 // close stops the writer and waits for it: what is left is dropped.

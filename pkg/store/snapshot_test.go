@@ -465,6 +465,8 @@ func TestStore_SnapshotThenCheckpointsPastIt(t *testing.T) {
 // every record of the session, whether records came after the eviction
 // or not.
 func TestStore_EvictedSessionLoadsFromItsSnapshot(t *testing.T) {
+	defer func(n int) { minEvictRecords = n }(minEvictRecords)
+	minEvictRecords = 1
 	for seed := range uint64(6) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, 17))
