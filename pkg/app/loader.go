@@ -57,8 +57,11 @@ func (l *streamLoader) Checkpoint(ctx context.Context, session string) (store.Ch
 	})
 }
 
+// SaveCheckpoint writes one checkpoint as SaveCheckpoints does: never in
+// place of a newer one (bus.Checkpoints.Put would write it whatever the
+// bucket holds).
 func (l *streamLoader) SaveCheckpoint(ctx context.Context, session string, cp store.Checkpoint) error {
-	return l.cps.Put(ctx, session, cp)
+	return l.SaveCheckpoints(ctx, maps.All(map[string]store.Checkpoint{session: cp}))
 }
 
 // SaveCheckpoints writes a batch of checkpoints pipelined (store.BatchSaver).

@@ -14,8 +14,9 @@ import (
 // BatchSaver is a Loader that stores many checkpoints at once, faster than
 // one SaveCheckpoint each. Package bus pipelines them.
 type BatchSaver interface {
-	// SaveCheckpoints stores the checkpoints before returning. On an
-	// error, some of them may be stored.
+	// SaveCheckpoints stores the checkpoints before returning, never one
+	// in place of a newer one, as SaveCheckpoint. On an error, some of
+	// them may be stored.
 	SaveCheckpoints(ctx context.Context, cps iter.Seq2[string, Checkpoint]) error
 }
 

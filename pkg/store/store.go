@@ -70,9 +70,11 @@ type Loader interface {
 	// Checkpoint returns the session's stored checkpoint; ok is false when
 	// there is none.
 	Checkpoint(ctx context.Context, session string) (cp Checkpoint, ok bool, err error)
-	// SaveCheckpoint stores the session's checkpoint before returning.
-	// The store writes checkpoints behind the ingest, and in batches when
-	// the Loader is a BatchSaver.
+	// SaveCheckpoint stores the session's checkpoint before returning,
+	// unless the one stored is as new (Checkpoint.Newer): it never
+	// replaces a stored checkpoint with an older one. The store writes
+	// checkpoints behind the ingest, and in batches when the Loader is a
+	// BatchSaver.
 	SaveCheckpoint(ctx context.Context, session string, cp Checkpoint) error
 	// Records calls fn for each record of the session with a stream
 	// sequence in [from, to], in order.
