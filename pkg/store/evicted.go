@@ -15,7 +15,7 @@ import (
 // session's projection to a writer that writes its snapshot behind it
 // (what CloseSnapshots writes at shutdown), and a later load of the
 // session, knowing its index, reads that snapshot and the records after
-// it (loadIndexed): the snapshot is used only as snapshot.go's checks
+// it (readIndexAfterSnapshot): the snapshot is used only as snapshot.go's checks
 // allow, and when it ends on a prefix of the session's index.
 //
 // The projections waiting for their snapshot are out of the cache, and
@@ -70,7 +70,8 @@ func (w *evictWriter) idle() bool {
 }
 
 // evicting is called by the cache for each slot it evicts, locked, with
-// the label taken before the pass (ok false: none written).
+// the stream's identity and removed count EvictSnapshots gave before the
+// pass.
 func (s *Store) evicting(sl *slot, stream string, removed uint64) {
 	if len(sl.seqs) < minEvictRecords {
 		return
