@@ -106,6 +106,9 @@ type App struct {
 	snapsDrops atomic.Int32
 	// idleSnaps writes the snapshots of idle sessions behind the ingest.
 	idleSnaps *idleSnapshots
+	// evictLabel is the removed count the stores write the snapshots
+	// of evicted sessions at (evictSnapshotLabel); nil writes none.
+	evictLabel atomic.Pointer[uint64]
 
 	// life is the context of the app's background work, cancelled by
 	// Close (end) once what uses it has stopped; bg counts the
@@ -308,6 +311,7 @@ func (a *App) Open(ctx context.Context) (err error) {
 	}
 	a.roles.Removals = a.removals
 	a.sweepSnapshots(ctx)
+	a.setEvictLabel()
 	a.idleSnaps = startIdleSnapshots(a)
 
 	// Every record stored so far can be read from the stream: a session
@@ -392,6 +396,9 @@ func (a *App) newStore() *store.Store {
 	s.MaxSessionBytes = a.MaxSessionBytes
 	s.Logger = a.Logger
 	s.RejectLog = a.RejectLog
+	if a.loader != nil && a.loader.snaps != nil {
+		s.EvictSnapshots, s.SnapshotsWritten = a.evictSnapshotLabel, a.evictSnapshotsWritten
+	}
 	if a.loader != nil {
 		s.SubjectOf = a.loader.layout.SubjectAt // rejections name the stored subject
 	}

@@ -24,31 +24,44 @@ type streamLoader struct {
 	identity string // bus.StreamIdentity of the stream
 }
 
-// checkpointTry bounds each but the last of checkpointTries reads of a
-// checkpoint. A key-value get is a direct get, which any replica of the
-// bucket may answer: one on a frozen node never does, and would hold the
-// load until its deadline. Asked again, another replica likely answers.
+// readTry bounds each but the last of readTries reads of a checkpoint
+// or a snapshot. A key-value get is a direct get, which any replica of
+// the bucket may answer: one on a frozen node never does, and would hold
+// the load until its deadline. Asked again, another replica likely
+// answers.
 const (
-	checkpointTry   = 300 * time.Millisecond
-	checkpointTries = 3
+	readTry   = 300 * time.Millisecond
+	readTries = 3
 )
 
-func (l *streamLoader) Checkpoint(ctx context.Context, session string) (store.Checkpoint, bool, error) {
+// retryRead runs a read of a bucket up to readTries times, each but the
+// last within readTry, as long as it fails for want of an answer: the
+// one retry of the checkpoint and snapshot reads.
+func retryRead[T any](ctx context.Context, read func(ctx context.Context) (T, bool, error)) (T, bool, error) {
 	for try := 1; ; try++ {
-		if try == checkpointTries {
-			return l.cps.Get(ctx, session)
+		if try == readTries {
+			return read(ctx)
 		}
-		tctx, cancel := context.WithTimeout(ctx, checkpointTry)
-		cp, ok, err := l.cps.Get(tctx, session)
+		tctx, cancel := context.WithTimeout(ctx, readTry)
+		v, ok, err := read(tctx)
 		cancel()
 		if err == nil || ctx.Err() != nil || !(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)) {
-			return cp, ok, err
+			return v, ok, err
 		}
 	}
 }
 
+func (l *streamLoader) Checkpoint(ctx context.Context, session string) (store.Checkpoint, bool, error) {
+	return retryRead(ctx, func(ctx context.Context) (store.Checkpoint, bool, error) {
+		return l.cps.Get(ctx, session)
+	})
+}
+
+// SaveCheckpoint writes one checkpoint as SaveCheckpoints does: never in
+// place of a newer one (bus.Checkpoints.Put would write it whatever the
+// bucket holds).
 func (l *streamLoader) SaveCheckpoint(ctx context.Context, session string, cp store.Checkpoint) error {
-	return l.cps.Put(ctx, session, cp)
+	return l.SaveCheckpoints(ctx, maps.All(map[string]store.Checkpoint{session: cp}))
 }
 
 // SaveCheckpoints writes a batch of checkpoints pipelined (store.BatchSaver).

@@ -2,12 +2,9 @@ package app
 
 import (
 	"context"
-	"errors"
 	"iter"
 	"sync"
 	"time"
-
-	"github.com/nats-io/nats.go"
 
 	"github.com/ctxd/ctxd/pkg/bus"
 	"github.com/ctxd/ctxd/pkg/store"
@@ -50,7 +47,11 @@ func (a *App) sweepSnapshots(ctx context.Context) {
 // One asked for while one runs makes the running one empty the bucket
 // again when it is done: what was written meanwhile goes too.
 func (a *App) dropSnapshots() {
-	if a.loader == nil || a.loader.snaps == nil || a.snapsDrops.Add(1) > 1 {
+	if a.loader == nil || a.loader.snaps == nil {
+		return
+	}
+	a.evictLabel.Store(nil) // until the next round of idle snapshots
+	if a.snapsDrops.Add(1) > 1 {
 		return
 	}
 	a.bg.Go(func() {
@@ -152,30 +153,15 @@ func closeEach(sts []*store.Store, close func(*store.Store) (written, left int, 
 	return written, left, err
 }
 
-// snapshotTry and snapshotTries bound the reads of a snapshot as
-// checkpointTry does a checkpoint's: a replica on a frozen node never
-// answers.
-const (
-	snapshotTry   = 300 * time.Millisecond
-	snapshotTries = 3
-)
-
-// Snapshot reads a session's snapshot (store.SnapshotLoader).
+// Snapshot reads a session's snapshot (store.SnapshotLoader), tried
+// again as a checkpoint is (retryRead).
 func (l *streamLoader) Snapshot(ctx context.Context, session string) ([]byte, bool, error) {
 	if l.snaps == nil {
 		return nil, false, nil
 	}
-	for try := 1; ; try++ {
-		if try == snapshotTries {
-			return l.snaps.Get(ctx, session)
-		}
-		tctx, cancel := context.WithTimeout(ctx, snapshotTry)
-		data, ok, err := l.snaps.Get(tctx, session)
-		cancel()
-		if err == nil || ctx.Err() != nil || !(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)) {
-			return data, ok, err
-		}
-	}
+	return retryRead(ctx, func(ctx context.Context) ([]byte, bool, error) {
+		return l.snaps.Get(ctx, session)
+	})
 }
 
 // SaveSnapshots writes snapshots (store.SnapshotLoader).
@@ -254,6 +240,7 @@ func (a *App) writeIdleSnapshots(ctx context.Context, every time.Duration) {
 	if !ok {
 		return
 	}
+	a.evictLabel.Store(&removed)
 	sts := a.roles.IngestStores()
 	if len(sts) == 0 {
 		return
@@ -273,5 +260,47 @@ func (a *App) writeIdleSnapshots(ctx context.Context, every time.Duration) {
 		if now, _, err := bus.Removed(ctx, a.nc, a.stream); err == nil && now != removed {
 			a.dropSnapshots()
 		}
+	}
+}
+
+// The stores write the snapshot of a session they evict (store.Store's
+// EvictSnapshots) at the removed count evictLabel holds: one at which
+// every removal was applied to the stores, read at start and by every
+// round of idle snapshots, and cleared when a removal comes, until the
+// next round. A store evicts with its locks held, so the count is read
+// from there, never from the removals' watcher, which takes the stores'
+// locks while it holds its own. A count older than the stream's is
+// still one at which every removal was applied (a round that cannot say
+// leaves it): its snapshots are never used, and cost only their writes.
+
+// setEvictLabel reads the count at start, before any store is fed.
+func (a *App) setEvictLabel() {
+	if a.loader == nil || a.loader.snaps == nil || !a.removals.Counted() {
+		return
+	}
+	removed := a.removals.Count()
+	a.evictLabel.Store(&removed)
+}
+
+// evictSnapshotLabel is the stores' EvictSnapshots.
+func (a *App) evictSnapshotLabel() (string, uint64, bool) {
+	removed := a.evictLabel.Load()
+	if removed == nil || a.life.Err() != nil {
+		return "", 0, false
+	}
+	return a.loader.identity, *removed, true
+}
+
+// evictSnapshotsWritten is the stores' SnapshotsWritten: as after the
+// idle snapshots, the bucket is marked written at removed, and emptied
+// when a removal came meanwhile (a snapshot taken before it was applied,
+// and written after the bucket was emptied, may hold what it removed).
+func (a *App) evictSnapshotsWritten(ctx context.Context, removed uint64) {
+	if a.removals.Count() != removed {
+		a.dropSnapshots()
+		return
+	}
+	if err := a.loader.snaps.MarkState(ctx, bus.SnapshotState{Stream: a.loader.identity, Removed: removed}); err != nil && ctx.Err() == nil {
+		a.Logger.Warn("snapshots' state not written; the next start empties them", "err", err)
 	}
 }

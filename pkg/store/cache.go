@@ -76,12 +76,18 @@ func (c *cache) dropLocked(sl *slot) {
 	sl.size, sl.held = 0, 0
 }
 
+// over reports whether the cache is over either bound.
+func (c *cache) over(maxSessions int, maxBytes int64) bool {
+	return c.n.Load() > int64(maxSessions) || c.bytes.Load() > maxBytes
+}
+
 // evict unloads the least recently used projections while the cache is
 // over either bound, down to 90% of it so that evictions come in
 // batches. It takes them from the front of the order: a pass costs what
-// it evicts, not what the cache holds.
-func (c *cache) evict(maxSessions int, maxBytes int64) {
-	if c.n.Load() <= int64(maxSessions) && c.bytes.Load() <= maxBytes {
+// it evicts, not what the cache holds. gone, when not nil, is called with
+// each slot it evicts, locked, before its projection is dropped.
+func (c *cache) evict(maxSessions int, maxBytes int64, gone func(sl *slot)) {
+	if !c.over(maxSessions, maxBytes) {
 		return
 	}
 	wantN, wantB := int64(maxSessions)*9/10, maxBytes*9/10
@@ -93,6 +99,9 @@ func (c *cache) evict(maxSessions int, maxBytes int64) {
 		if !sl.mu.TryLock() {
 			c.lru.MoveToBack(e) // in use: as good as used
 			continue
+		}
+		if gone != nil {
+			gone(sl)
 		}
 		c.dropLocked(sl)
 		sl.mu.Unlock()

@@ -14,8 +14,9 @@ import (
 // BatchSaver is a Loader that stores many checkpoints at once, faster than
 // one SaveCheckpoint each. Package bus pipelines them.
 type BatchSaver interface {
-	// SaveCheckpoints stores the checkpoints before returning. On an
-	// error, some of them may be stored.
+	// SaveCheckpoints stores the checkpoints before returning, never one
+	// in place of a newer one, as SaveCheckpoint. On an error, some of
+	// them may be stored.
 	SaveCheckpoints(ctx context.Context, cps iter.Seq2[string, Checkpoint]) error
 }
 
@@ -370,6 +371,7 @@ func (s *Store) CloseCheckpoints(ctx context.Context) (written, left int, err er
 // dropped (call SaveCheckpoints first to write them). The store still
 // applies and serves.
 func (s *Store) Close() error {
+	s.evictSnaps.close()
 	if n := s.checkpoints.close(); n > 0 {
 		s.Logger.Warn("checkpoints dropped at close; those sessions load from earlier ones", "checkpoints", n)
 	}

@@ -79,6 +79,9 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 			seqs = slices.Clone(sl.seqs)
 			ld.to = sl.seq
 		}
+		// A session evicted with its snapshot written comes back from it
+		// (evicted.go).
+		snappedIndexed := byIndex && fromKnown && snaps && !distrust && sl.snapped != 0 && sl.snapped <= sl.seq
 		sl.mu.Unlock()
 
 		var b *build
@@ -144,6 +147,11 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 				}
 				if snapped != nil {
 					snap = s.useSnapshot(ctx, <-snapped, sl.id, cp, ok, ld.to)
+				}
+			}
+			if snappedIndexed {
+				if snap = s.useIndexedSnapshot(ctx, <-fetchSnapshot(ctx, sv, sl.id), sl.id, start, seqs, ld.to); snap != nil {
+					return s.readIndexAfterSnapshot(ctx, sr, sl.id, snap, seqs, known, &b)
 				}
 			}
 			if snap != nil {

@@ -228,6 +228,16 @@ func decodeSnapshot(data []byte) (*snapshot, error) {
 // not list), caught up by a load in progress, or written already at its
 // last record at the stream's removed count. The slot is locked.
 func (s *Store) snapshotOf(sl *slot, stream string, removed uint64) []byte {
+	sn := s.snapshotMeta(sl, stream, removed)
+	if sn == nil {
+		return nil
+	}
+	return encodeSnapshot(nil, sn, sl.proj)
+}
+
+// snapshotMeta returns what a loaded slot's snapshot says besides its
+// projection, its lists copied, or nil as snapshotOf. The slot is locked.
+func (s *Store) snapshotMeta(sl *slot, stream string, removed uint64) *snapshot {
 	if sl.dead || sl.proj == nil || sl.loading != nil || !sl.fromKnown || !sl.indexed ||
 		len(sl.seqs) == 0 || len(sl.seqs) > MaxCheckpointSeqs || sl.proj.Seq() != sl.seq || sl.snapped == sl.seq && sl.snappedAt == removed {
 		return nil
@@ -235,9 +245,8 @@ func (s *Store) snapshotOf(sl *slot, stream string, removed uint64) []byte {
 	if checkSeqs(sl.from, sl.seq, sl.seqs) != nil {
 		return nil
 	}
-	sn := &snapshot{config: s.configFingerprint(), stream: stream, removed: removed,
-		from: sl.from, seq: sl.seq, weight: sl.weight, size: sl.size, seqs: sl.seqs, quarantined: sl.quarantined}
-	return encodeSnapshot(nil, sn, sl.proj)
+	return &snapshot{config: s.configFingerprint(), stream: stream, removed: removed,
+		from: sl.from, seq: sl.seq, weight: sl.weight, size: sl.size, seqs: slices.Clone(sl.seqs), quarantined: slices.Clone(sl.quarantined)}
 }
 
 // CloseSnapshots writes the snapshot of every loaded session whose

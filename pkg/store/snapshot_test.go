@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -456,4 +457,73 @@ func TestStore_SnapshotThenCheckpointsPastIt(t *testing.T) {
 		})
 	}
 	require.Positive(t, loads, "loads from the snapshots")
+}
+
+// A session the cache evicts has its snapshot written behind the
+// eviction, and comes back from it: its load reads, of the records up to
+// the snapshot's last, that last one only, and the view is Build of
+// every record of the session, whether records came after the eviction
+// or not.
+func TestStore_EvictedSessionLoadsFromItsSnapshot(t *testing.T) {
+	defer func(n int) { minEvictRecords = n }(minEvictRecords)
+	minEvictRecords = 1
+	for seed := range uint64(6) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(seed, 17))
+			l := newFakeLoader()
+			sl := newSnapLoader(l)
+			s := snapStore(t, sl)
+			s.Fresh = true
+			s.MaxSessions = 2
+			s.EvictSnapshots = func() (string, uint64, bool) {
+				sl.mu.Lock()
+				defer sl.mu.Unlock()
+				return sl.identity, sl.removed, true
+			}
+			ids := genSessions(s, l, r, 5, 200)
+			for _, id := range ids {
+				requireView(t, s, l, id)
+			}
+			g := &lazyGen{r: r, history: map[string][]*record.Map{}}
+			snapped := 0
+			for round := range 4 {
+				for _, id := range ids {
+					// Loaded, then evicted by the next ones' views.
+					requireView(t, s, l, id)
+				}
+				waitSnapshotsWritten(t, s)
+				if round%2 == 1 {
+					// Records after the snapshots, met while not loaded.
+					for range 20 {
+						id := ids[r.IntN(len(ids))]
+						ingest(s, l, id, g.record(id))
+					}
+				}
+				for _, id := range ids {
+					sl.mu.Lock()
+					data, has := sl.snaps[id]
+					sl.mu.Unlock()
+					before, loads := l.seqReads, s.Stats().SnapshotLoads
+					reads := len(l.readsOf(id))
+					requireView(t, s, l, id)
+					if !has || s.Stats().SnapshotLoads == loads {
+						continue
+					}
+					_, err := decodeSnapshot(data)
+					require.NoError(t, err)
+					snapped++
+					require.Equal(t, before+1, l.seqReads, "%s: one read by sequence", id)
+					require.Len(t, l.readsOf(id), reads, "%s: no read of the subject", id)
+				}
+			}
+			require.NotZero(t, snapped, "evicted sessions load by their snapshots")
+		})
+	}
+}
+
+// waitSnapshotsWritten waits until the snapshots of evicted sessions
+// handed to the writer are written.
+func waitSnapshotsWritten(t *testing.T, s *Store) {
+	t.Helper()
+	require.Eventually(t, func() bool { return s.evictSnaps.idle() }, 10*time.Second, time.Millisecond)
 }

@@ -70,9 +70,11 @@ type Loader interface {
 	// Checkpoint returns the session's stored checkpoint; ok is false when
 	// there is none.
 	Checkpoint(ctx context.Context, session string) (cp Checkpoint, ok bool, err error)
-	// SaveCheckpoint stores the session's checkpoint before returning.
-	// The store writes checkpoints behind the ingest, and in batches when
-	// the Loader is a BatchSaver.
+	// SaveCheckpoint stores the session's checkpoint before returning,
+	// unless the one stored is as new (Checkpoint.Newer): it never
+	// replaces a stored checkpoint with an older one. The store writes
+	// checkpoints behind the ingest, and in batches when the Loader is a
+	// BatchSaver.
 	SaveCheckpoint(ctx context.Context, session string, cp Checkpoint) error
 	// Records calls fn for each record of the session with a stream
 	// sequence in [from, to], in order.
@@ -175,9 +177,23 @@ type Store struct {
 	// checkpoint write; New sets one that discards them.
 	Logger *slog.Logger
 
+	// EvictSnapshots, when set, has the store write the snapshot of each
+	// session the cache evicts, behind the eviction (evicted.go): the
+	// session comes back from it and the records after it, not from
+	// every record since its compaction. It returns the stream's
+	// identity and the removed count to write them at, as CloseSnapshots
+	// takes them; ok false writes none.
+	EvictSnapshots func() (stream string, removed uint64, ok bool)
+	// SnapshotsWritten, when set, is called after snapshots of evicted
+	// sessions were written at removed, by the goroutine that wrote
+	// them: App records what they were written at, and empties the
+	// bucket when records left the stream meanwhile.
+	SnapshotsWritten func(ctx context.Context, removed uint64)
+
 	dir         directory
 	cache       cache
 	checkpoints checkpointWriter
+	evictSnaps  evictWriter
 	indexed     atomic.Int64 // sequences held in all slots' seqs
 
 	watermark // the watermark and its waiters
@@ -800,9 +816,16 @@ func (s *Store) dropIndex(sl *slot) {
 // evict unloads the least recently used sessions while the cache is over
 // either bound.
 func (s *Store) evict() {
-	if s.Loader != nil {
-		s.cache.evict(s.MaxSessions, s.MaxBytes)
+	if s.Loader == nil {
+		return
 	}
+	var gone func(sl *slot)
+	if s.EvictSnapshots != nil && s.cache.over(s.MaxSessions, s.MaxBytes) {
+		if stream, removed, ok := s.EvictSnapshots(); ok {
+			gone = func(sl *slot) { s.evicting(sl, stream, removed) }
+		}
+	}
+	s.cache.evict(s.MaxSessions, s.MaxBytes, gone)
 }
 
 // Evict drops a session's projection from memory, as the cache does for
