@@ -52,6 +52,7 @@ type State struct {
 	f        Format
 	browser  []string
 	msgs     []weak.Pointer[record.Map] // the neutral messages rendered, not kept alive
+	arr      weak.Pointer[any]          // the array they were in (firstChange)
 	seqs     []uint64
 	body     []byte // the body's members: its JSON object without its braces
 	report   Report
@@ -64,6 +65,9 @@ type State struct {
 	// index finds calls by id, for the next rendering (callIndex); nil
 	// until a rendering from a checkpoint makes it.
 	index *callIndex
+	// chHeld is, for each change of the report, the bytes of the To and
+	// Reason strings of the changes up to it (Size).
+	chHeld []int
 
 	// mp is set for a msgpack rendering (RenderMsgpack): body holds the
 	// body's members as msgpack map entries, whose messages array header
@@ -94,6 +98,9 @@ type State struct {
 	kept     int
 	// jItemsAt is where the messages' items start in a JSON body.
 	jItemsAt int
+	// compared counts the neutral messages the rendering compared one
+	// by one with those of the state it went on from (firstChange).
+	compared int
 }
 
 // stateIDs numbers the states.
@@ -115,6 +122,9 @@ func (s *State) KeptItems() int { return s.kept }
 type loggedCall struct {
 	id, wire string
 	src      int
+	// held is the bytes of the wire ids of the calls up to this one,
+	// this one included, that are not their ids (Size).
+	held int
 }
 
 // checkpoint is the state of a rendering before the items of the neutral
@@ -297,18 +307,16 @@ func (s *State) AppendReportMsgpack(dst []byte) ([]byte, error) {
 // Size returns the memory the state holds apart from its body bytes and
 // the neutral messages it refers to (which the session's projection holds).
 func (s *State) Size() int {
-	n := 256 + cap(s.msgs)*8 + cap(s.seqs)*8 + cap(s.nblk)*4 + cap(s.thinking)*8 + cap(s.chEnd)*4 +
+	n := 256 + cap(s.msgs)*8 + cap(s.seqs)*8 + cap(s.nblk)*4 + cap(s.thinking)*8 + cap(s.chEnd)*4 + cap(s.chHeld)*8 +
 		cap(s.cps)*int(checkpointSize) + cap(s.report.Changes)*int(changeSize) + cap(s.calls)*int(callSize)
-	for _, c := range s.calls {
-		if c.wire != c.id {
-			n += len(c.wire)
-		}
+	if k := len(s.calls); k > 0 {
+		n += s.calls[k-1].held
 	}
 	if s.index != nil {
 		n += len(s.calls) * indexSize
 	}
-	for _, c := range s.report.Changes {
-		n += len(c.To) + len(c.Reason)
+	if k := len(s.chHeld); k > 0 {
+		n += s.chHeld[k-1]
 	}
 	return n
 }
@@ -316,7 +324,7 @@ func (s *State) Size() int {
 const (
 	checkpointSize = 14*8 + 16
 	changeSize     = 8*5 + 16*4
-	callSize       = 16*2 + 8
+	callSize       = 16*2 + 8 + 8
 	indexSize      = 2 * (16 + 24 + 8 + 16) // a call in both maps of callIndex
 )
 
@@ -325,8 +333,12 @@ const (
 // State to render the next version from. With prev, a State of an
 // earlier rendering, it renders only from the latest checkpoint before
 // the first message that differs (RENDER.md section 9); the result is
-// Render's, byte for byte, whatever prev holds. It fails only when the
-// messages hold a value JSON cannot carry.
+// Render's, byte for byte, whatever prev holds. The messages are taken
+// as projection.Session.Messages hands them out: an array handed in once
+// is never written where it was read, only appended to, so that a
+// rendering from the array prev rendered compares none of the messages
+// it shares. It fails only when the messages hold a value JSON cannot
+// carry.
 func RenderJSON(dst []byte, prev *State, f Format, messages []any, opt Options) ([]byte, *State, error) {
 	return renderFrom(dst, prev, f, messages, opt, false)
 }
@@ -350,7 +362,8 @@ func renderFrom(dst []byte, prev *State, f Format, messages []any, opt Options, 
 	inPlace := false // this rendering may append to prev's slices
 	if prev != nil && prev.f == f && prev.mp == mp && (prev.browser == nil) == (opt.BrowserTools == nil) &&
 		slices.Equal(prev.browser, opt.BrowserTools) && (prev.seqs == nil) == (opt.Seqs == nil) {
-		r := firstChange(prev.msgs, prev.seqs, messages, opt.Seqs)
+		var r int
+		r, st.compared = firstChange(prev, messages, opt.Seqs)
 		inPlace = atomic.CompareAndSwapUint32(prev.extended, 0, 1)
 		st.msgs = grow(prev.msgs, r, inPlace)
 		keep = sort.Search(len(prev.cps), func(i int) bool { return prev.cps[i].at > r })
@@ -358,15 +371,17 @@ func renderFrom(dst []byte, prev *State, f Format, messages []any, opt Options, 
 			from = &prev.cps[keep-1]
 		}
 	}
+	if len(messages) > 0 {
+		st.arr = weak.Make(&messages[0])
+	}
 	p := newPlan(f, messages, opt)
 	p.track = true
-	p.bad = make([]int32, len(messages)+2)
 	for _, v := range messages[len(st.msgs):] {
 		m, _ := v.(*record.Map)
 		st.msgs = append(st.msgs, weak.Make(m))
 	}
 	if from != nil {
-		p.start, p.from, p.badAt = from.at, from, from.at
+		p.start, p.from = from.at, from
 		st.start = from.at
 		st.fields = prev.fields
 		ncalls := sort.Search(len(prev.calls), func(i int) bool { return prev.calls[i].src >= from.at })
@@ -381,6 +396,7 @@ func renderFrom(dst []byte, prev *State, f Format, messages []any, opt Options, 
 		p.ids.base, p.ids.kept = st.index, st.calls[:ncalls:ncalls]
 		nch := sort.Search(len(prev.report.Changes), func(i int) bool { return prev.report.Changes[i].Message >= from.at })
 		st.report.Changes = grow(prev.report.Changes, nch, inPlace)
+		st.chHeld = grow(prev.chHeld, nch, inPlace)
 		st.cps = grow(prev.cps, keep, inPlace)
 		if prev.rep != nil && len(prev.chEnd) >= nch {
 			st.nKept, st.chEnd = nch, grow(prev.chEnd, nch, inPlace)
@@ -397,6 +413,9 @@ func renderFrom(dst []byte, prev *State, f Format, messages []any, opt Options, 
 			st.thinking = slices.Clip(prev.thinking[:nt])
 		}
 	}
+	// bad counts from the first message rendered anew: a turn's
+	// rendering allocates for what it renders, not for the session.
+	p.badAt, p.bad = p.start, make([]int32, len(messages)-p.start+2)
 	p.extract()
 	p.pair()
 	for _, c := range p.calls {
@@ -405,13 +424,20 @@ func renderFrom(dst []byte, prev *State, f Format, messages []any, opt Options, 
 		if wire == c.id {
 			wire = id
 		}
-		st.calls = append(st.calls, loggedCall{id: id, wire: wire, src: c.src})
+		held := 0
+		if k := len(st.calls); k > 0 {
+			held = st.calls[k-1].held
+		}
+		if wire != id {
+			held += len(wire)
+		}
+		st.calls = append(st.calls, loggedCall{id: id, wire: wire, src: c.src, held: held})
 		end := len(messages)
 		if c.res != nil {
 			end = c.res.src
 		}
-		p.bad[c.src+1]++ // calls before S not answered before S: S in c.src+1 .. end
-		p.bad[end+1]--
+		p.bad[c.src+1-p.start]++ // calls before S not answered before S: S in c.src+1 .. end
+		p.bad[end+1-p.start]--
 	}
 	if st.index != nil {
 		st.index.add(st.calls, len(p.ids.kept))
@@ -445,6 +471,11 @@ func renderFrom(dst []byte, prev *State, f Format, messages []any, opt Options, 
 	for _, c := range p.report.Changes {
 		c.ID, c.Reason = strings.Clone(c.ID), strings.Clone(c.Reason) // see calls
 		st.report.Changes = append(st.report.Changes, c)
+		held := len(c.To) + len(c.Reason)
+		if k := len(st.chHeld); k > 0 {
+			held += st.chHeld[k-1]
+		}
+		st.chHeld = append(st.chHeld, held)
 	}
 
 	e := encoder{f: f, st: st, marks: p.marks, start: len(dst), openAt: -1}
@@ -523,22 +554,36 @@ func renderFrom(dst []byte, prev *State, f Format, messages []any, opt Options, 
 }
 
 // firstChange returns the index of the first neutral message that differs
-// between two versions of a context: by identity (the projection hands out
-// a message it re-renders as a new value, and never writes one it handed
-// out) and by record sequence. The old messages are held weakly: one
-// reclaimed since differs, as no message of cur can be it.
-func firstChange(old []weak.Pointer[record.Map], oldSeqs []uint64, cur []any, curSeqs []uint64) int {
+// between prev's messages and cur, and how many it compared one by one:
+// by identity (the projection hands out a message it re-renders as a new
+// value, and never writes one it handed out) and by record sequence. The
+// old messages are held weakly: one reclaimed since differs, as no message
+// of cur can be it. When cur is the array prev's messages were in (the
+// projection never writes what it handed out, and appends after it), they
+// are all there as they were, and only the sequences are compared.
+func firstChange(prev *State, cur []any, curSeqs []uint64) (at, compared int) {
+	old, oldSeqs := prev.msgs, prev.seqs
 	n := min(len(old), len(cur))
 	if oldSeqs != nil {
 		n = min(n, len(oldSeqs), len(curSeqs))
 	}
+	if n > 0 && prev.arr.Value() == &cur[0] {
+		if oldSeqs != nil {
+			for i := range n {
+				if oldSeqs[i] != curSeqs[i] {
+					return i, 0
+				}
+			}
+		}
+		return n, 0
+	}
 	for i := range n {
 		m, ok := cur[i].(*record.Map)
 		if !ok || m == nil || old[i].Value() != m || oldSeqs != nil && oldSeqs[i] != curSeqs[i] {
-			return i
+			return i, i + 1
 		}
 	}
-	return n
+	return n, n
 }
 
 // outList starts a list of body messages: after a checkpoint, a merging
@@ -564,7 +609,7 @@ func (p *plan) mark(l *outList, at int, started bool, shot [2]int) {
 	}
 	for p.badAt < at {
 		p.badAt++
-		p.badN += p.bad[p.badAt]
+		p.badN += p.bad[p.badAt-p.start]
 	}
 	if p.badN > 0 || !started && p.from == nil || p.f == Gemini && !p.userTurn {
 		return

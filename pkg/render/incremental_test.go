@@ -525,3 +525,56 @@ func TestRender_OverItsBufferAfterGaps(t *testing.T) {
 	t.Logf("%d renderings over the buffer before", over)
 	require.Positive(t, over)
 }
+
+// TestRenderJSON_TurnComparesWhatChanged: a turn appended to a long
+// session is rendered from the state before without comparing the
+// session's messages one by one: the projection hands out the array it
+// handed before, grown, and a rendering compares only what is new.
+func TestRenderJSON_TurnComparesWhatChanged(t *testing.T) {
+	s := projection.New(projection.Options{})
+	seq := uint64(0)
+	apply := func(line string) {
+		t.Helper()
+		v, err := record.DecodeJSON([]byte(line))
+		require.NoError(t, err)
+		seq++
+		s.Apply(seq, v)
+	}
+	turn := func(i int) {
+		apply(fmt.Sprintf(`{"role":"assistant","content":[{"type":"text","text":"step %d"},{"type":"toolCall","id":"call-%d","name":"bash","arguments":{"command":"ls %d"}}]}`, i, i, i))
+		apply(fmt.Sprintf(`{"role":"toolResult","toolCallId":"call-%d","toolName":"bash","content":[{"type":"text","text":"listing %d"}]}`, i, i))
+	}
+	apply(`{"role":"user","content":"start"}`)
+	for i := range 1000 {
+		turn(i)
+	}
+	for _, f := range providers {
+		for _, mp := range []bool{false, true} {
+			renderWith := render.RenderJSON
+			if mp {
+				renderWith = render.RenderMsgpack
+			}
+			opt := func() render.Options { return render.Options{Seqs: s.MessageSeqs(nil)} }
+			_, prev, err := renderWith(nil, nil, f, s.Messages(), opt())
+			require.NoError(t, err)
+			whole := 0 // turns whose array the projection had to move: compared whole
+			for i := 1000; i < 1010; i++ {
+				turn(i)
+				msgs, o := s.Messages(), opt()
+				got, st, err := renderWith(nil, prev, f, msgs, o)
+				require.NoError(t, err)
+				if mp {
+					requireSameMsgpack(t, fmt.Sprintf("turn %d", i), f, msgs, o, got, st)
+				} else {
+					requireSameRendering(t, fmt.Sprintf("turn %d", i), f, msgs, o, got, st)
+				}
+				require.Positive(t, render.StartOf(st), "%s: rendered whole", f)
+				if render.Compared(st) > 8 {
+					whole++
+				}
+				prev = st
+			}
+			require.LessOrEqual(t, whole, 1, "%s (msgpack %v): turns that compared the session's messages one by one", f, mp)
+		}
+	}
+}
