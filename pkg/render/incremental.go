@@ -50,6 +50,7 @@ import (
 // new State sharing the unchanged parts.
 type State struct {
 	f        Format
+	pv       *provider
 	browser  []string
 	msgs     []weak.Pointer[record.Map] // the neutral messages rendered, not kept alive
 	arr      weak.Pointer[any]          // the array they were in (firstChange)
@@ -248,7 +249,7 @@ func (s *State) AppendReportJSON(dst []byte) ([]byte, error) {
 	s.repKept = nil
 	dst = append(dst, `],"ends_with_assistant":`...)
 	dst = strconv.AppendBool(dst, s.report.EndsWithAssistant)
-	if s.f == Anthropic {
+	if s.pv.breakpoint {
 		dst = append(dst, `,"cache_breakpoint":`...)
 		if bp := s.report.CacheBreakpoint; bp != nil {
 			dst = append(dst, `{"message":`...)
@@ -274,7 +275,7 @@ func (s *State) AppendReportMsgpack(dst []byte) ([]byte, error) {
 		panic("render: AppendReportMsgpack of a JSON rendering")
 	}
 	n := 2
-	if s.f == Anthropic {
+	if s.pv.breakpoint {
 		n = 3
 	}
 	dst = record.AppendMsgpackMapLen(dst, n)
@@ -293,7 +294,7 @@ func (s *State) AppendReportMsgpack(dst []byte) ([]byte, error) {
 	s.repKept = nil
 	dst = record.AppendMsgpackString(dst, "ends_with_assistant")
 	dst, _ = record.AppendMsgpack(dst, s.report.EndsWithAssistant)
-	if s.f == Anthropic {
+	if s.pv.breakpoint {
 		var bp any
 		if b := s.report.CacheBreakpoint; b != nil {
 			bp = record.NewMap("message", int64(b.Message), "block", int64(b.Block))
@@ -353,10 +354,11 @@ func RenderMsgpack(dst []byte, prev *State, f Format, messages []any, opt Option
 }
 
 func renderFrom(dst []byte, prev *State, f Format, messages []any, opt Options, mp bool) ([]byte, *State, error) {
-	if f == Neutral {
+	pv := providerOf(f)
+	if pv.out == nil {
 		panic("render: RenderJSON of the neutral format")
 	}
-	st := &State{f: f, browser: opt.BrowserTools, seqs: opt.Seqs, extended: new(uint32), mp: mp, id: stateIDs.Add(1)}
+	st := &State{f: f, pv: pv, browser: opt.BrowserTools, seqs: opt.Seqs, extended: new(uint32), mp: mp, id: stateIDs.Add(1)}
 	var from *checkpoint
 	keep := 0        // checkpoints of prev kept
 	inPlace := false // this rendering may append to prev's slices
@@ -374,7 +376,7 @@ func renderFrom(dst []byte, prev *State, f Format, messages []any, opt Options, 
 	if len(messages) > 0 {
 		st.arr = weak.Make(&messages[0])
 	}
-	p := newPlan(f, messages, opt)
+	p := newPlan(pv, messages, opt)
 	p.track = true
 	for _, v := range messages[len(st.msgs):] {
 		m, _ := v.(*record.Map)
@@ -404,7 +406,7 @@ func renderFrom(dst []byte, prev *State, f Format, messages []any, opt Options, 
 				st.repKept = prev.rep[:prev.chEnd[nch-1]]
 			}
 		}
-		if f == Anthropic {
+		if pv.breakpoint {
 			st.nblk = slices.Clone(prev.nblk[:from.outs]) // its last is rewritten
 			nt := sort.Search(len(prev.thinking), func(i int) bool {
 				t := prev.thinking[i]
@@ -444,29 +446,7 @@ func renderFrom(dst []byte, prev *State, f Format, messages []any, opt Options, 
 	}
 	p.layout()
 
-	var system any
-	var l *outList
-	var shot [2]int
-	switch f {
-	case Anthropic:
-		var sys []any
-		sys, l, shot = p.anthropicOut()
-		if len(sys) > 0 {
-			system = sys
-		}
-	case OpenAIChat:
-		l = p.openAIChatOut()
-	case OpenAIResponses:
-		l = p.openAIResponsesOut()
-	case Gemini:
-		var sys []part
-		sys, l = p.geminiOut()
-		if len(sys) > 0 {
-			system = geminiSystem(sys)
-		}
-	default:
-		panic("render: unknown format " + string(f))
-	}
+	system, l, shot := pv.out(p)
 	p.sortChanges()
 	for _, c := range p.report.Changes {
 		c.ID, c.Reason = strings.Clone(c.ID), strings.Clone(c.Reason) // see calls
@@ -478,7 +458,7 @@ func renderFrom(dst []byte, prev *State, f Format, messages []any, opt Options, 
 		st.chHeld = append(st.chHeld, held)
 	}
 
-	e := encoder{f: f, st: st, marks: p.marks, start: len(dst), openAt: -1}
+	e := encoder{pv: pv, st: st, marks: p.marks, start: len(dst), openAt: -1}
 	if from != nil && overwrites(dst, prev) {
 		// The report's kept changes lie after the body.
 		st.repKept = slices.Clone(st.repKept)
@@ -533,7 +513,7 @@ func renderFrom(dst []byte, prev *State, f Format, messages []any, opt Options, 
 		role = from.role
 	}
 	st.report.EndsWithAssistant = role == "assistant" || role == "model"
-	if f == Anthropic && len(st.nblk) > 0 {
+	if pv.breakpoint && len(st.nblk) > 0 {
 		st.report.CacheBreakpoint = breakpoint(len(st.nblk)-1, func(m int) int { return int(st.nblk[m]) },
 			func(m, b int) bool {
 				_, found := slices.BinarySearchFunc(st.thinking, [2]int32{int32(m), int32(b)}, func(a, b [2]int32) int {
@@ -611,7 +591,7 @@ func (p *plan) mark(l *outList, at int, started bool, shot [2]int) {
 		p.badAt++
 		p.badN += p.bad[p.badAt-p.start]
 	}
-	if p.badN > 0 || !started && p.from == nil || p.f == Gemini && !p.userTurn {
+	if p.badN > 0 || !started && p.from == nil || p.pv.userTurn && !p.userTurn {
 		return
 	}
 	c := checkpoint{at: at, outs: l.base + len(l.msgs), shot: shot}
@@ -630,7 +610,7 @@ func (p *plan) mark(l *outList, at int, started bool, shot [2]int) {
 // encoder writes the body's members, completing the marks with the
 // offsets and image counts they were taken at.
 type encoder struct {
-	f     Format
+	pv    *provider
 	st    *State
 	marks []checkpoint
 	next  int // the first mark not yet reached
@@ -653,29 +633,17 @@ type encoder struct {
 }
 
 func (e *encoder) head(dst []byte, system any) ([]byte, error) {
-	key := "messages"
-	switch e.f {
-	case Anthropic:
-		if system != nil {
-			dst = append(dst, `"system":`...)
-		}
-	case Gemini:
-		key = "contents"
-		if system != nil {
-			dst = append(dst, `"systemInstruction":`...)
-		}
-	case OpenAIResponses:
-		key = "input"
-	}
 	if system != nil {
+		dst = record.AppendJSONString(dst, e.pv.system)
+		dst = append(dst, ':')
 		var err error
 		if dst, err = record.AppendJSON(dst, system); err != nil {
-			return dst, fmt.Errorf("encode %s body: %w", e.f, err)
+			return dst, fmt.Errorf("encode %s body: %w", e.pv.format, err)
 		}
 		e.walk(system)
 		dst = append(dst, ',')
 	}
-	dst = record.AppendJSONString(dst, key)
+	dst = record.AppendJSONString(dst, e.pv.messages)
 	return append(dst, ":["...), nil
 }
 
@@ -687,7 +655,7 @@ func (e *encoder) walk(v any) {
 		if !ok {
 			w, h = defaultSide, defaultSide
 		}
-		e.imageTokens += imageTokens(e.f, w, h)
+		e.imageTokens += e.pv.imageTokens(w, h)
 	})
 }
 
@@ -727,20 +695,14 @@ func jsonLen(v any) (int, error) {
 // headMsgpack writes the members before the messages' items, msgpack,
 // and the header of an array of n messages.
 func (e *encoder) headMsgpack(dst []byte, system any, n int) ([]byte, error) {
-	key, sysKey := "messages", "system"
-	switch e.f {
-	case Gemini:
-		key, sysKey = "contents", "systemInstruction"
-	case OpenAIResponses:
-		key = "input"
-	}
+	key, sysKey := e.pv.messages, e.pv.system
 	e.st.fields = 1
 	if system != nil {
 		e.st.fields = 2
 		dst = record.AppendMsgpackString(dst, sysKey)
 		var err error
 		if dst, err = record.AppendMsgpack(dst, system); err != nil {
-			return dst, fmt.Errorf("encode %s body: %w", e.f, err)
+			return dst, fmt.Errorf("encode %s body: %w", e.pv.format, err)
 		}
 		k, err := jsonLen(system)
 		if err != nil {
@@ -767,7 +729,7 @@ func (e *encoder) resume(dst []byte, prev *State, from *checkpoint, n int) []byt
 	items := body[prev.itemsAt:]
 	var blocks int
 	if from.mopen >= 0 {
-		blocks = from.mopen + msgHeaderLen(items[from.mopen:], from.role, e.key())
+		blocks = from.mopen + msgHeaderLen(items[from.mopen:], from.role, e.pv.blocks)
 	}
 	if e.over {
 		// Written over in place, the kept bytes stay where they are
@@ -776,7 +738,7 @@ func (e *encoder) resume(dst []byte, prev *State, from *checkpoint, n int) []byt
 		var buf [64]byte
 		same := len(record.AppendMsgpackArrayLen(buf[:0], n)) == prev.itemsAt-prev.arrAt
 		if same && from.mopen >= 0 {
-			same = len(appendMsgHeader(buf[:0], from.role, e.key(), e.nblk+e.openMore)) == blocks-from.mopen
+			same = len(appendMsgHeader(buf[:0], from.role, e.pv.blocks, e.nblk+e.openMore)) == blocks-from.mopen
 		}
 		if !same {
 			body = bytes.Clone(body)
@@ -795,13 +757,6 @@ func (e *encoder) resume(dst []byte, prev *State, from *checkpoint, n int) []byt
 	dst = appendKept(dst, items[:from.mopen])
 	e.prevOpen, e.resumeOpen, e.openRole = items[blocks:blocks+from.mlen], true, from.role
 	return dst
-}
-
-func (e *encoder) key() string {
-	if e.f == Gemini {
-		return "parts"
-	}
-	return "content"
 }
 
 // appendMsgHeader appends the head of a merged message of n blocks:
@@ -833,8 +788,8 @@ func msgHeaderLen(b []byte, role, key string) int {
 // format's checkpoint (prevOpen) with its new header, and tracks the
 // JSON length of what it writes.
 func (e *encoder) messagesMsgpack(dst []byte, l *outList) ([]byte, error) {
-	key := e.key()
-	open := e.outs > 0 && (e.f == Anthropic || e.f == Gemini)
+	key := e.pv.blocks
+	open := e.outs > 0 && e.pv.blocks != ""
 	if e.resumeOpen {
 		// The checkpoint's last message, with the blocks merged into it
 		// since.
@@ -853,7 +808,7 @@ func (e *encoder) messagesMsgpack(dst []byte, l *outList) ([]byte, error) {
 				e.jlen++
 			}
 			if dst, err = record.AppendMsgpack(dst, o.blocks[0]); err != nil {
-				return dst, fmt.Errorf("encode %s body: %w", e.f, err)
+				return dst, fmt.Errorf("encode %s body: %w", e.pv.format, err)
 			}
 			k, err := jsonLen(o.blocks[0])
 			if err != nil {
@@ -884,7 +839,7 @@ func (e *encoder) messagesMsgpack(dst []byte, l *outList) ([]byte, error) {
 			e.outs++
 			e.nblk = 0
 			open = true
-			if e.f == Anthropic {
+			if e.pv.breakpoint {
 				e.st.nblk = append(e.st.nblk, 0)
 			}
 		}
@@ -893,7 +848,7 @@ func (e *encoder) messagesMsgpack(dst []byte, l *outList) ([]byte, error) {
 				e.jlen++
 			}
 			if dst, err = record.AppendMsgpack(dst, b); err != nil {
-				return dst, fmt.Errorf("encode %s body: %w", e.f, err)
+				return dst, fmt.Errorf("encode %s body: %w", e.pv.format, err)
 			}
 			k, err := jsonLen(b)
 			if err != nil {
@@ -901,7 +856,7 @@ func (e *encoder) messagesMsgpack(dst []byte, l *outList) ([]byte, error) {
 			}
 			e.jlen += k
 			e.walk(b)
-			if e.f == Anthropic {
+			if e.pv.breakpoint {
 				if isThinking(b) {
 					e.st.thinking = append(e.st.thinking, [2]int32{int32(e.outs - 1), int32(e.nblk)})
 				}
@@ -909,7 +864,7 @@ func (e *encoder) messagesMsgpack(dst []byte, l *outList) ([]byte, error) {
 			e.nblk++
 			e.reachedMsgpack(dst)
 		}
-		if e.f == Anthropic && e.outs > 0 {
+		if e.pv.breakpoint && e.outs > 0 {
 			e.st.nblk[e.outs-1] = int32(e.nblk)
 		}
 	}
@@ -927,11 +882,8 @@ func (e *encoder) messagesMsgpack(dst []byte, l *outList) ([]byte, error) {
 // holds the members up to the checkpoint, its last message open), and
 // closes the body.
 func (e *encoder) messages(dst []byte, start int, l *outList) ([]byte, error) {
-	key := "content"
-	if e.f == Gemini {
-		key = "parts"
-	}
-	open := e.outs > 0 && (e.f == Anthropic || e.f == Gemini)
+	key := e.pv.blocks
+	open := e.outs > 0 && e.pv.blocks != ""
 	e.reached(len(dst) - start)
 	var err error
 	for _, o := range l.msgs {
@@ -940,7 +892,7 @@ func (e *encoder) messages(dst []byte, start int, l *outList) ([]byte, error) {
 				dst = append(dst, ',')
 			}
 			if dst, err = record.AppendJSON(dst, o.blocks[0]); err != nil {
-				return dst, fmt.Errorf("encode %s body: %w", e.f, err)
+				return dst, fmt.Errorf("encode %s body: %w", e.pv.format, err)
 			}
 			e.walk(o.blocks[0])
 			e.outs++
@@ -963,7 +915,7 @@ func (e *encoder) messages(dst []byte, start int, l *outList) ([]byte, error) {
 			e.outs++
 			e.nblk = 0
 			open = true
-			if e.f == Anthropic {
+			if e.pv.breakpoint {
 				e.st.nblk = append(e.st.nblk, 0)
 			}
 		}
@@ -972,10 +924,10 @@ func (e *encoder) messages(dst []byte, start int, l *outList) ([]byte, error) {
 				dst = append(dst, ',')
 			}
 			if dst, err = record.AppendJSON(dst, b); err != nil {
-				return dst, fmt.Errorf("encode %s body: %w", e.f, err)
+				return dst, fmt.Errorf("encode %s body: %w", e.pv.format, err)
 			}
 			e.walk(b)
-			if e.f == Anthropic {
+			if e.pv.breakpoint {
 				if isThinking(b) {
 					e.st.thinking = append(e.st.thinking, [2]int32{int32(e.outs - 1), int32(e.nblk)})
 				}
@@ -983,7 +935,7 @@ func (e *encoder) messages(dst []byte, start int, l *outList) ([]byte, error) {
 			e.nblk++
 			e.reached(len(dst) - start)
 		}
-		if e.f == Anthropic && e.outs > 0 {
+		if e.pv.breakpoint && e.outs > 0 {
 			e.st.nblk[e.outs-1] = int32(e.nblk)
 		}
 	}

@@ -81,7 +81,7 @@ type item struct {
 }
 
 type plan struct {
-	f       Format
+	pv      *provider
 	msgs    []any
 	opt     Options
 	items   []*item // extraction order; after layout, output order
@@ -106,8 +106,8 @@ type plan struct {
 	userTurn bool
 }
 
-func newPlan(f Format, msgs []any, opt Options) *plan {
-	return &plan{f: f, msgs: msgs, opt: opt, ids: newIDMap(idMax(f))}
+func newPlan(pv *provider, msgs []any, opt Options) *plan {
+	return &plan{pv: pv, msgs: msgs, opt: opt, ids: newIDMap(pv.idMax)}
 }
 
 func (p *plan) change(c Change) { p.report.Changes = append(p.report.Changes, c) }
@@ -543,7 +543,7 @@ func (p *plan) mapIDs() {
 		if c.wire != c.id {
 			p.change(Change{Kind: IDRenamed, Message: c.src, Block: c.block, ID: c.id, To: c.wire})
 		}
-		c.tool = toolName(p.f, c.name)
+		c.tool = toolName(p.pv, c.name)
 		if c.tool != c.name {
 			p.change(Change{Kind: NameRenamed, Message: c.src, Block: c.block, ID: c.id, Reason: c.name, To: c.tool})
 		}
