@@ -59,7 +59,7 @@ type State struct {
 	report   Report
 	usage    Usage
 	calls    []loggedCall // every call, in neutral order
-	nblk     []int32      // Anthropic: the blocks of each body message
+	nblk     []int32      // Anthropic: the blocks of each body message but the last
 	thinking [][2]int32   // Anthropic: the thinking blocks, in order
 	cps      []checkpoint
 	start    int // the first neutral message rendered anew
@@ -407,7 +407,9 @@ func renderFrom(dst []byte, prev *State, f Format, messages []any, opt Options, 
 			}
 		}
 		if pv.breakpoint {
-			st.nblk = slices.Clone(prev.nblk[:from.outs]) // its last is rewritten
+			// The checkpoint's last message is open: its count is the
+			// checkpoint's, and goes on.
+			st.nblk = grow(prev.nblk, max(from.outs-1, 0), inPlace)
 			nt := sort.Search(len(prev.thinking), func(i int) bool {
 				t := prev.thinking[i]
 				return int(t[0]) > from.outs-1 || int(t[0]) == from.outs-1 && int(t[1]) >= from.nblk
@@ -513,8 +515,13 @@ func renderFrom(dst []byte, prev *State, f Format, messages []any, opt Options, 
 		role = from.role
 	}
 	st.report.EndsWithAssistant = role == "assistant" || role == "model"
-	if pv.breakpoint && len(st.nblk) > 0 {
-		st.report.CacheBreakpoint = breakpoint(len(st.nblk)-1, func(m int) int { return int(st.nblk[m]) },
+	if outs, last := e.outs, e.nblk; pv.breakpoint && outs > 0 {
+		st.report.CacheBreakpoint = breakpoint(outs-1, func(m int) int {
+			if m == outs-1 {
+				return last
+			}
+			return int(st.nblk[m])
+		},
 			func(m, b int) bool {
 				_, found := slices.BinarySearchFunc(st.thinking, [2]int32{int32(m), int32(b)}, func(a, b [2]int32) int {
 					if a[0] != b[0] {
@@ -836,12 +843,12 @@ func (e *encoder) messagesMsgpack(dst []byte, l *outList) ([]byte, error) {
 				return dst, err
 			}
 			e.jlen += len(`{"role":`) + r + 1 + len(key) + 2 + 2 // {"role":R,"key":[
+			if e.pv.breakpoint && e.outs > 0 {
+				e.st.nblk = append(e.st.nblk, int32(e.nblk)) // closed
+			}
 			e.outs++
 			e.nblk = 0
 			open = true
-			if e.pv.breakpoint {
-				e.st.nblk = append(e.st.nblk, 0)
-			}
 		}
 		for _, b := range o.blocks {
 			if e.nblk > 0 {
@@ -863,9 +870,6 @@ func (e *encoder) messagesMsgpack(dst []byte, l *outList) ([]byte, error) {
 			}
 			e.nblk++
 			e.reachedMsgpack(dst)
-		}
-		if e.pv.breakpoint && e.outs > 0 {
-			e.st.nblk[e.outs-1] = int32(e.nblk)
 		}
 	}
 	if open {
@@ -912,12 +916,12 @@ func (e *encoder) messages(dst []byte, start int, l *outList) ([]byte, error) {
 			dst = append(dst, ',')
 			dst = record.AppendJSONString(dst, key)
 			dst = append(dst, ":["...)
+			if e.pv.breakpoint && e.outs > 0 {
+				e.st.nblk = append(e.st.nblk, int32(e.nblk)) // closed
+			}
 			e.outs++
 			e.nblk = 0
 			open = true
-			if e.pv.breakpoint {
-				e.st.nblk = append(e.st.nblk, 0)
-			}
 		}
 		for _, b := range o.blocks {
 			if e.nblk > 0 {
@@ -934,9 +938,6 @@ func (e *encoder) messages(dst []byte, start int, l *outList) ([]byte, error) {
 			}
 			e.nblk++
 			e.reached(len(dst) - start)
-		}
-		if e.pv.breakpoint && e.outs > 0 {
-			e.st.nblk[e.outs-1] = int32(e.nblk)
 		}
 	}
 	if open {
