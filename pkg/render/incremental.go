@@ -54,6 +54,7 @@ type State struct {
 	browser  []string
 	msgs     []weak.Pointer[record.Map] // the neutral messages rendered, not kept alive
 	arr      weak.Pointer[any]          // the array they were in (firstChange)
+	ownSeqs  bool                       // seqs was made here (Options.SeqsFrom), not the caller's
 	seqs     []uint64
 	body     []byte // the body's members: its JSON object without its braces
 	report   Report
@@ -153,6 +154,10 @@ func (s *State) Start() int { return s.start }
 
 // BodyAt returns where the body starts in the buffer it was appended to.
 func (s *State) BodyAt() int { return s.bodyAt }
+
+// Seqs returns the record sequences of the messages rendered: Options.Seqs,
+// or those Options.SeqsFrom gave.
+func (s *State) Seqs() []uint64 { return s.seqs }
 
 // Format returns the format rendered.
 func (s *State) Format() Format { return s.f }
@@ -358,15 +363,34 @@ func renderFrom(dst []byte, prev *State, f Format, messages []any, opt Options, 
 	if pv.out == nil {
 		panic("render: RenderJSON of the neutral format")
 	}
-	st := &State{f: f, pv: pv, browser: opt.BrowserTools, seqs: opt.Seqs, extended: new(uint32), mp: mp, id: stateIDs.Add(1)}
 	var from *checkpoint
 	keep := 0        // checkpoints of prev kept
 	inPlace := false // this rendering may append to prev's slices
-	if prev != nil && prev.f == f && prev.mp == mp && (prev.browser == nil) == (opt.BrowserTools == nil) &&
-		slices.Equal(prev.browser, opt.BrowserTools) && (prev.seqs == nil) == (opt.Seqs == nil) {
+	compat := prev != nil && prev.f == f && prev.mp == mp && (prev.browser == nil) == (opt.BrowserTools == nil) &&
+		slices.Equal(prev.browser, opt.BrowserTools) && (prev.seqs == nil) == (opt.Seqs == nil && opt.SeqsFrom == nil)
+	if compat {
+		inPlace = atomic.CompareAndSwapUint32(prev.extended, 0, 1)
+	}
+	ownSeqs := false
+	if opt.Seqs == nil && opt.SeqsFrom != nil {
+		// The messages in the array prev rendered are those it rendered
+		// (see firstChange): their sequences are prev's.
+		n := 0
+		if compat && len(messages) > 0 && prev.arr.Value() == &messages[0] {
+			n = min(len(prev.msgs), len(prev.seqs), len(messages))
+			opt.Seqs = grow(prev.seqs, n, inPlace && prev.ownSeqs)
+		} else {
+			opt.Seqs = make([]uint64, 0, len(messages))
+		}
+		opt.Seqs, ownSeqs = opt.SeqsFrom(opt.Seqs, n), true
+		if len(opt.Seqs) != len(messages) {
+			panic(fmt.Sprintf("render: %d sequences for %d messages", len(opt.Seqs), len(messages)))
+		}
+	}
+	st := &State{f: f, pv: pv, browser: opt.BrowserTools, seqs: opt.Seqs, ownSeqs: ownSeqs, extended: new(uint32), mp: mp, id: stateIDs.Add(1)}
+	if compat {
 		var r int
 		r, st.compared = firstChange(prev, messages, opt.Seqs)
-		inPlace = atomic.CompareAndSwapUint32(prev.extended, 0, 1)
 		st.msgs = grow(prev.msgs, r, inPlace)
 		keep = sort.Search(len(prev.cps), func(i int) bool { return prev.cps[i].at > r })
 		if keep > 0 {

@@ -88,11 +88,13 @@ func TestRenderJSON_Incremental(t *testing.T) {
 		recs := g.Session(5 + r.IntN(70))
 		s := projection.New(popt)
 		prev := map[render.Format]*render.State{}
+		fromPrev := map[render.Format]*render.State{} // rendered with SeqsFrom
 		var history []map[render.Format]*render.State
 		for i, v := range recs {
 			s.Apply(uint64(i+1), v)
 			msgs := s.Messages()
 			opt := render.Options{Seqs: s.MessageSeqs(nil), BrowserTools: popt.BrowserTools}
+			fromOpt := render.Options{SeqsFrom: s.MessageSeqsFrom, BrowserTools: popt.BrowserTools}
 			states := map[render.Format]*render.State{}
 			for k, f := range providers {
 				what := fmt.Sprintf("seed %d, record %d", seed, i+1)
@@ -102,6 +104,11 @@ func TestRenderJSON_Incremental(t *testing.T) {
 				require.NoError(t, err)
 				requireSame(t, what, f, w, got[1:], st)
 				states[f] = st
+				got, st, err = render.RenderJSON(nil, fromPrev[f], f, msgs, fromOpt)
+				require.NoError(t, err)
+				requireSame(t, what+" (sequences from SeqsFrom)", f, w, got, st)
+				require.True(t, slices.Equal(opt.Seqs, st.Seqs()), what)
+				fromPrev[f] = st
 				if render.StartOf(st) > 0 {
 					reused++
 				}
@@ -340,10 +347,12 @@ func TestRenderMsgpack_Incremental(t *testing.T) {
 		prev := map[render.Format]*render.State{}
 		var history []map[render.Format]*render.State
 		var jsonPrev *render.State
+		fromPrev := map[render.Format]*render.State{} // rendered with SeqsFrom
 		for i, v := range recs {
 			s.Apply(uint64(i+1), v)
 			msgs := s.Messages()
 			opt := render.Options{Seqs: s.MessageSeqs(nil), BrowserTools: popt.BrowserTools}
+			fromOpt := render.Options{SeqsFrom: s.MessageSeqsFrom, BrowserTools: popt.BrowserTools}
 			states := map[render.Format]*render.State{}
 			for k, f := range providers {
 				what := fmt.Sprintf("seed %d, record %d", seed, i+1)
@@ -351,6 +360,11 @@ func TestRenderMsgpack_Incremental(t *testing.T) {
 				require.NoError(t, err)
 				requireSameMsgpack(t, what, f, msgs, opt, got[1:], st)
 				states[f] = st
+				got, st, err = render.RenderMsgpack(nil, fromPrev[f], f, msgs, fromOpt)
+				require.NoError(t, err)
+				requireSameMsgpack(t, what+" (sequences from SeqsFrom)", f, msgs, opt, got, st)
+				require.True(t, slices.Equal(opt.Seqs, st.Seqs()), what)
+				fromPrev[f] = st
 				if render.StartOf(st) > 0 {
 					reused++
 				}

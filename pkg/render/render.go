@@ -55,6 +55,12 @@ type Options struct {
 	// (projection.Session.MessageSeqs); when given, changes name the
 	// record, and Usage can name where a compaction may cut.
 	Seqs []uint64
+	// SeqsFrom, when Seqs is nil, appends to dst the sequences of the
+	// messages from the i-th on (projection.Session.MessageSeqsFrom):
+	// RenderJSON and RenderMsgpack then ask only for those of the
+	// messages the state rendered from did not hold, and State.Seqs
+	// returns them all. Render does not read it.
+	SeqsFrom func(dst []uint64, i int) []uint64
 	// BrowserTools names the tools whose screenshots CONTEXT.md's pass 3
 	// trims, to place Anthropic's cache breakpoint before the latest one;
 	// nil means projection.DefaultBrowserTools.
