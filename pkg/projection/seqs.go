@@ -1,5 +1,7 @@
 package projection
 
+import "sort"
+
 // MessageSeqs appends to dst the stream sequence of the record each
 // message of Messages came from, in the same order: the sequence of the
 // compaction for a message of its snapshot. A renderer that reports what
@@ -36,3 +38,21 @@ func (s *Session) Kept() any { return s.held }
 
 // KeptBytes returns the size Keep was given for what it holds.
 func (s *Session) KeptBytes() int64 { return s.heldBytes }
+
+// MessageSeqsFrom appends to dst the sequences MessageSeqs gives for the
+// messages of Messages from the i-th on: a caller that holds those of the
+// messages before i, unchanged, reads only what follows, not the whole
+// session.
+func (s *Session) MessageSeqsFrom(dst []uint64, i int) []uint64 {
+	s.Messages() // brings every entry's kept flag and offset up to date
+	offs := s.list.offs
+	// The entries before e start before message i: each is at most one
+	// message.
+	e := sort.Search(len(offs), func(k int) bool { return offs[k] >= i })
+	for ; e < len(s.entries); e++ {
+		if s.entries[e].kept {
+			dst = append(dst, s.entries[e].seq)
+		}
+	}
+	return dst
+}

@@ -1,6 +1,7 @@
 package projection
 
 import (
+	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -31,5 +32,22 @@ func TestSession_MessageSeqs(t *testing.T) {
 			continue // an orphan changes the report, not necessarily the view
 		}
 		require.NotEqual(t, before, s.Version(), "after record %d", i+1)
+	}
+}
+
+// TestSession_MessageSeqsFrom: from any message on, the sequences
+// MessageSeqs gives from there, over generated sessions grown a record at
+// a time.
+func TestSession_MessageSeqsFrom(t *testing.T) {
+	for seed := uint64(1); seed <= 20; seed++ {
+		g := newGen(rand.New(rand.NewPCG(seed, 7)))
+		s := New(Options{BrowserTools: g.BrowserTools()})
+		for i, v := range g.Session(60) {
+			s.Apply(uint64(i+1), v)
+			all := s.MessageSeqs(nil)
+			for k := 0; k <= len(all); k++ {
+				require.Equal(t, append([]uint64{}, all[k:]...), s.MessageSeqsFrom([]uint64{}, k), "seed %d, record %d, from %d", seed, i+1, k)
+			}
+		}
 	}
 }

@@ -1,23 +1,41 @@
 package render
 
-import "github.com/ctxd/ctxd/pkg/record"
+import (
+	"math"
 
-// anthropic renders {"system": [text blocks] (only if any), "messages":
-// [...]} for the Messages API. RENDER.md lists the rules and the errors
-// they prevent.
-func (p *plan) anthropic() *record.Map {
+	"github.com/ctxd/ctxd/pkg/record"
+)
+
+// anthropicProvider renders {"system": [text blocks] (only if any),
+// "messages": [...]} for the Messages API, and the report's
+// cache_breakpoint. RENDER.md lists the rules and the errors they prevent.
+var anthropicProvider = &provider{
+	format:   Anthropic,
+	out:      anthropicBody,
+	system:   "system",
+	messages: "messages",
+	blocks:   "content",
+	// Anthropic's pattern allows 64.
+	breakpoint:  true,
+	idMax:       64,
+	imageTokens: anthropicImageTokens,
+}
+
+func anthropicBody(p *plan) (any, *outList, [2]int) {
 	system, l, shot := p.anthropicOut()
-	if len(l.msgs) > 0 {
-		p.report.EndsWithAssistant = l.lastRole() == "assistant"
-		p.report.CacheBreakpoint = breakpoint(len(l.msgs)-1, func(m int) int { return len(l.msgs[m].blocks) },
-			func(m, b int) bool { return isThinking(l.msgs[m].blocks[b]) }, shot)
-	}
-	body := record.NewMap()
 	if len(system) > 0 {
-		body.Set("system", system)
+		return system, l, shot
 	}
-	body.Set("messages", l.containers("content"))
-	return body
+	return nil, l, shot
+}
+
+// anthropicImageTokens: w*h/750 after scaling to at most 1568 px a side
+// and 1.15 megapixels.
+func anthropicImageTokens(w, h int) int {
+	fw, fh := float64(w), float64(h)
+	s := math.Min(1, 1568/math.Max(fw, fh))
+	s = math.Min(s, math.Sqrt(1.15e6/(fw*fh)))
+	return int(math.Ceil(fw * s * fh * s / 750))
 }
 
 // anthropicOut builds the system blocks and the messages, and finds the

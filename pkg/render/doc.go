@@ -23,5 +23,43 @@ providers' prompt caches keep hitting. Estimate and CheckBudget give the
 size of a body and where a compaction may cut.
 
 Render does no I/O and holds no state; the server renders on request.
+RenderJSON and RenderMsgpack render a context that grew from the State of
+its rendering before, byte for byte as Render would, redoing only what
+follows the first message that changed (incremental.go).
+
+# Where things are
+
+	render.go       Format, Options, Body, Report, Render
+	provider.go     the provider type and the table of formats
+	plan.go         the neutral context taken apart: items, calls, results, pairing
+	emit.go         what every format's layout shares: body messages, text, images
+	ids.go          call ids and tool names as the providers take them
+	anthropic.go    the Anthropic Messages format
+	openai.go       the OpenAI Chat Completions and Responses formats
+	gemini.go       the Gemini generateContent format
+	incremental.go  RenderJSON, RenderMsgpack, State: rendering from checkpoints
+	encode.go       the report, usage and budget as they go on the wire
+	usage.go        Estimate, Tokens, CheckBudget: sizes, image tokens, where to compact
+
+# Adding a format
+
+A format is a provider value (provider.go) in a file of its own: its
+name, the keys of its body's members, whether it merges messages of a role
+into one (blocks), what its API takes (id length, tool names, image types,
+images by URL), its image token formula, and out, which lays the plan's
+items out as its messages, marking checkpoints as it goes (see
+anthropicOut or openAIResponsesOut). Then:
+
+  - add its Format constant and its place in Formats (render.go), and its
+    entry in providers (provider.go): the only lists of formats;
+  - give it golden files (testdata/golden/NAME, written with -update),
+    and a schema (testdata/schemas) or validator (validate_test.go) the
+    tests check every rendering against.
+
+Nothing else names a format: Render, RenderJSON and RenderMsgpack, the
+report's encoding, Estimate and Tokens, and the service's replies read its
+provider. TestRenderJSON_Incremental and TestRenderMsgpack_Incremental
+then check, for every format in Formats, that a context rendered as it
+grows equals a rendering from scratch at every step.
 */
 package render

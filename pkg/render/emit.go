@@ -114,13 +114,14 @@ func (p *plan) leadingSystem() (parts []part, n int) {
 // model can tell it from the user's words.
 func systemText(t string) string { return "<system>\n" + t + "\n</system>" }
 
-// imageTypes are the media types each provider documents for images.
-func imageOK(f Format, mime string) bool {
+// imageOK reports whether the provider takes images of type mime: the
+// types each provider documents.
+func (pv *provider) imageOK(mime string) bool {
 	switch mime {
 	case "image/jpeg", "image/png", "image/gif", "image/webp":
 		return true
 	case "image/heic", "image/heif":
-		return f == Gemini
+		return pv.heif
 	}
 	return false
 }
@@ -129,9 +130,9 @@ func imageOK(f Format, mime string) bool {
 // it does.
 func (p *plan) imageRefused(img image) string {
 	switch {
-	case img.url != "" && p.f == Gemini:
-		return "image by URL (Gemini takes inline images)"
-	case img.url == "" && !imageOK(p.f, img.mime):
+	case img.url != "" && p.pv.noImageURL != "":
+		return p.pv.noImageURL
+	case img.url == "" && !p.pv.imageOK(img.mime):
 		return "image of type " + quote(img.mime)
 	}
 	return ""

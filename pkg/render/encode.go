@@ -11,7 +11,7 @@ func (r Report) Map(f Format) *record.Map {
 		changes[i] = c.Map()
 	}
 	m := record.NewMap("changes", changes, "ends_with_assistant", r.EndsWithAssistant)
-	if f == Anthropic {
+	if providerOf(f).breakpoint {
 		var bp any
 		if r.CacheBreakpoint != nil {
 			bp = record.NewMap("message", int64(r.CacheBreakpoint.Message), "block", int64(r.CacheBreakpoint.Block))

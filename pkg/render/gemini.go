@@ -1,26 +1,46 @@
 package render
 
 import (
+	"math"
 	"slices"
 
 	"github.com/ctxd/ctxd/pkg/record"
 )
 
-// gemini renders {"systemInstruction": {...} (only if any), "contents":
-// [...]} for generateContent: runs of one role merged, each model turn
-// with calls followed by a user turn whose first parts are the function
-// responses, one per call, in call order, and then the results' images.
-func (p *plan) gemini() *record.Map {
+// geminiProvider renders {"systemInstruction": {...} (only if any),
+// "contents": [...]} for generateContent: runs of one role merged, each
+// model turn with calls followed by a user turn whose first parts are the
+// function responses, one per call, in call order, and then the results'
+// images.
+var geminiProvider = &provider{
+	format:   Gemini,
+	out:      geminiBody,
+	system:   "systemInstruction",
+	messages: "contents",
+	blocks:   "parts",
+	userTurn: true,
+	// Gemini takes any id; 64 keeps them readable.
+	idMax:       64,
+	nameLetter:  true,
+	heif:        true,
+	noImageURL:  "image by URL (Gemini takes inline images)",
+	imageTokens: geminiImageTokens,
+}
+
+func geminiBody(p *plan) (any, *outList, [2]int) {
 	sys, l := p.geminiOut()
-	if len(l.msgs) > 0 {
-		p.report.EndsWithAssistant = l.lastRole() == "model"
-	}
-	body := record.NewMap()
 	if len(sys) > 0 {
-		body.Set("systemInstruction", geminiSystem(sys))
+		return geminiSystem(sys), l, [2]int{-1, -1}
 	}
-	body.Set("contents", l.containers("parts"))
-	return body
+	return nil, l, [2]int{-1, -1}
+}
+
+// geminiImageTokens: 258 up to 384x384, else 258 per 768x768 tile.
+func geminiImageTokens(w, h int) int {
+	if w <= 384 && h <= 384 {
+		return 258
+	}
+	return 258 * int(math.Ceil(float64(w)/768)*math.Ceil(float64(h)/768))
 }
 
 func geminiSystem(sys []part) *record.Map {

@@ -6,16 +6,6 @@ import (
 	"strconv"
 )
 
-// idMax is the longest call id a format takes: OpenAI Chat has refused
-// ids over 40 characters; Anthropic's pattern and Responses' call_id allow
-// 64; Gemini takes any, 64 keeps them readable.
-func idMax(f Format) int {
-	if f == OpenAIChat {
-		return 40
-	}
-	return 64
-}
-
 func idByte(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-'
 }
@@ -166,9 +156,9 @@ func cut(s string, n int) string {
 // pattern every provider documents for function names,
 // ^[a-zA-Z0-9_-]{1,64}$ (Gemini: starting with a letter or '_'), are
 // sanitized and cut; a name is never empty here.
-func toolName(f Format, name string) string {
+func toolName(pv *provider, name string) string {
 	ok := validID(name, 64)
-	if ok && f == Gemini {
+	if ok && pv.nameLetter {
 		c := name[0]
 		ok = c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
 	}
@@ -176,7 +166,7 @@ func toolName(f Format, name string) string {
 		return name
 	}
 	s := cut(sanitize(name), 64)
-	if f == Gemini && !(s[0] == '_' || s[0] >= 'a' && s[0] <= 'z' || s[0] >= 'A' && s[0] <= 'Z') {
+	if pv.nameLetter && !(s[0] == '_' || s[0] >= 'a' && s[0] <= 'z' || s[0] >= 'A' && s[0] <= 'Z') {
 		s = cut("_"+s, 64)
 	}
 	return s

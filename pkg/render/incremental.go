@@ -50,20 +50,26 @@ import (
 // new State sharing the unchanged parts.
 type State struct {
 	f        Format
+	pv       *provider
 	browser  []string
 	msgs     []weak.Pointer[record.Map] // the neutral messages rendered, not kept alive
+	arr      weak.Pointer[any]          // the array they were in (firstChange)
+	ownSeqs  bool                       // seqs was made here (Options.SeqsFrom), not the caller's
 	seqs     []uint64
 	body     []byte // the body's members: its JSON object without its braces
 	report   Report
 	usage    Usage
 	calls    []loggedCall // every call, in neutral order
-	nblk     []int32      // Anthropic: the blocks of each body message
+	nblk     []int32      // Anthropic: the blocks of each body message but the last
 	thinking [][2]int32   // Anthropic: the thinking blocks, in order
 	cps      []checkpoint
 	start    int // the first neutral message rendered anew
 	// index finds calls by id, for the next rendering (callIndex); nil
 	// until a rendering from a checkpoint makes it.
 	index *callIndex
+	// chHeld is, for each change of the report, the bytes of the To and
+	// Reason strings of the changes up to it (Size).
+	chHeld []int
 
 	// mp is set for a msgpack rendering (RenderMsgpack): body holds the
 	// body's members as msgpack map entries, whose messages array header
@@ -94,6 +100,9 @@ type State struct {
 	kept     int
 	// jItemsAt is where the messages' items start in a JSON body.
 	jItemsAt int
+	// compared counts the neutral messages the rendering compared one
+	// by one with those of the state it went on from (firstChange).
+	compared int
 }
 
 // stateIDs numbers the states.
@@ -115,6 +124,9 @@ func (s *State) KeptItems() int { return s.kept }
 type loggedCall struct {
 	id, wire string
 	src      int
+	// held is the bytes of the wire ids of the calls up to this one,
+	// this one included, that are not their ids (Size).
+	held int
 }
 
 // checkpoint is the state of a rendering before the items of the neutral
@@ -142,6 +154,10 @@ func (s *State) Start() int { return s.start }
 
 // BodyAt returns where the body starts in the buffer it was appended to.
 func (s *State) BodyAt() int { return s.bodyAt }
+
+// Seqs returns the record sequences of the messages rendered: Options.Seqs,
+// or those Options.SeqsFrom gave.
+func (s *State) Seqs() []uint64 { return s.seqs }
 
 // Format returns the format rendered.
 func (s *State) Format() Format { return s.f }
@@ -238,7 +254,7 @@ func (s *State) AppendReportJSON(dst []byte) ([]byte, error) {
 	s.repKept = nil
 	dst = append(dst, `],"ends_with_assistant":`...)
 	dst = strconv.AppendBool(dst, s.report.EndsWithAssistant)
-	if s.f == Anthropic {
+	if s.pv.breakpoint {
 		dst = append(dst, `,"cache_breakpoint":`...)
 		if bp := s.report.CacheBreakpoint; bp != nil {
 			dst = append(dst, `{"message":`...)
@@ -264,7 +280,7 @@ func (s *State) AppendReportMsgpack(dst []byte) ([]byte, error) {
 		panic("render: AppendReportMsgpack of a JSON rendering")
 	}
 	n := 2
-	if s.f == Anthropic {
+	if s.pv.breakpoint {
 		n = 3
 	}
 	dst = record.AppendMsgpackMapLen(dst, n)
@@ -283,7 +299,7 @@ func (s *State) AppendReportMsgpack(dst []byte) ([]byte, error) {
 	s.repKept = nil
 	dst = record.AppendMsgpackString(dst, "ends_with_assistant")
 	dst, _ = record.AppendMsgpack(dst, s.report.EndsWithAssistant)
-	if s.f == Anthropic {
+	if s.pv.breakpoint {
 		var bp any
 		if b := s.report.CacheBreakpoint; b != nil {
 			bp = record.NewMap("message", int64(b.Message), "block", int64(b.Block))
@@ -297,18 +313,16 @@ func (s *State) AppendReportMsgpack(dst []byte) ([]byte, error) {
 // Size returns the memory the state holds apart from its body bytes and
 // the neutral messages it refers to (which the session's projection holds).
 func (s *State) Size() int {
-	n := 256 + cap(s.msgs)*8 + cap(s.seqs)*8 + cap(s.nblk)*4 + cap(s.thinking)*8 + cap(s.chEnd)*4 +
+	n := 256 + cap(s.msgs)*8 + cap(s.seqs)*8 + cap(s.nblk)*4 + cap(s.thinking)*8 + cap(s.chEnd)*4 + cap(s.chHeld)*8 +
 		cap(s.cps)*int(checkpointSize) + cap(s.report.Changes)*int(changeSize) + cap(s.calls)*int(callSize)
-	for _, c := range s.calls {
-		if c.wire != c.id {
-			n += len(c.wire)
-		}
+	if k := len(s.calls); k > 0 {
+		n += s.calls[k-1].held
 	}
 	if s.index != nil {
 		n += len(s.calls) * indexSize
 	}
-	for _, c := range s.report.Changes {
-		n += len(c.To) + len(c.Reason)
+	if k := len(s.chHeld); k > 0 {
+		n += s.chHeld[k-1]
 	}
 	return n
 }
@@ -316,7 +330,7 @@ func (s *State) Size() int {
 const (
 	checkpointSize = 14*8 + 16
 	changeSize     = 8*5 + 16*4
-	callSize       = 16*2 + 8
+	callSize       = 16*2 + 8 + 8
 	indexSize      = 2 * (16 + 24 + 8 + 16) // a call in both maps of callIndex
 )
 
@@ -325,8 +339,12 @@ const (
 // State to render the next version from. With prev, a State of an
 // earlier rendering, it renders only from the latest checkpoint before
 // the first message that differs (RENDER.md section 9); the result is
-// Render's, byte for byte, whatever prev holds. It fails only when the
-// messages hold a value JSON cannot carry.
+// Render's, byte for byte, whatever prev holds. The messages are taken
+// as projection.Session.Messages hands them out: an array handed in once
+// is never written where it was read, only appended to, so that a
+// rendering from the array prev rendered compares none of the messages
+// it shares. It fails only when the messages hold a value JSON cannot
+// carry.
 func RenderJSON(dst []byte, prev *State, f Format, messages []any, opt Options) ([]byte, *State, error) {
 	return renderFrom(dst, prev, f, messages, opt, false)
 }
@@ -341,32 +359,55 @@ func RenderMsgpack(dst []byte, prev *State, f Format, messages []any, opt Option
 }
 
 func renderFrom(dst []byte, prev *State, f Format, messages []any, opt Options, mp bool) ([]byte, *State, error) {
-	if f == Neutral {
+	pv := providerOf(f)
+	if pv.out == nil {
 		panic("render: RenderJSON of the neutral format")
 	}
-	st := &State{f: f, browser: opt.BrowserTools, seqs: opt.Seqs, extended: new(uint32), mp: mp, id: stateIDs.Add(1)}
 	var from *checkpoint
 	keep := 0        // checkpoints of prev kept
 	inPlace := false // this rendering may append to prev's slices
-	if prev != nil && prev.f == f && prev.mp == mp && (prev.browser == nil) == (opt.BrowserTools == nil) &&
-		slices.Equal(prev.browser, opt.BrowserTools) && (prev.seqs == nil) == (opt.Seqs == nil) {
-		r := firstChange(prev.msgs, prev.seqs, messages, opt.Seqs)
+	compat := prev != nil && prev.f == f && prev.mp == mp && (prev.browser == nil) == (opt.BrowserTools == nil) &&
+		slices.Equal(prev.browser, opt.BrowserTools) && (prev.seqs == nil) == (opt.Seqs == nil && opt.SeqsFrom == nil)
+	if compat {
 		inPlace = atomic.CompareAndSwapUint32(prev.extended, 0, 1)
+	}
+	ownSeqs := false
+	if opt.Seqs == nil && opt.SeqsFrom != nil {
+		// The messages in the array prev rendered are those it rendered
+		// (see firstChange): their sequences are prev's.
+		n := 0
+		if compat && len(messages) > 0 && prev.arr.Value() == &messages[0] {
+			n = min(len(prev.msgs), len(prev.seqs), len(messages))
+			opt.Seqs = grow(prev.seqs, n, inPlace && prev.ownSeqs)
+		} else {
+			opt.Seqs = make([]uint64, 0, len(messages))
+		}
+		opt.Seqs, ownSeqs = opt.SeqsFrom(opt.Seqs, n), true
+		if len(opt.Seqs) != len(messages) {
+			panic(fmt.Sprintf("render: %d sequences for %d messages", len(opt.Seqs), len(messages)))
+		}
+	}
+	st := &State{f: f, pv: pv, browser: opt.BrowserTools, seqs: opt.Seqs, ownSeqs: ownSeqs, extended: new(uint32), mp: mp, id: stateIDs.Add(1)}
+	if compat {
+		var r int
+		r, st.compared = firstChange(prev, messages, opt.Seqs)
 		st.msgs = grow(prev.msgs, r, inPlace)
 		keep = sort.Search(len(prev.cps), func(i int) bool { return prev.cps[i].at > r })
 		if keep > 0 {
 			from = &prev.cps[keep-1]
 		}
 	}
-	p := newPlan(f, messages, opt)
+	if len(messages) > 0 {
+		st.arr = weak.Make(&messages[0])
+	}
+	p := newPlan(pv, messages, opt)
 	p.track = true
-	p.bad = make([]int32, len(messages)+2)
 	for _, v := range messages[len(st.msgs):] {
 		m, _ := v.(*record.Map)
 		st.msgs = append(st.msgs, weak.Make(m))
 	}
 	if from != nil {
-		p.start, p.from, p.badAt = from.at, from, from.at
+		p.start, p.from = from.at, from
 		st.start = from.at
 		st.fields = prev.fields
 		ncalls := sort.Search(len(prev.calls), func(i int) bool { return prev.calls[i].src >= from.at })
@@ -381,6 +422,7 @@ func renderFrom(dst []byte, prev *State, f Format, messages []any, opt Options, 
 		p.ids.base, p.ids.kept = st.index, st.calls[:ncalls:ncalls]
 		nch := sort.Search(len(prev.report.Changes), func(i int) bool { return prev.report.Changes[i].Message >= from.at })
 		st.report.Changes = grow(prev.report.Changes, nch, inPlace)
+		st.chHeld = grow(prev.chHeld, nch, inPlace)
 		st.cps = grow(prev.cps, keep, inPlace)
 		if prev.rep != nil && len(prev.chEnd) >= nch {
 			st.nKept, st.chEnd = nch, grow(prev.chEnd, nch, inPlace)
@@ -388,8 +430,10 @@ func renderFrom(dst []byte, prev *State, f Format, messages []any, opt Options, 
 				st.repKept = prev.rep[:prev.chEnd[nch-1]]
 			}
 		}
-		if f == Anthropic {
-			st.nblk = slices.Clone(prev.nblk[:from.outs]) // its last is rewritten
+		if pv.breakpoint {
+			// The checkpoint's last message is open: its count is the
+			// checkpoint's, and goes on.
+			st.nblk = grow(prev.nblk, max(from.outs-1, 0), inPlace)
 			nt := sort.Search(len(prev.thinking), func(i int) bool {
 				t := prev.thinking[i]
 				return int(t[0]) > from.outs-1 || int(t[0]) == from.outs-1 && int(t[1]) >= from.nblk
@@ -397,6 +441,9 @@ func renderFrom(dst []byte, prev *State, f Format, messages []any, opt Options, 
 			st.thinking = slices.Clip(prev.thinking[:nt])
 		}
 	}
+	// bad counts from the first message rendered anew: a turn's
+	// rendering allocates for what it renders, not for the session.
+	p.badAt, p.bad = p.start, make([]int32, len(messages)-p.start+2)
 	p.extract()
 	p.pair()
 	for _, c := range p.calls {
@@ -405,49 +452,39 @@ func renderFrom(dst []byte, prev *State, f Format, messages []any, opt Options, 
 		if wire == c.id {
 			wire = id
 		}
-		st.calls = append(st.calls, loggedCall{id: id, wire: wire, src: c.src})
+		held := 0
+		if k := len(st.calls); k > 0 {
+			held = st.calls[k-1].held
+		}
+		if wire != id {
+			held += len(wire)
+		}
+		st.calls = append(st.calls, loggedCall{id: id, wire: wire, src: c.src, held: held})
 		end := len(messages)
 		if c.res != nil {
 			end = c.res.src
 		}
-		p.bad[c.src+1]++ // calls before S not answered before S: S in c.src+1 .. end
-		p.bad[end+1]--
+		p.bad[c.src+1-p.start]++ // calls before S not answered before S: S in c.src+1 .. end
+		p.bad[end+1-p.start]--
 	}
 	if st.index != nil {
 		st.index.add(st.calls, len(p.ids.kept))
 	}
 	p.layout()
 
-	var system any
-	var l *outList
-	var shot [2]int
-	switch f {
-	case Anthropic:
-		var sys []any
-		sys, l, shot = p.anthropicOut()
-		if len(sys) > 0 {
-			system = sys
-		}
-	case OpenAIChat:
-		l = p.openAIChatOut()
-	case OpenAIResponses:
-		l = p.openAIResponsesOut()
-	case Gemini:
-		var sys []part
-		sys, l = p.geminiOut()
-		if len(sys) > 0 {
-			system = geminiSystem(sys)
-		}
-	default:
-		panic("render: unknown format " + string(f))
-	}
+	system, l, shot := pv.out(p)
 	p.sortChanges()
 	for _, c := range p.report.Changes {
 		c.ID, c.Reason = strings.Clone(c.ID), strings.Clone(c.Reason) // see calls
 		st.report.Changes = append(st.report.Changes, c)
+		held := len(c.To) + len(c.Reason)
+		if k := len(st.chHeld); k > 0 {
+			held += st.chHeld[k-1]
+		}
+		st.chHeld = append(st.chHeld, held)
 	}
 
-	e := encoder{f: f, st: st, marks: p.marks, start: len(dst), openAt: -1}
+	e := encoder{pv: pv, st: st, marks: p.marks, start: len(dst), openAt: -1}
 	if from != nil && overwrites(dst, prev) {
 		// The report's kept changes lie after the body.
 		st.repKept = slices.Clone(st.repKept)
@@ -502,8 +539,13 @@ func renderFrom(dst []byte, prev *State, f Format, messages []any, opt Options, 
 		role = from.role
 	}
 	st.report.EndsWithAssistant = role == "assistant" || role == "model"
-	if f == Anthropic && len(st.nblk) > 0 {
-		st.report.CacheBreakpoint = breakpoint(len(st.nblk)-1, func(m int) int { return int(st.nblk[m]) },
+	if outs, last := e.outs, e.nblk; pv.breakpoint && outs > 0 {
+		st.report.CacheBreakpoint = breakpoint(outs-1, func(m int) int {
+			if m == outs-1 {
+				return last
+			}
+			return int(st.nblk[m])
+		},
 			func(m, b int) bool {
 				_, found := slices.BinarySearchFunc(st.thinking, [2]int32{int32(m), int32(b)}, func(a, b [2]int32) int {
 					if a[0] != b[0] {
@@ -523,22 +565,36 @@ func renderFrom(dst []byte, prev *State, f Format, messages []any, opt Options, 
 }
 
 // firstChange returns the index of the first neutral message that differs
-// between two versions of a context: by identity (the projection hands out
-// a message it re-renders as a new value, and never writes one it handed
-// out) and by record sequence. The old messages are held weakly: one
-// reclaimed since differs, as no message of cur can be it.
-func firstChange(old []weak.Pointer[record.Map], oldSeqs []uint64, cur []any, curSeqs []uint64) int {
+// between prev's messages and cur, and how many it compared one by one:
+// by identity (the projection hands out a message it re-renders as a new
+// value, and never writes one it handed out) and by record sequence. The
+// old messages are held weakly: one reclaimed since differs, as no message
+// of cur can be it. When cur is the array prev's messages were in (the
+// projection never writes what it handed out, and appends after it), they
+// are all there as they were, and only the sequences are compared.
+func firstChange(prev *State, cur []any, curSeqs []uint64) (at, compared int) {
+	old, oldSeqs := prev.msgs, prev.seqs
 	n := min(len(old), len(cur))
 	if oldSeqs != nil {
 		n = min(n, len(oldSeqs), len(curSeqs))
 	}
+	if n > 0 && prev.arr.Value() == &cur[0] {
+		if oldSeqs != nil {
+			for i := range n {
+				if oldSeqs[i] != curSeqs[i] {
+					return i, 0
+				}
+			}
+		}
+		return n, 0
+	}
 	for i := range n {
 		m, ok := cur[i].(*record.Map)
 		if !ok || m == nil || old[i].Value() != m || oldSeqs != nil && oldSeqs[i] != curSeqs[i] {
-			return i
+			return i, i + 1
 		}
 	}
-	return n
+	return n, n
 }
 
 // outList starts a list of body messages: after a checkpoint, a merging
@@ -564,9 +620,9 @@ func (p *plan) mark(l *outList, at int, started bool, shot [2]int) {
 	}
 	for p.badAt < at {
 		p.badAt++
-		p.badN += p.bad[p.badAt]
+		p.badN += p.bad[p.badAt-p.start]
 	}
-	if p.badN > 0 || !started && p.from == nil || p.f == Gemini && !p.userTurn {
+	if p.badN > 0 || !started && p.from == nil || p.pv.userTurn && !p.userTurn {
 		return
 	}
 	c := checkpoint{at: at, outs: l.base + len(l.msgs), shot: shot}
@@ -585,7 +641,7 @@ func (p *plan) mark(l *outList, at int, started bool, shot [2]int) {
 // encoder writes the body's members, completing the marks with the
 // offsets and image counts they were taken at.
 type encoder struct {
-	f     Format
+	pv    *provider
 	st    *State
 	marks []checkpoint
 	next  int // the first mark not yet reached
@@ -608,29 +664,17 @@ type encoder struct {
 }
 
 func (e *encoder) head(dst []byte, system any) ([]byte, error) {
-	key := "messages"
-	switch e.f {
-	case Anthropic:
-		if system != nil {
-			dst = append(dst, `"system":`...)
-		}
-	case Gemini:
-		key = "contents"
-		if system != nil {
-			dst = append(dst, `"systemInstruction":`...)
-		}
-	case OpenAIResponses:
-		key = "input"
-	}
 	if system != nil {
+		dst = record.AppendJSONString(dst, e.pv.system)
+		dst = append(dst, ':')
 		var err error
 		if dst, err = record.AppendJSON(dst, system); err != nil {
-			return dst, fmt.Errorf("encode %s body: %w", e.f, err)
+			return dst, fmt.Errorf("encode %s body: %w", e.pv.format, err)
 		}
 		e.walk(system)
 		dst = append(dst, ',')
 	}
-	dst = record.AppendJSONString(dst, key)
+	dst = record.AppendJSONString(dst, e.pv.messages)
 	return append(dst, ":["...), nil
 }
 
@@ -642,7 +686,7 @@ func (e *encoder) walk(v any) {
 		if !ok {
 			w, h = defaultSide, defaultSide
 		}
-		e.imageTokens += imageTokens(e.f, w, h)
+		e.imageTokens += e.pv.imageTokens(w, h)
 	})
 }
 
@@ -682,20 +726,14 @@ func jsonLen(v any) (int, error) {
 // headMsgpack writes the members before the messages' items, msgpack,
 // and the header of an array of n messages.
 func (e *encoder) headMsgpack(dst []byte, system any, n int) ([]byte, error) {
-	key, sysKey := "messages", "system"
-	switch e.f {
-	case Gemini:
-		key, sysKey = "contents", "systemInstruction"
-	case OpenAIResponses:
-		key = "input"
-	}
+	key, sysKey := e.pv.messages, e.pv.system
 	e.st.fields = 1
 	if system != nil {
 		e.st.fields = 2
 		dst = record.AppendMsgpackString(dst, sysKey)
 		var err error
 		if dst, err = record.AppendMsgpack(dst, system); err != nil {
-			return dst, fmt.Errorf("encode %s body: %w", e.f, err)
+			return dst, fmt.Errorf("encode %s body: %w", e.pv.format, err)
 		}
 		k, err := jsonLen(system)
 		if err != nil {
@@ -722,7 +760,7 @@ func (e *encoder) resume(dst []byte, prev *State, from *checkpoint, n int) []byt
 	items := body[prev.itemsAt:]
 	var blocks int
 	if from.mopen >= 0 {
-		blocks = from.mopen + msgHeaderLen(items[from.mopen:], from.role, e.key())
+		blocks = from.mopen + msgHeaderLen(items[from.mopen:], from.role, e.pv.blocks)
 	}
 	if e.over {
 		// Written over in place, the kept bytes stay where they are
@@ -731,7 +769,7 @@ func (e *encoder) resume(dst []byte, prev *State, from *checkpoint, n int) []byt
 		var buf [64]byte
 		same := len(record.AppendMsgpackArrayLen(buf[:0], n)) == prev.itemsAt-prev.arrAt
 		if same && from.mopen >= 0 {
-			same = len(appendMsgHeader(buf[:0], from.role, e.key(), e.nblk+e.openMore)) == blocks-from.mopen
+			same = len(appendMsgHeader(buf[:0], from.role, e.pv.blocks, e.nblk+e.openMore)) == blocks-from.mopen
 		}
 		if !same {
 			body = bytes.Clone(body)
@@ -750,13 +788,6 @@ func (e *encoder) resume(dst []byte, prev *State, from *checkpoint, n int) []byt
 	dst = appendKept(dst, items[:from.mopen])
 	e.prevOpen, e.resumeOpen, e.openRole = items[blocks:blocks+from.mlen], true, from.role
 	return dst
-}
-
-func (e *encoder) key() string {
-	if e.f == Gemini {
-		return "parts"
-	}
-	return "content"
 }
 
 // appendMsgHeader appends the head of a merged message of n blocks:
@@ -788,8 +819,8 @@ func msgHeaderLen(b []byte, role, key string) int {
 // format's checkpoint (prevOpen) with its new header, and tracks the
 // JSON length of what it writes.
 func (e *encoder) messagesMsgpack(dst []byte, l *outList) ([]byte, error) {
-	key := e.key()
-	open := e.outs > 0 && (e.f == Anthropic || e.f == Gemini)
+	key := e.pv.blocks
+	open := e.outs > 0 && e.pv.blocks != ""
 	if e.resumeOpen {
 		// The checkpoint's last message, with the blocks merged into it
 		// since.
@@ -808,7 +839,7 @@ func (e *encoder) messagesMsgpack(dst []byte, l *outList) ([]byte, error) {
 				e.jlen++
 			}
 			if dst, err = record.AppendMsgpack(dst, o.blocks[0]); err != nil {
-				return dst, fmt.Errorf("encode %s body: %w", e.f, err)
+				return dst, fmt.Errorf("encode %s body: %w", e.pv.format, err)
 			}
 			k, err := jsonLen(o.blocks[0])
 			if err != nil {
@@ -836,19 +867,19 @@ func (e *encoder) messagesMsgpack(dst []byte, l *outList) ([]byte, error) {
 				return dst, err
 			}
 			e.jlen += len(`{"role":`) + r + 1 + len(key) + 2 + 2 // {"role":R,"key":[
+			if e.pv.breakpoint && e.outs > 0 {
+				e.st.nblk = append(e.st.nblk, int32(e.nblk)) // closed
+			}
 			e.outs++
 			e.nblk = 0
 			open = true
-			if e.f == Anthropic {
-				e.st.nblk = append(e.st.nblk, 0)
-			}
 		}
 		for _, b := range o.blocks {
 			if e.nblk > 0 {
 				e.jlen++
 			}
 			if dst, err = record.AppendMsgpack(dst, b); err != nil {
-				return dst, fmt.Errorf("encode %s body: %w", e.f, err)
+				return dst, fmt.Errorf("encode %s body: %w", e.pv.format, err)
 			}
 			k, err := jsonLen(b)
 			if err != nil {
@@ -856,16 +887,13 @@ func (e *encoder) messagesMsgpack(dst []byte, l *outList) ([]byte, error) {
 			}
 			e.jlen += k
 			e.walk(b)
-			if e.f == Anthropic {
+			if e.pv.breakpoint {
 				if isThinking(b) {
 					e.st.thinking = append(e.st.thinking, [2]int32{int32(e.outs - 1), int32(e.nblk)})
 				}
 			}
 			e.nblk++
 			e.reachedMsgpack(dst)
-		}
-		if e.f == Anthropic && e.outs > 0 {
-			e.st.nblk[e.outs-1] = int32(e.nblk)
 		}
 	}
 	if open {
@@ -882,11 +910,8 @@ func (e *encoder) messagesMsgpack(dst []byte, l *outList) ([]byte, error) {
 // holds the members up to the checkpoint, its last message open), and
 // closes the body.
 func (e *encoder) messages(dst []byte, start int, l *outList) ([]byte, error) {
-	key := "content"
-	if e.f == Gemini {
-		key = "parts"
-	}
-	open := e.outs > 0 && (e.f == Anthropic || e.f == Gemini)
+	key := e.pv.blocks
+	open := e.outs > 0 && e.pv.blocks != ""
 	e.reached(len(dst) - start)
 	var err error
 	for _, o := range l.msgs {
@@ -895,7 +920,7 @@ func (e *encoder) messages(dst []byte, start int, l *outList) ([]byte, error) {
 				dst = append(dst, ',')
 			}
 			if dst, err = record.AppendJSON(dst, o.blocks[0]); err != nil {
-				return dst, fmt.Errorf("encode %s body: %w", e.f, err)
+				return dst, fmt.Errorf("encode %s body: %w", e.pv.format, err)
 			}
 			e.walk(o.blocks[0])
 			e.outs++
@@ -915,31 +940,28 @@ func (e *encoder) messages(dst []byte, start int, l *outList) ([]byte, error) {
 			dst = append(dst, ',')
 			dst = record.AppendJSONString(dst, key)
 			dst = append(dst, ":["...)
+			if e.pv.breakpoint && e.outs > 0 {
+				e.st.nblk = append(e.st.nblk, int32(e.nblk)) // closed
+			}
 			e.outs++
 			e.nblk = 0
 			open = true
-			if e.f == Anthropic {
-				e.st.nblk = append(e.st.nblk, 0)
-			}
 		}
 		for _, b := range o.blocks {
 			if e.nblk > 0 {
 				dst = append(dst, ',')
 			}
 			if dst, err = record.AppendJSON(dst, b); err != nil {
-				return dst, fmt.Errorf("encode %s body: %w", e.f, err)
+				return dst, fmt.Errorf("encode %s body: %w", e.pv.format, err)
 			}
 			e.walk(b)
-			if e.f == Anthropic {
+			if e.pv.breakpoint {
 				if isThinking(b) {
 					e.st.thinking = append(e.st.thinking, [2]int32{int32(e.outs - 1), int32(e.nblk)})
 				}
 			}
 			e.nblk++
 			e.reached(len(dst) - start)
-		}
-		if e.f == Anthropic && e.outs > 0 {
-			e.st.nblk[e.outs-1] = int32(e.nblk)
 		}
 	}
 	if open {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"testing"
 	"weak"
 
@@ -87,11 +88,13 @@ func TestRenderJSON_Incremental(t *testing.T) {
 		recs := g.Session(5 + r.IntN(70))
 		s := projection.New(popt)
 		prev := map[render.Format]*render.State{}
+		fromPrev := map[render.Format]*render.State{} // rendered with SeqsFrom
 		var history []map[render.Format]*render.State
 		for i, v := range recs {
 			s.Apply(uint64(i+1), v)
 			msgs := s.Messages()
 			opt := render.Options{Seqs: s.MessageSeqs(nil), BrowserTools: popt.BrowserTools}
+			fromOpt := render.Options{SeqsFrom: s.MessageSeqsFrom, BrowserTools: popt.BrowserTools}
 			states := map[render.Format]*render.State{}
 			for k, f := range providers {
 				what := fmt.Sprintf("seed %d, record %d", seed, i+1)
@@ -101,6 +104,11 @@ func TestRenderJSON_Incremental(t *testing.T) {
 				require.NoError(t, err)
 				requireSame(t, what, f, w, got[1:], st)
 				states[f] = st
+				got, st, err = render.RenderJSON(nil, fromPrev[f], f, msgs, fromOpt)
+				require.NoError(t, err)
+				requireSame(t, what+" (sequences from SeqsFrom)", f, w, got, st)
+				require.True(t, slices.Equal(opt.Seqs, st.Seqs()), what)
+				fromPrev[f] = st
 				if render.StartOf(st) > 0 {
 					reused++
 				}
@@ -339,10 +347,12 @@ func TestRenderMsgpack_Incremental(t *testing.T) {
 		prev := map[render.Format]*render.State{}
 		var history []map[render.Format]*render.State
 		var jsonPrev *render.State
+		fromPrev := map[render.Format]*render.State{} // rendered with SeqsFrom
 		for i, v := range recs {
 			s.Apply(uint64(i+1), v)
 			msgs := s.Messages()
 			opt := render.Options{Seqs: s.MessageSeqs(nil), BrowserTools: popt.BrowserTools}
+			fromOpt := render.Options{SeqsFrom: s.MessageSeqsFrom, BrowserTools: popt.BrowserTools}
 			states := map[render.Format]*render.State{}
 			for k, f := range providers {
 				what := fmt.Sprintf("seed %d, record %d", seed, i+1)
@@ -350,6 +360,11 @@ func TestRenderMsgpack_Incremental(t *testing.T) {
 				require.NoError(t, err)
 				requireSameMsgpack(t, what, f, msgs, opt, got[1:], st)
 				states[f] = st
+				got, st, err = render.RenderMsgpack(nil, fromPrev[f], f, msgs, fromOpt)
+				require.NoError(t, err)
+				requireSameMsgpack(t, what+" (sequences from SeqsFrom)", f, msgs, opt, got, st)
+				require.True(t, slices.Equal(opt.Seqs, st.Seqs()), what)
+				fromPrev[f] = st
 				if render.StartOf(st) > 0 {
 					reused++
 				}
@@ -524,4 +539,112 @@ func TestRender_OverItsBufferAfterGaps(t *testing.T) {
 	}
 	t.Logf("%d renderings over the buffer before", over)
 	require.Positive(t, over)
+}
+
+// TestRenderJSON_TurnComparesWhatChanged: a turn appended to a long
+// session is rendered from the state before without comparing the
+// session's messages one by one: the projection hands out the array it
+// handed before, grown, and a rendering compares only what is new.
+func TestRenderJSON_TurnComparesWhatChanged(t *testing.T) {
+	s := projection.New(projection.Options{})
+	seq := uint64(0)
+	apply := func(line string) {
+		t.Helper()
+		v, err := record.DecodeJSON([]byte(line))
+		require.NoError(t, err)
+		seq++
+		s.Apply(seq, v)
+	}
+	turn := func(i int) {
+		apply(fmt.Sprintf(`{"role":"assistant","content":[{"type":"text","text":"step %d"},{"type":"toolCall","id":"call-%d","name":"bash","arguments":{"command":"ls %d"}}]}`, i, i, i))
+		apply(fmt.Sprintf(`{"role":"toolResult","toolCallId":"call-%d","toolName":"bash","content":[{"type":"text","text":"listing %d"}]}`, i, i))
+	}
+	apply(`{"role":"user","content":"start"}`)
+	for i := range 1000 {
+		turn(i)
+	}
+	for _, f := range providers {
+		for _, mp := range []bool{false, true} {
+			renderWith := render.RenderJSON
+			if mp {
+				renderWith = render.RenderMsgpack
+			}
+			opt := func() render.Options { return render.Options{Seqs: s.MessageSeqs(nil)} }
+			_, prev, err := renderWith(nil, nil, f, s.Messages(), opt())
+			require.NoError(t, err)
+			whole := 0 // turns whose array the projection had to move: compared whole
+			for i := 1000; i < 1010; i++ {
+				turn(i)
+				msgs, o := s.Messages(), opt()
+				got, st, err := renderWith(nil, prev, f, msgs, o)
+				require.NoError(t, err)
+				if mp {
+					requireSameMsgpack(t, fmt.Sprintf("turn %d", i), f, msgs, o, got, st)
+				} else {
+					requireSameRendering(t, fmt.Sprintf("turn %d", i), f, msgs, o, got, st)
+				}
+				require.Positive(t, render.StartOf(st), "%s: rendered whole", f)
+				if render.Compared(st) > 8 {
+					whole++
+				}
+				prev = st
+			}
+			require.LessOrEqual(t, whole, 1, "%s (msgpack %v): turns that compared the session's messages one by one", f, mp)
+		}
+	}
+}
+
+// TestRenderJSON_TurnAllocatesWhatChanged: what a turn's rendering
+// allocates, apart from the body it writes, does not grow with the
+// session: in a session of 8 000 messages about what it is in one of
+// 500 (the median of nine turns: a slice that grows past its capacity
+// now and then moves).
+func TestRenderJSON_TurnAllocatesWhatChanged(t *testing.T) {
+	perTurn := func(f render.Format, mp bool, n int) uint64 {
+		s := projection.New(projection.Options{})
+		seq := uint64(0)
+		apply := func(line string) {
+			v, err := record.DecodeJSON([]byte(line))
+			require.NoError(t, err)
+			seq++
+			s.Apply(seq, v)
+		}
+		turn := func(i int) {
+			apply(fmt.Sprintf(`{"role":"assistant","content":[{"type":"text","text":"step %d"},{"type":"toolCall","id":"call-%d","name":"bash","arguments":{"command":"ls %d"}}]}`, i, i, i))
+			apply(fmt.Sprintf(`{"role":"toolResult","toolCallId":"call-%d","toolName":"bash","content":[{"type":"text","text":"listing %d"}]}`, i, i))
+		}
+		apply(`{"role":"user","content":"start"}`)
+		for i := 0; s.Len() < n; i++ {
+			turn(i)
+		}
+		renderWith := render.RenderJSON
+		if mp {
+			renderWith = render.RenderMsgpack
+		}
+		_, prev, err := renderWith(nil, nil, f, s.Messages(), render.Options{Seqs: s.MessageSeqs(nil)})
+		require.NoError(t, err)
+		var allocs []uint64
+		for i := range 9 {
+			turn(n + i)
+			msgs, opt := s.Messages(), render.Options{Seqs: s.MessageSeqs(nil)}
+			dst := make([]byte, 0, 2*len(prev.Body())+1<<16) // the body is written, not grown
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			_, st, err := renderWith(dst, prev, f, msgs, opt)
+			runtime.ReadMemStats(&after)
+			require.NoError(t, err)
+			require.Positive(t, render.StartOf(st))
+			allocs = append(allocs, after.TotalAlloc-before.TotalAlloc)
+			prev = st
+		}
+		slices.Sort(allocs)
+		return allocs[len(allocs)/2]
+	}
+	for _, f := range providers {
+		for _, mp := range []bool{false, true} {
+			small, large := perTurn(f, mp, 500), perTurn(f, mp, 8000)
+			t.Logf("%s (msgpack %v): %d bytes a turn at 500 messages, %d at 8 000", f, mp, small, large)
+			require.Less(t, large, 2*small+4096, "%s (msgpack %v): a turn allocates with the session's length", f, mp)
+		}
+	}
 }

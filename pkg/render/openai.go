@@ -1,20 +1,41 @@
 package render
 
-import "github.com/ctxd/ctxd/pkg/record"
+import (
+	"math"
+
+	"github.com/ctxd/ctxd/pkg/record"
+)
 
 // movedImageText stands in a tool message for the images that moved to
 // the user message after the tool messages.
 const movedImageText = "[image in the next user message]"
 
-// openAIChat renders {"messages": [...]} for Chat Completions: system
-// messages as system messages where they are, each assistant message with
-// tool_calls followed by one tool message per call, in call order, and
-// then one user message with the results' images, which tool messages
-// cannot hold.
-func (p *plan) openAIChat() *record.Map {
-	l := p.openAIChatOut()
-	p.report.EndsWithAssistant = l.lastRole() == "assistant"
-	return record.NewMap("messages", l.values())
+// openAIChatProvider renders {"messages": [...]} for Chat Completions:
+// system messages as system messages where they are, each assistant
+// message with tool_calls followed by one tool message per call, in call
+// order, and then one user message with the results' images, which tool
+// messages cannot hold.
+var openAIChatProvider = &provider{
+	format:   OpenAIChat,
+	out:      func(p *plan) (any, *outList, [2]int) { return nil, p.openAIChatOut(), [2]int{-1, -1} },
+	messages: "messages",
+	// Chat Completions has refused ids over 40 characters.
+	idMax:       40,
+	imageTokens: openAIImageTokens,
+}
+
+// openAIImageTokens: 85 + 170 per 512 px tile after fitting in 2048x2048
+// and scaling the short side to 768.
+func openAIImageTokens(w, h int) int {
+	fw, fh := float64(w), float64(h)
+	if s := 2048 / math.Max(fw, fh); s < 1 {
+		fw, fh = fw*s, fh*s
+	}
+	if s := 768 / math.Min(fw, fh); s < 1 {
+		fw, fh = fw*s, fh*s
+	}
+	tiles := math.Ceil(fw/512) * math.Ceil(fh/512)
+	return 85 + 170*int(tiles)
 }
 
 func (p *plan) openAIChatOut() *outList {
@@ -135,15 +156,18 @@ func textParts(texts []part, typ string) []any {
 	return out
 }
 
-// openAIResponses renders {"input": [...]} for the Responses API: message
-// items for user, system and assistant text, a function_call item per
-// call and a function_call_output item per result right after its call's
-// items, in call order. Item ids are never sent: they must come from the
-// same API, and an omitted id is always valid.
-func (p *plan) openAIResponses() *record.Map {
-	l := p.openAIResponsesOut()
-	p.report.EndsWithAssistant = l.lastRole() == "assistant"
-	return record.NewMap("input", l.values())
+// openAIResponsesProvider renders {"input": [...]} for the Responses
+// API: message items for user, system and assistant text, a function_call
+// item per call and a function_call_output item per result right after
+// its call's items, in call order. Item ids are never sent: they must
+// come from the same API, and an omitted id is always valid.
+var openAIResponsesProvider = &provider{
+	format:   OpenAIResponses,
+	out:      func(p *plan) (any, *outList, [2]int) { return nil, p.openAIResponsesOut(), [2]int{-1, -1} },
+	messages: "input",
+	// call_id allows 64.
+	idMax:       64,
+	imageTokens: openAIImageTokens,
 }
 
 // openAIResponsesOut builds the items, each under the role of the

@@ -81,7 +81,7 @@ type item struct {
 }
 
 type plan struct {
-	f       Format
+	pv      *provider
 	msgs    []any
 	opt     Options
 	items   []*item // extraction order; after layout, output order
@@ -106,8 +106,8 @@ type plan struct {
 	userTurn bool
 }
 
-func newPlan(f Format, msgs []any, opt Options) *plan {
-	return &plan{f: f, msgs: msgs, opt: opt, ids: newIDMap(idMax(f))}
+func newPlan(pv *provider, msgs []any, opt Options) *plan {
+	return &plan{pv: pv, msgs: msgs, opt: opt, ids: newIDMap(pv.idMax)}
 }
 
 func (p *plan) change(c Change) { p.report.Changes = append(p.report.Changes, c) }
@@ -543,7 +543,7 @@ func (p *plan) mapIDs() {
 		if c.wire != c.id {
 			p.change(Change{Kind: IDRenamed, Message: c.src, Block: c.block, ID: c.id, To: c.wire})
 		}
-		c.tool = toolName(p.f, c.name)
+		c.tool = toolName(p.pv, c.name)
 		if c.tool != c.name {
 			p.change(Change{Kind: NameRenamed, Message: c.src, Block: c.block, ID: c.id, Reason: c.name, To: c.tool})
 		}
@@ -583,20 +583,21 @@ func (p *plan) layout() {
 // reportMoves reports the results that do not already sit right after
 // their call's message, in call order.
 func (p *plan) reportMoves() {
-	// content[j]: message j has content of its own (not results).
-	content := make([]bool, len(p.msgs))
+	// content[j-p.start]: message j has content of its own (not
+	// results). Every message the plan took apart is from p.start on.
+	content := make([]bool, len(p.msgs)-p.start)
 	userAt := map[int]*item{}
 	for _, it := range p.items {
 		if it.kind != resultsItem && len(it.parts) > 0 {
-			content[it.src] = true
+			content[it.src-p.start] = true
 			if it.kind == userItem {
 				userAt[it.src] = it
 			}
 		}
 	}
-	// groupOf[j]: the call message whose group message j's results all
+	// groupOf[j-p.start]: the call message whose group message j's results all
 	// join; -1 for none, -2 for several.
-	groupOf := make([]int, len(p.msgs))
+	groupOf := make([]int, len(p.msgs)-p.start)
 	for j := range groupOf {
 		groupOf[j] = -1
 	}
@@ -604,11 +605,11 @@ func (p *plan) reportMoves() {
 		if r.call == nil {
 			continue
 		}
-		switch g := groupOf[r.src]; {
+		switch g := groupOf[r.src-p.start]; {
 		case g == -1:
-			groupOf[r.src] = r.call.src
+			groupOf[r.src-p.start] = r.call.src
 		case g != r.call.src:
-			groupOf[r.src] = -2
+			groupOf[r.src-p.start] = -2
 		}
 	}
 	for _, it := range p.items {
@@ -625,7 +626,7 @@ func (p *plan) reportMoves() {
 		for k, r := range it.results {
 			moved := sorted[k] != r
 			for j := it.src + 1; j < r.src && !moved; j++ {
-				moved = content[j] || (groupOf[j] != -1 && groupOf[j] != it.src)
+				moved = content[j-p.start] || (groupOf[j-p.start] != -1 && groupOf[j-p.start] != it.src)
 			}
 			if u := userAt[r.src]; !moved && r.block >= 0 && u != nil {
 				// Content of the user message before the block.

@@ -55,6 +55,12 @@ type Options struct {
 	// (projection.Session.MessageSeqs); when given, changes name the
 	// record, and Usage can name where a compaction may cut.
 	Seqs []uint64
+	// SeqsFrom, when Seqs is nil, appends to dst the sequences of the
+	// messages from the i-th on (projection.Session.MessageSeqsFrom):
+	// RenderJSON and RenderMsgpack then ask only for those of the
+	// messages the state rendered from did not hold, and State.Seqs
+	// returns them all. Render does not read it.
+	SeqsFrom func(dst []uint64, i int) []uint64
 	// BrowserTools names the tools whose screenshots CONTEXT.md's pass 3
 	// trims, to place Anthropic's cache breakpoint before the latest one;
 	// nil means projection.DefaultBrowserTools.
@@ -135,28 +141,32 @@ type Change struct {
 // reported. The messages are not modified; the body shares strings and
 // unchanged values with them.
 func Render(f Format, messages []any, opt Options) (Body, Report) {
-	if f == Neutral {
+	pv := providerOf(f)
+	if pv.out == nil {
 		if messages == nil {
 			messages = []any{}
 		}
 		return Body{Format: Neutral, Fields: record.NewMap("messages", messages)}, Report{}
 	}
-	p := newPlan(f, messages, opt)
+	p := newPlan(pv, messages, opt)
 	p.extract()
 	p.pair()
 	p.layout()
-	var body *record.Map
-	switch f {
-	case Anthropic:
-		body = p.anthropic()
-	case OpenAIChat:
-		body = p.openAIChat()
-	case OpenAIResponses:
-		body = p.openAIResponses()
-	case Gemini:
-		body = p.gemini()
-	default:
-		panic("render: unknown format " + string(f))
+	system, l, shot := pv.out(p)
+	role := l.lastRole()
+	p.report.EndsWithAssistant = role == "assistant" || role == "model"
+	if pv.breakpoint && len(l.msgs) > 0 {
+		p.report.CacheBreakpoint = breakpoint(len(l.msgs)-1, func(m int) int { return len(l.msgs[m].blocks) },
+			func(m, b int) bool { return isThinking(l.msgs[m].blocks[b]) }, shot)
+	}
+	body := record.NewMap()
+	if system != nil {
+		body.Set(pv.system, system)
+	}
+	if pv.blocks != "" {
+		body.Set(pv.messages, l.containers(pv.blocks))
+	} else {
+		body.Set(pv.messages, l.values())
 	}
 	p.sortChanges()
 	return Body{Format: f, Fields: body}, p.report

@@ -8,7 +8,6 @@ import (
 	_ "image/jpeg"
 	_ "image/png"
 	"io"
-	"math"
 	"strings"
 
 	"github.com/ctxd/ctxd/pkg/record"
@@ -91,33 +90,9 @@ func walkImages(v any, fn func(img image, n int)) {
 	}
 }
 
-// imageTokens is the provider's published count for an image of w by h
-// pixels: Anthropic w*h/750 after scaling to at most 1568 px a side and
-// 1.15 megapixels; OpenAI 85 + 170 per 512 px tile after fitting in
-// 2048x2048 and scaling the short side to 768; Gemini 258 up to 384x384,
-// else 258 per 768x768 tile. The neutral context counts as Anthropic.
-func imageTokens(f Format, w, h int) int {
-	fw, fh := float64(w), float64(h)
-	switch f {
-	case OpenAIChat, OpenAIResponses:
-		if s := 2048 / math.Max(fw, fh); s < 1 {
-			fw, fh = fw*s, fh*s
-		}
-		if s := 768 / math.Min(fw, fh); s < 1 {
-			fw, fh = fw*s, fh*s
-		}
-		tiles := math.Ceil(fw/512) * math.Ceil(fh/512)
-		return 85 + 170*int(tiles)
-	case Gemini:
-		if w <= 384 && h <= 384 {
-			return 258
-		}
-		return 258 * int(math.Ceil(fw/768)*math.Ceil(fh/768))
-	}
-	s := math.Min(1, 1568/math.Max(fw, fh))
-	s = math.Min(s, math.Sqrt(1.15e6/(fw*fh)))
-	return int(math.Ceil(fw * s * fh * s / 750))
-}
+// imageTokens is format f's published count for an image of w by h
+// pixels (provider.imageTokens). The neutral context counts as Anthropic.
+func imageTokens(f Format, w, h int) int { return providerOf(f).imageTokens(w, h) }
 
 // imageSize reads an inline image's pixel size from its header.
 func imageSize(img image) (w, h int, ok bool) {

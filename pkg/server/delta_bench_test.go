@@ -13,6 +13,7 @@ import (
 	"github.com/ctxd/ctxd/pkg/projection"
 	"github.com/ctxd/ctxd/pkg/protocol"
 	"github.com/ctxd/ctxd/pkg/record"
+	"github.com/ctxd/ctxd/pkg/render"
 )
 
 // BenchmarkService_DeltaTurn is a closed-loop turn: a tool call and its
@@ -22,13 +23,13 @@ import (
 // records, and the fetch's p50 and p99 beside a bare request-reply of
 // the delta's bytes (on a connection of its own), for sessions starting
 // at 100, 1 000 and 10 000 messages; the delta's application by the
-// client and a fetch of the whole reply, for comparison.
+// client and a fetch of the whole reply, for comparison; in every format.
 //
 //	go test ./pkg/server -run '^$' -bench DeltaTurn -benchtime 300x
 func BenchmarkService_DeltaTurn(b *testing.B) {
-	for _, format := range []string{"neutral", "anthropic"} {
+	for _, format := range render.Formats {
 		for _, n := range []int{100, 1000, 10000} {
-			b.Run(fmt.Sprintf("%s/%d", format, n), func(b *testing.B) { benchDeltaTurn(b, format, n) })
+			b.Run(fmt.Sprintf("%s/%d", format, n), func(b *testing.B) { benchDeltaTurn(b, string(format), n) })
 		}
 	}
 }

@@ -74,7 +74,7 @@ func (c *renderCache) appendJSON(dst []byte, session string, p *projection.Sessi
 		out, err := appendRenderedJSON(dst, session, p, req, browser)
 		return out, nil, err
 	}
-	msgs, seqs, dropped := p.Messages(), p.MessageSeqs(make([]uint64, 0, p.Len())), p.Dropped()
+	msgs, dropped := p.Messages(), p.Dropped()
 	var head [256]byte
 	h := append(head[:0], `{"session":`...)
 	h = record.AppendJSONString(h, session)
@@ -87,7 +87,9 @@ func (c *renderCache) appendJSON(dst []byte, session string, p *projection.Sessi
 	defer done()
 	dst = c.start(dst, buf, prev)
 	dst = append(dst, h...)
-	dst, st, err := render.RenderJSON(dst, prev, req.format, msgs, render.Options{Seqs: seqs, BrowserTools: browser})
+	// The sequences of the messages the state before held are its own:
+	// only the new ones are read, not the session's every message.
+	dst, st, err := render.RenderJSON(dst, prev, req.format, msgs, render.Options{SeqsFrom: p.MessageSeqsFrom, BrowserTools: browser})
 	if err != nil {
 		return dst, nil, err
 	}
@@ -104,7 +106,7 @@ func (c *renderCache) appendJSON(dst []byte, session string, p *projection.Sessi
 	dst, _ = record.AppendJSON(dst, u.Map())
 	if req.hasBudget {
 		dst = append(dst, `,"budget":`...)
-		dst, _ = record.AppendJSON(dst, render.CheckBudget(msgs, seqs, u, req.budget).Map())
+		dst, _ = record.AppendJSON(dst, render.CheckBudget(msgs, st.Seqs(), u, req.budget).Map())
 	}
 	dst = append(dst, '}')
 	return dst, c.keep(p, req, dst, st), nil
@@ -145,7 +147,7 @@ func (c *renderCache) appendMsgpack(dst []byte, session string, p *projection.Se
 		out, err := appendRenderedMsgpack(dst, session, p, req, browser)
 		return out, nil, err
 	}
-	msgs, seqs, dropped := p.Messages(), p.MessageSeqs(make([]uint64, 0, p.Len())), p.Dropped()
+	msgs, dropped := p.Messages(), p.Dropped()
 	// The map's size depends on the body's members: it is written once
 	// they are, in the room left for its longest header (a map of at
 	// most 16 entries: one byte).
@@ -162,7 +164,9 @@ func (c *renderCache) appendMsgpack(dst []byte, session string, p *projection.Se
 	dst = c.start(dst, buf, prev)
 	at := len(dst)
 	dst = append(dst, h...)
-	dst, st, err := render.RenderMsgpack(dst, prev, req.format, msgs, render.Options{Seqs: seqs, BrowserTools: browser})
+	// The sequences of the messages the state before held are its own:
+	// only the new ones are read, not the session's every message.
+	dst, st, err := render.RenderMsgpack(dst, prev, req.format, msgs, render.Options{SeqsFrom: p.MessageSeqsFrom, BrowserTools: browser})
 	if err != nil {
 		return dst, nil, fmt.Errorf("%w: %w", errNotMsgpack, err)
 	}
@@ -184,7 +188,7 @@ func (c *renderCache) appendMsgpack(dst []byte, session string, p *projection.Se
 	dst, _ = record.AppendMsgpack(dst, u.Map())
 	if req.hasBudget {
 		dst = record.AppendMsgpackString(dst, "budget")
-		dst, _ = record.AppendMsgpack(dst, render.CheckBudget(msgs, seqs, u, req.budget).Map())
+		dst, _ = record.AppendMsgpack(dst, render.CheckBudget(msgs, st.Seqs(), u, req.budget).Map())
 	}
 	return dst, c.keep(p, req, dst, st), nil
 }
