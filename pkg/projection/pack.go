@@ -31,6 +31,10 @@ import (
 // bytes are ctxd's own.
 var unpackDecoder = record.Decoder{MaxBytes: math.MaxInt, MaxDepth: math.MaxInt32}
 
+// shareDecoder is unpackDecoder sharing long strings with the JSON cache:
+// for a message held only until its images are let go of (trim).
+var shareDecoder = record.Decoder{MaxBytes: math.MaxInt, MaxDepth: math.MaxInt32, ShareInput: true}
+
 // pack lets go of entry i's message and rendering when that loses
 // nothing. The JSON cache must hold the entry's current rendering.
 func (s *Session) pack(i int) {

@@ -3,6 +3,7 @@ package projection
 import (
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/ctxd/ctxd/pkg/record"
 	"github.com/stretchr/testify/require"
@@ -158,4 +159,31 @@ func TestSession_JSONReply_EmptyHead(t *testing.T) {
 	s.Apply(2, values[1])
 	s.JSONBody()
 	require.Equal(t, `{"role":"user","content":"a"}TAIL`, string(r))
+}
+
+// TestSession_TrimPackedKeepsNoCacheBytes: a packed entry trimmed is
+// decoded sharing the JSON cache's bytes; whether or not shed replaces
+// its message, what the entry keeps points into no cache bytes, which a
+// rebuild for Apply writes over in place.
+func TestSession_TrimPackedKeepsNoCacheBytes(t *testing.T) {
+	long := strings.Repeat("x", 2*record.ShareMinString)
+	values := decodeAll(t,
+		`{"role":"user","content":"`+long+`"}`,
+		`{"role":"assistant","content":"done"}`,
+	)
+	s := New(Options{})
+	for i, v := range values {
+		s.Apply(uint64(i+1), v)
+	}
+	s.JSONBody()
+	require.True(t, s.entries[0].packed)
+	s.trim(0) // nothing to trim: the message must be a copy
+	e := s.entries[0]
+	require.NotNil(t, e.msg)
+	text, _ := e.msg.Get("content")
+	str := text.(string)
+	c := s.json.bytes[:cap(s.json.bytes)]
+	p, lo, hi := uintptr(unsafe.Pointer(unsafe.StringData(str))), uintptr(unsafe.Pointer(&c[0])), uintptr(unsafe.Pointer(&c[0]))+uintptr(len(c))
+	require.False(t, p >= lo && p < hi, "the trimmed message points into the JSON cache")
+	requireBuild(t, s, values)
 }

@@ -1,6 +1,7 @@
 package projection
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/ctxd/ctxd/pkg/record"
@@ -316,14 +317,42 @@ func (s *Session) addBrowserImages(at site, n int) {
 		old := s.latest
 		s.latest = at
 		if old != noSite {
-			s.touch(old.entry)
-			s.shed(old.entry)
+			s.trim(old.entry)
 		}
 		s.touch(at.entry)
 		return
 	}
-	s.touch(at.entry)
-	s.shed(at.entry)
+	s.trim(at.entry)
+}
+
+// trim marks entry i for re-rendering and lets go of the images of its
+// trimmed results (see shed). A packed entry is decoded from the JSON
+// cache without copying its long strings, a screenshot's base64 among
+// them, since shed copies out what the entry keeps and the images go.
+func (s *Session) trim(i int) {
+	e := &s.entries[i]
+	var shared *record.Map
+	if e.packed {
+		m, err := shareDecoder.Decode(s.jsonEntry(i))
+		if err != nil {
+			// See decodeJSONEntry.
+			panic(fmt.Sprintf("projection: packed message from seq %d does not decode: %v", e.seq, err))
+		}
+		shared = m
+		e.msg, e.out, e.packed = m, m, false
+		e.size = sizeOf(m)
+		s.msgBytes += e.size
+	}
+	s.touch(i)
+	s.shed(i)
+	if shared != nil && e.msg == shared {
+		// Nothing was trimmed: the message must not point into the
+		// cache's bytes, which a rebuild writes over.
+		s.msgBytes -= e.size
+		e.msg, e.out = detach(shared).(*record.Map), nil
+		e.size = sizeOf(e.msg)
+		s.msgBytes += e.size
+	}
 }
 
 // paired reports whether an id is paired.

@@ -205,6 +205,18 @@ func (s *Session) encoded(c *cache, enc encoder, sep byte, head []byte) []byte {
 	// src[off-srcBase]: old itself, or a copy of its tail when the
 	// rebuild writes over old in place.
 	src, srcBase := old, 0
+	// inPlace: buf is old's own array, and src is old, so a write must
+	// not reach the bytes of an entry not yet read. The entries are
+	// written at or below where they were read from when a changed one
+	// shrank (a screenshot trimmed); a write that would go past the
+	// bytes already read copies the rest of the tail to src first.
+	inPlace := false
+	spill := func(at int) {
+		if inPlace {
+			src, srcBase, inPlace = slices.Clone(old[at:]), at, false
+		}
+	}
+	var scratch []byte
 	from := min(c.from, len(oldOffs))
 	cut := len(old)
 	if from < len(oldOffs) {
@@ -218,11 +230,11 @@ func (s *Session) encoded(c *cache, enc encoder, sep byte, head []byte) []byte {
 		buf = append(buf, old[:cut]...)
 	case from < len(oldOffs) && !c.shared:
 		// Nobody holds these bytes (Apply built them since the last read):
-		// rebuild from the changed entry in place, reading the entries
-		// after it from a copy of the tail, rather than copying the
-		// whole prefix every time Apply settles the session.
-		src, srcBase = slices.Clone(old[cut:]), cut
-		buf = old[:cut]
+		// rebuild from the changed entry in place, moving the entries
+		// after it down within the buffer (see inPlace below), rather
+		// than copying the whole prefix every time Apply settles the
+		// session.
+		buf, inPlace = old[:cut], true
 	case from < len(oldOffs):
 		// Growing a capped slice copies the prefix without first zeroing
 		// the copy.
@@ -259,23 +271,44 @@ func (s *Session) encoded(c *cache, enc encoder, sep byte, head []byte) []byte {
 	for i := from; i < len(s.entries); i++ {
 		e := &s.entries[i]
 		start := len(buf) - base
+		end := len(old) // where entry i's old bytes end
+		if i+1 < len(oldOffs) {
+			end = oldOffs[i+1]
+		}
 		if i < len(oldOffs) && e.changed <= c.built {
 			// Unchanged since this rendering: copy its bytes, with a
 			// separator if a kept message now comes before it.
-			end := len(old)
-			if i+1 < len(oldOffs) {
-				end = oldOffs[i+1]
+			bytesOf := func() []byte {
+				b := src[oldOffs[i]-srcBase : end-srcBase]
+				if sep != 0 && len(b) > 0 && b[0] == sep {
+					b = b[1:]
+				}
+				return b
 			}
-			if b := src[oldOffs[i]-srcBase : end-srcBase]; len(b) > 0 {
-				if sep != 0 {
-					if b[0] == sep {
-						b = b[1:]
+			if b := bytesOf(); len(b) > 0 {
+				withSep := sep != 0 && count > 0
+				if n := len(buf) + len(b); inPlace && (n > end || withSep && n+1 > end) {
+					spill(oldOffs[i])
+					b = bytesOf()
+				}
+				if inPlace {
+					// Move first, then write the separator: it may lie
+					// where b started.
+					n := len(buf)
+					if withSep {
+						n++
 					}
-					if count > 0 {
+					buf = buf[:n+len(b)]
+					copy(buf[n:], b)
+					if withSep {
+						buf[n-1] = sep
+					}
+				} else {
+					if withSep {
 						buf = append(buf, sep)
 					}
+					buf = append(buf, b...)
 				}
-				buf = append(buf, b...)
 				count++
 			} else if f, ok := failureOf(oldFailed, i); ok {
 				failed = append(failed, f)
@@ -283,14 +316,34 @@ func (s *Session) encoded(c *cache, enc encoder, sep byte, head []byte) []byte {
 		} else if out := s.outOf(i); out != nil {
 			// A packed entry is unchanged since the JSON rendering, so
 			// only the other renderings come here for it.
+			aside := inPlace && i < len(oldOffs)
+			dst := buf
+			if aside {
+				// Its old bytes and those after it are still to be read:
+				// encode aside, then copy in if it fits.
+				dst = scratch[:0]
+			}
 			if sep != 0 && count > 0 {
-				buf = append(buf, sep)
+				dst = append(dst, sep)
 			}
 			var err error
-			if buf, err = enc(buf, out); err != nil {
-				buf = buf[:base+start] // no partial message
+			dst, err = enc(dst, out)
+			switch {
+			case err != nil:
 				failed = append(failed, failure{entry: i, err: err})
-			} else {
+				if !aside {
+					buf = buf[:base+start] // no partial message
+				}
+			case aside:
+				scratch = dst
+				if len(buf)+len(dst) > end {
+					spill(end)
+				}
+				buf = append(buf, dst...)
+			default:
+				buf = dst
+			}
+			if err == nil {
 				count++
 				if c == &s.json {
 					settled = append(settled, i)
@@ -306,8 +359,8 @@ func (s *Session) encoded(c *cache, enc encoder, sep byte, head []byte) []byte {
 	c.bytes, c.offs, c.built, c.from, c.count, c.failed = body, offs, s.version, len(s.entries), count, failed
 	// A build for Apply hands nothing out: its bytes stay unshared when
 	// it started a new buffer, or wrote one nobody held.
-	inPlace := cap(buf) > 0 && cap(old) > 0 && &buf[:1][0] == &old[:1][0]
-	c.shared = head != nil || !s.settling || (c.shared && inPlace)
+	sameBuf := cap(buf) > 0 && cap(old) > 0 && &buf[:1][0] == &old[:1][0]
+	c.shared = head != nil || !s.settling || (c.shared && sameBuf)
 	if c == &s.json {
 		s.reply = reply{} // built on other bytes
 		// Now that the JSON cache holds them, the entries it rendered

@@ -98,6 +98,17 @@ func scanJSONString(b []byte, i int) (int, bool) {
 		if e := bytes.IndexByte(b[i:end], '\\'); e >= 0 {
 			end = i + e
 		}
+		// Four words a step: a screenshot's base64 is scanned here.
+		for ; i+32 <= end; i += 32 {
+			x0 := binary.LittleEndian.Uint64(b[i:])
+			x1 := binary.LittleEndian.Uint64(b[i+8:])
+			x2 := binary.LittleEndian.Uint64(b[i+16:])
+			x3 := binary.LittleEndian.Uint64(b[i+24:])
+			if ((x0-lsb*0x20)&^x0|(x1-lsb*0x20)&^x1|(x2-lsb*0x20)&^x2|(x3-lsb*0x20)&^x3)&msb != 0 {
+				break
+			}
+			high |= x0 | x1 | x2 | x3
+		}
 		for ; i+8 <= end; i += 8 {
 			x := binary.LittleEndian.Uint64(b[i:])
 			if (x-lsb*0x20)&^x&msb != 0 {
@@ -192,6 +203,15 @@ func plainASCIILong(s string) int {
 		}
 		if e := strings.IndexByte(s[i:end], '\\'); e >= 0 {
 			end = i + e
+		}
+		for ; i+32 <= end; i += 32 {
+			x0 := binary.LittleEndian.Uint64(b[i:])
+			x1 := binary.LittleEndian.Uint64(b[i+8:])
+			x2 := binary.LittleEndian.Uint64(b[i+16:])
+			x3 := binary.LittleEndian.Uint64(b[i+24:])
+			if (x0|x1|x2|x3|(x0-lsb*0x20)&^x0|(x1-lsb*0x20)&^x1|(x2-lsb*0x20)&^x2|(x3-lsb*0x20)&^x3)&msb != 0 {
+				break
+			}
 		}
 		for ; i+8 <= end; i += 8 {
 			x := binary.LittleEndian.Uint64(b[i:])
