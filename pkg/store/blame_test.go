@@ -47,7 +47,7 @@ func (f *failingProjections) render(t *testing.T, s *Store, session string) {
 func TestStore_PanicBlame(t *testing.T) {
 	t.Run("a failure of what the projection held blames no record", func(t *testing.T) {
 		l := newFakeLoader()
-		s := New()
+		s := newStore(t)
 		s.Loader = l
 		f := &failingProjections{}
 		f.install(s)
@@ -74,7 +74,7 @@ func TestStore_PanicBlame(t *testing.T) {
 	t.Run("a record that fails on a fresh projection is quarantined", func(t *testing.T) {
 		for _, loaded := range []bool{true, false} {
 			l := newFakeLoader()
-			s := New()
+			s := newStore(t)
 			s.Loader = l
 			f := &failingProjections{always: true}
 			f.install(s)
@@ -103,7 +103,7 @@ func TestStore_PanicBlame(t *testing.T) {
 		// session from the compaction (Limits.Resets): every load
 		// shows the records after it, wherever it starts reading.
 		l := newFakeLoader()
-		s := New()
+		s := newStore(t)
 		s.Loader = l
 		f := &failingProjections{always: true}
 		f.install(s)
@@ -122,7 +122,7 @@ func TestStore_PanicBlame(t *testing.T) {
 			s.Evict("a")
 		}
 		for _, cp := range []bool{true, false} {
-			fresh := New()
+			fresh := newStore(t)
 			fresh.Loader = l
 			f.install(fresh)
 			fresh.Advance(l.lastSeq())
@@ -136,7 +136,7 @@ func TestStore_PanicBlame(t *testing.T) {
 	})
 
 	t.Run("without a Loader, a failed projection is an error, not a wrong view", func(t *testing.T) {
-		s := New()
+		s := newStore(t)
 		f := &failingProjections{}
 		f.install(s)
 		s.Apply("a", 1, userRecord("one"))

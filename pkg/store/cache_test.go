@@ -28,7 +28,7 @@ func loadedIDs(s *Store, ids []string) []string {
 
 func TestStore_EvictsTheLeastRecentlyUsed(t *testing.T) {
 	l := newFakeLoader()
-	s := New()
+	s := newStore(t)
 	s.Loader = l
 	s.MaxSessions = 10
 	ids := make([]string, 12)
@@ -76,7 +76,7 @@ func heldBy(t *testing.T, s *Store, recs ...[]byte) int64 {
 // the session counts once, and a failed load counts nothing.
 func TestCache_LoadsInFlightCount(t *testing.T) {
 	l := newFakeLoader()
-	first := New()
+	first := newStore(t)
 	first.Loader = l
 	big := userRecord(strings.Repeat("x", 2000))
 	small := userRecord(strings.Repeat("y", 1000))
@@ -86,7 +86,7 @@ func TestCache_LoadsInFlightCount(t *testing.T) {
 
 	release := make(chan struct{})
 	read := make(chan struct{})
-	s := New()
+	s := newStore(t)
 	size := heldBy(t, s, big)
 	s.MaxBytes = size + heldBy(t, s, small)/2 // either, not both
 	s.Loader = &funcLoader{fakeLoader: l, records: func(ctx context.Context, session string, from, to uint64, fn func(uint64, []byte) error) error {
@@ -134,7 +134,7 @@ func TestCache_LoadsInFlightCount(t *testing.T) {
 // recently used first, and goes with its session when that is evicted.
 func TestStore_KeptCountsInTheBound(t *testing.T) {
 	l := newFakeLoader()
-	s := New()
+	s := newStore(t)
 	s.Loader = l
 	ids := []string{"s0", "s1", "s2", "s3"}
 	for _, id := range ids {

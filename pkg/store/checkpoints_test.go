@@ -56,7 +56,7 @@ func TestStore_CheckpointsBehindTheIngest(t *testing.T) {
 			}
 			return l.SaveCheckpoint(ctx, session, cp)
 		}}
-		s := New()
+		s := newStore(t)
 		s.Loader = fl
 		t.Cleanup(func() { s.Close() })
 
@@ -115,7 +115,7 @@ func TestStore_CheckpointsBehindTheIngest(t *testing.T) {
 				return nil
 			},
 		}
-		s := New()
+		s := newStore(t)
 		s.Loader = bl
 		t.Cleanup(func() { s.Close() })
 
@@ -141,7 +141,7 @@ func TestStore_CheckpointsBehindTheIngest(t *testing.T) {
 			}
 			return l.SaveCheckpoint(ctx, session, cp)
 		}}
-		s := New()
+		s := newStore(t)
 		s.Loader = fl
 		t.Cleanup(func() { s.Close() })
 		want := compactEach(s, l, sessions, 1)
@@ -159,7 +159,7 @@ func TestStore_CheckpointsBehindTheIngest(t *testing.T) {
 			<-ctx.Done()
 			return ctx.Err()
 		}}
-		s := New()
+		s := newStore(t)
 		s.Loader = fl
 		compactEach(s, l, sessions, 1)
 		<-entered
@@ -190,7 +190,7 @@ func TestStore_OldCheckpoint(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := newFakeLoader()
-			s := newLazyStore(l, lazyConfig{maxSessions: 100, maxBytes: DefaultMaxBytes, maxSessionBytes: DefaultMaxSessionBytes, bySeq: true})
+			s := newLazyStore(t, l, lazyConfig{maxSessions: 100, maxBytes: DefaultMaxBytes, maxSessionBytes: DefaultMaxSessionBytes, bySeq: true})
 			ingest(s, l, "a", userRecord("one"))
 			c1 := ingest(s, l, "a", compactionRecord("first"))
 			ingest(s, l, "a", userRecord("two"))
@@ -204,7 +204,7 @@ func TestStore_OldCheckpoint(t *testing.T) {
 			}
 			l.mu.Unlock()
 
-			fresh := newLazyStore(l, lazyConfig{maxSessions: 100, maxBytes: DefaultMaxBytes, maxSessionBytes: DefaultMaxSessionBytes, bySeq: true})
+			fresh := newLazyStore(t, l, lazyConfig{maxSessions: 100, maxBytes: DefaultMaxBytes, maxSessionBytes: DefaultMaxSessionBytes, bySeq: true})
 			t.Cleanup(func() { fresh.Close() })
 			fresh.Advance(l.lastSeq())
 			requireView(t, fresh, l, "a")
@@ -235,7 +235,7 @@ func TestStore_CheckpointAheadOfTheWatermark(t *testing.T) {
 			c := l.publish("s", compactionRecord("kept"))
 			after := l.publish("s", userRecord("three"))
 			l.checkpoints["s"] = Checkpoint{From: c, Seq: after} // by a rebuild, at the stream's end
-			s := newLazyStore(l, lazyConfig{maxSessions: 100, maxBytes: DefaultMaxBytes, maxSessionBytes: DefaultMaxSessionBytes, bySeq: bySeq})
+			s := newLazyStore(t, l, lazyConfig{maxSessions: 100, maxBytes: DefaultMaxBytes, maxSessionBytes: DefaultMaxSessionBytes, bySeq: bySeq})
 			t.Cleanup(func() { s.Close() })
 			s.Advance(w) // the service has applied up to w
 
@@ -274,7 +274,7 @@ func TestStore_LoadWritesTheCompactionItFinds(t *testing.T) {
 			if tc.cp {
 				l.checkpoints["a"] = Checkpoint{From: c1, Seq: c1}
 			}
-			s := newLazyStore(l, lazyConfig{maxSessions: 100, maxBytes: DefaultMaxBytes, maxSessionBytes: DefaultMaxSessionBytes})
+			s := newLazyStore(t, l, lazyConfig{maxSessions: 100, maxBytes: DefaultMaxBytes, maxSessionBytes: DefaultMaxSessionBytes})
 			t.Cleanup(func() { s.Close() })
 			s.Advance(last)
 			requireView(t, s, l, "a")
@@ -319,7 +319,7 @@ func TestStore_CloseCheckpoints(t *testing.T) {
 			}
 			return nil
 		}}
-		s := New()
+		s := newStore(t)
 		s.Loader = bl
 		t.Cleanup(func() { s.Close() })
 		for _, id := range ids {
@@ -374,7 +374,7 @@ func TestStore_CloseCheckpoints(t *testing.T) {
 			}
 			return nil
 		}}
-		s := New()
+		s := newStore(t)
 		s.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 		for _, id := range ids { // no Loader yet: nothing is written behind the ingest
 			ingest(s, l, id, compactionRecord(id))

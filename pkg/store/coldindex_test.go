@@ -148,7 +148,7 @@ func FuzzCheckpointJSON(f *testing.F) {
 // coldStore is a store on the fake stream that loads by sequence, as
 // ctxd's does, and writes indexes behind the ingest at once.
 func coldStore(t *testing.T, l *fakeLoader, fresh bool) *Store {
-	s := New()
+	s := newStore(t)
 	s.Loader = seqLoader{l}
 	s.Fresh = fresh && l.lastSeq() == 0
 	s.checkpoints.every = time.Millisecond
@@ -354,7 +354,7 @@ func TestStore_BadCheckpointLoadsFromTheStart(t *testing.T) {
 	fl := &funcLoader{fakeLoader: l, checkpoint: func(context.Context, string) (Checkpoint, bool, error) {
 		return Checkpoint{}, false, fmt.Errorf("checkpoint a: %w: invalid character", ErrBadCheckpoint)
 	}}
-	s := New()
+	s := newStore(t)
 	s.Loader = fl
 	s.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	s.Advance(l.lastSeq())

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"iter"
+	"testing"
 )
 
 // funcLoader is a Loader made of funcs over the in-memory stream of a
@@ -65,4 +66,12 @@ func isClosed(ch <-chan struct{}) func() bool {
 			return false
 		}
 	}
+}
+
+// newStore is New for a test: the store is closed when the test ends, so
+// no writer of its outlives it.
+func newStore(tb testing.TB) *Store {
+	s := New()
+	tb.Cleanup(func() { _ = s.Close() })
+	return s
 }

@@ -19,7 +19,7 @@ func TestStore_ForgetsIdleSessions(t *testing.T) {
 	}
 	const bound = 1000
 	l := newFakeLoader()
-	s := New()
+	s := newStore(t)
 	s.Loader = seqLoader{l} // a Fresh store loads the sessions it indexed by sequence
 	s.Fresh = true
 	s.MaxKnown = bound

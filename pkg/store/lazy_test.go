@@ -230,8 +230,8 @@ func (c lazyConfig) String() string {
 	return fmt.Sprintf("MaxSessions %d, MaxBytes %d, MaxSessionBytes %d, bySeq %v, MaxIndexed %d, MaxKnown %d", c.maxSessions, c.maxBytes, c.maxSessionBytes, c.bySeq, c.maxIndexed, c.maxKnown)
 }
 
-func newLazyStore(l *fakeLoader, c lazyConfig) *Store {
-	s := New()
+func newLazyStore(tb testing.TB, l *fakeLoader, c lazyConfig) *Store {
+	s := newStore(tb)
 	s.Loader = l
 	if c.bySeq {
 		s.Loader = seqLoader{l}
@@ -251,8 +251,8 @@ func newLazyStore(l *fakeLoader, c lazyConfig) *Store {
 
 // newFreshStore is newLazyStore for a store that starts on the stream
 // before its first record, which may say so (Fresh).
-func newFreshStore(l *fakeLoader, c lazyConfig, fresh bool) *Store {
-	s := newLazyStore(l, c)
+func newFreshStore(t testing.TB, l *fakeLoader, c lazyConfig, fresh bool) *Store {
+	s := newLazyStore(t, l, c)
 	s.Fresh = fresh && l.lastSeq() == 0
 	return s
 }
@@ -542,7 +542,7 @@ func (run *lazyRun) restart() {
 	}
 	require.NoError(run.t, run.s.Close())
 	last := run.l.lastSeq()
-	run.s = newLazyStore(run.l, run.cfg)
+	run.s = newLazyStore(run.t, run.l, run.cfg)
 	run.s.Advance(last)
 	run.backlog = nil
 	if withBacklog {
@@ -694,7 +694,7 @@ func runLazy(t *testing.T, seed uint64) {
 	l := newFakeLoader()
 	run := &lazyRun{
 		t: t, seed: seed, r: r, cfg: cfg, l: l,
-		s:            newFreshStore(l, cfg, r.IntN(2) == 0),
+		s:            newFreshStore(t, l, cfg, r.IntN(2) == 0),
 		g:            &lazyGen{r: r, history: map[string][]*record.Map{}},
 		models:       map[string]*model{},
 		quarantined:  map[uint64]bool{},
@@ -755,7 +755,7 @@ func compactionRecord(kept string) []byte {
 func TestStore_LoadsFromCheckpoint(t *testing.T) {
 	cfg := lazyConfig{maxSessions: 100, maxBytes: DefaultMaxBytes, maxSessionBytes: DefaultMaxSessionBytes}
 	l := newFakeLoader()
-	s := newLazyStore(l, cfg)
+	s := newLazyStore(t, l, cfg)
 	ingest(s, l, "a", userRecord("one"))
 	ingest(s, l, "b", userRecord("other"))
 	ingest(s, l, "a", userRecord("two"))
@@ -777,7 +777,7 @@ func TestStore_LoadsFromCheckpoint(t *testing.T) {
 	})
 
 	t.Run("a fresh store reads the checkpoint", func(t *testing.T) {
-		fresh := newLazyStore(l, cfg)
+		fresh := newLazyStore(t, l, cfg)
 		fresh.Advance(l.lastSeq())
 		before := len(l.readsOf("a"))
 		cps := l.checkpointCalls
@@ -805,7 +805,7 @@ func TestStore_LoadsFromCheckpoint(t *testing.T) {
 		require.Equal(t, l.lastSeq(), cp.Seq)
 		require.Equal(t, l.lastSeq()-1, cp.From)
 
-		fresh := newLazyStore(l, cfg)
+		fresh := newLazyStore(t, l, cfg)
 		fresh.Advance(l.lastSeq())
 		before := len(l.readsOf("b"))
 		requireView(t, fresh, l, "b")
@@ -829,7 +829,7 @@ func TestStore_EvictsByCountAndBytes(t *testing.T) {
 
 	t.Run("by count", func(t *testing.T) {
 		l := newFakeLoader()
-		s := newLazyStore(l, lazyConfig{maxSessions: 3, maxBytes: DefaultMaxBytes, maxSessionBytes: DefaultMaxSessionBytes})
+		s := newLazyStore(t, l, lazyConfig{maxSessions: 3, maxBytes: DefaultMaxBytes, maxSessionBytes: DefaultMaxSessionBytes})
 		fill(t, s, l, 3)
 		require.Zero(t, s.Stats().Loaded, "the ingest loads nothing")
 		r := rand.New(rand.NewPCG(1, 2))
@@ -853,7 +853,7 @@ func TestStore_EvictsByCountAndBytes(t *testing.T) {
 		// About 1 500 bytes a session once viewed, its JSON buffer 1 KiB
 		// at least: a few fit.
 		const maxBytes = 5000
-		s := newLazyStore(l, lazyConfig{maxSessions: 100, maxBytes: maxBytes, maxSessionBytes: DefaultMaxSessionBytes})
+		s := newLazyStore(t, l, lazyConfig{maxSessions: 100, maxBytes: maxBytes, maxSessionBytes: DefaultMaxSessionBytes})
 		fill(t, s, l, 2)
 		var evictions []uint64
 		for round := range 3 {
@@ -880,7 +880,7 @@ func storedAt(session string, seq uint64) string {
 // A record that does not decode is listed under the subject SubjectOf
 // names for it (its partition's, on a partitioned stream).
 func TestStore_RejectionNamesTheStoredSubject(t *testing.T) {
-	s := New()
+	s := newStore(t)
 	s.Apply("a", 3, []byte("notjson"))
 	s.SubjectOf = storedAt
 	s.Apply("a", 4, []byte("notjson"))
@@ -902,7 +902,7 @@ func TestStore_Quarantine(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			l := newFakeLoader()
-			s := newLazyStore(l, cfg)
+			s := newLazyStore(t, l, cfg)
 			s.SubjectOf = storedAt
 			ingest(s, l, "a", userRecord("before"))
 			ingest(s, l, "b", userRecord("b before"))
@@ -929,7 +929,7 @@ func TestStore_Quarantine(t *testing.T) {
 			require.Equal(t, `[{"role":"user","content":"b before"},{"role":"user","content":"b after"}]`, js)
 
 			// A restarted store quarantines the same record.
-			fresh := newLazyStore(l, cfg)
+			fresh := newLazyStore(t, l, cfg)
 			fresh.SubjectOf = storedAt
 			fresh.Advance(l.lastSeq())
 			requireView(t, fresh, l, "a")
@@ -942,7 +942,7 @@ func TestStore_Quarantine(t *testing.T) {
 
 	t.Run("a compaction too big for a session resets nothing", func(t *testing.T) {
 		l := newFakeLoader()
-		s := newLazyStore(l, cfg)
+		s := newLazyStore(t, l, cfg)
 		ingest(s, l, "a", userRecord("before"))
 		requireView(t, s, l, "a")
 		huge := compactionRecord(strings.Repeat("k", bound))
@@ -956,7 +956,7 @@ func TestStore_Quarantine(t *testing.T) {
 			s.Evict("a")
 		}
 		require.NoError(t, s.SaveCheckpoints(context.Background()))
-		fresh := newLazyStore(l, cfg)
+		fresh := newLazyStore(t, l, cfg)
 		fresh.Advance(l.lastSeq())
 		js, _, _ := viewJSON(t, fresh, "a")
 		require.Equal(t, want, js)
@@ -964,7 +964,7 @@ func TestStore_Quarantine(t *testing.T) {
 
 	t.Run("records since the compaction count, not before", func(t *testing.T) {
 		l := newFakeLoader()
-		s := newLazyStore(l, cfg)
+		s := newLazyStore(t, l, cfg)
 		for i := range 4 { // past the bound in all, within it since the compaction
 			ingest(s, l, "a", userRecord(fmt.Sprintf("%d %s", i, strings.Repeat("y", 70))))
 			if i == 2 {
@@ -980,7 +980,7 @@ func TestStore_Quarantine(t *testing.T) {
 func TestStore_UnknownSessionNotRegistered(t *testing.T) {
 	cfg := lazyConfig{maxSessions: 100, maxBytes: DefaultMaxBytes, maxSessionBytes: DefaultMaxSessionBytes}
 	l := newFakeLoader()
-	s := newLazyStore(l, cfg)
+	s := newLazyStore(t, l, cfg)
 
 	for range 3 {
 		_, _, isNil := viewJSON(t, s, "nobody")
@@ -997,7 +997,7 @@ func TestStore_UnknownSessionNotRegistered(t *testing.T) {
 	ingest(s, l, "b", userRecord("two"))
 
 	// After a restart, the sessions exist only in the stream.
-	fresh := newLazyStore(l, cfg)
+	fresh := newLazyStore(t, l, cfg)
 	fresh.Advance(l.lastSeq())
 	require.Empty(t, fresh.Sessions())
 	js, seq, isNil := viewJSON(t, fresh, "a")

@@ -36,7 +36,7 @@ func TestStore_LoadDoesNotHoldUpTheIngest(t *testing.T) {
 		}
 		return l.Records(ctx, session, from, to, fn)
 	}}
-	s := New()
+	s := newStore(t)
 	s.Loader = fl
 	s.LoadTimeout = long
 	t.Cleanup(func() { s.Close() })
@@ -126,7 +126,7 @@ func TestStore_LoadDeadline(t *testing.T) {
 					return l.Checkpoint(ctx, session)
 				}
 			}
-			s := New()
+			s := newStore(t)
 			s.Loader = fl
 			s.LoadTimeout = 20 * time.Millisecond
 			t.Cleanup(func() { s.Close() })
@@ -166,7 +166,7 @@ func TestStore_LoadDeadline(t *testing.T) {
 			<-ctx.Done()
 			return ctx.Err()
 		}}
-		s := New()
+		s := newStore(t)
 		s.Loader = fl
 		ingest(s, l, "a", userRecord("one"))
 		ctx, cancel := context.WithCancel(context.Background())
@@ -191,7 +191,7 @@ func TestStore_ReadersShareALoad(t *testing.T) {
 		}
 		return l.Records(ctx, session, from, to, fn)
 	}}
-	s := New()
+	s := newStore(t)
 	s.Loader = fl
 	s.LoadTimeout = long
 	ingest(s, l, "a", userRecord("one"))
@@ -247,7 +247,7 @@ func TestStore_ConcurrentLoads(t *testing.T) {
 			return fn(seq, data)
 		})
 	}}
-	s := newLazyStore(l, lazyConfig{maxSessions: 2, maxBytes: 4000, maxSessionBytes: 3000, maxKnown: 3})
+	s := newLazyStore(t, l, lazyConfig{maxSessions: 2, maxBytes: 4000, maxSessionBytes: 3000, maxKnown: 3})
 	s.Loader = fl
 	g := &lazyGen{r: rand.New(rand.NewPCG(7, 7)), history: map[string][]*record.Map{}}
 

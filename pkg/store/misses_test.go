@@ -17,7 +17,7 @@ import (
 // it once: the others wait for that load.
 func TestStore_LoadsOnceForConcurrentReaders(t *testing.T) {
 	l := newFakeLoader()
-	first := New()
+	first := newStore(t)
 	first.Loader = l
 	ingest(first, l, "a", userRecord("one"))
 	ingest(first, l, "a", userRecord("two"))
@@ -25,7 +25,7 @@ func TestStore_LoadsOnceForConcurrentReaders(t *testing.T) {
 
 	release := make(chan struct{})
 	var reads atomic.Int32
-	s := New()
+	s := newStore(t)
 	s.Loader = &funcLoader{fakeLoader: l, records: func(ctx context.Context, session string, from, to uint64, fn func(uint64, []byte) error) error {
 		reads.Add(1)
 		if err := blockUntil(ctx, release); err != nil {
@@ -67,7 +67,7 @@ func TestStore_LoadsOnceForConcurrentReaders(t *testing.T) {
 // once, and so does its slot being forgotten later.
 func TestStore_RemembersMisses(t *testing.T) {
 	l := newFakeLoader()
-	s := New()
+	s := newStore(t)
 	s.Loader = l
 	t.Cleanup(func() { s.Close() })
 	ingest(s, l, "other", userRecord("x"))
@@ -95,7 +95,7 @@ func TestStore_RemembersMisses(t *testing.T) {
 	requireView(t, s, l, "nobody")
 
 	// Without a miss cache every request reads.
-	s2 := New()
+	s2 := newStore(t)
 	s2.Loader = l
 	s2.MissTTL = 0
 	t.Cleanup(func() { s2.Close() })
@@ -120,7 +120,7 @@ func requireSilent[T any](t *testing.T, ch <-chan T) {
 // Loaded says whether View answers from memory.
 func TestStore_Loaded(t *testing.T) {
 	l := newFakeLoader()
-	s := New()
+	s := newStore(t)
 	s.Loader = l
 	t.Cleanup(func() { s.Close() })
 	ingest(s, l, "a", userRecord("one"))
@@ -145,7 +145,7 @@ func TestStore_Loaded(t *testing.T) {
 // forgotten a session, an unknown one is read again.
 func TestStore_FreshAnswersUnknownWithoutReading(t *testing.T) {
 	l := newFakeLoader()
-	s := New()
+	s := newStore(t)
 	s.Loader = l
 	s.Fresh = true
 	s.MissTTL = 0 // as the readers' store: no miss remembered

@@ -243,7 +243,7 @@ func TestStore_ReaderBehindKeepsANewerCheckpoint(t *testing.T) {
 	four := l.publish("a", userRecord("four"))
 	good := Checkpoint{From: 0, Seq: four}.WithSeqs([]uint64{1, 3, four})
 	l.checkpoints["a"] = good
-	s := New()
+	s := newStore(t)
 	s.Loader = newerLoader{seqLoader{l}}
 	s.checkpoints.every = 1
 	s.Advance(3) // this instance's ingest is at 3

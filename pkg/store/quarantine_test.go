@@ -25,7 +25,7 @@ func quarantinedHeld(t *testing.T, s *Store, session string) int {
 func TestStore_QuarantineHoldsOnlyFailures(t *testing.T) {
 	const bound = 400
 	l := newFakeLoader()
-	s := newLazyStore(l, lazyConfig{maxSessions: 100, maxBytes: DefaultMaxBytes, maxSessionBytes: bound})
+	s := newLazyStore(t, l, lazyConfig{maxSessions: 100, maxBytes: DefaultMaxBytes, maxSessionBytes: bound})
 	f := &failingProjections{always: true}
 	f.install(s)
 	ingest(s, l, "a", userRecord("before"))

@@ -14,7 +14,7 @@ import (
 // does not hold the ingest has: requests bring it up to a session's
 // last record (ViewAtChecked).
 func readerStore(t *testing.T, l *fakeLoader, maxSessions int) *Store {
-	s := newLazyStore(l, lazyConfig{maxSessions: maxSessions, maxBytes: DefaultMaxBytes, maxSessionBytes: DefaultMaxSessionBytes})
+	s := newLazyStore(t, l, lazyConfig{maxSessions: maxSessions, maxBytes: DefaultMaxBytes, maxSessionBytes: DefaultMaxSessionBytes})
 	s.Advance(l.lastSeq())
 	t.Cleanup(func() { s.Close() })
 	return s

@@ -34,7 +34,7 @@ func TestStore_Catch(t *testing.T) {
 					s := lazyPick(gen.r, sessions...)
 					l.publish(s, gen.record(s))
 				}
-				st := newLazyStore(l, c)
+				st := newLazyStore(t, l, c)
 				start := l.lastSeq()
 				st.Advance(start) // as at open: the stream's last sequence
 				for step := range 300 {
@@ -83,7 +83,7 @@ func TestStore_CatchConcurrent(t *testing.T) {
 	for range 10 {
 		publish()
 	}
-	st := newLazyStore(l, lazyConfig{maxSessions: 1, maxBytes: 1 << 30})
+	st := newLazyStore(t, l, lazyConfig{maxSessions: 1, maxBytes: 1 << 30})
 	var wg sync.WaitGroup
 	for g := range 4 {
 		wg.Add(1)

@@ -37,7 +37,7 @@ func TestStore_ForgetRemovedRecords(t *testing.T) {
 			for _, how := range []string{"session", "all", "holding"} {
 				t.Run(fmt.Sprintf("%s/loaded=%v/%s", name, loaded, how), func(t *testing.T) {
 					l := newFakeLoader()
-					s := newFreshStore(l, cfg, true)
+					s := newFreshStore(t, l, cfg, true)
 					t.Cleanup(func() { s.Close() })
 					var recs []uint64
 					for i := range 6 {
@@ -101,7 +101,7 @@ func TestStore_ForgetWhileLoading(t *testing.T) {
 		}
 		return l.Records(ctx, session, from, to, fn)
 	}}
-	s := New()
+	s := newStore(t)
 	s.Loader = fl
 	t.Cleanup(func() { s.Close() })
 	var recs []uint64
@@ -135,7 +135,7 @@ func TestStore_LoadFromRemovedCompaction(t *testing.T) {
 	for _, bySeq := range []bool{false, true} {
 		t.Run(fmt.Sprintf("bySeq=%v", bySeq), func(t *testing.T) {
 			l := newFakeLoader()
-			s := newFreshStore(l, lazyConfig{maxSessions: 1, maxBytes: DefaultMaxBytes, maxSessionBytes: DefaultMaxSessionBytes, bySeq: bySeq}, true)
+			s := newFreshStore(t, l, lazyConfig{maxSessions: 1, maxBytes: DefaultMaxBytes, maxSessionBytes: DefaultMaxSessionBytes, bySeq: bySeq}, true)
 			t.Cleanup(func() { s.Close() })
 			ingest(s, l, "a", userRecord("before"))
 			compaction := ingest(s, l, "a", compactionRecord("kept"))

@@ -75,7 +75,7 @@ func TestStore_RestartBacklog(t *testing.T) {
 	release := make(chan struct{})
 	var once sync.Once
 	t.Cleanup(func() { once.Do(func() {}); close(release) })
-	s := New()
+	s := newStore(t)
 	s.Loader = gatedLoader{seqLoader{l}, func(ctx context.Context, session string) error {
 		first := false
 		once.Do(func() { first = true })
@@ -130,7 +130,7 @@ func TestStore_RestartBacklog(t *testing.T) {
 // compaction the store met.
 func TestStore_ForgottenSessionMetAgainThroughAnOldCompaction(t *testing.T) {
 	l := newFakeLoader()
-	s := New()
+	s := newStore(t)
 	s.Loader = seqLoader{l}
 	s.MaxKnown = 1
 	t.Cleanup(func() { s.Close() })
@@ -186,7 +186,7 @@ func TestStore_ConcurrentLoadsBySeqAcrossRestarts(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 5))
 	var handled uint64 // the last record the previous run handed to its store
 	for round := range rounds {
-		s := newLazyStore(l, lazyConfig{maxSessions: 2, maxBytes: 4000, maxSessionBytes: 3000, maxKnown: 3})
+		s := newLazyStore(t, l, lazyConfig{maxSessions: 2, maxBytes: 4000, maxSessionBytes: 3000, maxKnown: 3})
 		s.Loader = yieldingLoader{seqLoader{l}}
 		s.LoadTimeout = long
 		s.Advance(l.lastSeq())
@@ -283,7 +283,7 @@ func TestStore_ConcurrentLoadsBySeqAcrossRestarts(t *testing.T) {
 // duplicate and not decoded.
 func TestStore_ApplyDoesNotDecodeARecordMetAgain(t *testing.T) {
 	l := newFakeLoader()
-	s := New()
+	s := newStore(t)
 	s.Loader = l
 	t.Cleanup(func() { s.Close() })
 	var recs []stored

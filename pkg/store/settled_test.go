@@ -13,7 +13,7 @@ import (
 // followerStore is a store fed every record as it is stored, from the
 // stream's end on, as a follower's is.
 func followerStore(t *testing.T, l *fakeLoader) *Store {
-	s := newLazyStore(l, lazyConfig{maxSessions: 100, maxBytes: DefaultMaxBytes, maxSessionBytes: DefaultMaxSessionBytes})
+	s := newLazyStore(t, l, lazyConfig{maxSessions: 100, maxBytes: DefaultMaxBytes, maxSessionBytes: DefaultMaxSessionBytes})
 	s.Advance(l.lastSeq())
 	t.Cleanup(func() { s.Close() })
 	return s

@@ -234,7 +234,7 @@ func TestStore_SnapshotNotUsed(t *testing.T) {
 	})
 	t.Run("ahead of the records the load reads", func(t *testing.T) {
 		l, sl := snapshotFixture(t)
-		s := New()
+		s := newStore(t)
 		s.Loader = sl
 		t.Cleanup(func() { s.Close() })
 		s.Advance(3) // a store behind the snapshot

@@ -88,7 +88,7 @@ func TestStore_Wait(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := New()
+			s := newStore(t)
 			s.Advance(tt.applied)
 			err := s.Wait(tt.ctx, tt.seq, tt.timeout)
 			if tt.want == nil {
@@ -102,7 +102,7 @@ func TestStore_Wait(t *testing.T) {
 }
 
 func TestStore_Wait_WokenByAdvance(t *testing.T) {
-	s := New()
+	s := newStore(t)
 	s.Advance(2)
 	done := make(chan error, 1)
 	go func() { done <- s.Wait(context.Background(), 5, long) }()
@@ -124,7 +124,7 @@ func TestStore_Wait_WokenByAdvance(t *testing.T) {
 }
 
 func TestStore_Wait_CancelWhileWaiting(t *testing.T) {
-	s := New()
+	s := newStore(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Wait(ctx, 1, long) }()
@@ -136,7 +136,7 @@ func TestStore_Wait_CancelWhileWaiting(t *testing.T) {
 
 func TestStore_Wait_ManyWaiters(t *testing.T) {
 	const top = 40
-	s := New()
+	s := newStore(t)
 	// Two waiters per sequence, queued in random order.
 	seqs := make([]uint64, 0, 2*top)
 	for i := uint64(1); i <= top; i++ {
@@ -183,7 +183,7 @@ func TestStore_Wait_ManyWaiters(t *testing.T) {
 }
 
 func TestStore_Wait_NoLeakedWaiters(t *testing.T) {
-	s := New()
+	s := newStore(t)
 	var wg sync.WaitGroup
 	for i := range 200 {
 		wg.Add(1)
@@ -233,7 +233,7 @@ func TestStore_Wait_NoLostWakeup(t *testing.T) {
 		n = 2000
 	}
 	for i := range n {
-		s := New()
+		s := newStore(t)
 		go s.Advance(1)
 		if err := s.Wait(context.Background(), 1, long); err != nil {
 			t.Fatalf("round %d: %v", i, err)
@@ -242,7 +242,7 @@ func TestStore_Wait_NoLostWakeup(t *testing.T) {
 }
 
 func TestStore_Advance(t *testing.T) {
-	s := New()
+	s := newStore(t)
 	for _, step := range []struct{ advance, want uint64 }{
 		{3, 3},
 		{1, 3}, // never backwards
@@ -257,7 +257,7 @@ func TestStore_Advance(t *testing.T) {
 
 func TestStore_Apply(t *testing.T) {
 	t.Run("sessions are separate and the watermark follows", func(t *testing.T) {
-		s := New()
+		s := newStore(t)
 		s.Apply("a", 1, userRecord("one"))
 		s.Apply("b", 2, userRecord("two"))
 		s.Apply("a", 3, userRecord("three"))
@@ -275,7 +275,7 @@ func TestStore_Apply(t *testing.T) {
 	})
 
 	t.Run("idempotent by sequence", func(t *testing.T) {
-		s := New()
+		s := newStore(t)
 		s.Apply("a", 1, userRecord("one"))
 		s.Apply("a", 2, userRecord("two"))
 		s.Apply("a", 1, userRecord("one again")) // redelivered
@@ -288,7 +288,7 @@ func TestStore_Apply(t *testing.T) {
 	})
 
 	t.Run("a record dropped by the rules still moves the session", func(t *testing.T) {
-		s := New()
+		s := newStore(t)
 		s.Apply("a", 4, []byte(`{"kind":"context"}`))
 		seq, n, ok := view(t, s, "a")
 		require.True(t, ok)
@@ -313,7 +313,7 @@ func TestStore_Apply_Undecodable(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var logs bytes.Buffer
-			s := New()
+			s := newStore(t)
 			s.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 
 			s.Apply("a", 1, userRecord("before"))
@@ -355,7 +355,7 @@ func TestStore_Apply_Undecodable(t *testing.T) {
 	}
 
 	t.Run("the first record of a session", func(t *testing.T) {
-		s := New()
+		s := newStore(t)
 		s.Apply("a", 7, []byte("not a record"))
 		seq, n, ok := view(t, s, "a")
 		require.True(t, ok, "the session exists once a record was consumed")
@@ -366,7 +366,7 @@ func TestStore_Apply_Undecodable(t *testing.T) {
 }
 
 func TestStore_Reject(t *testing.T) {
-	s := New()
+	s := newStore(t)
 	at := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
 	s.Reject(Rejection{Subject: "transcripts.a.b", Seq: 5, Size: 2, Reason: "invalid session id"})
 	s.Reject(Rejection{Subject: "transcripts.c", Seq: 6, At: at})
@@ -398,7 +398,7 @@ func TestStore_Rejected(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("log %d, %d rejected", tt.log, tt.count), func(t *testing.T) {
-			s := New()
+			s := newStore(t)
 			s.RejectLog = tt.log
 			for seq := uint64(1); seq <= uint64(tt.count); seq++ {
 				s.Apply("a", seq, []byte("{"))
@@ -414,7 +414,7 @@ func TestStore_Rejected(t *testing.T) {
 	}
 
 	t.Run("default bound", func(t *testing.T) {
-		s := New()
+		s := newStore(t)
 		require.Equal(t, DefaultRejectLog, s.RejectLog)
 		for seq := uint64(1); seq <= DefaultRejectLog+10; seq++ {
 			s.Reject(Rejection{Subject: "transcripts.x.y", Seq: seq})
@@ -426,7 +426,7 @@ func TestStore_Rejected(t *testing.T) {
 	})
 
 	t.Run("the list is a copy", func(t *testing.T) {
-		s := New()
+		s := newStore(t)
 		s.Reject(Rejection{Subject: "transcripts.x.y", Seq: 1})
 		s.Rejected()[0].Seq = 99
 		require.Equal(t, uint64(1), s.Rejected()[0].Seq)
@@ -434,7 +434,7 @@ func TestStore_Rejected(t *testing.T) {
 }
 
 func TestStore_View(t *testing.T) {
-	s := New()
+	s := newStore(t)
 	calls := 0
 	require.NoError(t, s.View(context.Background(), "unknown", func(p *projection.Session) {
 		calls++
@@ -456,7 +456,7 @@ func TestStore_View(t *testing.T) {
 // Readers render while the ingest applies: run under -race.
 func TestStore_Concurrent(t *testing.T) {
 	const sessions, perSession = 4, 200
-	s := New()
+	s := newStore(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
@@ -520,7 +520,7 @@ func TestStore_Concurrent(t *testing.T) {
 }
 
 func TestStore_Wait_ErrorSaysWhere(t *testing.T) {
-	s := New()
+	s := newStore(t)
 	err := s.Wait(context.Background(), 9, time.Millisecond)
 	require.True(t, errors.Is(err, ErrWaitExpired))
 	require.Contains(t, err.Error(), "waiting for 9")

@@ -28,7 +28,7 @@ func TestStore_CheckpointFromNotACompaction(t *testing.T) {
 		} {
 			t.Run(fmt.Sprintf("%s, bySeq %v", name, bySeq), func(t *testing.T) {
 				l.checkpoints["s"] = Checkpoint{From: from, Seq: last}
-				s := newLazyStore(l, lazyConfig{maxSessions: 100, maxBytes: DefaultMaxBytes, maxSessionBytes: DefaultMaxSessionBytes, bySeq: bySeq})
+				s := newLazyStore(t, l, lazyConfig{maxSessions: 100, maxBytes: DefaultMaxBytes, maxSessionBytes: DefaultMaxSessionBytes, bySeq: bySeq})
 				t.Cleanup(func() { s.Close() })
 				s.Advance(last)
 				requireView(t, s, l, "s")
