@@ -147,7 +147,7 @@ describe("ctxd serve", () => {
       assert.ok(JSON.stringify(withEdits.messages).includes(`[tool result cleared: ${c.tool} ${c.id}, ${c.tokens} tokens]`), c.id);
     }
     const editedBytes = await ctxd.contextBytes("fmt1", { minSeq: last.seq, format: "anthropic", edits });
-    const editedPrinted = await ctxdCommand(["context", "fmt1", "--format", "anthropic", "--edits", JSON.stringify(edits), "--nats", srv.url]);
+    const editedPrinted = await ctxdCommand(["context", "fmt1", "--format", "anthropic", "--edits", JSON.stringify(edits), "--digest", "--nats", srv.url]);
     assert.equal(Buffer.compare(Buffer.concat([editedBytes, Buffer.from("\n")]), editedPrinted), 0, "edited");
     await assert.rejects(
       ctxd.context("fmt1", { minSeq: last.seq, edits: [{ drop: 3 }] }),
