@@ -95,6 +95,20 @@ func onClusterP(t testing.TB, c *natstest.Cluster, prefix string, instances, par
 	tc := &testCluster{t: t, c: c, urls: c.URLs(), prefix: prefix, partitions: partitions,
 		outcomes: make(chan outcome, 1<<18), reads: make(chan read, 1<<18), samples: make(chan sample, 1<<20)}
 	tc.nc = c.Connect(t)
+	// A failed test shows why every instance still running failed a
+	// request with a 500 (those that stopped showed it in forget).
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for _, in := range tc.instances() {
+			for _, line := range strings.Split(stderrOf(in.p), "\n") {
+				if strings.Contains(line, "request failed") {
+					t.Logf("instance %d: %s", in.pid, line)
+				}
+			}
+		}
+	})
 	for range instances {
 		tc.startInstance()
 	}

@@ -276,7 +276,21 @@ func TestCluster_FollowerEquivalence(t *testing.T) {
 		if problem := checkReply(t, read{session: r.session, minSeq: minSeq, data: r.data}, truth); problem != "" {
 			wrong++
 			if wrong <= 5 {
+				if r.session == purged && checkReply(t, read{session: r.session, minSeq: minSeq, data: r.data}, recs[r.session]) == "" {
+					problem += " (it equals Build over the records the purge removed and those after it)"
+				}
 				t.Errorf("%s (min_seq %d): %s", r.session, r.minSeq, problem)
+				if wrong == 1 {
+					got := decodeReply(t, r.data)
+					for i, m := range got.Messages {
+						t.Logf("got[%d] %.160s", i, mustJSON(t, m))
+					}
+					for _, rec := range recs[r.session] {
+						if rec.Seq <= got.Seq {
+							t.Logf("record %d %.160s", rec.Seq, mustJSON(t, rec.Value))
+						}
+					}
+				}
 			}
 		}
 	}

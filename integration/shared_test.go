@@ -411,8 +411,11 @@ func diffPath(path string, a, b any) string {
 	switch x := a.(type) {
 	case []any:
 		y, ok := b.([]any)
-		if !ok || len(x) != len(y) {
+		if !ok {
 			return fmt.Sprintf("%s: %T(len %d) vs %T", path, a, len(x), b)
+		}
+		if len(x) != len(y) {
+			return fmt.Sprintf("%s: %d items vs %d", path, len(x), len(y))
 		}
 		for i := range x {
 			if d := diffPath(fmt.Sprintf("%s[%d]", path, i), x[i], y[i]); d != "" {
