@@ -39,6 +39,10 @@ type noted struct {
 	resets bool
 }
 
+// errReadPast: a load by the session's index is to read past the
+// watermark (removed.go); it reads the subject instead.
+var errReadPast = errors.New("the load reads past the watermark")
+
 // maxLoadAttempts bounds the reads of one load: a record that breaks the
 // projection is quarantined, and the load reads again without it.
 const maxLoadAttempts = 4
@@ -85,12 +89,27 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 		sl.mu.Unlock()
 
 		var b *build
+		readTo := ld.to      // what the read reaches: past ld.to after a removal (removed.go)
 		var saved uint64     // the checkpoint's From, when read
 		var read *Checkpoint // the checkpoint, when there is one
 		var stored []uint64  // the checkpoint's sequences the load reads
 		var storedTo uint64  // the checkpoint's Seq, when they are all read
 		var snap *restored   // the snapshot the load starts from
 		err := func() error {
+			var prover Prover
+			if proves {
+				prover = pv
+			}
+			end, err := s.wayEnd(ctx, prover)
+			if err != nil {
+				return err
+			}
+			if end > readTo {
+				if byIndex {
+					return errReadPast
+				}
+				readTo = end
+			}
 			if !fromKnown {
 				var snapped <-chan fetched
 				if snaps && bySeq && !scan && !distrust {
@@ -112,7 +131,7 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 					c := cp
 					read = &c
 				}
-				if ok && cp.Seq > ld.to && proves {
+				if ok && cp.Seq > readTo && proves {
 					// Ahead of the ingest (a rebuild writes at the
 					// stream's end), or past the stream's end: a
 					// checkpoint no writer could write, which would
@@ -134,28 +153,28 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 				// A checkpoint past what the load reads (written by a
 				// rebuild at the stream's end, ahead of the ingest) would
 				// start the read after the records it must hold.
-				if ok && cp.From <= ld.to && !distrust {
+				if ok && cp.From <= readTo && !distrust {
 					saved, start = cp.From, max(start, cp.From)
 					if idx, err := cp.Seqs(); err != nil {
 						s.Logger.Warn("checkpoint's record index dropped; the session loads from its subject", "session", sl.id, "err", err)
 					} else if bySeq && proves && !scan && start == cp.From && idx != nil {
-						stored = upTo(idx, ld.to)
+						stored = upTo(idx, readTo)
 						if len(stored) == len(idx) {
 							storedTo = cp.Seq
 						}
 					}
 				}
 				if snapped != nil {
-					snap = s.useSnapshot(ctx, <-snapped, sl.id, cp, ok, ld.to)
+					snap = s.useSnapshot(ctx, <-snapped, sl.id, cp, ok, readTo)
 				}
 			}
 			if snappedIndexed {
-				if snap = s.useIndexedSnapshot(ctx, <-fetchSnapshot(ctx, sv, sl.id), sl.id, start, seqs, ld.to); snap != nil {
+				if snap = s.useIndexedSnapshot(ctx, <-fetchSnapshot(ctx, sv, sl.id), sl.id, start, seqs, readTo); snap != nil {
 					return s.readIndexAfterSnapshot(ctx, sr, sl.id, snap, seqs, known, &b)
 				}
 			}
 			if snap != nil {
-				return s.readAfterSnapshot(ctx, sr, pv, sl.id, snap, stored, ld.to, known, &b)
+				return s.readAfterSnapshot(ctx, sr, pv, sl.id, snap, stored, readTo, known, &b)
 			}
 			b = s.newBuild(sl.id, start, known)
 			if saved != 0 && start == saved {
@@ -170,9 +189,9 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 				return sr.RecordsAt(ctx, sl.id, seqs, b.addData)
 			}
 			if len(stored) > 0 {
-				return s.readStored(ctx, sr, pv, sl.id, stored, start, ld.to, b)
+				return s.readStored(ctx, sr, pv, sl.id, stored, start, readTo, b)
 			}
-			return s.Loader.Records(ctx, sl.id, start, ld.to, b.addData)
+			return s.Loader.Records(ctx, sl.id, start, readTo, b.addData)
 		}()
 
 		sl.mu.Lock()
@@ -181,6 +200,10 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 			// and the checkpoint may name them: read again, as a
 			// session the store knows nothing of.
 			ld.forgotten, distrust, scan = false, false, false
+			continue
+		}
+		if errors.Is(err, errReadPast) {
+			scan = true // the index ends at the session's last record met
 			continue
 		}
 		if b == nil {
@@ -225,6 +248,9 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 		}
 		if err == nil {
 			for _, r := range ld.pending {
+				if r.seq <= readTo {
+					continue // the read found it, unless it was removed
+				}
 				if err = b.add(r.seq, r.skip, r.v, r.n, r.resets); err != nil {
 					break
 				}
@@ -261,7 +287,12 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 			s.cache.snapLoads.Add(1)
 		}
 		sl.proj, sl.size, sl.weight = b.proj, b.size, b.weight
+		// A read past the watermark met every record of the session up
+		// to its end: one that comes later was removed.
 		sl.seq = max(sl.seq, b.proj.Seq())
+		if readTo > ld.to {
+			sl.seq = max(sl.seq, readTo)
+		}
 		if wrong != nil {
 			sl.replaces = Checkpoint{}.Replacing(wrong.Key(), past).Replaces()
 		}

@@ -170,9 +170,10 @@ var ErrBehind = errors.New("projection does not reach the session's record")
 
 // ViewSettled is View for a store that applies every record as it is
 // stored, in a process that is not the one the stream's removals are
-// made through (package app's follower), and applies them unproven:
-// whether a removal made before a record was stored has been applied to
-// the store is proven when a view would show what is new. When the view
+// made through (package ownership's follower): whether a removal made
+// before the request was received has been applied to the store, and
+// one made before a record a load read, is proven when a view would
+// show what is new. When the view
 // would show a state of the session past every state it showed of it
 // before (a record applied since), it calls settle first, without the
 // session's lock, which returns once every removal made before the
@@ -185,7 +186,10 @@ var ErrBehind = errors.New("projection does not reach the session's record")
 // removal made before it was asked for, as a reader's that read it now
 // does (ViewAtChecked). A session shown again as it was costs no call.
 // An error of settle fails the view, and so do maxSettles calls that
-// each found a later record of the session.
+// each found a later record of the session: settle is to return a
+// sequence past the records applied when it was called, which the store
+// applies only once proven (as the follower does), so that a session
+// written faster than a proof takes is shown all the same.
 func (s *Store) ViewSettled(ctx context.Context, session string, settle func(ctx context.Context) (uint64, error), fn func(p *projection.Session)) error {
 	var proven uint64
 	for try := 0; ; try++ {

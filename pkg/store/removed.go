@@ -1,5 +1,12 @@
 package store
 
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+)
+
 // Records removed from the stream (an operator's purge, or deletion of a
 // message) leave what the store holds of their session wrong: its
 // projection holds them, its record index names them, its latest
@@ -17,6 +24,7 @@ package store
 // it read may hold removed records. A store without a Loader, which has
 // nothing to load from, keeps everything.
 func (s *Store) Forget(session string) {
+	s.removalApplied()
 	if sl := s.dir.get(session); sl != nil {
 		s.forgetSlot(sl)
 	}
@@ -25,6 +33,7 @@ func (s *Store) Forget(session string) {
 // ForgetAll forgets every session (Forget): when the records removed
 // are not known, or are of many sessions.
 func (s *Store) ForgetAll() {
+	s.removalApplied()
 	for _, sl := range s.dir.all() {
 		s.forgetSlot(sl)
 	}
@@ -33,6 +42,12 @@ func (s *Store) ForgetAll() {
 // ForgetHolding forgets every session that may hold the record seq: one
 // whose last record seen is at or past it.
 func (s *Store) ForgetHolding(seq uint64) {
+	s.removalApplied()
+	if seq > s.watermark.get() {
+		// Not applied yet: whichever session it is of, it is not
+		// applied when it comes.
+		s.way.drop(seq)
+	}
 	for _, sl := range s.dir.all() {
 		sl.mu.Lock()
 		holds := sl.seq >= seq
@@ -59,4 +74,103 @@ func (s *Store) forgetSlot(sl *slot) {
 	if ld := sl.loading; ld != nil {
 		ld.forgotten = true
 	}
+}
+
+// Records on their way. An ingest, or a follower, applies a record some
+// time after it was stored: a removal may take records stored but not
+// delivered yet, and be applied to the store (Forget) before they come.
+// A load after it reads the stream as it is, without them; applied when
+// they come, they would sit in the session beside what the load read,
+// though the stream holds them no more. So after a removal, until the
+// store has applied every record stored before it, a load reads the
+// session up to the stream's end, read after the removal (Prover's
+// StreamLast), and its slot notes every record up to there as met: one
+// that comes later was removed, and Apply finds it seen. The stream's
+// end is read once for the loads after a removal. A Loader that is not
+// a Prover has no such end to read up to.
+//
+// A record deleted by sequence (ForgetHolding) that the store has not
+// applied yet may be of a session loaded before: it is noted, and not
+// applied when it comes.
+type onTheirWay struct {
+	mu      sync.Mutex
+	gen     uint64 // removals applied
+	pending bool   // records stored before a removal may be on their way
+	until   uint64 // the stream's end read after the latest removal; 0: not read
+	deleted map[uint64]struct{}
+	n       atomic.Int64 // len(deleted)
+}
+
+// drop notes a record deleted before the store applied it.
+func (w *onTheirWay) drop(seq uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.deleted == nil {
+		w.deleted = map[uint64]struct{}{}
+	}
+	w.deleted[seq] = struct{}{}
+	w.n.Store(int64(len(w.deleted)))
+}
+
+// dropped reports whether the record seq, about to be applied, was
+// deleted before it came; it forgets deletions at or below applied, whose
+// records will not come.
+func (w *onTheirWay) dropped(seq, applied uint64) bool {
+	if w.n.Load() == 0 {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, ok := w.deleted[seq]
+	delete(w.deleted, seq)
+	for d := range w.deleted {
+		if d <= applied {
+			delete(w.deleted, d)
+		}
+	}
+	w.n.Store(int64(len(w.deleted)))
+	return ok
+}
+
+// removalApplied notes a removal applied to the store.
+func (s *Store) removalApplied() {
+	s.way.mu.Lock()
+	s.way.gen++
+	s.way.pending, s.way.until = true, 0
+	s.way.mu.Unlock()
+}
+
+// wayEnd returns the sequence a load reads up to, past the watermark,
+// for records a removal took that may be on their way: the stream's end
+// read after the latest removal, or 0 when the store has applied every
+// record stored before it.
+func (s *Store) wayEnd(ctx context.Context, pv Prover) (uint64, error) {
+	if pv == nil {
+		return 0, nil
+	}
+	s.way.mu.Lock()
+	if !s.way.pending {
+		s.way.mu.Unlock()
+		return 0, nil
+	}
+	if until := s.way.until; until != 0 {
+		if s.watermark.get() >= until {
+			s.way.pending = false
+			until = 0
+		}
+		s.way.mu.Unlock()
+		return until, nil
+	}
+	gen := s.way.gen
+	s.way.mu.Unlock()
+	end, err := pv.StreamLast(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("read the stream's end after a removal: %w", err)
+	}
+	s.way.mu.Lock()
+	if s.way.gen == gen && s.way.until == 0 {
+		s.way.until = end
+	}
+	s.way.mu.Unlock()
+	return end, nil
 }

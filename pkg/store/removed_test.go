@@ -3,7 +3,9 @@ package store
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -146,5 +148,156 @@ func TestStore_LoadFromRemovedCompaction(t *testing.T) {
 			l.remove("a", func(seq uint64) bool { return seq == compaction })
 			requireView(t, s, l, "a")
 		})
+	}
+}
+
+// A record stored before a removal that took it, and delivered to the
+// store after the removal was applied (Forget) and the session loaded
+// again, is not applied: it was on its way (an ingest or a follower
+// behind the stream's end) when the removal came, and the stream holds
+// it no more. The load, resting on the stream as it is, reads up to the
+// stream's end, so the session's later records apply after it and its
+// removed ones are known as met.
+func TestStore_RemovedRecordOnItsWay(t *testing.T) {
+	cfg := lazyConfig{maxSessions: 100, maxBytes: DefaultMaxBytes, maxSessionBytes: DefaultMaxSessionBytes, bySeq: true}
+	for _, loaded := range []bool{true, false} {
+		for _, how := range []string{"session", "all", "holding"} {
+			t.Run(fmt.Sprintf("loaded=%v/%s", loaded, how), func(t *testing.T) {
+				l := newFakeLoader()
+				s := newFreshStore(t, l, cfg, true)
+				t.Cleanup(func() { s.Close() })
+				ingest(s, l, "a", userRecord("a0"))
+				ingest(s, l, "a", userRecord("a1"))
+				if loaded {
+					requireView(t, s, l, "a")
+				}
+				// Stored, not delivered yet.
+				var late []delivery
+				for i := range 2 {
+					data := userRecord(fmt.Sprintf("a%d", i+2))
+					late = append(late, delivery{session: "a", seq: l.publish("a", data), data: data})
+					data = userRecord(fmt.Sprintf("b%d", i))
+					late = append(late, delivery{session: "b", seq: l.publish("b", data), data: data})
+				}
+				l.remove("a", func(uint64) bool { return true })
+				switch how {
+				case "session":
+					s.Forget("a")
+				case "all":
+					s.ForgetAll()
+				case "holding":
+					s.ForgetHolding(1)
+				}
+				requireView(t, s, l, "a") // loads again: the stream holds none of a
+				for _, d := range late {
+					s.Apply(d.session, d.seq, d.data)
+				}
+				ingest(s, l, "a", userRecord("a4"))
+				requireView(t, s, l, "a")
+				requireView(t, s, l, "b")
+			})
+		}
+	}
+}
+
+// The store an ingest or a follower feeds, with records delivered some
+// time after they are stored and removals applied as they are made:
+// whatever was removed when, and whichever records were still on their
+// way then, every view of a session equals Build over the records the
+// stream holds of it up to the view's sequence, and once every record
+// is delivered each view reaches the session's last record. Generated
+// sequences of publishes, deliveries, removals (of a session's records,
+// of one record, of all), evictions and views.
+func TestStore_RemovalsWithRecordsOnTheirWay(t *testing.T) {
+	seeds := 300
+	if testing.Short() {
+		seeds = 60
+	}
+	for seed := range uint64(seeds) {
+		runOnTheirWay(t, seed)
+		if t.Failed() {
+			return
+		}
+	}
+}
+
+func runOnTheirWay(t *testing.T, seed uint64) {
+	r := rand.New(rand.NewPCG(seed, 0x7a7))
+	cfg := lazyConfig{maxSessions: lazyPick(r, 1, 2, 100), maxBytes: DefaultMaxBytes, maxSessionBytes: DefaultMaxSessionBytes, bySeq: true}
+	l := newFakeLoader()
+	s := newFreshStore(t, l, cfg, r.IntN(2) == 0)
+	defer s.Close()
+	sessions := []string{"a", "b", "c"}
+	var way []delivery // stored, not delivered yet, in order
+	var log []string
+	check := func(session string) uint64 {
+		got, seq, _ := viewJSON(t, s, session)
+		var upTo []stored
+		for _, rec := range l.stream(session) {
+			if rec.seq <= seq {
+				upTo = append(upTo, rec)
+			}
+		}
+		want, _ := modelOf(upTo, s.MaxSessionBytes).want(t)
+		if want != got {
+			t.Errorf("seed %d: view of %s at seq %d:\n got %s\nwant %s\nsteps:\n%s", seed, session, seq, got, want, strings.Join(log, "\n"))
+		}
+		return seq
+	}
+	for step := 0; step < 120 && !t.Failed(); step++ {
+		id := sessions[r.IntN(len(sessions))]
+		switch n := r.IntN(100); {
+		case n < 35:
+			data := userRecord(fmt.Sprintf("%s%d", id, step))
+			if r.IntN(8) == 0 {
+				data = compactionRecord(fmt.Sprintf("%s%d", id, step))
+			}
+			seq := l.publish(id, data)
+			way = append(way, delivery{id, seq, data})
+			log = append(log, fmt.Sprintf("publish %s %d", id, seq))
+		case n < 60 && len(way) > 0:
+			k := 1 + r.IntN(len(way))
+			for _, d := range way[:k] {
+				s.Apply(d.session, d.seq, d.data)
+			}
+			log = append(log, fmt.Sprintf("deliver up to %d", way[k-1].seq))
+			way = way[k:]
+		case n < 68:
+			recs := l.stream(id)
+			if len(recs) == 0 {
+				continue
+			}
+			switch r.IntN(3) {
+			case 0: // a purge of the session's subject
+				l.remove(id, func(uint64) bool { return true })
+				s.Forget(id)
+				log = append(log, "purge "+id)
+			case 1: // one message deleted
+				seq := recs[r.IntN(len(recs))].seq
+				l.remove(id, func(x uint64) bool { return x == seq })
+				s.ForgetHolding(seq)
+				log = append(log, fmt.Sprintf("delete %d", seq))
+			default: // records up to one kept (purge --keep), told as unknown
+				keep := recs[r.IntN(len(recs))].seq
+				l.remove(id, func(x uint64) bool { return x < keep })
+				s.ForgetAll()
+				log = append(log, fmt.Sprintf("purge %s below %d", id, keep))
+			}
+		case n < 74:
+			s.Evict(id)
+			log = append(log, "evict "+id)
+		default:
+			log = append(log, fmt.Sprintf("view %s at %d", id, check(id)))
+		}
+	}
+	for _, d := range way {
+		s.Apply(d.session, d.seq, d.data)
+	}
+	for _, id := range sessions {
+		seq := check(id)
+		recs := l.stream(id)
+		if len(recs) > 0 && seq < recs[len(recs)-1].seq {
+			t.Errorf("seed %d: view of %s at seq %d, its last record %d", seed, id, seq, recs[len(recs)-1].seq)
+		}
 	}
 }

@@ -195,6 +195,7 @@ type Store struct {
 	checkpoints checkpointWriter
 	evictSnaps  evictWriter
 	indexed     atomic.Int64 // sequences held in all slots' seqs
+	way         onTheirWay   // records a removal took that may still come (removed.go)
 
 	watermark // the watermark and its waiters
 	rejects   *rejectLog
@@ -452,8 +453,12 @@ func (s *Store) checkpointsWritten(batch map[string]Checkpoint, idle bool) {
 // never, so it starts no index and ends the one its session has. It may
 // be one its session has seen: that is found before it is decoded.
 func (s *Store) Apply(session string, seq uint64, data []byte) {
-	inOrder := seq > s.watermark.get()
+	applied := s.watermark.get()
+	inOrder := seq > applied
 	defer s.watermark.advance(seq)
+	if s.way.dropped(seq, applied) {
+		return // deleted from the stream before it came (removed.go)
+	}
 	if !inOrder && s.seen(session, seq) {
 		s.stats.duplicates.Add(1)
 		return // a redelivery or a replay
@@ -462,8 +467,14 @@ func (s *Store) Apply(session string, seq uint64, data []byte) {
 	sl := s.lockSlot(session)
 	if seq <= sl.seq {
 		sl.mu.Unlock()
+		if inOrder && err != nil {
+			// Read first by a load past the watermark (removed.go): the
+			// ingest meets it now, and reports it.
+			s.reject(Rejection{Subject: s.subjectOf(session, seq), Session: session, Seq: seq, Size: len(data), Reason: err.Error(), Kind: decodeKind(err)})
+			return
+		}
 		s.stats.duplicates.Add(1)
-		return // seen before: a redelivery or a replay
+		return // seen before: a redelivery, a replay, or read by a load
 	}
 	sl.seq = seq
 	sl.recent = true
