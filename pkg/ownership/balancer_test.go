@@ -135,13 +135,14 @@ func (p *fakePeers) Listen(func(Handback)) (func(), error) { return func() {}, n
 // noRemovals is a removal watcher of a stream that has had none.
 type noRemovals struct{}
 
-func (noRemovals) Ahead(uint64)                                      {}
-func (noRemovals) Cover(uint64)                                      {}
-func (noRemovals) Covered(uint64) bool                               { return true }
-func (noRemovals) Mark() uint64                                      { return 0 }
-func (noRemovals) Drain()                                            {}
-func (noRemovals) Settle(context.Context, bool, uint64) error        { return nil }
-func (noRemovals) SettleSince(context.Context, uint64, uint64) error { return nil }
+func (noRemovals) Ahead(uint64)                                                  {}
+func (noRemovals) Cover(uint64)                                                  {}
+func (noRemovals) Covered(uint64) bool                                           { return true }
+func (noRemovals) Mark() uint64                                                  { return 0 }
+func (noRemovals) Drain()                                                        {}
+func (noRemovals) Settle(context.Context, bool, uint64) error                    { return nil }
+func (noRemovals) Verified() uint64                                              { return 0 }
+func (noRemovals) SettleSince(_ context.Context, _, upTo uint64) (uint64, error) { return upTo, nil }
 
 // testRoles returns the roles of instance me:1 on a stream of P
 // partitions, with stores that load nothing, and its balancer over the

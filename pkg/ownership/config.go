@@ -51,7 +51,7 @@ type Config struct {
 // Removals is what the roles need of the removal watcher (package
 // removals): that every removal before a record is applied before it
 // (Cover), and before what a reply shows (Settle, SettleSince); Ahead
-// starts the proof of a record applied unproven.
+// starts the proof of a record a request needs, as the request comes.
 type Removals interface {
 	Ahead(seq uint64)
 	Cover(seq uint64)
@@ -59,7 +59,11 @@ type Removals interface {
 	Mark() uint64
 	Drain()
 	Settle(ctx context.Context, read bool, upTo uint64) error
-	SettleSince(ctx context.Context, mark, upTo uint64) error
+	// SettleSince returns the sequence it proved: upTo, or past it.
+	SettleSince(ctx context.Context, mark, upTo uint64) (uint64, error)
+	// Verified is the sequence proven so far: every removal made before
+	// that record was stored has been applied.
+	Verified() uint64
 }
 
 // Router serves a partition's endpoint while its ingest store is

@@ -21,12 +21,16 @@ import (
 // ingest store: records applied as they come, sessions loaded on demand
 // from the stream up to its watermark. It writes no checkpoint and no
 // snapshot (those are the ingest's; its loader is the reader's,
-// read-only). The removals apply to it as to the other stores, and are
-// proven when a reply is built (followed), not before each record is
-// applied: the proof starts as the record is applied (removals' Ahead)
-// and runs beside it, one read of the stream's state at a time shared by
-// the records delivered meanwhile, and a session fetched again unchanged
-// costs its request none.
+// read-only). The removals apply to it as to the other stores, and as
+// the ingest does the follower applies no record before every removal
+// made before it was stored has been applied (removals' Cover): one read
+// of the stream's state at a time, shared by the records delivered
+// meanwhile, and often begun before the record came, by the request
+// that asks for it (Roles.Reach, removals' Ahead). So every state of a
+// session the follower's records make is proven as it is made, however
+// fast they come; what a load read is proven when a reply shows it
+// (followed), and a session fetched again unchanged costs its request
+// nothing.
 //
 // A request whose min_seq, and the floor, the follower's watermark
 // covers is answered from the follower store at once, without reading
@@ -178,13 +182,14 @@ func (f *following) start(gen uint64, st *store.Store) {
 		// stream's first record meets every session.
 		st.Fresh = last == 0
 		st.Advance(last)
-		// Applied unproven: a reply proves the removals before it shows
-		// what is new (followed). The proof starts as the record is
-		// applied (Ahead): it is under way, or done, when the request
-		// that asks for the record comes.
+		// Applied once proven, as the ingest applies them: a state
+		// the records make holds nothing a removal before them took.
+		// (A reply that showed states applied unproven would have to
+		// prove each after it was made, and a session written faster
+		// than a proof takes would never be shown.)
 		return cfg.Stream.Follow(ctx, last, bus.PullBytes(cfg.Conn), func(m bus.Msg) {
+			f.r.Removals.Cover(m.Seq)
 			applyRecord(st, m)
-			f.r.Removals.Ahead(m.Seq)
 		}, cfg.Logger)
 	}()
 	f.mu.Lock()
@@ -328,17 +333,15 @@ func (f *following) loaded(session string) bool {
 }
 
 // followed shows a session of the follower store. The follower applies
-// records as they come, without checking the stream's state first as
-// the ingest does (cover): a record stored after a removal whose
-// advisory has not come yet may be applied beside records the removal
-// took. Nothing is shown so. A view covers the sequence the request
-// needs (its min_seq, or the floor), as the ingest covers each record:
-// every removal made before that record was stored is applied first. A
-// view that would show a state of the session no reply showed before
-// covers the store's watermark too: every record the state holds was
-// stored before it, so a removal not applied yet was made after each of
-// them, and the state is what the stream held before it. That holds of
-// what the records applied made; a load reads the stream, and may meet
+// a record once every removal made before it was stored has been
+// applied (cover), as the ingest does. A view covers the sequence the
+// request needs (its min_seq, or the floor) too. A view that would show
+// a state of the session no reply showed before covers the store's
+// watermark: every record the state holds was stored before it, so a
+// removal not applied yet was made after each of them, and the state is
+// what the stream held before it. That holds of what the records
+// applied made, and costs no read of the stream's state (they were
+// covered as they were applied); a load reads the stream, and may meet
 // a removal half way (a snapshot from before it, the records after it)
 // with no record stored after the removal. So when the store loaded a
 // session since the last request that proved the removals made before
@@ -346,10 +349,10 @@ func (f *following) loaded(session string) bool {
 // made before the request came, and before the records it shows were
 // stored, has been applied (store.ViewSettled, removals.settleSince; one
 // read of the stream's state serves both), as a reader's that reads the
-// session now does. Else the proof is the cover of the watermark, which
-// the follower started as it applied the records (Ahead): a turn's reply
-// waits for what is left of that read, not for a read of its own. A
-// session shown again as it was, with nothing to cover, costs no read.
+// session now does. Either proof reaches the sequence the watcher
+// verified, past every record the follower applied: the view that
+// follows finds the session within it, however fast its records come. A
+// session shown again as it was costs no proof.
 type followed struct {
 	fl       *follower
 	st       *store.Store
@@ -371,10 +374,13 @@ func (v followed) View(ctx context.Context, session string, fn func(p *projectio
 			// A session the cover forgot loads when it is viewed
 			// again: the proof of the mark is made first.
 			if v.st.Stats().Loads <= v.fl.clean.Load() && v.st.Loaded(session) {
-				return upTo, nil
+				// Proven past upTo, most often: the check's read began
+				// after the records applied when it was asked for.
+				return max(upTo, v.removals.Verified()), nil
 			}
 		}
-		if err := v.removals.SettleSince(ctx, v.mark, upTo); err != nil {
+		proven, err := v.removals.SettleSince(ctx, v.mark, upTo)
+		if err != nil {
 			return upTo, err
 		}
 		if v.known {
@@ -387,7 +393,7 @@ func (v followed) View(ctx context.Context, session string, fn func(p *projectio
 				}
 			}
 		}
-		return upTo, nil
+		return proven, nil
 	}, fn)
 }
 

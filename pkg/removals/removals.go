@@ -65,16 +65,16 @@
 // when the removal comes is read again once its advisory is applied
 // (store.Forget), and not otherwise.
 //
-// A store that applies records unproven (a follower's, package
-// ownership) starts the proof as it applies each record (Watcher.Ahead):
-// the watcher's goroutine checks the stream's state in the background,
-// one check at a time, each covering every record stored before its
-// read began, and the records delivered while one is in flight share the
-// next. The reply that shows such a record covers it (Cover) and finds
-// that check done or under way: a turn's reply waits for what is left of
-// a read that began as the record came, not for a read of its own. What
-// is proven is the same: a record is shown only once every removal made
-// before it was stored has been applied.
+// A follower's store (package ownership) is fed as the ingest's is,
+// each record covered before it is applied. A request that needs a
+// record starts its proof as it comes (Watcher.Ahead), often before the
+// record reaches the ingest or the follower: the watcher's goroutine
+// checks the stream's state in the background, one check at a time, each
+// covering every record stored before its read began, and the records
+// delivered while one is in flight share the next. The cover that
+// applies the record finds that check done or under way: a turn waits
+// for what is left of a read that began as the request came, not for a
+// read of its own.
 //
 // A stream with limits (AllowStreamLimits) drops messages of its own
 // accord: its count moves without advisories, so only the advisories are
@@ -329,12 +329,12 @@ func (r *Watcher) Cover(seq uint64) {
 // was stored has been applied, and returns at once: the watcher's
 // goroutine checks the stream's state, one check at a time, each
 // covering every record stored before its read, until seq is verified.
-// A store that applies records unproven (the follower's) calls it for
-// each record it applies, so that the proof a reply needs (Cover) is
-// under way, or done, by the time a request asks for the record: the
-// check's round trip runs beside the record's way to the requester,
-// not after it. Records delivered while a check is in flight share the
-// next one.
+// A request calls it for the record it needs as it comes (a PubAck's
+// sequence), so that the proof the ingest or the follower makes before
+// applying the record (Cover) is under way, or done, by the time the
+// record reaches it: the check's round trip runs beside the record's way
+// to the store, not after it. Records delivered while a check is in
+// flight share the next one.
 func (r *Watcher) Ahead(seq uint64) {
 	if r == nil || !r.counted || seq <= r.verified.Load() {
 		return
@@ -366,6 +366,17 @@ func (r *Watcher) checkAhead() {
 	r.check(r.begin(), 0)
 }
 
+// Verified returns the sequence verified so far: every removal made
+// before the record at it was stored has been applied to the stores. On
+// a stream that removes records of its own accord it is 0: nothing is
+// verified there.
+func (r *Watcher) Verified() uint64 {
+	if r == nil || !r.counted {
+		return 0
+	}
+	return r.verified.Load()
+}
+
 // covered reports whether cover(seq) returns without reading the
 // stream's state.
 func (r *Watcher) Covered(seq uint64) bool {
@@ -390,7 +401,8 @@ func (r *Watcher) Settle(ctx context.Context, read bool, upTo uint64) error {
 		r.Cover(upTo)
 		return nil
 	}
-	return r.SettleSince(ctx, r.Mark(), upTo)
+	_, err := r.SettleSince(ctx, r.Mark(), upTo)
+	return err
 }
 
 // mark returns what settleSince is given to prove the removals made
@@ -407,28 +419,35 @@ func (r *Watcher) Mark() uint64 {
 // when a check that began reading the stream's state after it has ended
 // meanwhile and verified upTo, else after a check of its own. On a
 // stream that removes records of its own accord it covers upTo.
-func (r *Watcher) SettleSince(ctx context.Context, mark, upTo uint64) error {
+//
+// It returns the sequence verified then, upTo or past it: every removal
+// made before that record was stored has been applied too. A check
+// verifies the stream's last sequence it read, which is past what a
+// follower had applied when the check began: a view that finds records
+// applied meanwhile finds them within it, most often, and needs no other
+// check (store.ViewSettled).
+func (r *Watcher) SettleSince(ctx context.Context, mark, upTo uint64) (uint64, error) {
 	if r == nil {
-		return nil
+		return upTo, nil
 	}
 	if !r.counted {
 		r.Cover(upTo)
-		return nil
+		return upTo, nil
 	}
 	if r.lockIdle(ctx.Done()) != nil {
-		return ctx.Err()
+		return 0, ctx.Err()
 	}
 	r.drainLocked()
 	if r.checked.Load() > mark && r.verified.Load() >= upTo {
 		r.mu.Unlock()
-		return nil
+		return max(upTo, r.verified.Load()), nil
 	}
 	if err := ctx.Err(); err != nil {
 		r.mu.Unlock()
-		return err
+		return 0, err
 	}
 	r.check(r.begin(), upTo)
-	return nil
+	return max(upTo, r.verified.Load()), nil
 }
 
 // check reads the stream's state and verifies up to its last sequence,
