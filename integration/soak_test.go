@@ -15,7 +15,9 @@ import (
 // A short soak of a real ctxd serve process: agents in a closed loop over
 // browsing sessions, every reply checked against the agents' own
 // projections of what they published (its seq, its message count, and
-// here every one message by message), and a row of memory figures. It
+// here every one message by message, each put back together from the
+// delta sent against the agent's last reply), and a row of memory
+// figures. It
 // asserts correctness only; ctxd soak measures the figures
 // (docs/PERFORMANCE.md).
 func TestSoak_Short(t *testing.T) {
@@ -43,5 +45,7 @@ func TestSoak_Short(t *testing.T) {
 	require.Positive(t, w.HeapInUse, "its heap is scraped")
 	require.Positive(t, w.CacheBytes, "its projections' bytes are scraped")
 	require.Positive(t, w.Disk, "its data directory is measured")
+	require.Positive(t, w.RecordBytes, "the turns' records are counted")
+	require.Less(t, w.SentBytes, w.ReplyBytes, "replies sent as deltas against the agents' last ones")
 	require.Empty(t, rep.Missed())
 }

@@ -19,10 +19,14 @@ in a temporary directory, and drives it as long browsing sessions do:
 --agents agents in a closed loop over --sessions sessions, each turn a
 tool call and its result published (each PubAck awaited), then the
 session's context fetched as msgpack at the last PubAck; every
---screenshot-every-th result is a browser result with a screenshot.
-Every --bare-every-th turn of an agent is followed by a bare one: the
-same records published to another stream (kept to 64 MiB), then a
-request-reply of the reply's bytes to a responder that does nothing
+--screenshot-every-th result is a browser result with a screenshot. An
+agent keeps each session's last reply and asks against it (have_seq,
+have_digest): ctxd sends the messages after those the agent holds, and
+the agent puts the whole reply back together, as the Go and TypeScript
+clients do (--whole: every reply asked for whole). Every
+--bare-every-th turn of an agent is followed by a bare one: the same
+records published to another stream (kept to 64 MiB), then a
+request-reply of the bytes ctxd sent to a responder that does nothing
 else.
 
 Every reply is checked: its seq at least min_seq and its message count
@@ -31,13 +35,16 @@ that of the agent's own projection of the records it published; every
 message by message. A reply that fails a check is an error.
 
 It prints a row per --window: turns, errors, turn p50/p99 beside the bare
-turn's, the median reply's size, the process's RSS, its Go heap in use,
+turn's, the median reply's size whole and as sent, the median bytes of
+a turn's records and the ratio of the two, the process's RSS, its Go heap in use,
 the projections' bytes (ctxd_sessions_loaded_bytes), the data directory's
 size and the load average; then rows while the process idles for --idle.
 Progress goes to standard error, the table to standard output.
 
 It exits 1 when a target is missed: an error, a window whose turn p50 is
-more than --max-ratio times the bare one's, or an RSS over the bound
+more than --max-ratio times the bare one's, a window whose bytes sent a
+turn are more than --max-sent times its records' (deltas only), or an
+RSS over the bound
 (--cache-bytes and what ctxd serve's memory limit adds to it; see
 docs/OPERATING.md, "Memory").
 
@@ -57,6 +64,8 @@ func runSoak(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&cfg.CheckEvery, "check-every", cfg.CheckEvery, "compare every so many replies of a session with the agent's projection message by message (1: every one)")
 	fs.IntVar(&cfg.BareEvery, "bare-every", cfg.BareEvery, "follow every so many turns of an agent by a bare turn (1: every one)")
 	fs.Float64Var(&cfg.MaxRatio, "max-ratio", cfg.MaxRatio, "largest turn p50 / bare turn p50 of a window (0: not judged)")
+	fs.BoolVar(&cfg.Whole, "whole", false, "ask for every reply whole, as a client that keeps nothing between turns (default: deltas against the last reply)")
+	fs.Float64Var(&cfg.MaxSent, "max-sent", cfg.MaxSent, "largest median bytes sent a turn / median bytes of a turn's records, of a window, with deltas (0: not judged)")
 	cacheBytes := fs.Int64("cache-bytes", app.DefaultConfig().CacheBytes, "ctxd serve --cache-bytes; with the memory limit's overhead it makes the RSS bound")
 	fs.StringVar(&cfg.Dir, "dir", "", "directory for the process's data and log (default: a temporary directory, removed afterwards)")
 	var serveArgs []string
@@ -77,8 +86,8 @@ func runSoak(ctx context.Context, e *env, args []string) error {
 		return usageError(e, "soak", fmt.Errorf("--duration: want a positive duration such as 5m, or --turns, got %s", cfg.Duration))
 	case cfg.Window <= 0:
 		return usageError(e, "soak", fmt.Errorf("--window: want a positive duration such as 30s, got %s", cfg.Window))
-	case cfg.ScreenshotEvery < 0 || cfg.ScreenshotBytes < 0 || cfg.Turns < 0 || cfg.Idle < 0:
-		return usageError(e, "soak", errors.New("--screenshot-every, --screenshot-bytes, --turns and --idle: want 0 or more"))
+	case cfg.ScreenshotEvery < 0 || cfg.ScreenshotBytes < 0 || cfg.Turns < 0 || cfg.Idle < 0 || cfg.MaxRatio < 0 || cfg.MaxSent < 0:
+		return usageError(e, "soak", errors.New("--screenshot-every, --screenshot-bytes, --turns, --idle, --max-ratio and --max-sent: want 0 or more"))
 	}
 	bin, err := os.Executable()
 	if err != nil {

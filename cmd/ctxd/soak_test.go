@@ -13,6 +13,7 @@ func TestSoak_Flags(t *testing.T) {
 		"--duration": {"--duration", "0s"},
 		"--window":   {"--window", "0s"},
 		"--idle":     {"--idle", "-1s"},
+		"--max-sent": {"--max-sent", "-1"},
 	} {
 		code, _, errOut := runCmd(t, "", append([]string{"soak"}, args...)...)
 		require.Equal(t, exitUsage, code, errOut)

@@ -27,6 +27,7 @@ import (
 	"github.com/ctxd/ctxd/internal/workload"
 	"github.com/ctxd/ctxd/pkg/client"
 	"github.com/ctxd/ctxd/pkg/projection"
+	"github.com/ctxd/ctxd/pkg/protocol"
 	"github.com/ctxd/ctxd/pkg/record"
 	"github.com/ctxd/ctxd/pkg/subject"
 )
@@ -70,6 +71,15 @@ type SoakConfig struct {
 	// judged); MaxRatio the largest turn p50 / bare p50 of a window.
 	RSSBound int64
 	MaxRatio float64
+	// Whole asks for every reply whole, as a client that keeps nothing
+	// between turns. Else each agent keeps its sessions' last replies
+	// and asks against them (have_seq, have_digest): the service sends
+	// the messages after those it holds (a delta), and the agent puts
+	// the whole reply back together (protocol.Held), as client.Keeper
+	// does. MaxSent is the largest median of a window's bytes sent a
+	// turn over the bytes of the turn's own records (0: not judged).
+	Whole   bool
+	MaxSent float64
 
 	// Progress receives a line per step; nil discards them.
 	Progress io.Writer
@@ -88,6 +98,7 @@ func DefaultSoak() SoakConfig {
 		CheckEvery:      10,
 		BareEvery:       4,
 		MaxRatio:        1.5,
+		MaxSent:         3,
 	}
 }
 
@@ -101,9 +112,21 @@ type SoakWindow struct {
 	CacheBytes, Disk  int64
 	Load1             float64 // the machine's load average
 	Took              time.Duration
-	ReplyBytes        int64 // the median reply's bytes
+	ReplyBytes        int64 // the median reply's bytes, whole
+	SentBytes         int64 // the median reply's bytes as sent: the delta's
+	RecordBytes       int64 // the median turn's records' bytes
 	Idle              bool
 	missedRSS, missed bool
+	missedSent        bool
+}
+
+// SentRatio is the window's median bytes sent a turn over the median
+// bytes of a turn's records.
+func (w SoakWindow) SentRatio() float64 {
+	if w.RecordBytes <= 0 {
+		return 0
+	}
+	return float64(w.SentBytes) / float64(w.RecordBytes)
 }
 
 // Ratio is the window's turn p50 over its bare p50.
@@ -123,6 +146,8 @@ type SoakReport struct {
 	Checked  int // replies compared message by message
 	RSSBound int64
 	MaxRatio float64
+	MaxSent  float64
+	Whole    bool
 }
 
 // Missed lists the targets the soak missed: errors, a window's ratio,
@@ -139,6 +164,9 @@ func (r *SoakReport) Missed() []string {
 		if w.missedRSS {
 			out = append(out, fmt.Sprintf("window %s: RSS %s, over the bound of %s", w.Name, mib(w.RSS), mib(r.RSSBound)))
 		}
+		if w.missedSent {
+			out = append(out, fmt.Sprintf("window %s: %d bytes sent a turn, %.2fx the turn's records, more than %.2fx", w.Name, w.SentBytes, w.SentRatio(), r.MaxSent))
+		}
 	}
 	return out
 }
@@ -148,15 +176,15 @@ func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 // WriteTable writes the soak's table.
 func (r *SoakReport) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "window\tturns\tturns/s\terrors\tturn p50\tturn p99\tbare p50\tbare p99\tp50 ratio\treply\tRSS\theap in use\tcache\tdata dir\tload\t")
+	fmt.Fprintln(tw, "window\tturns\tturns/s\terrors\tturn p50\tturn p99\tbare p50\tbare p99\tp50 ratio\treply\tsent\trecords\tsent ratio\tRSS\theap in use\tcache\tdata dir\tload\t")
 	for _, x := range r.Windows {
 		if x.Idle {
-			fmt.Fprintf(tw, "%s\t\t\t\t\t\t\t\t\t\t%s\t%s\t%s\t%s\t%.1f\t\n", x.Name, mib(x.RSS), mib(x.HeapInUse), mib(x.CacheBytes), mib(x.Disk), x.Load1)
+			fmt.Fprintf(tw, "%s\t\t\t\t\t\t\t\t\t\t\t\t\t%s\t%s\t%s\t%s\t%.1f\t\n", x.Name, mib(x.RSS), mib(x.HeapInUse), mib(x.CacheBytes), mib(x.Disk), x.Load1)
 			continue
 		}
 		rate := float64(x.Turns) / x.Took.Seconds()
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%d\t%s\t%s\t%s\t%s\t%.2fx\t%d KB\t%s\t%s\t%s\t%s\t%.1f\t\n", x.Name, x.Turns, rate, x.Errors,
-			ms(x.Turn50), ms(x.Turn99), ms(x.Bare50), ms(x.Bare99), x.Ratio(), x.ReplyBytes/1000,
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%d\t%s\t%s\t%s\t%s\t%.2fx\t%d KB\t%s\t%s\t%.2fx\t%s\t%s\t%s\t%s\t%.1f\t\n", x.Name, x.Turns, rate, x.Errors,
+			ms(x.Turn50), ms(x.Turn99), ms(x.Bare50), ms(x.Bare99), x.Ratio(), x.ReplyBytes/1000, kb(x.SentBytes), kb(x.RecordBytes), x.SentRatio(),
 			mib(x.RSS), mib(x.HeapInUse), mib(x.CacheBytes), mib(x.Disk), x.Load1)
 	}
 	if err := tw.Flush(); err != nil {
@@ -166,9 +194,21 @@ func (r *SoakReport) WriteTable(w io.Writer) error {
 	if r.RSSBound > 0 {
 		bound = mib(r.RSSBound)
 	}
-	_, err := fmt.Fprintf(w, "%d turns, %d errors, %d replies compared message by message with the agents' own projections; RSS bound %s, turn p50 at most %.2fx bare\n",
-		r.Turns, r.ErrCount, r.Checked, bound, r.MaxRatio)
+	how := "replies as deltas against the agents' last ones (have_seq, have_digest)"
+	if r.Whole {
+		how = "every reply whole"
+	}
+	_, err := fmt.Fprintf(w, "%d turns, %d errors, %d replies compared message by message with the agents' own projections; %s; RSS bound %s, turn p50 at most %.2fx bare\n",
+		r.Turns, r.ErrCount, r.Checked, how, bound, r.MaxRatio)
 	return err
+}
+
+// kb writes a byte count in KB, or in bytes below 10 KB.
+func kb(n int64) string {
+	if n < 10_000 {
+		return fmt.Sprintf("%d B", n)
+	}
+	return fmt.Sprintf("%d KB", n/1000)
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/1e6) }
@@ -179,6 +219,7 @@ type soakSession struct {
 	gen   *workload.Generator
 	proj  *projection.Session
 	turns int
+	held  *protocol.Held // the last reply, whole (deltas)
 }
 
 // soak is a running soak.
@@ -192,6 +233,8 @@ type soak struct {
 	turn     []time.Duration
 	bareLat  []time.Duration
 	replies  []int
+	sent     []int
+	records  []int
 	errs     int
 	first    []string
 	total    int
@@ -312,7 +355,7 @@ func Soak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 		}
 	}
 
-	rep := &SoakReport{RSSBound: cfg.RSSBound, MaxRatio: cfg.MaxRatio}
+	rep := &SoakReport{RSSBound: cfg.RSSBound, MaxRatio: cfg.MaxRatio, MaxSent: cfg.MaxSent, Whole: cfg.Whole}
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -371,9 +414,10 @@ func Soak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 		s.sample(ctx, &w, cmd.Process.Pid, ops, data)
 		w.missed = cfg.MaxRatio > 0 && w.Turns > 0 && w.Ratio() > cfg.MaxRatio
 		w.missedRSS = cfg.RSSBound > 0 && w.RSS > cfg.RSSBound
+		w.missedSent = !cfg.Whole && cfg.MaxSent > 0 && w.Turns > 0 && w.SentRatio() > cfg.MaxSent
 		rep.Windows = append(rep.Windows, w)
-		logf("soak: %s: %d turns, %d errors, turn p50 %v p99 %v, bare p50 %v p99 %v (%.2fx), RSS %s, heap in use %s, cache %s, data %s, load %.1f",
-			w.Name, w.Turns, w.Errors, w.Turn50, w.Turn99, w.Bare50, w.Bare99, w.Ratio(), mib(w.RSS), mib(w.HeapInUse), mib(w.CacheBytes), mib(w.Disk), w.Load1)
+		logf("soak: %s: %d turns, %d errors, turn p50 %v p99 %v, bare p50 %v p99 %v (%.2fx), sent %s a turn (%.2fx its records), RSS %s, heap in use %s, cache %s, data %s, load %.1f",
+			w.Name, w.Turns, w.Errors, w.Turn50, w.Turn99, w.Bare50, w.Bare99, w.Ratio(), kb(w.SentBytes), w.SentRatio(), mib(w.RSS), mib(w.HeapInUse), mib(w.CacheBytes), mib(w.Disk), w.Load1)
 	}
 	// Idle: what the process gives back with nothing to do.
 	idleStart := time.Now()
@@ -403,7 +447,9 @@ func Soak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 
 // agentTurn makes one turn of a session: a tool call and its result
 // published, each acknowledged, then the context fetched as msgpack at
-// the last PubAck, checked; then the same with the bare baseline.
+// the last PubAck (as a delta against the last one, unless Whole), put
+// back together and checked; then the same with the bare baseline, a
+// reply of the bytes sent.
 func (s *soak) agentTurn(ctx context.Context, ss *soakSession) {
 	var recs []any
 	if every := s.cfg.ScreenshotEvery; every > 0 && ss.turns%every == every-1 && s.cfg.ScreenshotBytes > 0 {
@@ -436,9 +482,33 @@ func (s *soak) agentTurn(ctx context.Context, ss *soakSession) {
 		s.fail(ctx, err)
 		return
 	}
+	req := client.Request{MinSeq: seq, WaitMS: 10000, Msgpack: true}
+	if !s.cfg.Whole {
+		req.Digest = true
+		if ss.held != nil {
+			req.HaveSeq, req.HaveDigest = ss.held.Reply.Seq, ss.held.Reply.Digest
+		}
+	}
 	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
-	reply, err := client.Context(rctx, s.nc, ss.name, client.Request{MinSeq: seq, WaitMS: 10000, Msgpack: true})
+	body, err := client.Context(rctx, s.nc, ss.name, req)
 	cancel()
+	reply := body
+	if err == nil && !s.cfg.Whole {
+		// The whole reply is part of the turn: the runtime's request
+		// body is made of it.
+		var next *protocol.Held
+		if ss.held != nil {
+			next, err = ss.held.Apply(body)
+		} else {
+			next, err = protocol.Hold(body)
+		}
+		if err == nil {
+			reply, ss.held = next.Body, next
+		} else {
+			ss.held = nil // asked for whole next time
+			err = fmt.Errorf("the delta does not apply: %w", err)
+		}
+	}
 	took := time.Since(t0)
 	// The agent's own projection: its records at their sequences, which
 	// the stream holds whether the fetch succeeded or not.
@@ -454,9 +524,15 @@ func (s *soak) agentTurn(ctx context.Context, ss *soakSession) {
 		return
 	}
 
+	recBytes := 0
+	for _, d := range data {
+		recBytes += len(d)
+	}
 	s.mu.Lock()
 	s.turn = append(s.turn, took)
 	s.replies = append(s.replies, len(reply))
+	s.sent = append(s.sent, len(body))
+	s.records = append(s.records, recBytes)
 	s.total++
 	s.mu.Unlock()
 	if ss.turns%s.cfg.BareEvery != 0 {
@@ -469,13 +545,13 @@ func (s *soak) agentTurn(ctx context.Context, ss *soakSession) {
 		return
 	}
 	var n [4]byte
-	binary.BigEndian.PutUint32(n[:], uint32(len(reply)))
+	binary.BigEndian.PutUint32(n[:], uint32(len(body)))
 	bctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	got, err := client.Do(bctx, s.nc, &nats.Msg{Subject: "soak.bare", Data: n[:]})
 	cancel()
 	bare := time.Since(b0)
-	if err != nil || len(got) != len(reply) {
-		s.fail(ctx, fmt.Errorf("bare request of %d bytes: %d bytes, %v", len(reply), len(got), err))
+	if err != nil || len(got) != len(body) {
+		s.fail(ctx, fmt.Errorf("bare request of %d bytes: %d bytes, %v", len(body), len(got), err))
 		return
 	}
 	s.mu.Lock()
@@ -536,12 +612,14 @@ func (s *soak) fail(ctx context.Context, err error) {
 // window takes the latencies gathered since the last window.
 func (s *soak) window(from, to, start time.Time) SoakWindow {
 	s.mu.Lock()
-	turn, bare, replies, errs := s.turn, s.bareLat, s.replies, s.errs
-	s.turn, s.bareLat, s.replies = nil, nil, nil
+	turn, bare, replies, sent, records, errs := s.turn, s.bareLat, s.replies, s.sent, s.records, s.errs
+	s.turn, s.bareLat, s.replies, s.sent, s.records = nil, nil, nil, nil, nil
 	s.mu.Unlock()
 	slices.Sort(turn)
 	slices.Sort(bare)
 	slices.Sort(replies)
+	slices.Sort(sent)
+	slices.Sort(records)
 	w := SoakWindow{
 		Name:   fmt.Sprintf("%d-%ds", int(from.Sub(start).Round(time.Second).Seconds()), int(to.Sub(start).Round(time.Second).Seconds())),
 		Turns:  len(turn),
@@ -551,6 +629,8 @@ func (s *soak) window(from, to, start time.Time) SoakWindow {
 	}
 	if len(replies) > 0 {
 		w.ReplyBytes = int64(replies[len(replies)/2])
+		w.SentBytes = int64(sent[len(sent)/2])
+		w.RecordBytes = int64(records[len(records)/2])
 	}
 	s.mu.Lock()
 	w.Errors, s.errsSeen = errs-s.errsSeen, errs
