@@ -61,10 +61,12 @@
 //     server did with each.
 //   - Checkpoints: the key-value bucket of per-session checkpoints.
 //
-// direct.go is the package's one long file (about 700 lines): it is one
-// job, the validated direct-get protocol (batches, multi_last, the
-// replicas asked again, the leader last), whose parts only make sense
-// together.
+// The validated direct-get protocol is in three files: direct.go holds
+// the reads (ReadSubject, ReadRange, ReadSeqs, LastOf, CountSubject),
+// directget.go the requests, batches and multi_last behind them and
+// their replies, directseqs.go the reads by sequence (a window of single
+// gets, the replicas asked again, the leader last), which seqsof.go
+// shares.
 //
 // Data flows one way: publisher -> stream -> consumer -> handler. The
 // handler (the projections) knows nothing of JetStream, and bus knows
