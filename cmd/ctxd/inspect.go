@@ -9,7 +9,6 @@ import (
 	"github.com/ctxd/ctxd/pkg/bus"
 	"github.com/ctxd/ctxd/pkg/inspect"
 	"github.com/ctxd/ctxd/pkg/projection"
-	"github.com/ctxd/ctxd/pkg/store"
 )
 
 const inspectAbout = `Shows what the model saw of SESSION: each stored record (stream
@@ -33,10 +32,7 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 	conn := addConnFlags(fs, e, true)
 	at := fs.Uint64("at", 0, "show the session as it was at this stream sequence (0: latest)")
 	asJSON := fs.Bool("json", false, "print JSON instead of text")
-	browser := fs.String("browser-tools", "browser_use", "comma-separated tool names whose screenshots are trimmed (as the service is configured)")
-	lim := store.DefaultLimits()
-	fs.IntVar(&lim.MaxRecordBytes, "max-record-bytes", lim.MaxRecordBytes, "largest record decoded, as the service is configured")
-	fs.Int64Var(&lim.MaxSessionBytes, "max-session-bytes", lim.MaxSessionBytes, "bytes of records one session may hold since its latest compaction, as the service is configured")
+	browser, lim := addServiceFlags(fs)
 	timeout := addTimeout(fs, 2*time.Minute)
 	pos, err := parse(e, fs, args)
 	if err != nil {
@@ -60,7 +56,7 @@ func runInspect(ctx context.Context, e *env, args []string) error {
 	if _, err := bus.OpenStream(ctx, nc, stream); err != nil {
 		return err
 	}
-	cfg := inspect.Config{Options: projection.Options{BrowserTools: splitList(*browser)}, Limits: lim}
+	cfg := inspect.Config{Options: projection.Options{BrowserTools: splitList(*browser)}, Limits: *lim}
 	v, err := inspect.Load(ctx, app.StreamReader{NC: nc, Stream: stream}, pos[0], *at, cfg)
 	if err != nil {
 		return err

@@ -3,6 +3,19 @@
 // Records are published to the JetStream subjects transcripts.<session>;
 // ctxd keeps each session's projection live and answers requests on
 // ctxd.context.<session>. Run `ctxd help` for the commands.
+//
+// A file per subcommand (serve.go, build.go, buildformat.go, client.go for
+// publish and context, inspect.go, rebuild.go, partition.go, bench.go,
+// soak.go, version.go), import.go's own parts beside it:
+//
+//	import.go         ctxd import: files converted, --follow
+//	importpublish.go  the converted records published, what the session holds read
+//	importencode.go   the records' JSON made ahead of their publish
+//	importorder.go    a file's records checked against those the session stores
+//
+// and what the commands share: main.go (the commands, the config file),
+// conn.go (connecting to NATS), follow.go (files followed as they grow),
+// progress.go, memory.go, notify.go (systemd), jsonutil.go, mmap_*.go.
 package main
 
 import (
@@ -21,6 +34,7 @@ import (
 	"github.com/ctxd/ctxd/pkg/app"
 	"github.com/ctxd/ctxd/pkg/client"
 	"github.com/ctxd/ctxd/pkg/render"
+	"github.com/ctxd/ctxd/pkg/store"
 	"github.com/ctxd/ctxd/pkg/subject"
 )
 
@@ -63,6 +77,17 @@ func (e *timeoutError) Unwrap() error { return context.DeadlineExceeded }
 // at most, what by default.
 func addTimeout(fs *flag.FlagSet, def time.Duration) *time.Duration {
 	return fs.Duration("timeout", def, "how long the command may take at most; past it, it stops and fails (0: no bound)")
+}
+
+// addServiceFlags adds the flags of a command that builds contexts
+// outside the service, and agrees with it only when given its values:
+// --browser-tools, --max-record-bytes and --max-session-bytes.
+func addServiceFlags(fs *flag.FlagSet) (browser *string, lim *store.Limits) {
+	browser = fs.String("browser-tools", "browser_use", "comma-separated tool names whose screenshots are trimmed (as the service is configured)")
+	l := store.DefaultLimits()
+	fs.IntVar(&l.MaxRecordBytes, "max-record-bytes", l.MaxRecordBytes, "largest record decoded, as the service is configured")
+	fs.Int64Var(&l.MaxSessionBytes, "max-session-bytes", l.MaxSessionBytes, "bytes of records one session may hold since its latest compaction, as the service is configured")
+	return browser, &l
 }
 
 // bound ends the command with a timeoutError once d has passed (0: no

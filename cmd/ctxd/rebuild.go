@@ -10,7 +10,6 @@ import (
 
 	"github.com/ctxd/ctxd/pkg/projection"
 	"github.com/ctxd/ctxd/pkg/rebuild"
-	"github.com/ctxd/ctxd/pkg/store"
 )
 
 const rebuildAbout = `Rebuilds session projections from the TRANSCRIPTS stream: every session,
@@ -59,10 +58,7 @@ func rebuildRun(ctx context.Context, e *env, args []string, checking *bool) erro
 	session := fs.String("session", "", "rebuild only this session")
 	from := fs.Uint64("from", 1, "rebuild the sessions that have records at or after this stream sequence")
 	check := fs.Bool("check", false, "compare with the running service instead of writing checkpoints")
-	browser := fs.String("browser-tools", "browser_use", "comma-separated tool names whose screenshots are trimmed (as the service is configured)")
-	lim := store.DefaultLimits()
-	fs.IntVar(&lim.MaxRecordBytes, "max-record-bytes", lim.MaxRecordBytes, "largest record decoded, as the service is configured")
-	fs.Int64Var(&lim.MaxSessionBytes, "max-session-bytes", lim.MaxSessionBytes, "bytes of records one session may hold since its latest compaction, as the service is configured")
+	browser, lim := addServiceFlags(fs)
 	timeout := addTimeout(fs, time.Hour)
 	pos, err := parse(e, fs, args)
 	if err != nil {
@@ -91,7 +87,7 @@ func rebuildRun(ctx context.Context, e *env, args []string, checking *bool) erro
 		Conn:     nc,
 		Stream:   stream,
 		Options:  projection.Options{BrowserTools: splitList(*browser)},
-		Limits:   lim,
+		Limits:   *lim,
 		Session:  *session,
 		From:     *from,
 		Check:    *check,

@@ -61,10 +61,33 @@
 //     server did with each.
 //   - Checkpoints: the key-value bucket of per-session checkpoints.
 //
-// direct.go is the package's one long file (about 700 lines): it is one
-// job, the validated direct-get protocol (batches, multi_last, the
-// replicas asked again, the leader last), whose parts only make sense
-// together.
+// # Files
+//
+//	stream.go       EnsureStream, CheckStream, OpenConsumer: definitions checked field by field
+//	handle.go       SetUp, FindStream, Consumer: the handles over them
+//	streamread.go   Stream, OpenStream: a stream's reads and buckets over a connection
+//	consume.go      StartIngest, Replay, Ingest, Pin: records fed to a Handler
+//	pull.go         PullBytes: what a pull may ask for
+//	ackreply.go     the sequences a delivery's reply subject names
+//	follow.go       Follower: a whole stream read along as it is written
+//	direct.go       ReadSubject, ReadRange, ReadSeqs, LastOf, CountSubject: reads by direct get
+//	directget.go    the direct-get requests, batches and multi_last behind them, and their replies
+//	directseqs.go   reads by sequence: a window of single gets, asked again until answered
+//	seqsof.go       ReadSubjectSeqs: a subject's records at the sequences of an index
+//	validate.go     validated reads: what a replica's replies prove; Reads, ReadStats
+//	leader.go       stream info from the leader only
+//	subjectlog.go   StreamFor, ReadSubjectLog: the ids of a subject's records
+//	headers.go      a consumer that delivers headers only
+//	subjects.go     Subjects, ListSubjects: what a stream holds of each subject
+//	publish.go      Publish, PublishAll
+//	append.go       Append: records appended to a subject, what the server did with each
+//	partition.go    Layout, CheckLayout: partitions of the stream
+//	layoutwatch.go  LayoutWatch: the partitions changing under a running instance
+//	removals.go     removals announced and the stream's state read back
+//	checkpoint.go   Checkpoints: the bucket of session checkpoints
+//	snapshots.go    Snapshots: the bucket of session snapshots
+//	bucket.go       a key-value bucket opened from its definition
+//	errors.go       NoPeers, NotEnabled, Transient: the errors of a JetStream starting
 //
 // Data flows one way: publisher -> stream -> consumer -> handler. The
 // handler (the projections) knows nothing of JetStream, and bus knows

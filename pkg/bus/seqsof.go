@@ -67,52 +67,24 @@ func ReadSubjectSeqs(ctx context.Context, nc *nats.Conn, stream, subject string,
 			return nil
 		}
 		missing = append(missing[:0], part...)
-		for try, lost := 0, 0; len(missing) > 0; {
-			more, err := d.askSeqs(ctx, missing, func(r directReply) error {
-				have[r.seq] = got{r.subject, r.data}
-				largest = max(largest, len(r.data))
-				// Decoding the records that came overlaps with the
-				// server sending the others.
-				return handOn()
-			})
-			if err != nil {
-				return err
+		err := d.askAll(ctx, missing, func(r directReply) error {
+			have[r.seq] = got{r.subject, r.data}
+			largest = max(largest, len(r.data))
+			// Decoding the records that came overlaps with the
+			// server sending the others.
+			return handOn()
+		}, func(seq uint64) bool {
+			_, ok := have[seq]
+			return ok || slices.Contains(part[:next], seq)
+		}, func(seq uint64, m *Msg) error {
+			if m == nil {
+				return fmt.Errorf("stream %s: sequence %d of %s holds no message: %w", stream, seq, subject, checkpoint.ErrIndexStale)
 			}
-			var absent []uint64
-			for _, seq := range missing {
-				if _, ok := have[seq]; !ok && !slices.Contains(part[:next], seq) {
-					absent = append(absent, seq)
-				}
-			}
-			progress := len(absent) < len(missing)
-			missing = append(missing[:0], absent...)
-			if len(missing) == 0 {
-				break
-			}
-			if more {
-				if lost = lostRounds(lost, progress); lost > maxLostRounds {
-					return d.errorf("of %d sequences from %d: %w in %d rounds", len(missing), missing[0], ErrNoReply, lost)
-				}
-				continue
-			}
-			d.stale(len(missing))
-			if try >= readRetries {
-				for _, seq := range missing {
-					m, err := d.leaderGet(ctx, getRequest{Seq: seq})
-					if err != nil {
-						return err
-					}
-					if m == nil {
-						return fmt.Errorf("stream %s: sequence %d of %s holds no message: %w", stream, seq, subject, checkpoint.ErrIndexStale)
-					}
-					have[seq] = got{m.Subject, m.Data}
-				}
-				break
-			}
-			if err := d.retry(ctx, try); err != nil {
-				return err
-			}
-			try++
+			have[seq] = got{m.Subject, m.Data}
+			return nil
+		})
+		if err != nil {
+			return err
 		}
 		if err := handOn(); err != nil {
 			return err

@@ -205,21 +205,13 @@ func tokens(path string, v any) (uint64, error) { return integer(path, v, MaxTok
 func integer(path string, v any, limit uint64) (uint64, error) {
 	s, ok := record.IntegerString(v)
 	if !ok || (len(s) > 0 && s[0] == '-') {
-		return 0, fmt.Errorf("%w: %s must be a non-negative integer, got %s", ErrInvalid, path, describe(v))
+		return 0, fmt.Errorf("%w: %s must be a non-negative integer, got %s", ErrInvalid, path, record.Describe(v))
 	}
 	n, err := strconv.ParseUint(s, 10, 64)
 	if err != nil || n > limit {
-		return 0, fmt.Errorf("%w: %s must be at most %d, got %s", ErrInvalid, path, limit, describe(v))
+		return 0, fmt.Errorf("%w: %s must be at most %d, got %s", ErrInvalid, path, limit, record.Describe(v))
 	}
 	return n, nil
-}
-
-func describe(v any) string {
-	b, err := record.MarshalJSON(v)
-	if err != nil || len(b) > 40 {
-		return "a " + record.TypeName(v)
-	}
-	return string(b)
 }
 
 // Map returns the config as the request carries it, every default

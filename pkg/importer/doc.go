@@ -14,6 +14,14 @@ One parser per format:
 
 [Detect] and [DetectFS] tell the format from the content.
 
+Claude Code's parser is in three files: claudecode.go reads the entries
+and groups them by conversation, claudebranch.go selects the active
+branch, claudemessage.go makes the records. Beside the parsers,
+importer.go holds Parse and Detect; compaction.go the builder every parser writes
+records with; raw.go the records kept as the source's bytes;
+compaction.go the compactions found in a source; rewind.go Rewind;
+report.go the Report; values.go reading source values.
+
 	ts, err := importer.Parse(importer.Pi, "session.jsonl", f)
 	for _, t := range ts {
 		// t.Session is the default ctxd session id; each of t.Records has a

@@ -394,12 +394,8 @@ func readAll(r io.Reader, maxLine int, maxFile int64) ([]byte, error) {
 // checkLines fails when a line of data is longer than maxLine.
 func checkLines(data []byte, maxLine int) error {
 	for n := 1; len(data) > 0; n++ {
-		line := data
-		if i := bytes.IndexByte(data, '\n'); i >= 0 {
-			line, data = data[:i], data[i+1:]
-		} else {
-			data = nil
-		}
+		var line []byte
+		line, data, _ = bytes.Cut(data, newline)
 		if lineLen(line) > maxLine {
 			return lineTooLong(n, maxLine)
 		}
@@ -521,12 +517,8 @@ func has(m *record.Map, key string) bool {
 // number.
 func firstLine(data []byte) (int, []byte) {
 	for n := 1; len(data) > 0; n++ {
-		line := data
-		if i := bytes.IndexByte(data, '\n'); i >= 0 {
-			line, data = data[:i], data[i+1:]
-		} else {
-			data = nil
-		}
+		var line []byte
+		line, data, _ = bytes.Cut(data, newline)
 		if line = bytes.TrimSpace(line); len(line) > 0 {
 			return n, line
 		}

@@ -417,25 +417,11 @@ func skipValue(b []byte, i int) int {
 // m's JSON, where the raw bytes are the source's own for those members.
 // It returns nil when a raw value is missing, so that m is encoded whole.
 func splice(m *record.Map, raw map[string][]byte) []byte {
-	size, ok := spliceSize(m, raw)
-	if !ok {
+	p := newParts(m, raw)
+	if p == nil {
 		return nil
 	}
-	out := make([]byte, 0, size)
-	out = append(out, '{')
-	for i, mem := range m.Members {
-		if i > 0 {
-			out = append(out, ',')
-		}
-		out = record.AppendJSONString(out, mem.Key)
-		out = append(out, ':')
-		if r, ok := raw[mem.Key]; ok {
-			out = append(out, r...)
-			continue
-		}
-		out, _ = record.AppendJSON(out, mem.Value) // spliceSize encoded it
-	}
-	return append(out, '}')
+	return p.json()
 }
 
 // spliceSize returns the length of splice(m, raw) without building it,

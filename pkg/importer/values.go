@@ -118,16 +118,15 @@ func jsonText(v any) string {
 	return string(b)
 }
 
+// newline ends a line of a source file.
+var newline = []byte{'\n'}
+
 // eachLine calls fn for every non-blank line of data with its 1-based
 // number.
 func eachLine(data []byte, fn func(n int, line []byte)) {
 	for n := 1; len(data) > 0; n++ {
-		line := data
-		if i := bytes.IndexByte(data, '\n'); i >= 0 {
-			line, data = data[:i], data[i+1:]
-		} else {
-			data = nil
-		}
+		var line []byte
+		line, data, _ = bytes.Cut(data, newline)
 		if line = bytes.TrimSpace(line); len(line) > 0 {
 			fn(n, line)
 		}

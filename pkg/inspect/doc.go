@@ -106,4 +106,24 @@
 // Pages carry a Content-Security-Policy that runs no inline script or
 // style, record contents are cut for display and escaped, and raw
 // records are served as text or as a download, never as a page.
+//
+// # Files
+//
+//	view.go          Load and View: a session's records explained, what a page and ctxd inspect show
+//	text.go          WriteText: a view for a terminal
+//	handler.go       Source, Options, New and the Handler: routes, load slots, errors, templates
+//	sessions.go      the sessions list and its summaries
+//	session.go       a session's page: its rows and previews, a page of a view
+//	latest.go        the latest page of a session, loaded once for every view of it
+//	follow.go        a followed page's update: the records after it, the fates now
+//	read.go          what a view reads: listing the records, the read bound, the read slot
+//	diffpage.go      the diff page (?at=A&diff=B); diff.go compares the two views
+//	edited.go        the page with context edits applied (?edits=JSON)
+//	events.go        the server-sent events of a session's last record
+//	raw.go           raw records and thumbnails
+//	rejected.go      the rejected records, listed and raw
+//	conversation.go  the conversation: the context as the model sees it
+//	preview.go       previews of records for people
+//	image.go         images in records and their thumbnails
+//	pace.go          the read rate shared by every view
 package inspect

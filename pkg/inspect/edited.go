@@ -28,16 +28,11 @@ func (h *Handler) edited(w http.ResponseWriter, r *http.Request, id string, at u
 		h.fail(w, r, http.StatusBadRequest, fmt.Errorf("edits: %w", err))
 		return
 	}
-	release, ok := h.load(w, r)
+	v, release, ok := h.loadView(w, r, id, at)
 	if !ok {
 		return
 	}
 	defer release()
-	v, err := h.view(r.Context(), id, at)
-	if err != nil {
-		h.loadFailed(w, r, err)
-		return
-	}
 	ev := editView(v, cfg)
 	pv, err := h.pageView(r.Context(), ev, base, 0)
 	if err != nil {

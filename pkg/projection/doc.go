@@ -44,6 +44,22 @@
 // error wrapping ErrSnapshot, anything that is not a snapshot of this
 // format for the same Options.
 //
+// # Files
+//
+//	build.go      Build, Record: the passes over every record at once
+//	convert.go    pass 1: a record classified and converted
+//	tools.go      Options, the pairing of calls and results, the browser screenshots
+//	session.go    Session and Apply
+//	view.go       the rendering cache: the messages and their JSON and msgpack
+//	pack.go       a settled entry kept as its JSON bytes
+//	shed.go       what a session lets go of: settled messages, trimmed images
+//	seqs.go       MessageSeqs: the record of each message
+//	dropped.go    the Dropped report
+//	explain.go    Fate: what the rules made of a record
+//	snapshot.go   the snapshot format, AppendSnapshot
+//	restore.go    Restore: a session read back from a snapshot
+//	snapvalue.go  the encoding of a snapshot's record values
+//
 // The package does no I/O, reads no clock and knows nothing of NATS: it is
 // tested with the spec fixtures (golden_test.go), a rule-by-rule suite
 // (rules_test.go), generated sessions checking Session against Build after

@@ -130,7 +130,7 @@ func ParseRequest(body []byte) (Request, error) {
 	if v, ok := m.Get("format"); ok {
 		name, isString := v.(string)
 		if !isString {
-			return req, fmt.Errorf("%w: format must be a string, got %s", ErrBadRequest, describe(v))
+			return req, fmt.Errorf("%w: format must be a string, got %s", ErrBadRequest, record.Describe(v))
 		}
 		req.Format = name
 	}
@@ -170,7 +170,7 @@ func (r *Request) parseDelta(get func(string) (any, bool)) error {
 	if v, ok := get("digest"); ok {
 		b, isBool := v.(bool)
 		if !isBool {
-			return fmt.Errorf("%w: digest must be true or false, got %s", ErrBadRequest, describe(v))
+			return fmt.Errorf("%w: digest must be true or false, got %s", ErrBadRequest, record.Describe(v))
 		}
 		r.Digest = b
 	}
@@ -190,7 +190,7 @@ func (r *Request) parseDelta(get func(string) (any, bool)) error {
 	}
 	s, isString := d.(string)
 	if !isString || !isDigest(s) {
-		return fmt.Errorf("%w: have_digest must be a digest of %d lowercase hex digits, got %s", ErrBadRequest, DigestLen, describe(d))
+		return fmt.Errorf("%w: have_digest must be a digest of %d lowercase hex digits, got %s", ErrBadRequest, DigestLen, record.Describe(d))
 	}
 	r.HaveDigest, r.HasHave, r.Digest = s, true, true
 	return nil
@@ -286,23 +286,15 @@ func nonNegative(field string, v any) (uint64, error) {
 	if !ok && record.IsInteger(v) {
 		// Whole but too long to spell: too large, or too small.
 		if f, _ := record.Float(v); f > 0 {
-			return 0, fmt.Errorf("%w: %s must be at most %d, got %s", ErrBadRequest, field, uint64(math.MaxUint64), describe(v))
+			return 0, fmt.Errorf("%w: %s must be at most %d, got %s", ErrBadRequest, field, uint64(math.MaxUint64), record.Describe(v))
 		}
 	}
 	if !ok || (len(s) > 0 && s[0] == '-') {
-		return 0, fmt.Errorf("%w: %s must be a non-negative integer, got %s", ErrBadRequest, field, describe(v))
+		return 0, fmt.Errorf("%w: %s must be a non-negative integer, got %s", ErrBadRequest, field, record.Describe(v))
 	}
 	n, err := strconv.ParseUint(s, 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %s must be at most %d, got %s", ErrBadRequest, field, uint64(math.MaxUint64), describe(v))
+		return 0, fmt.Errorf("%w: %s must be at most %d, got %s", ErrBadRequest, field, uint64(math.MaxUint64), record.Describe(v))
 	}
 	return n, nil
-}
-
-func describe(v any) string {
-	b, err := record.MarshalJSON(v)
-	if err != nil || len(b) > 40 {
-		return "a " + record.TypeName(v)
-	}
-	return string(b)
 }

@@ -155,6 +155,17 @@ func DecodeJSON(data []byte) (any, error) { return Decoder{}.DecodeJSON(data) }
 // DecodeMsgpack decodes any msgpack value with the default limits.
 func DecodeMsgpack(data []byte) (any, error) { return Decoder{}.DecodeMsgpack(data) }
 
+// Describe shows a record value in an error message: its JSON when that
+// is short (40 bytes at most), else its type ("a string", "a map"), so
+// that a message never carries a large or hostile value whole.
+func Describe(v any) string {
+	b, err := MarshalJSON(v)
+	if err != nil || len(b) > 40 {
+		return "a " + TypeName(v)
+	}
+	return string(b)
+}
+
 // TypeName names the JSON type of a record value, for error messages.
 func TypeName(v any) string {
 	switch v.(type) {

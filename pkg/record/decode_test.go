@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -303,5 +304,26 @@ func TestDecode_Concurrent(t *testing.T) {
 	close(errs)
 	for e := range errs {
 		t.Error(e)
+	}
+}
+
+func TestDescribe(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		v    any
+		want string
+	}{
+		{"short string", "pi", `"pi"`},
+		{"number", int64(-3), "-3"},
+		{"null", nil, "null"},
+		{"long string", strings.Repeat("x", 100), "a string"},
+		{"large map", record.NewMap("k", strings.Repeat("x", 50)), "a map"},
+		{"not JSON", math.Inf(1), "a number"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := record.Describe(tc.v); got != tc.want {
+				t.Errorf("Describe = %q, want %q", got, tc.want)
+			}
+		})
 	}
 }

@@ -59,25 +59,9 @@ func (p *plan) anthropicOut() (system []any, l *outList, shot [2]int) {
 		p.mark(l, it.src, k > 0, shot)
 		switch it.kind {
 		case systemItem:
-			var blocks []any
-			for _, pt := range it.parts {
-				blocks = append(blocks, record.NewMap("type", "text", "text", systemText(pt.text)))
-			}
-			if len(blocks) == 0 {
-				p.removed(MessageRemoved, it.src, -1, "empty")
-				continue
-			}
-			p.change(Change{Kind: SystemAsUser, Message: it.src, Block: -1})
-			l.add("user", it.src, blocks...)
+			p.systemAsUser(l, it, textBlock)
 		case userItem:
-			blocks := p.contentParts(it.parts, it.src, textBlock, anthropicImage)
-			if len(blocks) == 0 {
-				if len(it.parts) > 0 || !p.onlyResults(it.src) {
-					p.removed(MessageRemoved, it.src, -1, "empty")
-				}
-				continue
-			}
-			l.add("user", it.src, blocks...)
+			p.userMessage(l, it, textBlock, anthropicImage)
 		case assistantItem:
 			blocks := p.anthropicAssistant(it)
 			if len(blocks) == 0 {
@@ -107,17 +91,6 @@ func (p *plan) anthropicOut() (system []any, l *outList, shot [2]int) {
 	}
 	p.mark(l, len(p.msgs), len(items) > 0, shot)
 	return system, l, shot
-}
-
-// onlyResults reports whether neutral message i held tool results: a user
-// message left with no content of its own is then not worth reporting.
-func (p *plan) onlyResults(i int) bool {
-	for _, r := range p.results {
-		if r.src == i {
-			return true
-		}
-	}
-	return false
 }
 
 func anthropicImage(img image) any {

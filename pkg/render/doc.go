@@ -31,13 +31,17 @@ follows the first message that changed (incremental.go).
 
 	render.go       Format, Options, Body, Report, Render
 	provider.go     the provider type and the table of formats
-	plan.go         the neutral context taken apart: items, calls, results, pairing
+	plan.go         the neutral context taken apart: items, calls, results
+	pair.go         calls paired with their results, ids mapped, the items laid out
+	image.go        the image shapes records carry, and which a body may send
 	emit.go         what every format's layout shares: body messages, text, images
 	ids.go          call ids and tool names as the providers take them
 	anthropic.go    the Anthropic Messages format
 	openai.go       the OpenAI Chat Completions and Responses formats
 	gemini.go       the Gemini generateContent format
-	incremental.go  RenderJSON, RenderMsgpack, State: rendering from checkpoints
+	incremental.go  RenderJSON, RenderMsgpack: rendering from the checkpoint before the first change
+	state.go        State: a rendering kept, its checkpoints, its report on the wire
+	encoder.go      the encoder of a body's messages, in JSON or msgpack, resumed at a checkpoint
 	encode.go       the report, usage and budget as they go on the wire
 	usage.go        Estimate, Tokens, CheckBudget: sizes, image tokens, where to compact
 

@@ -181,6 +181,47 @@ func (p *plan) contentParts(parts []part, src int, text func(string) any, img fu
 	return out
 }
 
+// systemAsUser lays out a system message past the leading system text
+// as a user message, its texts made by text: the formats that take
+// system text only at the start. A system message of no text is removed.
+func (p *plan) systemAsUser(l *outList, it *item, text func(string) any) {
+	var blocks []any
+	for _, pt := range it.parts {
+		blocks = append(blocks, text(systemText(pt.text)))
+	}
+	if len(blocks) == 0 {
+		p.removed(MessageRemoved, it.src, -1, "empty")
+		return
+	}
+	p.change(Change{Kind: SystemAsUser, Message: it.src, Block: -1})
+	l.add("user", it.src, blocks...)
+}
+
+// userMessage lays out a user message as its content parts
+// (contentParts). One left with none is removed, unless it held tool
+// results, which go out on their own.
+func (p *plan) userMessage(l *outList, it *item, text func(string) any, img func(image) any) {
+	blocks := p.contentParts(it.parts, it.src, text, img)
+	if len(blocks) == 0 {
+		if len(it.parts) > 0 || !p.onlyResults(it.src) {
+			p.removed(MessageRemoved, it.src, -1, "empty")
+		}
+		return
+	}
+	l.add("user", it.src, blocks...)
+}
+
+// onlyResults reports whether neutral message i held tool results: a user
+// message left with no content of its own is then not worth reporting.
+func (p *plan) onlyResults(i int) bool {
+	for _, r := range p.results {
+		if r.src == i {
+			return true
+		}
+	}
+	return false
+}
+
 // textBlock is Anthropic's and Chat Completions' text block.
 func textBlock(t string) any { return record.NewMap("type", "text", "text", t) }
 

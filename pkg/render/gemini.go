@@ -67,27 +67,11 @@ func (p *plan) geminiOut() (sys []part, l *outList) {
 		p.mark(l, it.src, k > 0, [2]int{-1, -1})
 		switch it.kind {
 		case systemItem:
-			var parts []any
-			for _, pt := range it.parts {
-				parts = append(parts, record.NewMap("text", systemText(pt.text)))
-			}
 			p.userTurn = p.userTurn || slices.ContainsFunc(it.parts, p.sent)
-			if len(parts) == 0 {
-				p.removed(MessageRemoved, it.src, -1, "empty")
-				continue
-			}
-			p.change(Change{Kind: SystemAsUser, Message: it.src, Block: -1})
-			l.add("user", it.src, parts...)
+			p.systemAsUser(l, it, geminiText)
 		case userItem:
-			parts := p.contentParts(it.parts, it.src, geminiText, geminiImage)
 			p.userTurn = p.userTurn || slices.ContainsFunc(it.parts, p.sent)
-			if len(parts) == 0 {
-				if len(it.parts) > 0 || !p.onlyResults(it.src) {
-					p.removed(MessageRemoved, it.src, -1, "empty")
-				}
-				continue
-			}
-			l.add("user", it.src, parts...)
+			p.userMessage(l, it, geminiText, geminiImage)
 		case assistantItem:
 			var parts []any
 			sign := sameProvider(it.msg, "google", "gemini", "vertex")
