@@ -31,6 +31,7 @@ func TestSoak_Short(t *testing.T) {
 	cfg.Idle = 0
 	cfg.CheckEvery, cfg.BareEvery = 1, 2
 	cfg.MaxRatio = 0 // timing is not judged here
+	cfg.Delta = true
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	rep, err := perf.Soak(ctx, cfg)

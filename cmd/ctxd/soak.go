@@ -19,11 +19,11 @@ in a temporary directory, and drives it as long browsing sessions do:
 --agents agents in a closed loop over --sessions sessions, each turn a
 tool call and its result published (each PubAck awaited), then the
 session's context fetched as msgpack at the last PubAck; every
---screenshot-every-th result is a browser result with a screenshot. An
-agent keeps each session's last reply and asks against it (have_seq,
-have_digest): ctxd sends the messages after those the agent holds, and
-the agent puts the whole reply back together, as the Go and TypeScript
-clients do (--whole: every reply asked for whole). Every
+--screenshot-every-th result is a browser result with a screenshot. With
+--delta an agent keeps each session's last reply and asks against it
+(have_seq, have_digest): ctxd sends the messages after those the agent
+holds, and the agent puts the whole reply back together, as the Go and
+TypeScript clients do; without it every reply is asked for whole. Every
 --bare-every-th turn of an agent is followed by a bare one: the same
 records published to another stream (kept to 64 MiB), then a
 request-reply of the bytes ctxd sent to a responder that does nothing
@@ -64,7 +64,7 @@ func runSoak(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&cfg.CheckEvery, "check-every", cfg.CheckEvery, "compare every so many replies of a session with the agent's projection message by message (1: every one)")
 	fs.IntVar(&cfg.BareEvery, "bare-every", cfg.BareEvery, "follow every so many turns of an agent by a bare turn (1: every one)")
 	fs.Float64Var(&cfg.MaxRatio, "max-ratio", cfg.MaxRatio, "largest turn p50 / bare turn p50 of a window (0: not judged)")
-	fs.BoolVar(&cfg.Whole, "whole", false, "ask for every reply whole, as a client that keeps nothing between turns (default: deltas against the last reply)")
+	fs.BoolVar(&cfg.Delta, "delta", false, "ask against each session's last reply (have_seq, have_digest) and put the delta back together, as the Go and TypeScript clients do (default: every reply whole)")
 	fs.Float64Var(&cfg.MaxSent, "max-sent", cfg.MaxSent, "largest median bytes sent a turn / median bytes of a turn's records, of a window, with deltas (0: not judged)")
 	cacheBytes := fs.Int64("cache-bytes", app.DefaultConfig().CacheBytes, "ctxd serve --cache-bytes; with the memory limit's overhead it makes the RSS bound")
 	fs.StringVar(&cfg.Dir, "dir", "", "directory for the process's data and log (default: a temporary directory, removed afterwards)")

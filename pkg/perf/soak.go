@@ -70,14 +70,15 @@ type SoakConfig struct {
 	// judged); MaxRatio the largest turn p50 / bare p50 of a window.
 	RSSBound int64
 	MaxRatio float64
-	// Whole asks for every reply whole, as a client that keeps nothing
-	// between turns. Else each agent keeps its sessions' last replies
-	// and asks against them (have_seq, have_digest): the service sends
-	// the messages after those it holds (a delta), and the agent puts
-	// the whole reply back together (protocol.Held), as client.Keeper
-	// does. MaxSent is the largest median of a window's bytes sent a
-	// turn over the bytes of the turn's own records (0: not judged).
-	Whole   bool
+	// Delta has each agent keep its sessions' last replies and ask
+	// against them (have_seq, have_digest): the service sends the
+	// messages after those it holds (a delta), and the agent puts the
+	// whole reply back together (protocol.Held), as client.Keeper does.
+	// Else every reply is asked for whole, as a client that keeps
+	// nothing between turns. MaxSent is the largest median of a window's
+	// bytes sent a turn over the bytes of the turn's own records, judged
+	// with Delta (0: not judged).
+	Delta   bool
 	MaxSent float64
 
 	// Progress receives a line per step; nil discards them.
@@ -243,7 +244,7 @@ func Soak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 		}
 	}
 
-	rep := &SoakReport{RSSBound: cfg.RSSBound, MaxRatio: cfg.MaxRatio, MaxSent: cfg.MaxSent, Whole: cfg.Whole}
+	rep := &SoakReport{RSSBound: cfg.RSSBound, MaxRatio: cfg.MaxRatio, MaxSent: cfg.MaxSent, Delta: cfg.Delta}
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -302,7 +303,7 @@ func Soak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 		s.sample(ctx, &w, cmd.Process.Pid, ops, data)
 		w.missed = cfg.MaxRatio > 0 && w.Turns > 0 && w.Ratio() > cfg.MaxRatio
 		w.missedRSS = cfg.RSSBound > 0 && w.RSS > cfg.RSSBound
-		w.missedSent = !cfg.Whole && cfg.MaxSent > 0 && w.Turns > 0 && w.SentRatio() > cfg.MaxSent
+		w.missedSent = cfg.Delta && cfg.MaxSent > 0 && w.Turns > 0 && w.SentRatio() > cfg.MaxSent
 		rep.Windows = append(rep.Windows, w)
 		logf("soak: %s: %d turns, %d errors, turn p50 %v p99 %v, bare p50 %v p99 %v (%.2fx), sent %s a turn (%.2fx its records), RSS %s, heap in use %s, cache %s, data %s, load %.1f",
 			w.Name, w.Turns, w.Errors, w.Turn50, w.Turn99, w.Bare50, w.Bare99, w.Ratio(), kb(w.SentBytes), w.SentRatio(), mib(w.RSS), mib(w.HeapInUse), mib(w.CacheBytes), mib(w.Disk), w.Load1)
@@ -335,7 +336,7 @@ func Soak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 
 // agentTurn makes one turn of a session: a tool call and its result
 // published, each acknowledged, then the context fetched as msgpack at
-// the last PubAck (as a delta against the last one, unless Whole), put
+// the last PubAck (as a delta against the last one, with Delta), put
 // back together and checked; then the same with the bare baseline, a
 // reply of the bytes sent.
 func (s *soak) agentTurn(ctx context.Context, ss *soakSession) {
@@ -371,7 +372,7 @@ func (s *soak) agentTurn(ctx context.Context, ss *soakSession) {
 		return
 	}
 	req := client.Request{MinSeq: seq, WaitMS: 10000, Msgpack: true}
-	if !s.cfg.Whole {
+	if s.cfg.Delta {
 		req.Digest = true
 		if ss.held != nil {
 			req.HaveSeq, req.HaveDigest = ss.held.Reply.Seq, ss.held.Reply.Digest
@@ -381,7 +382,7 @@ func (s *soak) agentTurn(ctx context.Context, ss *soakSession) {
 	body, err := client.Context(rctx, s.nc, ss.name, req)
 	cancel()
 	reply := body
-	if err == nil && !s.cfg.Whole {
+	if err == nil && s.cfg.Delta {
 		// The whole reply is part of the turn: the runtime's request
 		// body is made of it.
 		var next *protocol.Held

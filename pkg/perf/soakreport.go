@@ -52,7 +52,7 @@ type SoakReport struct {
 	RSSBound int64
 	MaxRatio float64
 	MaxSent  float64
-	Whole    bool
+	Delta    bool
 }
 
 // Missed lists the targets the soak missed: errors, a window's ratio,
@@ -99,9 +99,9 @@ func (r *SoakReport) WriteTable(w io.Writer) error {
 	if r.RSSBound > 0 {
 		bound = mib(r.RSSBound)
 	}
-	how := "replies as deltas against the agents' last ones (have_seq, have_digest)"
-	if r.Whole {
-		how = "every reply whole"
+	how := "every reply whole"
+	if r.Delta {
+		how = "replies as deltas against the agents' last ones (have_seq, have_digest)"
 	}
 	_, err := fmt.Fprintf(w, "%d turns, %d errors, %d replies compared message by message with the agents' own projections; %s; RSS bound %s, turn p50 at most %.2fx bare\n",
 		r.Turns, r.ErrCount, r.Checked, how, bound, r.MaxRatio)
