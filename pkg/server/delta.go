@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"container/list"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 	"weak"
 
 	"github.com/ctxd/ctxd/pkg/projection"
@@ -25,12 +27,16 @@ import (
 // elements after are hashed for, and a client holding either reply gets
 // the elements from the first that differs, with "delta": {"keep": K}.
 //
-// What a reply shares with the one before is known without reading
-// either: the same neutral messages (by identity and record sequence,
-// as render.RenderJSON tells them) encode the same; a provider format's
-// rendering says which bytes of its items it kept from the rendering
-// before (render.State.KeptItems). A reply the service cannot relate to
-// the one before is hashed whole. A client's base the service does not
+// What a reply shares with the one before is known without decoding
+// either: a neutral reply's items are the projection's buffer of encoded
+// messages, which it only appends to or replaces, never writes: the
+// same buffer, grown, holds every item of the reply before, and another
+// buffer is compared with the one before byte for byte while it lives
+// (sharedItems); a neutral reply with a budget, rendered from the
+// messages decoded, shares the messages it has in common by identity and
+// record sequence; a provider format's rendering says which bytes of its
+// items it kept from the rendering before (render.State.KeptItems). A
+// reply the service cannot relate to the one before is hashed whole. A client's base the service does not
 // hold (another instance's, evicted, a digest it did not send) gets the
 // whole reply: the context made from a delta is always the one a whole
 // reply holds.
@@ -63,13 +69,15 @@ type digestIndex struct {
 	state        uint64         // the render.State's ID; 0 for the neutral format
 	ends         blockList[int] // where each item ends, from the first item's start
 	chain        blockList[protocol.Chain]
-	msgs         []weak.Pointer[record.Map] // neutral format: the messages
-	seqs         []uint64
 	cache        weak.Pointer[byte] // the projection's buffer the items were in (arrayOf.cached)
-	digest       string
-	items        int         // the bytes of the items, separators included
-	prev         *baseChain  // the reply before, whose digest differs
-	extended     atomic.Bool // a later index appended to the slices in place
+	// A neutral reply with a budget (rendered apart from the buffer):
+	// its messages, compared by identity with the next one's.
+	msgs     []weak.Pointer[record.Map]
+	seqs     []uint64
+	digest   string
+	items    int         // the bytes of the items, separators included
+	prev     *baseChain  // the reply before, whose digest differs
+	extended atomic.Bool // a later index appended to the slices in place
 }
 
 // baseChain is a reply a client may hold besides the latest.
@@ -80,7 +88,7 @@ type baseChain struct {
 }
 
 func (x *digestIndex) size() int64 {
-	n := int64(x.ends.len())*(8+32+8+8) + 256
+	n := int64(x.ends.len())*(8+32) + int64(len(x.msgs))*16 + 256
 	if x.prev != nil {
 		n += int64(x.prev.chain.len()) * 32
 	}
@@ -185,7 +193,9 @@ func (s *Service) indexReply(arr arrayOf, session string, p *projection.Session,
 	kept := 0 // the items of old that out holds too
 	var msgs []any
 	var seqs []uint64
-	if req.format == render.Neutral && p != nil {
+	byIdentity := req.format == render.Neutral && req.rendered() && p != nil
+	if byIdentity {
+		// Rendered from the messages decoded: the rendering has them.
 		msgs, seqs = p.Messages(), p.MessageSeqs(make([]uint64, 0, p.Len()))
 	}
 	if arr.cached && len(arr.items) > 0 {
@@ -198,8 +208,10 @@ func (s *Service) indexReply(arr arrayOf, session string, p *projection.Session,
 		// in: every item of it is here, as it was.
 		kept = old.chain.len()
 		s.digests.appended.Add(1)
-	case req.format == render.Neutral:
+	case byIdentity:
 		kept = firstChanged(old.msgs, old.seqs, msgs, seqs)
+	case req.format == render.Neutral:
+		kept = old.sharedItems(out)
 	case st != nil && st.From() != 0 && st.From() == old.state:
 		kept = sortSearch(old.ends.len(), func(i int) bool { return old.ends.at(i) > st.KeptItems() })
 	}
@@ -215,9 +227,9 @@ func (s *Service) indexReply(arr arrayOf, session string, p *projection.Session,
 	if kept > 0 {
 		inPlace := kept == old.chain.len() && old.extended.CompareAndSwap(false, true)
 		x.ends, x.chain = old.ends.prefix(kept, inPlace), old.chain.prefix(kept, inPlace)
-		if inPlace {
+		if byIdentity && inPlace {
 			x.msgs, x.seqs = old.msgs, old.seqs
-		} else if old.msgs != nil {
+		} else if byIdentity && old.msgs != nil {
 			x.msgs, x.seqs = slices.Clone(old.msgs[:kept]), slices.Clone(old.seqs[:kept])
 		}
 	}
@@ -246,7 +258,7 @@ func (s *Service) indexReply(arr arrayOf, session string, p *projection.Session,
 			i++
 		}
 	}
-	if req.format == render.Neutral && p != nil {
+	if byIdentity {
 		if x.chain.len() != len(msgs) {
 			return nil, fmt.Errorf("%w: %d items for %d messages", errNoDigest, x.chain.len(), len(msgs))
 		}
@@ -300,6 +312,33 @@ func firstChanged(old []weak.Pointer[record.Map], oldSeqs []uint64, cur []any, c
 		}
 	}
 	return n
+}
+
+// sharedItems returns how many whole items of x's array the items out
+// begin with, compared byte for byte with the buffer x's items were in,
+// while it lives: the projection's cache of encoded messages, which it
+// never writes once handed out (arrayOf.cached). An item is a value
+// complete in itself: the same bytes from its start are the same item.
+// 0 when the buffer is gone or was not the projection's.
+func (x *digestIndex) sharedItems(out []byte) int {
+	p := x.cache.Value()
+	if p == nil || x.items == 0 {
+		return 0
+	}
+	prev := unsafe.Slice(p, x.items)
+	n := 0
+	for n < len(prev) && n < len(out) {
+		// Compared in steps: bytes.Equal is memcmp.
+		step := min(len(prev)-n, len(out)-n, 4096)
+		if !bytes.Equal(prev[n:n+step], out[n:n+step]) {
+			for prev[n] == out[n] {
+				n++
+			}
+			break
+		}
+		n += step
+	}
+	return sortSearch(x.ends.len(), func(i int) bool { return x.ends.at(i) > n })
 }
 
 // base returns how many items of x the client holding h holds first, 0

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ctxd/ctxd/internal/sessiongen"
+	"github.com/ctxd/ctxd/internal/workload"
 	"github.com/ctxd/ctxd/pkg/projection"
 	"github.com/ctxd/ctxd/pkg/protocol"
 	"github.com/ctxd/ctxd/pkg/record"
@@ -294,5 +295,58 @@ func TestService_DeltaAppended(t *testing.T) {
 		}
 		require.GreaterOrEqual(t, svc.digests.appended.Load(), int64(19), "msgpack %v", asMsgpack)
 		require.NoError(t, svc.Close()) // the next one answers alone
+	}
+}
+
+// A neutral reply with its digest costs the session no memory: it is
+// indexed from the bytes of the reply, never from the messages decoded
+// (a session applied as it comes holds the JSON of its context, and
+// would hold every message again as a value). Also when the reply before
+// is not a prefix of the buffer (a screenshot's image trimmed since),
+// where what it shares is compared byte for byte.
+func TestService_DeltaHoldsNoMessages(t *testing.T) {
+	url := startNATS(t, 0)
+	for _, asMsgpack := range []bool{false, true} {
+		live := &liveSession{p: projection.New(projection.Options{BrowserTools: projection.DefaultBrowserTools})}
+		svc, _ := startService(t, url, live.projections())
+		nc := connect(t, url)
+		g := workload.New(7, workload.Profile{ScreenshotBytes: 2000, ScreenshotEvery: 1, Screenshots: 3})
+		seq := uint64(0)
+		var h *protocol.Held
+		for i := range 30 {
+			recs := g.CallPair()
+			if i%5 == 4 {
+				recs = g.BrowserTurn()
+			}
+			for _, r := range recs {
+				seq++
+				live.apply(seq, r)
+			}
+			// A plain reply first: what any reply costs the session (its
+			// encoded messages brought up to date).
+			okReply(t, request(t, nc, "ctxd.context.s", deltaBody(t, render.Neutral, asMsgpack), nil))
+			live.mu.Lock()
+			before := live.p.Size()
+			live.mu.Unlock()
+			kv := []any{"digest", true}
+			if h != nil {
+				kv = []any{"have_seq", h.Reply.Seq, "have_digest", h.Reply.Digest}
+			}
+			reply := okReply(t, request(t, nc, "ctxd.context.s", deltaBody(t, render.Neutral, asMsgpack, kv...), nil))
+			var err error
+			if h == nil {
+				h, err = protocol.Hold(reply)
+			} else {
+				h, err = h.Apply(reply)
+			}
+			require.NoError(t, err)
+			live.mu.Lock()
+			after := live.p.Size()
+			live.mu.Unlock()
+			require.Equal(t, before, after, "the session's size after a digest at turn %d (msgpack %v)", i, asMsgpack)
+		}
+		require.Zero(t, svc.digests.mismatched.Load())
+		require.Positive(t, svc.digests.goneOn.Load())
+		require.NoError(t, svc.Close())
 	}
 }
