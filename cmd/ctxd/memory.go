@@ -8,11 +8,15 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ctxd/ctxd/pkg/app"
+	"github.com/ctxd/ctxd/pkg/server"
 )
 
 // memoryBase is what ctxd holds beside its caches: the runtime and its
-// idle heap (about 20 MiB), the connections' buffers, and records and
-// replies in flight.
+// idle heap (about 20 MiB), the connections' buffers, records and
+// replies in flight, and the chains of digests up to their least bound
+// (server.DefaultDigestBytes).
 const memoryBase = 64 << 20
 
 // embeddedBase is what the embedded NATS server holds in the same heap
@@ -24,9 +28,11 @@ const embeddedBase = 192 << 20
 
 // memoryBound is the memory a ctxd serve process stays within: its
 // caches (--cache-bytes: the projections and the rendered replies kept
-// with them), memoryBase, and embeddedBase with the embedded server.
+// with them), the chains of digests past their least bound
+// (app.DigestBytes), memoryBase, and embeddedBase with the embedded
+// server.
 func memoryBound(cacheBytes int64, embedded bool) int64 {
-	n := max(cacheBytes, 0) + memoryBase
+	n := max(cacheBytes, 0) + app.DigestBytes(cacheBytes) - server.DefaultDigestBytes + memoryBase
 	if embedded {
 		n += embeddedBase
 	}
@@ -80,6 +86,9 @@ func chooseMemoryLimit(flagValue, env string, cacheBytes int64, embedded bool) (
 		from := "--cache-bytes + 64 MiB"
 		if embedded {
 			from = "--cache-bytes + 64 MiB + 192 MiB for the embedded server"
+		}
+		if extra := app.DigestBytes(cacheBytes) - server.DefaultDigestBytes; extra > 0 {
+			from += fmt.Sprintf(" + %d MiB of digests' chains", extra>>20)
 		}
 		return memoryLimit{bytes: memoryBound(cacheBytes, embedded), from: from}, nil
 	}

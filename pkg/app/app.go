@@ -355,6 +355,7 @@ func (a *App) openService() error {
 	a.svc.Logger = a.Logger
 	a.svc.BrowserTools = a.BrowserTools // the projections' own
 	a.svc.RenderCacheBytes = a.RenderCacheBytes
+	a.svc.DigestBytes = DigestBytes(a.CacheBytes)
 	if a.Version != "" {
 		a.svc.Version = a.Version
 	}

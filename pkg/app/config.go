@@ -155,3 +155,15 @@ func DefaultConfig() Config {
 // DefaultReadyMaxLag is how far behind the stream the ingest may be and
 // still be ready.
 const DefaultReadyMaxLag = 1000
+
+// DigestBytes is the memory the service keeps the chains of digests of
+// its replies in (server.Service.DigestBytes): a 32nd of the cache's
+// bound, at least server.DefaultDigestBytes. The chains describe the
+// sessions in the cache, about 40 bytes a message of a reply and 32 of
+// the one before: agents that take many sessions in turn each meet the
+// chain of the session they ask for, where a bound smaller than the
+// cached sessions' chains would evict, least recently asked first, the
+// very chain asked for next.
+func DigestBytes(cacheBytes int64) int64 {
+	return max(server.DefaultDigestBytes, cacheBytes/32)
+}
