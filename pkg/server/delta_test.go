@@ -267,6 +267,26 @@ func TestService_DeltaChunked(t *testing.T) {
 	}
 }
 
+// neutralDelta asks for session s's neutral context against h (with a
+// digest when h is nil) and returns the reply put back together.
+func neutralDelta(t *testing.T, nc *nats.Conn, h *protocol.Held, asMsgpack bool) *protocol.Held {
+	t.Helper()
+	kv := []any{"digest", true}
+	if h != nil {
+		kv = []any{"have_seq", h.Reply.Seq, "have_digest", h.Reply.Digest}
+	}
+	reply := okReply(t, request(t, nc, "ctxd.context.s", deltaBody(t, render.Neutral, asMsgpack, kv...), nil))
+	var next *protocol.Held
+	var err error
+	if h == nil {
+		next, err = protocol.Hold(reply)
+	} else {
+		next, err = h.Apply(reply)
+	}
+	require.NoError(t, err)
+	return next
+}
+
 // A session only appended to is indexed from the projection's buffer,
 // as JSON and as msgpack, without a walk of its messages.
 func TestService_DeltaAppended(t *testing.T) {
@@ -278,18 +298,7 @@ func TestService_DeltaAppended(t *testing.T) {
 		var h *protocol.Held
 		for i := range 20 {
 			live.apply(uint64(i+1), record.NewMap("role", "user", "content", fmt.Sprintf("turn %d", i)))
-			kv := []any{"digest", true}
-			if h != nil {
-				kv = []any{"have_seq", h.Reply.Seq, "have_digest", h.Reply.Digest}
-			}
-			reply := okReply(t, request(t, nc, "ctxd.context.s", deltaBody(t, render.Neutral, asMsgpack, kv...), nil))
-			var err error
-			if h == nil {
-				h, err = protocol.Hold(reply)
-			} else {
-				h, err = h.Apply(reply)
-			}
-			require.NoError(t, err)
+			h = neutralDelta(t, nc, h, asMsgpack)
 			full := okReply(t, request(t, nc, "ctxd.context.s", deltaBody(t, render.Neutral, asMsgpack, "digest", true), nil))
 			require.Equal(t, string(full), string(h.Body))
 		}
@@ -328,18 +337,7 @@ func TestService_DeltaHoldsNoMessages(t *testing.T) {
 			live.mu.Lock()
 			before := live.p.Size()
 			live.mu.Unlock()
-			kv := []any{"digest", true}
-			if h != nil {
-				kv = []any{"have_seq", h.Reply.Seq, "have_digest", h.Reply.Digest}
-			}
-			reply := okReply(t, request(t, nc, "ctxd.context.s", deltaBody(t, render.Neutral, asMsgpack, kv...), nil))
-			var err error
-			if h == nil {
-				h, err = protocol.Hold(reply)
-			} else {
-				h, err = h.Apply(reply)
-			}
-			require.NoError(t, err)
+			h = neutralDelta(t, nc, h, asMsgpack)
 			live.mu.Lock()
 			after := live.p.Size()
 			live.mu.Unlock()
