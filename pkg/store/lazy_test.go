@@ -58,6 +58,7 @@ type fakeLoader struct {
 	reads           []readRange       // every Records, in order
 	seqReads        int               // RecordsAt calls
 	counts          int               // CountRecords calls
+	lasts           int               // StreamLast calls
 }
 
 func newFakeLoader() *fakeLoader {
@@ -141,6 +142,9 @@ func (l seqLoader) CountRecords(ctx context.Context, session string, from uint64
 
 // StreamLast returns the stream's last sequence (Prover).
 func (l seqLoader) StreamLast(ctx context.Context) (uint64, error) {
+	l.mu.Lock()
+	l.lasts++
+	l.mu.Unlock()
 	return l.lastSeq(), ctx.Err()
 }
 

@@ -39,6 +39,7 @@ func (s *Store) catch(ctx context.Context, session string, last uint64) (read bo
 	if s.Loader == nil {
 		return false, nil // nothing to read from: the store holds every record it was given
 	}
+	s.byCatch.Store(true)
 	for {
 		sl := s.metByReader(session)
 		sl.mu.Lock()

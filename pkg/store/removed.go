@@ -43,7 +43,7 @@ func (s *Store) ForgetAll() {
 // whose last record seen is at or past it.
 func (s *Store) ForgetHolding(seq uint64) {
 	s.removalApplied()
-	if seq > s.watermark.get() {
+	if seq > s.watermark.get() && !s.byCatch.Load() {
 		// Not applied yet: whichever session it is of, it is not
 		// applied when it comes.
 		s.way.drop(seq)
@@ -87,7 +87,8 @@ func (s *Store) forgetSlot(sl *slot) {
 // StreamLast), and its slot notes every record up to there as met: one
 // that comes later was removed, and Apply finds it seen. The stream's
 // end is read once for the loads after a removal. A Loader that is not
-// a Prover has no such end to read up to.
+// a Prover has no such end to read up to; a store that Catch feeds (a
+// reader's) has nothing on its way.
 //
 // A record deleted by sequence (ForgetHolding) that the store has not
 // applied yet may be of a session loaded before: it is noted, and not
@@ -145,8 +146,8 @@ func (s *Store) removalApplied() {
 // read after the latest removal, or 0 when the store has applied every
 // record stored before it.
 func (s *Store) wayEnd(ctx context.Context, pv Prover) (uint64, error) {
-	if pv == nil {
-		return 0, nil
+	if pv == nil || s.byCatch.Load() {
+		return 0, nil // nothing reaches a store Catch feeds on its way
 	}
 	s.way.mu.Lock()
 	if !s.way.pending {

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ctxd/ctxd/pkg/projection"
 )
 
 // remove deletes records from the fake stream, as a purge does.
@@ -300,4 +302,34 @@ func runOnTheirWay(t *testing.T, seed uint64) {
 			t.Errorf("seed %d: view of %s at seq %d, its last record %d", seed, id, seq, recs[len(recs)-1].seq)
 		}
 	}
+}
+
+// A store that no ingest feeds (Catch brings its sessions up to what a
+// request needs) has no record on its way: after a removal its loads
+// read what they read before, without reading the stream's end, and a
+// record deleted by sequence is not noted for an Apply that never comes.
+func TestStore_CaughtStoreAfterRemoval(t *testing.T) {
+	l := newFakeLoader()
+	st := newLazyStore(t, l, lazyConfig{maxSessions: 100, maxBytes: DefaultMaxBytes, maxSessionBytes: DefaultMaxSessionBytes, bySeq: true})
+	t.Cleanup(func() { st.Close() })
+	view := func(session string) {
+		recs := l.stream(session)
+		last := recs[len(recs)-1].seq
+		want, _ := modelOf(recs, st.MaxSessionBytes).want(t)
+		var got string
+		require.NoError(t, st.ViewAtChecked(context.Background(), session, last, nil, func(p *projection.Session) { got = string(p.AppendJSON(nil)) }))
+		require.Equal(t, want, got)
+	}
+	for i := range 4 {
+		l.publish("a", userRecord(fmt.Sprintf("a%d", i)))
+		l.publish("b", userRecord(fmt.Sprintf("b%d", i)))
+	}
+	view("a")
+	l.remove("a", func(seq uint64) bool { return seq < 3 })
+	st.Forget("a")
+	st.ForgetHolding(7)
+	view("a")
+	view("b")
+	require.Zero(t, l.lasts, "reads of the stream's end")
+	require.Zero(t, st.way.n.Load(), "deletions noted")
 }

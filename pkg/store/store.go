@@ -197,6 +197,7 @@ type Store struct {
 	evictSnaps  evictWriter
 	indexed     atomic.Int64 // sequences held in all slots' seqs
 	way         onTheirWay   // records a removal took that may still come (removed.go)
+	byCatch     atomic.Bool  // fed by Catch (reach.go), not by Apply: nothing is on its way
 
 	watermark // the watermark and its waiters
 	rejects   *rejectLog
