@@ -367,8 +367,10 @@ type followed struct {
 
 func (v followed) View(ctx context.Context, session string, fn func(p *projection.Session)) error {
 	v.removals.Cover(v.need)
-	return v.st.ViewSettled(ctx, session, func(ctx context.Context) (uint64, error) {
-		upTo := v.st.Applied()
+	return v.st.ViewSettled(ctx, session, func(ctx context.Context, seen uint64) (uint64, error) {
+		// A load after a removal reads past what the follower applied
+		// (store's records on their way): the proof reaches what it read.
+		upTo := max(v.st.Applied(), seen)
 		if v.known && v.st.Stats().Loads <= v.fl.clean.Load() {
 			v.removals.Cover(upTo)
 			// A session the cover forgot loads when it is viewed

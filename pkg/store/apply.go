@@ -20,11 +20,10 @@ import (
 // never, so it starts no index and ends the one its session has. It may
 // be one its session has seen: that is found before it is decoded.
 func (s *Store) Apply(session string, seq uint64, data []byte) {
-	applied := s.watermark.get()
-	inOrder := seq > applied
+	inOrder := seq > s.watermark.get()
 	defer s.watermark.advance(seq)
-	if s.way.dropped(seq, applied) {
-		return // deleted from the stream before it came (removed.go)
+	if seq > s.delivered.Load() {
+		s.delivered.Store(seq) // one goroutine applies to a store
 	}
 	if !inOrder && s.seen(session, seq) {
 		s.stats.duplicates.Add(1)
@@ -32,6 +31,14 @@ func (s *Store) Apply(session string, seq uint64, data []byte) {
 	}
 	v, err := s.Decoder.Decode(data)
 	sl := s.lockSlot(session)
+	if s.way.dropped(seq) {
+		// Deleted from the stream before it came (removed.go): looked
+		// at under the slot's lock, so that ForgetHolding, which notes
+		// it before it looks at the slots, either finds the record
+		// applied, or has it skipped here.
+		sl.mu.Unlock()
+		return
+	}
 	if seq <= sl.seq {
 		sl.mu.Unlock()
 		if inOrder && err != nil {

@@ -90,6 +90,7 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 
 		var b *build
 		readTo := ld.to      // what the read reaches: past ld.to after a removal (removed.go)
+		var wayEnd uint64    // the stream's end read after a removal, when one may have records on their way
 		var saved uint64     // the checkpoint's From, when read
 		var read *Checkpoint // the checkpoint, when there is one
 		var stored []uint64  // the checkpoint's sequences the load reads
@@ -104,6 +105,7 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 			if err != nil {
 				return err
 			}
+			wayEnd = end
 			if end > readTo {
 				if byIndex {
 					return errReadPast
@@ -287,10 +289,12 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 			s.cache.snapLoads.Add(1)
 		}
 		sl.proj, sl.size, sl.weight = b.proj, b.size, b.weight
-		// A read past the watermark met every record of the session up
-		// to its end: one that comes later was removed.
+		// After a removal, the read met every record of the session up
+		// to where it read, the stream's end or past it: one that comes
+		// later was removed (a record on its way, or of a restart's
+		// backlog below the watermark).
 		sl.seq = max(sl.seq, b.proj.Seq())
-		if readTo > ld.to {
+		if wayEnd != 0 {
 			sl.seq = max(sl.seq, readTo)
 		}
 		if wrong != nil {

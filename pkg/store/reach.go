@@ -179,7 +179,9 @@ var ErrBehind = errors.New("projection does not reach the session's record")
 // before (a record applied since), it calls settle first, without the
 // session's lock, which returns once every removal made before the
 // request was received, and before the record at the sequence it
-// returns was stored, has been applied to the store; it views again then,
+// returns was stored, has been applied to the store, that sequence being
+// at least seen, the session's last record the view found (a load may
+// have read past what the store applied); it views again then,
 // and shows the state once the session's last record is within that
 // sequence (a session forgotten meanwhile loads from the stream as it
 // is). So no reply shows records a removal took beside records stored
@@ -191,8 +193,8 @@ var ErrBehind = errors.New("projection does not reach the session's record")
 // sequence past the records applied when it was called, which the store
 // applies only once proven (as the follower does), so that a session
 // written faster than a proof takes is shown all the same.
-func (s *Store) ViewSettled(ctx context.Context, session string, settle func(ctx context.Context) (uint64, error), fn func(p *projection.Session)) error {
-	var proven uint64
+func (s *Store) ViewSettled(ctx context.Context, session string, settle func(ctx context.Context, seen uint64) (uint64, error), fn func(p *projection.Session)) error {
+	var proven, seen uint64
 	for try := 0; ; try++ {
 		again := false
 		err := s.view(ctx, session, func(sl *slot, p *projection.Session) {
@@ -202,7 +204,7 @@ func (s *Store) ViewSettled(ctx context.Context, session string, settle func(ctx
 			}
 			if sl != nil && seq > sl.shown {
 				if try == 0 || seq > proven {
-					again = true
+					again, seen = true, seq
 					return
 				}
 				sl.shown = seq
@@ -215,7 +217,7 @@ func (s *Store) ViewSettled(ctx context.Context, session string, settle func(ctx
 		if try == maxSettles {
 			return fmt.Errorf("store: session %s: records came faster than %d proofs of the removals", session, maxSettles)
 		}
-		if proven, err = settle(ctx); err != nil {
+		if proven, err = settle(ctx, seen); err != nil {
 			return err
 		}
 	}

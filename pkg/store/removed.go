@@ -40,17 +40,19 @@ func (s *Store) ForgetAll() {
 }
 
 // ForgetHolding forgets every session that may hold the record seq: one
-// whose last record seen is at or past it.
+// whose last record seen is at or past it, or being loaded (its read
+// may have met it).
 func (s *Store) ForgetHolding(seq uint64) {
 	s.removalApplied()
-	if seq > s.watermark.get() && !s.byCatch.Load() {
-		// Not applied yet: whichever session it is of, it is not
-		// applied when it comes.
+	if seq > s.delivered.Load() && !s.byCatch.Load() {
+		// Not delivered yet: whichever session it is of, it is not
+		// applied when it comes (Apply looks under the slot's lock,
+		// after this is noted and before the slots are looked at).
 		s.way.drop(seq)
 	}
 	for _, sl := range s.dir.all() {
 		sl.mu.Lock()
-		holds := sl.seq >= seq
+		holds := sl.seq >= seq || sl.loading != nil
 		sl.mu.Unlock()
 		if holds {
 			s.forgetSlot(sl)
@@ -77,7 +79,9 @@ func (s *Store) forgetSlot(sl *slot) {
 }
 
 // Records on their way. An ingest, or a follower, applies a record some
-// time after it was stored: a removal may take records stored but not
+// time after it was stored (the store's delivered sequence is the
+// latest Apply was given; after a restart the watermark starts at the
+// stream's end, above a backlog still to be delivered): a removal may take records stored but not
 // delivered yet, and be applied to the store (Forget) before they come.
 // A load after it reads the stream as it is, without them; applied when
 // they come, they would sit in the session beside what the load read,
@@ -114,18 +118,17 @@ func (w *onTheirWay) drop(seq uint64) {
 }
 
 // dropped reports whether the record seq, about to be applied, was
-// deleted before it came; it forgets deletions at or below applied, whose
-// records will not come.
-func (w *onTheirWay) dropped(seq, applied uint64) bool {
+// deleted before it came; it forgets the deletions below seq, whose
+// records will not come (the records come in stream order).
+func (w *onTheirWay) dropped(seq uint64) bool {
 	if w.n.Load() == 0 {
 		return false
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	_, ok := w.deleted[seq]
-	delete(w.deleted, seq)
 	for d := range w.deleted {
-		if d <= applied {
+		if d <= seq {
 			delete(w.deleted, d)
 		}
 	}
@@ -155,7 +158,7 @@ func (s *Store) wayEnd(ctx context.Context, pv Prover) (uint64, error) {
 		return 0, nil
 	}
 	if until := s.way.until; until != 0 {
-		if s.watermark.get() >= until {
+		if s.delivered.Load() >= until {
 			s.way.pending = false
 			until = 0
 		}

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -332,4 +333,78 @@ func TestStore_CaughtStoreAfterRemoval(t *testing.T) {
 	view("b")
 	require.Zero(t, l.lasts, "reads of the stream's end")
 	require.Zero(t, st.way.n.Load(), "deletions noted")
+}
+
+// hookLoader runs hook once, as the first read of session a has read
+// its records and before it hands them on.
+type hookLoader struct {
+	seqLoader
+	once sync.Once
+	hook func()
+}
+
+func (h *hookLoader) Records(ctx context.Context, session string, from, to uint64, fn func(seq uint64, data []byte) error) error {
+	h.fakeLoader.mu.Lock()
+	var recs []stored
+	for _, r := range h.fakeLoader.streams[session] {
+		if r.seq >= from && r.seq <= to {
+			recs = append(recs, r)
+		}
+	}
+	h.fakeLoader.mu.Unlock()
+	if session == "a" && h.hook != nil {
+		h.once.Do(h.hook) // deleted after the read met it
+	}
+	for _, r := range recs {
+		if err := fn(r.seq, r.data); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// A record deleted by sequence while a load reads it (past the
+// watermark, after a removal): the load reads again, and the record,
+// when it comes, is not applied.
+func TestStore_DeletedWhileLoading(t *testing.T) {
+	l := newFakeLoader()
+	s := newLazyStore(t, l, lazyConfig{maxSessions: 100, maxBytes: DefaultMaxBytes, maxSessionBytes: DefaultMaxSessionBytes, bySeq: true})
+	hl := &hookLoader{seqLoader: seqLoader{l}}
+	s.Loader = hl
+	t.Cleanup(func() { s.Close() })
+	ingest(s, l, "a", userRecord("a1"))
+	ingest(s, l, "b", userRecord("b1"))
+	a2 := userRecord("a2")
+	seq := l.publish("a", a2) // on its way
+	s.Forget("b")
+	hl.hook = func() {
+		l.remove("a", func(q uint64) bool { return q == seq })
+		s.ForgetHolding(seq)
+	}
+	var got string
+	require.NoError(t, s.View(context.Background(), "a", func(p *projection.Session) { got = string(p.AppendJSON(nil)) }))
+	s.Apply("a", seq, a2)
+	require.NoError(t, s.View(context.Background(), "a", func(p *projection.Session) { got = string(p.AppendJSON(nil)) }))
+	require.Equal(t, `[{"role":"user","content":"a1"}]`, got)
+}
+
+// A record of a restart's backlog (below the watermark the store
+// started at) deleted before it is delivered: a load after the deletion
+// does not read it, and it is not applied when it comes.
+func TestStore_BacklogRecordDeleted(t *testing.T) {
+	l := newFakeLoader()
+	s := newLazyStore(t, l, lazyConfig{maxSessions: 100, maxBytes: DefaultMaxBytes, maxSessionBytes: DefaultMaxSessionBytes, bySeq: true})
+	t.Cleanup(func() { s.Close() })
+	a1, a2 := userRecord("a1"), userRecord("a2")
+	l.publish("a", a1)
+	seq := l.publish("a", a2)
+	s.Advance(seq) // a restart: the watermark starts at the stream's end
+	s.Apply("a", 1, a1)
+	l.remove("a", func(q uint64) bool { return q == seq })
+	s.ForgetHolding(seq)
+	var got string
+	require.NoError(t, s.View(context.Background(), "a", func(p *projection.Session) { got = string(p.AppendJSON(nil)) }))
+	s.Apply("a", seq, a2) // was in the ingest's pull buffer
+	require.NoError(t, s.View(context.Background(), "a", func(p *projection.Session) { got = string(p.AppendJSON(nil)) }))
+	require.Equal(t, `[{"role":"user","content":"a1"}]`, got)
 }

@@ -29,7 +29,7 @@ func publishApplied(s *Store, l *fakeLoader, session, text string) uint64 {
 }
 
 // viewSettled shows a session with settle and returns its JSON.
-func viewSettled(t *testing.T, s *Store, session string, settle func(context.Context) (uint64, error)) string {
+func viewSettled(t *testing.T, s *Store, session string, settle func(context.Context, uint64) (uint64, error)) string {
 	t.Helper()
 	got := "null"
 	require.NoError(t, s.ViewSettled(context.Background(), session, settle, func(p *projection.Session) {
@@ -49,7 +49,7 @@ func TestStore_ViewSettled(t *testing.T) {
 		l := newFakeLoader()
 		s := followerStore(t, l)
 		settles := 0
-		settle := func(context.Context) (uint64, error) { settles++; return s.Applied(), nil }
+		settle := func(context.Context, uint64) (uint64, error) { settles++; return s.Applied(), nil }
 		publishApplied(s, l, "a", "a0")
 		require.Equal(t, wantOf(t, s, l, "a"), viewSettled(t, s, "a", settle))
 		require.Equal(t, 1, settles)
@@ -69,12 +69,12 @@ func TestStore_ViewSettled(t *testing.T) {
 		for i := range 4 {
 			recs = append(recs, publishApplied(s, l, "a", fmt.Sprintf("a%d", i)))
 		}
-		viewSettled(t, s, "a", func(context.Context) (uint64, error) { return s.Applied(), nil })
+		viewSettled(t, s, "a", func(context.Context, uint64) (uint64, error) { return s.Applied(), nil })
 		// Removed, and a record stored after: applied unproven beside
 		// what was removed.
 		l.remove("a", func(seq uint64) bool { return seq < recs[3] })
 		publishApplied(s, l, "a", "a4")
-		got := viewSettled(t, s, "a", func(context.Context) (uint64, error) {
+		got := viewSettled(t, s, "a", func(context.Context, uint64) (uint64, error) {
 			s.Forget("a") // what the proof finds, and applies
 			return s.Applied(), nil
 		})
@@ -85,7 +85,7 @@ func TestStore_ViewSettled(t *testing.T) {
 		s := followerStore(t, l)
 		publishApplied(s, l, "a", "a0")
 		var proven []uint64
-		got := viewSettled(t, s, "a", func(context.Context) (uint64, error) {
+		got := viewSettled(t, s, "a", func(context.Context, uint64) (uint64, error) {
 			upTo := s.Applied()
 			proven = append(proven, upTo)
 			if len(proven) == 1 {
@@ -100,18 +100,37 @@ func TestStore_ViewSettled(t *testing.T) {
 		l := newFakeLoader()
 		s := followerStore(t, l)
 		publishApplied(s, l, "a", "a0")
-		err := s.ViewSettled(context.Background(), "a", func(context.Context) (uint64, error) {
+		err := s.ViewSettled(context.Background(), "a", func(context.Context, uint64) (uint64, error) {
 			upTo := s.Applied()
 			publishApplied(s, l, "a", "more")
 			return upTo, nil
 		}, func(*projection.Session) { t.Fatal("shown unproven") })
 		require.ErrorContains(t, err, "proofs of the removals")
 	})
+	t.Run("a load read past what the store applied", func(t *testing.T) {
+		// After a removal a load reads to the stream's end, past the
+		// records the store applied: settle is told the session's last
+		// record the view found, and a proof that reaches it shows it.
+		l := newFakeLoader()
+		s := newLazyStore(t, l, lazyConfig{maxSessions: 100, maxBytes: DefaultMaxBytes, maxSessionBytes: DefaultMaxSessionBytes, bySeq: true})
+		t.Cleanup(func() { s.Close() })
+		publishApplied(s, l, "a", "a0")
+		l.remove("a", func(uint64) bool { return true })
+		s.Forget("a")
+		l.publish("a", userRecord("a1")) // stored, not applied yet
+		var told []uint64
+		got := viewSettled(t, s, "a", func(_ context.Context, seen uint64) (uint64, error) {
+			told = append(told, seen)
+			return max(s.Applied(), seen), nil
+		})
+		require.Equal(t, []uint64{l.lastSeq()}, told, "settle told the record the load read")
+		require.Equal(t, wantOf(t, s, l, "a"), got)
+	})
 	t.Run("an error of settle fails the view", func(t *testing.T) {
 		l := newFakeLoader()
 		s := followerStore(t, l)
 		publishApplied(s, l, "a", "a0")
-		err := s.ViewSettled(context.Background(), "a", func(ctx context.Context) (uint64, error) {
+		err := s.ViewSettled(context.Background(), "a", func(ctx context.Context, _ uint64) (uint64, error) {
 			return 0, context.DeadlineExceeded
 		}, func(*projection.Session) { t.Fatal("shown unproven") })
 		require.ErrorIs(t, err, context.DeadlineExceeded)

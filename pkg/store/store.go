@@ -195,9 +195,10 @@ type Store struct {
 	cache       cache
 	checkpoints checkpointWriter
 	evictSnaps  evictWriter
-	indexed     atomic.Int64 // sequences held in all slots' seqs
-	way         onTheirWay   // records a removal took that may still come (removed.go)
-	byCatch     atomic.Bool  // fed by Catch (reach.go), not by Apply: nothing is on its way
+	indexed     atomic.Int64  // sequences held in all slots' seqs
+	way         onTheirWay    // records a removal took that may still come (removed.go)
+	delivered   atomic.Uint64 // the latest sequence given to Apply: records come in stream order
+	byCatch     atomic.Bool   // fed by Catch (reach.go), not by Apply: nothing is on its way
 
 	watermark // the watermark and its waiters
 	rejects   *rejectLog
