@@ -210,11 +210,12 @@ func TestStore_RemovedRecordOnItsWay(t *testing.T) {
 // stream holds of it up to the view's sequence, and once every record
 // is delivered each view reaches the session's last record. Generated
 // sequences of publishes, deliveries, removals (of a session's records,
-// of one record, of all), evictions and views.
+// of one record, of all), evictions, restarts (the records on their way
+// becoming a backlog below the new store's watermark) and views.
 func TestStore_RemovalsWithRecordsOnTheirWay(t *testing.T) {
-	seeds := 300
+	seeds := 1000
 	if testing.Short() {
-		seeds = 60
+		seeds = 200
 	}
 	for seed := range uint64(seeds) {
 		runOnTheirWay(t, seed)
@@ -229,7 +230,7 @@ func runOnTheirWay(t *testing.T, seed uint64) {
 	cfg := lazyConfig{maxSessions: lazyPick(r, 1, 2, 100), maxBytes: DefaultMaxBytes, maxSessionBytes: DefaultMaxSessionBytes, bySeq: true}
 	l := newFakeLoader()
 	s := newFreshStore(t, l, cfg, r.IntN(2) == 0)
-	defer s.Close()
+	defer func() { s.Close() }()
 	sessions := []string{"a", "b", "c"}
 	var way []delivery // stored, not delivered yet, in order
 	var log []string
@@ -289,6 +290,19 @@ func runOnTheirWay(t *testing.T, seed uint64) {
 		case n < 74:
 			s.Evict(id)
 			log = append(log, "evict "+id)
+		case n < 77:
+			// A restart: the new store's watermark starts at the
+			// stream's end, above the records still on their way (its
+			// backlog, delivered later as the consumer resumes).
+			// The consumer reads its backlog from the stream again:
+			// what removals took before the restart does not come.
+			s.Close()
+			s = newFreshStore(t, l, cfg, false)
+			s.Advance(l.lastSeq())
+			way = slices.DeleteFunc(way, func(d delivery) bool {
+				return !slices.ContainsFunc(l.stream(d.session), func(r stored) bool { return r.seq == d.seq })
+			})
+			log = append(log, fmt.Sprintf("restart at %d", l.lastSeq()))
 		default:
 			log = append(log, fmt.Sprintf("view %s at %d", id, check(id)))
 		}
