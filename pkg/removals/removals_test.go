@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ctxd/ctxd/internal/natstest"
@@ -22,14 +24,8 @@ import (
 // the stream's state: records delivered before that read began are
 // covered by it, so a burst of deliveries costs one read, not one each.
 func TestRemovals_ConcurrentNeedsShareOneRead(t *testing.T) {
-	js := natstest.JetStream(t)
+	js, ctx, cfg := transcripts(t)
 	nc := js.Conn()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	cfg, err := streams.Transcripts()
-	require.NoError(t, err)
-	_, err = js.CreateStream(ctx, cfg)
-	require.NoError(t, err)
 	publish := func(n int) {
 		for i := range n {
 			_, err := js.Publish(ctx, fmt.Sprintf("transcripts.s%d", i), []byte("{}"))
@@ -37,9 +33,7 @@ func TestRemovals_ConcurrentNeedsShareOneRead(t *testing.T) {
 		}
 	}
 	publish(10)
-	r, err := Open(ctx, t.Context(), nc, cfg.Name, true, func() []*store.Store { return nil }, func() {}, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	require.NoError(t, err)
-	t.Cleanup(r.Close)
+	r := open(t, ctx, nc, cfg.Name, func() []*store.Store { return nil }, func() {})
 	require.Equal(t, uint64(10), r.verified.Load())
 	publish(16) // sequences 11 to 26, delivered to 16 partitions' ingests
 	reads := r.reads.Load()
@@ -67,19 +61,11 @@ func TestRemovals_ConcurrentNeedsShareOneRead(t *testing.T) {
 // second delivery past the verified sequence waits for the check under
 // way instead of reading again.
 func TestRemovals_NoLockWhileReading(t *testing.T) {
-	js := natstest.JetStream(t)
+	js, ctx, cfg := transcripts(t)
 	nc := js.Conn()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	cfg, err := streams.Transcripts()
+	_, err := js.Publish(ctx, "transcripts.s1", []byte("{}"))
 	require.NoError(t, err)
-	_, err = js.CreateStream(ctx, cfg)
-	require.NoError(t, err)
-	_, err = js.Publish(ctx, "transcripts.s1", []byte("{}"))
-	require.NoError(t, err)
-	r, err := Open(ctx, t.Context(), nc, cfg.Name, true, func() []*store.Store { return nil }, func() {}, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	require.NoError(t, err)
-	t.Cleanup(r.Close)
+	r := open(t, ctx, nc, cfg.Name, func() []*store.Store { return nil }, func() {})
 	_, err = js.Publish(ctx, "transcripts.s2", []byte("{}"))
 	require.NoError(t, err)
 
@@ -114,14 +100,8 @@ func TestRemovals_NoLockWhileReading(t *testing.T) {
 // removal no advisory told of is found by it (every session forgotten,
 // the removal counted) before the record after it is verified.
 func TestRemovals_AheadChecksInTheBackground(t *testing.T) {
-	js := natstest.JetStream(t)
+	js, ctx, cfg := transcripts(t)
 	nc := js.Conn()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	cfg, err := streams.Transcripts()
-	require.NoError(t, err)
-	_, err = js.CreateStream(ctx, cfg)
-	require.NoError(t, err)
 	publish := func(n int) uint64 {
 		var last uint64
 		for i := range n {
@@ -135,9 +115,7 @@ func TestRemovals_AheadChecksInTheBackground(t *testing.T) {
 	st := store.New()
 	t.Cleanup(func() { st.Close() })
 	var removed atomic.Int32
-	r, err := Open(ctx, t.Context(), nc, cfg.Name, true, func() []*store.Store { return []*store.Store{st} }, func() { removed.Add(1) }, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	require.NoError(t, err)
-	t.Cleanup(r.Close)
+	r := open(t, ctx, nc, cfg.Name, func() []*store.Store { return []*store.Store{st} }, func() { removed.Add(1) })
 
 	reads := r.reads.Load()
 	last := publish(8)
@@ -169,23 +147,15 @@ func TestRemovals_AheadChecksInTheBackground(t *testing.T) {
 // every session back from the stream at once. A removal made meanwhile
 // is still found by the read that succeeds, as its count says.
 func TestRemovals_FailedReadIsReadAgain(t *testing.T) {
-	js := natstest.JetStream(t)
+	js, ctx, cfg := transcripts(t)
 	nc := js.Conn()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	cfg, err := streams.Transcripts()
-	require.NoError(t, err)
-	_, err = js.CreateStream(ctx, cfg)
-	require.NoError(t, err)
-	_, err = js.Publish(ctx, "transcripts.s1", []byte("{}"))
+	_, err := js.Publish(ctx, "transcripts.s1", []byte("{}"))
 	require.NoError(t, err)
 	st := store.New()
 	t.Cleanup(func() { _ = st.Close() })
 	st.Apply("s1", 1, []byte(`{"role":"user","content":"hi"}`))
 	require.True(t, st.Loaded("s1"))
-	r, err := Open(ctx, t.Context(), nc, cfg.Name, true, func() []*store.Store { return []*store.Store{st} }, func() {}, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	require.NoError(t, err)
-	t.Cleanup(r.Close)
+	r := open(t, ctx, nc, cfg.Name, func() []*store.Store { return []*store.Store{st} }, func() {})
 
 	real := r.state
 	var failed atomic.Int32
@@ -201,4 +171,28 @@ func TestRemovals_FailedReadIsReadAgain(t *testing.T) {
 	require.GreaterOrEqual(t, failed.Load(), int32(2), "read again")
 	require.Equal(t, uint64(2), r.verified.Load())
 	require.True(t, st.Loaded("s1"), "one failed read forgets nothing")
+}
+
+// transcripts makes the TRANSCRIPTS stream on a server of the test's
+// own, and a context for the test's requests.
+func transcripts(t *testing.T) (jetstream.JetStream, context.Context, jetstream.StreamConfig) {
+	t.Helper()
+	js := natstest.JetStream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	cfg, err := streams.Transcripts()
+	require.NoError(t, err)
+	_, err = js.CreateStream(ctx, cfg)
+	require.NoError(t, err)
+	return js, ctx, cfg
+}
+
+// open opens a watcher of the stream, logging nowhere, closed with the
+// test.
+func open(t *testing.T, ctx context.Context, nc *nats.Conn, stream string, stores func() []*store.Store, onRemoval func()) *Watcher {
+	t.Helper()
+	r, err := Open(ctx, t.Context(), nc, stream, true, stores, onRemoval, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	t.Cleanup(r.Close)
+	return r
 }
