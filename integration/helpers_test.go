@@ -15,8 +15,10 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ctxd/ctxd/internal/replytest"
 	"github.com/ctxd/ctxd/internal/spectest"
 	"github.com/ctxd/ctxd/pkg/app"
+	"github.com/ctxd/ctxd/pkg/protocol"
 	"github.com/ctxd/ctxd/pkg/record"
 )
 
@@ -120,6 +122,7 @@ type reply struct {
 	Seq      uint64
 	Messages []any
 	Dropped  *record.Map
+	Digest   string // "" for a reply asked without it
 }
 
 // serviceError is an error reply of the service.
@@ -159,10 +162,18 @@ func (c *client) fetchSeq(session string, minSeq uint64, asMsgpack bool) *reply 
 	return r
 }
 
+// decodeReply checks a reply's digest (when it has one: every reply but
+// one asked with "digest": false) and decodes the reply without it.
 func decodeReply(t testing.TB, data []byte) *reply {
 	t.Helper()
 	var v any
 	var err error
+	var digest string
+	if r, err := protocol.ReadReply(data); err == nil && r.Digest != "" {
+		digest = r.Digest
+		data, err = replytest.Plain(data)
+		require.NoError(t, err)
+	}
 	if record.IsJSON(data) {
 		v, err = record.DecodeJSON(data)
 	} else {
@@ -172,7 +183,7 @@ func decodeReply(t testing.TB, data []byte) *reply {
 	m, ok := v.(*record.Map)
 	require.True(t, ok, "reply is not a map")
 	require.Equal(t, 4, m.Len(), "reply fields: %s", data[:min(len(data), 300)])
-	r := &reply{}
+	r := &reply{Digest: digest}
 	var sok, qok, mok, dok bool
 	sv, _ := m.Get("session")
 	r.Session, sok = sv.(string)

@@ -56,6 +56,8 @@ func TestService_EmptySessionAndFormats(t *testing.T) {
 	require.Empty(t, r.Messages)
 
 	msg := c.request("ctxd.context.nobody", nil, nil)
+	require.Equal(t, `{"session":"nobody","seq":0,"messages":[],"dropped":{"unpaired_calls":[],"orphan_results":[],"images_omitted":0},"digest":"`+emptyDigest+`"}`, string(msg.Data))
+	msg = c.request("ctxd.context.nobody", []byte(`{"digest":false}`), nil)
 	require.Equal(t, `{"session":"nobody","seq":0,"messages":[],"dropped":{"unpaired_calls":[],"orphan_results":[],"images_omitted":0}}`, string(msg.Data))
 
 	hdr := nats.Header{}
@@ -323,3 +325,8 @@ func TestService_RestartGivesIdenticalContexts(t *testing.T) {
 	r := c2.fetchSeq(s, seq, false)
 	require.Len(t, r.Messages, 1)
 }
+
+// emptyDigest is the digest of an empty message array in the neutral
+// format: SHA-256 of the 32 zero bytes of c_0 (PROTOCOL.md, "Delta
+// replies").
+const emptyDigest = "66687aadf862bd776c8fc18b8e9f8e20089714856ee233b3902a591d0d5f2925"

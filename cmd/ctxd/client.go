@@ -134,8 +134,8 @@ A request not answered within --hedge-ms is sent once more to
 ctxd.context.SESSION, where any instance may take it, and the first answer
 wins; a request whose connection to the NATS server is lost is sent again
 once it is back, or fails naming the lost connection.
-With --digest the reply carries "digest", which names its messages; with
---have-seq N --have-digest D, the seq and digest of a reply held, the
+The reply carries "digest", which names its messages (--digest=false
+leaves it out); with --have-seq N --have-digest D, the seq and digest of a reply held, the
 reply may be a delta, printed raw: "delta": {"keep": K} and only the
 messages from K on (docs/PROTOCOL.md, "Delta replies").`
 
@@ -152,7 +152,7 @@ func runContext(ctx context.Context, e *env, args []string) error {
 	budget := fs.Uint64("budget-tokens", 0, "say whether the context is over this many input tokens (0: don't)")
 	editsJSON := fs.String("edits", "", "edit the context before rendering: a JSON object of tool_results, thinking, images (docs/EDITS.md)")
 	partitions := fs.Int("partitions", 0, "the stream's partitions: ask the instance that applies the session's partition first (ctxd.p.K.SESSION)")
-	digest := fs.Bool("digest", false, "ask the reply to carry its digest")
+	digest := fs.Bool("digest", true, "the reply carries its digest; false leaves it out (not with --have-seq)")
 	haveSeq := fs.Uint64("have-seq", 0, "the seq of the reply held (with --have-digest): the reply may be a delta against it")
 	haveDigest := fs.String("have-digest", "", "the digest of the reply held (with --have-seq)")
 	hedgeMS := fs.Int("hedge-ms", 0, "send the request once more, to any instance, when no answer came within this many ms (0: a quarter of the time, 200 to 1000 ms; -1: never)")
@@ -188,6 +188,10 @@ func runContext(ctx context.Context, e *env, args []string) error {
 	if err := checkHave(e, fs, *haveDigest); err != nil {
 		return err
 	}
+	if *haveDigest != "" && !*digest {
+		fmt.Fprintln(e.stderr, "ctxd context: --digest=false with --have-seq and --have-digest: a delta reply carries its digest")
+		return errUsage
+	}
 	if *hedgeMS < -1 {
 		fmt.Fprintf(e.stderr, "ctxd context: --hedge-ms must be -1 (never), 0 (the default) or more, got %d\n", *hedgeMS)
 		return errUsage
@@ -204,7 +208,7 @@ func runContext(ctx context.Context, e *env, args []string) error {
 	// chunks keep coming.
 	data, err := client.Context(ctx, nc, pos[0], client.Request{MinSeq: *minSeq, WaitMS: *waitMS, NoWait: *waitMS == 0, Format: *format,
 		BudgetTokens: *budget, Edits: edited, Partitions: *partitions, ChunkTimeout: contextChunkTimeout, Hedge: time.Duration(*hedgeMS) * time.Millisecond,
-		Digest: *digest, HaveSeq: *haveSeq, HaveDigest: *haveDigest})
+		NoDigest: !*digest, HaveSeq: *haveSeq, HaveDigest: *haveDigest})
 	if err != nil {
 		return err
 	}

@@ -51,9 +51,10 @@ func TestContext_Delta(t *testing.T) {
 		return r
 	}
 	last := publish("{\"role\":\"user\",\"content\":\"one\"}\n{\"role\":\"assistant\",\"content\":\"two\"}\n")
-	held := contextOf("--digest", "--min-seq", last)
-	require.Len(t, held.Digest, 64)
+	held := contextOf("--min-seq", last)
+	require.Len(t, held.Digest, 64, "a reply carries its digest")
 	require.Nil(t, held.Delta)
+	require.Empty(t, contextOf("--min-seq", last, "--digest=false").Digest)
 	last = publish(`{"role":"user","content":"three"}` + "\n")
 	d := contextOf("--min-seq", last, "--have-seq", strconv.FormatUint(held.Seq, 10), "--have-digest", held.Digest)
 	require.NotNil(t, d.Delta)
@@ -65,6 +66,7 @@ func TestContext_Delta(t *testing.T) {
 		{"--have-seq", "1"},
 		{"--have-digest", held.Digest},
 		{"--have-seq", "1", "--have-digest", "nope"},
+		{"--have-seq", "1", "--have-digest", held.Digest, "--digest=false"},
 	} {
 		code, _, e := runCmd(t, "", append([]string{"context", "s", "--nats", url}, args...)...)
 		require.Equal(t, exitUsage, code, args)

@@ -121,12 +121,12 @@ type Request struct {
 	// thinking and images removed. ToolResults needs a TriggerTokens of
 	// its own (HasTrigger) or BudgetTokens.
 	Edits *edits.Config
-	// Digest asks the reply to carry its digest; HaveSeq and HaveDigest,
-	// when HaveDigest is set, name the reply the caller holds, and the
-	// reply may be a delta against it (docs/PROTOCOL.md, "Delta
-	// replies"). Context returns the reply as it comes: Keeper applies
-	// deltas.
-	Digest     bool
+	// NoDigest asks for the reply without its digest (a reply carries
+	// it otherwise); HaveSeq and HaveDigest, when HaveDigest is set,
+	// name the reply the caller holds, and the reply may be a delta
+	// against it (docs/PROTOCOL.md, "Delta replies"). Context returns
+	// the reply as it comes: Keeper applies deltas.
+	NoDigest   bool
 	HaveSeq    uint64
 	HaveDigest string
 	// Partitions, the stream's number of partitions (Partitions), sends
@@ -276,7 +276,7 @@ func (req Request) wire(timeout time.Duration) protocol.Request {
 		w.BudgetTokens, w.HasBudget = req.BudgetTokens, true
 	}
 	w.Edits = req.Edits
-	w.Digest = req.Digest
+	w.NoDigest = req.NoDigest
 	if req.HaveDigest != "" {
 		w.HaveSeq, w.HaveDigest, w.HasHave = req.HaveSeq, req.HaveDigest, true
 	}

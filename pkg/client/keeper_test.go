@@ -38,15 +38,20 @@ func TestKeeper_Context(t *testing.T) {
 				req := Request{MinSeq: seq, Format: format, Msgpack: asMsgpack}
 				got, err := k.Context(ctx, nc, session, req)
 				require.NoError(t, err)
-				req.Digest = true
 				want, err := Context(ctx, nc, session, req)
 				require.NoError(t, err)
 				require.Equal(t, string(want), string(got), "turn %d", i)
 				whole, err := off.Context(ctx, nc, session, Request{MinSeq: seq, Format: format, Msgpack: asMsgpack})
 				require.NoError(t, err)
+				require.Equal(t, string(want), string(whole), "off: the whole reply, as a plain request gets it")
 				r, err := protocol.ReadReply(whole)
 				require.NoError(t, err)
-				require.Empty(t, r.Digest, "off: a request of protocol 3.3")
+				require.Len(t, r.Digest, protocol.DigestLen, "a whole reply carries its digest")
+				bare, err := off.Context(ctx, nc, session, Request{MinSeq: seq, Format: format, Msgpack: asMsgpack, NoDigest: true})
+				require.NoError(t, err)
+				r, err = protocol.ReadReply(bare)
+				require.NoError(t, err)
+				require.Empty(t, r.Digest, "no_digest: a reply of protocol 3.4")
 				// The raw reply against the one before is a delta.
 				prev := k.held[keptKey{session, format, asMsgpack}]
 				raw, err := Context(ctx, nc, session, Request{Format: format, Msgpack: asMsgpack, HaveSeq: prev.Reply.Seq, HaveDigest: prev.Reply.Digest})

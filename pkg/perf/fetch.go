@@ -595,7 +595,7 @@ func replySeq(reply []byte) (uint64, error) {
 // rebuildPerTurn builds a session's context reply the way a design that
 // stores records and rebuilds on every request does: read the session's
 // records from the stream up to to, run the batch passes, encode the
-// reply. It returns the reply and the sequence of the last record read.
+// reply with its digest. It returns the reply and the sequence of the last record read.
 func rebuildPerTurn(ctx context.Context, nc *nats.Conn, stream, session string, to uint64) ([]byte, uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
@@ -626,5 +626,14 @@ func rebuildPerTurn(ctx context.Context, nc *nats.Conn, stream, session string, 
 	}
 	out = append(out, `,"dropped":`...)
 	out = append(out, dropped...)
-	return append(out, '}'), seq, nil
+	out = append(out, '}')
+	// The reply ctxd sends carries its digest: the rebuild computes it
+	// too, over the messages it encoded.
+	digest, err := protocol.ComputeDigest(out)
+	if err != nil {
+		return nil, 0, err
+	}
+	out = append(out[:len(out)-1], `,"digest":"`...)
+	out = append(out, digest...)
+	return append(out, `"}`...), seq, nil
 }

@@ -373,7 +373,6 @@ func (s *soak) agentTurn(ctx context.Context, ss *soakSession) {
 	}
 	req := client.Request{MinSeq: seq, WaitMS: 10000, Msgpack: true}
 	if s.cfg.Delta {
-		req.Digest = true
 		if ss.held != nil {
 			req.HaveSeq, req.HaveDigest = ss.held.Reply.Seq, ss.held.Reply.Digest
 		}

@@ -99,68 +99,6 @@ func TestSession_Pack_KeepsWhatJSONWouldChange(t *testing.T) {
 	requireBuild(t, s, values)
 }
 
-// TestSession_JSONReply: the reply wraps the JSON context in the caller's
-// head and tail, is built once per view and key, and what it handed out
-// never changes, whatever the session does next.
-func TestSession_JSONReply(t *testing.T) {
-	values := decodeAll(t,
-		`{"role":"user","content":"one"}`,
-		`{"role":"assistant","content":[{"type":"toolCall","id":"c1","name":"bash","arguments":{}}]}`,
-		`{"role":"toolResult","toolCallId":"c1","content":[{"type":"text","text":"ok"}]}`,
-		`{"role":"user","content":"two"}`,
-	)
-	s := New(Options{})
-	heads := 0
-	head := func(dst []byte) []byte { heads++; return append(dst, `{"m":[`...) }
-	tail := func(dst []byte) []byte { return append(dst, `]}`...) }
-	want := func() string { return `{"m":` + string(s.AppendJSON(nil)) + `}` }
-
-	s.Apply(1, values[0])
-	s.Apply(2, values[1])
-	r1 := s.JSONReply(7, head, tail)
-	require.Equal(t, want(), string(r1))
-	require.Equal(t, `{"m":[{"role":"user","content":"one"}]}`, string(r1), "the call is not answered yet")
-	kept := string(r1)
-
-	r2 := s.JSONReply(7, head, tail)
-	require.Equal(t, &r1[0], &r2[0], "an unchanged view is answered from the same bytes")
-	require.Equal(t, 1, heads)
-	r3 := s.JSONReply(8, head, tail)
-	require.Equal(t, kept, string(r3), "a new key builds it again")
-	require.Equal(t, 2, heads)
-
-	// The result pairs the call: entry 1 renders again, in a new buffer.
-	s.Apply(3, values[2])
-	r4 := s.JSONReply(8, head, tail)
-	require.Equal(t, want(), string(r4))
-	require.Equal(t, kept, string(r1), "handed-out bytes are never written again")
-	// Only an append: still a new buffer, since the tail follows the body.
-	before := string(r4)
-	s.Apply(4, values[3])
-	r5 := s.JSONReply(8, head, tail)
-	require.Equal(t, want(), string(r5))
-	require.Equal(t, before, string(r4))
-	body, n := s.JSONBody()
-	require.Equal(t, 4, n)
-	require.Equal(t, `{"m":[`+string(body)+`]}`, string(r5))
-	requireBuild(t, s, values)
-}
-
-// TestSession_JSONReply_EmptyHead: a head that writes nothing still gets
-// a reply of its own, which later appends to the cache leave alone.
-func TestSession_JSONReply_EmptyHead(t *testing.T) {
-	values := decodeAll(t, `{"role":"user","content":"a"}`, `{"role":"user","content":"b"}`)
-	s := New(Options{})
-	s.Apply(1, values[0])
-	none := func(dst []byte) []byte { return dst }
-	tail := func(dst []byte) []byte { return append(dst, "TAIL"...) }
-	r := s.JSONReply(1, none, tail)
-	require.Equal(t, `{"role":"user","content":"a"}TAIL`, string(r))
-	s.Apply(2, values[1])
-	s.JSONBody()
-	require.Equal(t, `{"role":"user","content":"a"}TAIL`, string(r))
-}
-
 // TestSession_TrimPackedKeepsNoCacheBytes: a packed entry trimmed is
 // decoded sharing the JSON cache's bytes; whether or not shed replaces
 // its message, what the entry keeps points into no cache bytes, which a

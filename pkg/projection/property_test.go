@@ -293,7 +293,6 @@ var renderings = []func(e *equivalence){
 	(*equivalence).checkResult,
 	(*equivalence).checkAppendJSON,
 	(*equivalence).checkJSONBody,
-	(*equivalence).checkJSONReply,
 	(*equivalence).checkAppendMsgpack,
 	(*equivalence).checkMsgpackBody,
 }
@@ -353,21 +352,6 @@ func (e *equivalence) checkJSONBody() {
 		require.Equal(e.t, len(e.expected().Messages), n, "JSONBody count")
 	}
 	e.hold("JSONBody", func() []byte { return body })
-}
-
-// checkJSONReply asks with one of two keys, as a server asks with the
-// sequence, which may move while the view does not.
-func (e *equivalence) checkJSONReply() {
-	key := uint64(e.r.IntN(2))
-	head := func(dst []byte) []byte { return fmt.Appendf(dst, `{"key":%d,"messages":`, key) }
-	want := append(head(nil), e.expectedJSON()...)
-	want = append(want, '}')
-	got := e.s.JSONReply(key, func(dst []byte) []byte { return append(head(dst), '[') },
-		func(dst []byte) []byte { return append(dst, "]}"...) })
-	if !bytes.Equal(want, got) {
-		require.Equal(e.t, string(want), string(got), "JSONReply")
-	}
-	e.hold("JSONReply", func() []byte { return got })
 }
 
 func (e *equivalence) checkAppendMsgpack() {

@@ -43,7 +43,6 @@ type Session struct {
 	// encodings, each rebuilt from the first entry that changed.
 	list, json, msgpack cache
 	dropped             *Dropped // nil when stale
-	reply               reply    // the latest JSONReply
 
 	held      any // see Keep
 	heldBytes int64
@@ -121,7 +120,6 @@ func (s *Session) reset() {
 	s.json.reset()
 	s.msgpack.reset()
 	s.dropped = nil
-	s.reply = reply{}
 }
 
 // Seq returns the stream sequence of the last record applied or skipped.

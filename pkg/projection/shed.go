@@ -54,7 +54,7 @@ func (s *Session) settle() {
 	}
 	c := &s.json
 	s.settling = true
-	s.encoded(c, appendMessageJSON, ',', nil)
+	s.encoded(c, appendMessageJSON, ',')
 	s.settling = false
 	s.settled = s.msgBytes
 	// The rendering's room to grow is memory the session is counted at:

@@ -28,8 +28,7 @@ type cache struct {
 
 	failed []failure // entries whose message did not encode, in order
 
-	// shared is set once bytes has been handed out (or lies in a reply
-	// handed out), and cleared when a rebuild by Apply starts a new
+	// shared is set once bytes has been handed out, and cleared when a rebuild by Apply starts a new
 	// buffer: until then a rebuild never writes the bytes in place.
 	shared bool
 }
@@ -107,36 +106,8 @@ func (s *Session) AppendJSON(dst []byte) []byte {
 // Record values always have a JSON form. The bytes are shared with the
 // cache: read them, don't modify them.
 func (s *Session) JSONBody() ([]byte, int) {
-	b := s.encoded(&s.json, appendMessageJSON, ',', nil)
+	b := s.encoded(&s.json, appendMessageJSON, ',')
 	return b[:len(b):len(b)], s.json.count
-}
-
-// reply is a JSON reply built around the JSON cache's bytes.
-type reply struct {
-	version, key uint64
-	bytes        []byte
-}
-
-// JSONReply returns head(nil), the JSON encodings of the context's
-// messages joined by commas, and what tail appends, in one buffer that
-// shares the JSON cache's bytes: a reply to send as it is, with no copy
-// of the context. It is built once for each version of the view and each
-// key, the caller's name for what else head and tail depend on, and
-// returned as it is until either changes. Read it, don't modify it.
-func (s *Session) JSONReply(key uint64, head func(dst []byte) []byte, tail func(dst []byte) []byte) []byte {
-	r := &s.reply
-	if r.bytes != nil && r.version == s.version && r.key == key {
-		return r.bytes
-	}
-	h := head(nil)
-	if h == nil {
-		// An empty head still asks for a buffer of the reply's own: the
-		// tail must not go where the cache appends next.
-		h = []byte{}
-	}
-	buf := tail(s.encoded(&s.json, appendMessageJSON, ',', h))
-	*r = reply{version: s.version, key: key, bytes: buf[:len(buf):len(buf)]}
-	return r.bytes
 }
 
 // MsgpackBody returns the msgpack encodings of the context's messages,
@@ -149,7 +120,7 @@ func (s *Session) JSONReply(key uint64, head func(dst []byte) []byte, tail func(
 // then holds only the messages that encode: it is not the context and
 // must not be served as it.
 func (s *Session) MsgpackBody() ([]byte, int, error) {
-	b := s.encoded(&s.msgpack, appendMessageMsgpack, 0, nil)
+	b := s.encoded(&s.msgpack, appendMessageMsgpack, 0)
 	var err error
 	if len(s.msgpack.failed) > 0 {
 		f := s.msgpack.failed[0]
@@ -186,17 +157,14 @@ type encoder func(dst []byte, m *record.Map) ([]byte, error)
 // comes before. A message that fails to encode leaves no bytes and is
 // listed in c.failed.
 //
-// With no head, it returns the rendering's bytes, appending to them in
-// place when entries were only added. With a head, it builds the
-// rendering in a new buffer that starts with head and returns that
-// buffer: the caller may append to it (a reply's tail), since the
-// rendering's own bytes are capped at their length.
+// It returns the rendering's bytes, appending to them in place when
+// entries were only added.
 //
 // What the cache has handed out is never written again: a rebuild that
 // would overwrite handed-out bytes starts a new buffer with the unchanged
 // prefix instead.
-func (s *Session) encoded(c *cache, enc encoder, sep byte, head []byte) []byte {
-	if head == nil && c.built == s.version && c.bytes != nil {
+func (s *Session) encoded(c *cache, enc encoder, sep byte) []byte {
+	if c.built == s.version && c.bytes != nil {
 		c.shared = c.shared || !s.settling
 		return c.bytes
 	}
@@ -224,10 +192,6 @@ func (s *Session) encoded(c *cache, enc encoder, sep byte, head []byte) []byte {
 	}
 	var buf []byte
 	switch {
-	case head != nil:
-		buf = make([]byte, 0, len(head)+len(old)+len(old)/4+1024)
-		buf = append(buf, head...)
-		buf = append(buf, old[:cut]...)
 	case from < len(oldOffs) && !c.shared:
 		// Nobody holds these bytes (Apply built them since the last read):
 		// rebuild from the changed entry in place, moving the entries
@@ -263,14 +227,13 @@ func (s *Session) encoded(c *cache, enc encoder, sep byte, head []byte) []byte {
 		}
 		count -= len(failed)
 	}
-	base := len(head)
 	// offs is rewritten in place: iteration i reads oldOffs[i] and
 	// oldOffs[i+1] before it writes offs[i].
 	offs := oldOffs[:from]
 	var settled []int
 	for i := from; i < len(s.entries); i++ {
 		e := &s.entries[i]
-		start := len(buf) - base
+		start := len(buf)
 		end := len(old) // where entry i's old bytes end
 		if i+1 < len(oldOffs) {
 			end = oldOffs[i+1]
@@ -332,7 +295,7 @@ func (s *Session) encoded(c *cache, enc encoder, sep byte, head []byte) []byte {
 			case err != nil:
 				failed = append(failed, failure{entry: i, err: err})
 				if !aside {
-					buf = buf[:base+start] // no partial message
+					buf = buf[:start] // no partial message
 				}
 			case aside:
 				scratch = dst
@@ -352,17 +315,12 @@ func (s *Session) encoded(c *cache, enc encoder, sep byte, head []byte) []byte {
 		}
 		offs = append(offs, start)
 	}
-	body := buf[base:]
-	if head != nil {
-		body = body[:len(body):len(body)]
-	}
-	c.bytes, c.offs, c.built, c.from, c.count, c.failed = body, offs, s.version, len(s.entries), count, failed
+	c.bytes, c.offs, c.built, c.from, c.count, c.failed = buf, offs, s.version, len(s.entries), count, failed
 	// A build for Apply hands nothing out: its bytes stay unshared when
 	// it started a new buffer, or wrote one nobody held.
 	sameBuf := cap(buf) > 0 && cap(old) > 0 && &buf[:1][0] == &old[:1][0]
-	c.shared = head != nil || !s.settling || (c.shared && sameBuf)
+	c.shared = !s.settling || (c.shared && sameBuf)
 	if c == &s.json {
-		s.reply = reply{} // built on other bytes
 		// Now that the JSON cache holds them, the entries it rendered
 		// may be let go of.
 		for _, i := range settled {

@@ -51,9 +51,10 @@ type Request struct {
 	// Edits is edits: the context edits to apply before rendering (nil:
 	// none; docs/EDITS.md).
 	Edits *edits.Config
-	// Digest is digest: the reply carries its digest (Delta replies, in
-	// delta.go). HasHave implies it.
-	Digest bool
+	// NoDigest is "digest": false: the reply goes without its digest
+	// (Delta replies, in delta.go), as a reply of protocol 3.4 to a
+	// request without digest. A reply carries its digest otherwise.
+	NoDigest bool
 	// HaveSeq and HaveDigest, when HasHave, are have_seq and have_digest:
 	// the seq and digest of the reply the client holds, against which
 	// the service may answer with a delta.
@@ -172,7 +173,7 @@ func (r *Request) parseDelta(get func(string) (any, bool)) error {
 		if !isBool {
 			return fmt.Errorf("%w: digest must be true or false, got %s", ErrBadRequest, record.Describe(v))
 		}
-		r.Digest = b
+		r.NoDigest = !b
 	}
 	seq, hasSeq := get("have_seq")
 	d, hasDigest := get("have_digest")
@@ -192,7 +193,10 @@ func (r *Request) parseDelta(get func(string) (any, bool)) error {
 	if !isString || !isDigest(s) {
 		return fmt.Errorf("%w: have_digest must be a digest of %d lowercase hex digits, got %s", ErrBadRequest, DigestLen, record.Describe(d))
 	}
-	r.HaveDigest, r.HasHave, r.Digest = s, true, true
+	if r.NoDigest {
+		return fmt.Errorf("%w: digest false with have_seq and have_digest: a delta reply carries its digest", ErrBadRequest)
+	}
+	r.HaveDigest, r.HasHave = s, true
 	return nil
 }
 
@@ -233,8 +237,8 @@ func (r Request) AppendJSON(b []byte) []byte {
 		b = append(b, `,"edits":`...)
 		b, _ = record.AppendJSON(b, r.Edits.Map()) // strings, integers, booleans
 	}
-	if r.Digest && !r.HasHave {
-		b = append(b, `,"digest":true`...)
+	if r.NoDigest {
+		b = append(b, `,"digest":false`...)
 	}
 	if r.HasHave {
 		b = append(b, `,"have_seq":`...)
@@ -264,8 +268,8 @@ func (r Request) AppendMsgpack(b []byte) []byte {
 	if r.Edits != nil {
 		m.Set("edits", r.Edits.Map())
 	}
-	if r.Digest && !r.HasHave {
-		m.Set("digest", true)
+	if r.NoDigest {
+		m.Set("digest", false)
 	}
 	if r.HasHave {
 		m.Set("have_seq", r.HaveSeq)

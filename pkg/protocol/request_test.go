@@ -17,8 +17,8 @@ func TestRequest_RoundTrip(t *testing.T) {
 		{MinSeq: math.MaxUint64, WaitMS: 0, HasWait: true},
 		{MinSeq: 7, WaitMS: 500, HasWait: true, TimeoutMS: 900, Format: "gemini", BudgetTokens: 9000, HasBudget: true},
 		{Format: `a "quoted" é name`, HasBudget: true},
-		{Digest: true},
-		{MinSeq: 3, Digest: true, HaveSeq: 9, HaveDigest: strings.Repeat("0a", 32), HasHave: true},
+		{NoDigest: true},
+		{MinSeq: 3, HaveSeq: 9, HaveDigest: strings.Repeat("0a", 32), HasHave: true},
 	} {
 		for _, body := range [][]byte{r.AppendJSON(nil), r.AppendMsgpack(nil)} {
 			got, err := ParseRequest(body)
@@ -58,6 +58,7 @@ func TestParseRequest_Refused(t *testing.T) {
 		{`{"budget_tokens":[]}`, "budget_tokens must be a non-negative integer"},
 		{`{"format":7}`, "format must be a string"},
 		{`{"digest":"yes"}`, "digest must be true or false"},
+		{`{"digest":false,"have_seq":1,"have_digest":"` + strings.Repeat("a", 64) + `"}`, "digest false with have_seq and have_digest"},
 		{`{"have_seq":1}`, "have_seq without have_digest"},
 		{`{"have_digest":"` + strings.Repeat("a", 64) + `"}`, "have_digest without have_seq"},
 		{`{"have_seq":-1,"have_digest":"` + strings.Repeat("a", 64) + `"}`, "have_seq must be a non-negative integer"},
@@ -76,7 +77,7 @@ func TestParseRequest_Refused(t *testing.T) {
 
 // Whatever parses writes back to a body that parses to the same request.
 func FuzzParseRequest(f *testing.F) {
-	for _, s := range []string{``, `{}`, `{"min_seq":5,"wait_ms":0,"format":"anthropic"}`, `{"budget_tokens":1,"timeout_ms":2}`, "\x81\xa7min_seq\x05", `{"digest":true}`, `{"have_seq":4,"have_digest":"` + strings.Repeat("0f", 32) + `"}`} {
+	for _, s := range []string{``, `{}`, `{"min_seq":5,"wait_ms":0,"format":"anthropic"}`, `{"budget_tokens":1,"timeout_ms":2}`, "\x81\xa7min_seq\x05", `{"digest":true}`, `{"digest":false}`, `{"have_seq":4,"have_digest":"` + strings.Repeat("0f", 32) + `"}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {

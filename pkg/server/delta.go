@@ -177,7 +177,14 @@ type arrayOf struct {
 func (s *Service) indexReply(arr arrayOf, session string, p *projection.Session, req contextRequest, st *render.State) (*digestIndex, error) {
 	out := arr.items
 	key := digestKey{session, string(req.format), req.msgpack, req.rendered()}
-	old := s.digests.get(key)
+	// An edited reply is made whole for each request (edited.go), from
+	// the same projection as the unedited one: its chain is its own,
+	// hashed whole and kept nowhere.
+	keep := req.edits == nil
+	var old *digestIndex
+	if keep {
+		old = s.digests.get(key)
+	}
 	x := &digestIndex{}
 	if p != nil {
 		x.proj, x.version, x.seq = weak.Make(p), p.Version(), p.Seq()
@@ -280,7 +287,9 @@ func (s *Service) indexReply(arr arrayOf, session string, p *projection.Session,
 	} else if old != nil {
 		x.prev = old.prev
 	}
-	s.digests.put(key, x)
+	if keep {
+		s.digests.put(key, x)
+	}
 	return x, nil
 }
 
@@ -372,11 +381,12 @@ func sortSearch(n int, f func(int) bool) int {
 	return lo
 }
 
-// withDigest returns the reply made of head (up to the array's items:
-// in msgpack, before the array's header), the array's items and tail,
-// with its digest and, when keep > 0, as a delta: its array holding the
-// items from keep on. The parts are not written: they may be shared.
-func withDigest(head, items, tail []byte, x *digestIndex, keep int, msgpack bool) ([]byte, error) {
+// withDigest appends to dst the reply made of head (up to the array's
+// items: in msgpack, before the array's header), the array's items and
+// tail, with its digest and, when keep > 0, as a delta: its array
+// holding the items from keep on. The parts are not written: they may
+// be shared.
+func withDigest(dst, head, items, tail []byte, x *digestIndex, keep int, msgpack bool) ([]byte, error) {
 	from := 0
 	if keep > 0 {
 		from = x.ends.at(keep - 1)
@@ -384,7 +394,7 @@ func withDigest(head, items, tail []byte, x *digestIndex, keep int, msgpack bool
 			from++ // the comma
 		}
 	}
-	dst := make([]byte, 0, len(head)+len(items)-from+len(tail)+2*protocol.DigestLen+48)
+	dst = grow(dst[:0], len(head)+len(items)-from+len(tail)+2*protocol.DigestLen+48)
 	if msgpack {
 		if len(head) == 0 || head[0]&0xf0 != 0x80 || head[0]&0x0f > 13 {
 			return nil, fmt.Errorf("%w: a reply that is not a small map", errNoDigest)
@@ -425,9 +435,9 @@ func withDigest(head, items, tail []byte, x *digestIndex, keep int, msgpack bool
 	return append(dst, '}'), nil
 }
 
-// digested returns out, the reply for p, with its digest, and as a delta
-// when the request's base allows one.
-func (s *Service) digested(out []byte, session string, p *projection.Session, req contextRequest, made *cachedReply) ([]byte, error) {
+// digested appends to dst out, the reply for p, with its digest, and as
+// a delta when the request's base allows one.
+func (s *Service) digested(dst, out []byte, session string, p *projection.Session, req contextRequest, made *cachedReply) ([]byte, error) {
 	var st *render.State
 	if made != nil {
 		st = made.state
@@ -445,7 +455,7 @@ func (s *Service) digested(out []byte, session string, p *projection.Session, re
 		head = out[:loc.ArrayAt]
 	}
 	end := loc.ItemsAt + x.items
-	return withDigest(head, out[loc.ItemsAt:end], out[end:], x, s.keepFor(x, req), req.msgpack)
+	return withDigest(dst, head, out[loc.ItemsAt:end], out[end:], x, s.keepFor(x, req), req.msgpack)
 }
 
 // keepFor is the delta's keep for the request: 0 for a whole reply.
@@ -456,10 +466,11 @@ func (s *Service) keepFor(x *digestIndex, req contextRequest) int {
 	return x.base(req.have)
 }
 
-// digestedNeutral is digested for the neutral reply, made from the
-// session's encoded messages as its cache holds them, without a copy of
-// them: a delta costs what it sends.
-func (s *Service) digestedNeutral(session string, p *projection.Session, req contextRequest) ([]byte, error) {
+// digestedNeutral is digested for the neutral reply, appended to dst
+// from the session's encoded messages as its cache holds them: a delta
+// costs what it sends, and the cache, never written once handed out, is
+// only appended to while the session is (digestIndex.cache).
+func (s *Service) digestedNeutral(dst []byte, session string, p *projection.Session, req contextRequest) ([]byte, error) {
 	var body []byte
 	n := -1
 	if req.msgpack {
@@ -474,8 +485,9 @@ func (s *Service) digestedNeutral(session string, p *projection.Session, req con
 	if err != nil {
 		return nil, err
 	}
+	keep := s.keepFor(x, req)
 	if !req.msgpack {
-		return withDigest(appendReplyJSONHead(nil, session, p.Seq()), body[:x.items], appendReplyJSONTail(nil, p.Dropped()), x, s.keepFor(x, req), false)
+		return withDigest(dst, appendReplyJSONHead(nil, session, p.Seq()), body[:x.items], appendReplyJSONTail(nil, p.Dropped()), x, keep, false)
 	}
 	var buf [256]byte
 	head := record.AppendMsgpackMapLen(buf[:0], 4)
@@ -488,5 +500,5 @@ func (s *Service) digestedNeutral(session string, p *projection.Session, req con
 	if tail, err = record.AppendMsgpack(tail, p.Dropped().Map()); err != nil {
 		return nil, fmt.Errorf("%w: %w", errNotMsgpack, err)
 	}
-	return withDigest(head, body[:x.items], tail, x, s.keepFor(x, req), true)
+	return withDigest(dst, head, body[:x.items], tail, x, keep, true)
 }

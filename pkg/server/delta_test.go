@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -13,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ctxd/ctxd/internal/replytest"
 	"github.com/ctxd/ctxd/internal/sessiongen"
 	"github.com/ctxd/ctxd/internal/workload"
 	"github.com/ctxd/ctxd/pkg/projection"
@@ -55,18 +55,13 @@ func deltaBody(t testing.TB, f render.Format, asMsgpack bool, kv ...any) []byte 
 	return b
 }
 
-// withoutDigest returns a reply with its last member, digest, removed.
+// withoutDigest checks a whole reply's digest and returns the reply
+// without it (replytest.Plain).
 func withoutDigest(t testing.TB, b []byte) []byte {
 	t.Helper()
-	r, err := protocol.ReadReply(b)
+	plain, err := replytest.Plain(b)
 	require.NoError(t, err)
-	last := r.Members[len(r.Members)-1]
-	require.Equal(t, "digest", last.Key)
-	if r.Msgpack {
-		out := append([]byte{b[0] - 1}, b[1:last.KeyStart]...)
-		return out
-	}
-	return append(bytes.Clone(b[:last.KeyStart-1]), '}')
+	return plain
 }
 
 func okReply(t testing.TB, msg *nats.Msg) []byte {
@@ -115,8 +110,10 @@ func TestService_Delta(t *testing.T) {
 						full = okReply(t, request(t, nc, subj, deltaBody(t, f, asMsgpack, "digest", true), nil))
 						delta = ask()
 					}
-					plain := okReply(t, request(t, nc, subj, deltaBody(t, f, asMsgpack), nil))
+					plain := okReply(t, request(t, nc, subj, deltaBody(t, f, asMsgpack, "digest", false), nil))
 					require.Equal(t, string(plain), string(withoutDigest(t, full)), "step %d: without digest, the reply is as before", step)
+					byDefault := okReply(t, request(t, nc, subj, deltaBody(t, f, asMsgpack), nil))
+					require.Equal(t, string(full), string(byDefault), "step %d: a request that does not say gets the digest", step)
 					d, err := protocol.ComputeDigest(full)
 					require.NoError(t, err)
 					fr, err := protocol.ReadReply(full)

@@ -5,11 +5,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ctxd/ctxd/pkg/edits"
 	"github.com/ctxd/ctxd/pkg/projection"
+	"github.com/ctxd/ctxd/pkg/protocol"
 	"github.com/ctxd/ctxd/pkg/record"
 	"github.com/ctxd/ctxd/pkg/render"
 )
@@ -38,7 +40,7 @@ func TestService_Edits(t *testing.T) {
 
 	want := string(replyJSON("s1", p))
 	msg := request(t, nc, "ctxd.context.s1", []byte(`{}`), nil)
-	require.Equal(t, want, string(msg.Data), "no edits: the reply of today")
+	require.Equal(t, want, string(withoutDigest(t, msg.Data)), "no edits: the reply of today, with its digest")
 
 	for _, f := range render.Formats {
 		for _, asMsgpack := range []bool{false, true} {
@@ -56,10 +58,11 @@ func TestService_Edits(t *testing.T) {
 				require.Empty(t, errorCode(msg), msg.Header.Get(micro.ErrorHeader))
 				var v any
 				var err error
+				plain := withoutDigest(t, msg.Data)
 				if asMsgpack {
-					v, err = record.DecodeMsgpack(msg.Data)
+					v, err = record.DecodeMsgpack(plain)
 				} else {
-					v, err = record.DecodeJSON(msg.Data)
+					v, err = record.DecodeJSON(plain)
 				}
 				require.NoError(t, err)
 				m := v.(*record.Map)
@@ -121,7 +124,7 @@ func TestService_Edits(t *testing.T) {
 	})
 	// The cached replies are the unedited ones still.
 	msg = request(t, nc, "ctxd.context.s1", []byte(`{}`), nil)
-	require.Equal(t, want, string(msg.Data))
+	require.Equal(t, want, string(withoutDigest(t, msg.Data)))
 	got := request(t, nc, "ctxd.context.s1", []byte(`{"format":"anthropic"}`), nil)
 	require.NotContains(t, string(got.Data), "tool result cleared")
 }
@@ -164,5 +167,52 @@ func TestService_EditsWithDigest(t *testing.T) {
 			require.Contains(t, string(again.Data), `"edits":{`)
 			require.Contains(t, string(again.Data), d, "the same context, the same digest")
 		})
+	}
+}
+
+// An edited reply asked after the unedited one of the same context, and
+// the unedited one after it, each carry their own messages' digest: an
+// edited reply's chain is its own, never taken for the unedited reply's.
+func TestService_EditedAndPlainDigests(t *testing.T) {
+	url := startNATS(t, 0)
+	p := toolSession(t, 8, 4000)
+	proj := &fakeProjections{view: viewOf(map[string]*projection.Session{"s1": p})}
+	startService(t, url, proj)
+	nc := connect(t, url)
+
+	edited := `{"thinking":{"keep_turns":1},"images":{"keep":0,"batch":1},"tool_results":{"trigger_tokens":1,"keep":1}}`
+	for _, f := range render.Formats {
+		for _, asMsgpack := range []bool{false, true} {
+			var hdr nats.Header
+			if asMsgpack {
+				hdr = nats.Header{"Accept": []string{"application/msgpack"}}
+			}
+			ask := func(body string) []byte {
+				if asMsgpack {
+					v, err := record.DecodeJSON([]byte(body))
+					require.NoError(t, err)
+					mp, err := record.AppendMsgpack(nil, v)
+					require.NoError(t, err)
+					return okReply(t, request(t, nc, "ctxd.context.s1", mp, hdr))
+				}
+				return okReply(t, request(t, nc, "ctxd.context.s1", []byte(body), nil))
+			}
+			var digests []string
+			for _, body := range []string{
+				fmt.Sprintf(`{"format":%q}`, f),
+				fmt.Sprintf(`{"format":%q,"edits":%s}`, f, edited),
+				fmt.Sprintf(`{"format":%q}`, f),
+			} {
+				reply := ask(body)
+				want, err := protocol.ComputeDigest(reply)
+				require.NoError(t, err, "%s msgpack=%v %s", f, asMsgpack, body)
+				r, err := protocol.ReadReply(reply)
+				require.NoError(t, err)
+				require.Equal(t, want, r.Digest, "%s msgpack=%v %s: the digest of its own messages", f, asMsgpack, body)
+				digests = append(digests, r.Digest)
+			}
+			require.NotEqual(t, digests[0], digests[1], "%s: the edits changed the context", f)
+			require.Equal(t, digests[0], digests[2], f)
+		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ctxd/ctxd/internal/replytest"
 	"github.com/ctxd/ctxd/internal/sessiongen"
 	"github.com/ctxd/ctxd/internal/workload"
 	"github.com/ctxd/ctxd/pkg/projection"
@@ -296,12 +297,17 @@ func renderedUnderLoad(t *testing.T, tc loadCase) {
 					report(fmt.Errorf("%s %+v: seq %d, min_seq %d", s.id, key, seq, minSeq))
 					return
 				}
+				plain, err := replytest.Plain(data)
+				if err != nil {
+					report(fmt.Errorf("%s %+v: %w", s.id, key, err))
+					return
+				}
 				k := seenReply{s.id, seq, key}
 				seenMu.Lock()
 				if seen[k] == nil {
 					seen[k] = map[[32]byte]int{}
 				}
-				seen[k][sha256.Sum256(data)]++
+				seen[k][sha256.Sum256(plain)]++
 				seenMu.Unlock()
 				replies.Add(1)
 			}

@@ -86,7 +86,7 @@ func TestService_Formats(t *testing.T) {
 	for _, body := range []string{"", `{}`, `{"format":"neutral"}`, `{"format":""}`} {
 		msg := request(t, nc, "ctxd.context.s1", []byte(body), nil)
 		require.Empty(t, errorCode(msg), msg.Header.Get(micro.ErrorHeader))
-		require.Equal(t, want, string(msg.Data), "body %q", body)
+		require.Equal(t, want, string(withoutDigest(t, msg.Data)), "body %q", body)
 	}
 
 	for _, f := range render.Formats[1:] {
@@ -105,10 +105,11 @@ func TestService_Formats(t *testing.T) {
 				require.Equal(t, !asMsgpack, record.IsJSON(msg.Data))
 				var v any
 				var err error
+				plain := withoutDigest(t, msg.Data)
 				if asMsgpack {
-					v, err = record.DecodeMsgpack(msg.Data)
+					v, err = record.DecodeMsgpack(plain)
 				} else {
-					v, err = record.DecodeJSON(msg.Data)
+					v, err = record.DecodeJSON(plain)
 				}
 				require.NoError(t, err)
 				m := v.(*record.Map)
@@ -152,7 +153,7 @@ func TestService_Formats(t *testing.T) {
 	t.Run("a session without records", func(t *testing.T) {
 		msg := request(t, nc, "ctxd.context.nobody", []byte(`{"format":"anthropic","budget_tokens":10}`), nil)
 		require.Empty(t, errorCode(msg), msg.Header.Get(micro.ErrorHeader))
-		require.Equal(t, `{"session":"nobody","seq":0,"format":"anthropic","messages":[],"dropped":{"unpaired_calls":[],"orphan_results":[],"images_omitted":0},"render":{"changes":[],"ends_with_assistant":false,"cache_breakpoint":null},"usage":{"bytes":15,"images":0,"input_tokens":4},"budget":{"tokens":10,"over":false}}`, string(msg.Data))
+		require.Equal(t, `{"session":"nobody","seq":0,"format":"anthropic","messages":[],"dropped":{"unpaired_calls":[],"orphan_results":[],"images_omitted":0},"render":{"changes":[],"ends_with_assistant":false,"cache_breakpoint":null},"usage":{"bytes":15,"images":0,"input_tokens":4},"budget":{"tokens":10,"over":false}}`, string(withoutDigest(t, msg.Data)))
 	})
 }
 
@@ -179,10 +180,11 @@ func TestService_Budget(t *testing.T) {
 			require.Empty(t, errorCode(msg), msg.Header.Get(micro.ErrorHeader))
 			var v any
 			var err error
+			plain := withoutDigest(t, msg.Data)
 			if asMsgpack {
-				v, err = record.DecodeMsgpack(msg.Data)
+				v, err = record.DecodeMsgpack(plain)
 			} else {
-				v, err = record.DecodeJSON(msg.Data)
+				v, err = record.DecodeJSON(plain)
 			}
 			require.NoError(t, err)
 			m := v.(*record.Map)
@@ -313,7 +315,7 @@ func TestService_RenderedGrowth(t *testing.T) {
 			}
 			mu.Unlock()
 			require.NoError(t, err)
-			if string(want) != string(msg.Data) {
+			if string(want) != string(withoutDigest(t, msg.Data)) {
 				t.Fatalf("%s, record %d, %s: the reply is not a fresh rendering's\nwant: %.3000s\ngot:  %.3000s", s.id, step+1, f, want, msg.Data)
 			}
 		}

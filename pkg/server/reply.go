@@ -8,18 +8,18 @@ import (
 	"github.com/ctxd/ctxd/pkg/record"
 )
 
-// replyJSON returns a context reply:
-// {"session":S,"seq":N,"messages":[...],"dropped":{...}}. The session
-// builds it around its cached JSON context and keeps it while neither the
-// view nor seq changes: the bytes are shared, send them as they are.
-func replyJSON(session string, p *projection.Session) []byte {
+// appendReplyJSON appends a context reply of protocol 3.4, the one asked
+// with "digest": false:
+// {"session":S,"seq":N,"messages":[...],"dropped":{...}}. The reply that
+// carries its digest, the one most requests get, is kept by the session
+// while its view is the same (digestedNeutral).
+func appendReplyJSON(dst []byte, session string, p *projection.Session) []byte {
 	if p == nil {
-		return appendReplyJSONTail(appendReplyJSONHead(nil, session, 0), projection.Dropped{})
+		return appendReplyJSONTail(appendReplyJSONHead(dst, session, 0), projection.Dropped{})
 	}
-	seq := p.Seq()
-	return p.JSONReply(seq,
-		func(dst []byte) []byte { return appendReplyJSONHead(dst, session, seq) },
-		func(dst []byte) []byte { return appendReplyJSONTail(dst, p.Dropped()) })
+	body, _ := p.JSONBody()
+	dst = appendReplyJSONHead(grow(dst, len(body)+len(session)+256), session, p.Seq())
+	return appendReplyJSONTail(append(dst, body...), p.Dropped())
 }
 
 // appendReplyJSONHead appends the reply up to the first message.

@@ -7,8 +7,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ctxd/ctxd/internal/replytest"
 	"github.com/ctxd/ctxd/pkg/projection"
+	"github.com/ctxd/ctxd/pkg/protocol"
 	"github.com/ctxd/ctxd/pkg/record"
+	"github.com/ctxd/ctxd/pkg/render"
 )
 
 // sessionOf applies JSON records, one per sequence from 1 on, to a new
@@ -36,10 +39,15 @@ type decodedReply struct {
 	dropped  *record.Map
 }
 
-// decodeReplyBody decodes a reply and checks its shape: a map of exactly
-// session, seq, messages and dropped, in that order.
+// decodeReplyBody checks a reply's digest when it has one, decodes the
+// reply without it and checks its shape: a map of exactly session, seq, messages and
+// dropped, in that order.
 func decodeReplyBody(t testing.TB, body []byte, asMsgpack bool) decodedReply {
 	t.Helper()
+	if r, err := protocol.ReadReply(body); err == nil && r.Digest != "" {
+		body, err = replytest.Plain(body)
+		require.NoError(t, err, "reply: %.300s", body)
+	}
 	var v any
 	var err error
 	if asMsgpack {
@@ -218,16 +226,30 @@ func TestAppendReplyMsgpack_NoMsgpackForm(t *testing.T) {
 	require.Equal(t, record.Number("1E400"), n)
 }
 
-// The JSON reply is built once per view and seq: asked again, the session
-// answers with the same bytes; a skipped record moves seq, not the view,
-// and the reply says the new seq.
+// replyJSON is the reply of protocol 3.4 ("digest": false).
+func replyJSON(session string, p *projection.Session) []byte {
+	return appendReplyJSON(nil, session, p)
+}
+
+// The whole JSON reply with its digest is built once per view and seq:
+// asked again, the session answers with the same bytes; a skipped record
+// moves seq, not the view, and the reply says the new seq.
 func TestReplyJSON_Kept(t *testing.T) {
+	s := &Service{}
+	s.digests.max = DefaultDigestBytes
+	req := contextRequest{format: render.Neutral, digest: true}
 	p := sessionOf(t, []string{`{"role":"user","content":"x"}`})
-	first := replyJSON("s1", p)
-	again := replyJSON("s1", p)
+	first, err := s.digestedNeutral(nil, "s1", p, req)
+	require.NoError(t, err)
+	again, err := s.digestedNeutral(nil, "s1", p, req)
+	require.NoError(t, err)
 	require.Equal(t, &first[0], &again[0], "the same bytes")
+	plain, err := replytest.Plain(first)
+	require.NoError(t, err)
+	require.Equal(t, string(replyJSON("s1", p)), string(plain))
 	require.True(t, p.Skip(2))
-	moved := replyJSON("s1", p)
+	moved, err := s.digestedNeutral(nil, "s1", p, req)
+	require.NoError(t, err)
 	require.Equal(t, "2", decodeReplyBody(t, moved, false).seq)
 	require.Equal(t, "1", decodeReplyBody(t, first, false).seq, "what was handed out stays")
 }

@@ -42,8 +42,9 @@ type contextRequest struct {
 	// bounded holds the request to its deadline off the endpoint's
 	// goroutine (within.go); nil without one.
 	bounded *bounded
-	// digest: the reply carries its digest; have, when set, is the reply
-	// the client holds (delta.go).
+	// digest: the reply carries its digest (unless the request said
+	// "digest": false); have, when set, is the reply the client holds
+	// (delta.go).
 	digest bool
 	have   *held
 }
@@ -52,7 +53,7 @@ type contextRequest struct {
 // is msgpack when the body is, or when it is empty and accept asks for
 // it; the format's name is checked here.
 func parseRequest(body []byte, accept string) (contextRequest, error) {
-	req := contextRequest{wait: DefaultWait, format: render.Neutral}
+	req := contextRequest{wait: DefaultWait, format: render.Neutral, digest: true}
 	if len(body) == 0 {
 		req.msgpack = accept == protocol.AcceptMsgpack
 		return req, nil
@@ -67,7 +68,7 @@ func parseRequest(body []byte, accept string) (contextRequest, error) {
 	req.minSeq, req.wait, req.timeout = p.MinSeq, p.Wait(), p.Timeout()
 	req.budget, req.hasBudget = p.BudgetTokens, p.HasBudget
 	req.edits = p.Edits
-	req.digest = p.Digest
+	req.digest = !p.NoDigest
 	if p.HasHave {
 		req.have = &held{seq: p.HaveSeq, digest: p.HaveDigest}
 	}

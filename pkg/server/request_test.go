@@ -53,6 +53,8 @@ func TestParseRequest(t *testing.T) {
 		wait    time.Duration
 		msgpack bool
 		bad     string // when not empty: a 400 whose description has this
+		// noDigest: the request asks for the reply without its digest.
+		noDigest bool
 	}{
 		// The body's form and the reply's.
 		{name: "empty body", body: nil, wait: def},
@@ -67,6 +69,9 @@ func TestParseRequest(t *testing.T) {
 		{name: "unknown fields are ignored", body: []byte(`{"future":{"a":[1,"x",null]},"min_seq":4,"also":"x"}`), minSeq: 4, wait: def},
 		{name: "unknown msgpack fields are ignored", body: msgpackOf(t, "x", []any{true}, "min_seq", int64(4)), minSeq: 4, wait: def, msgpack: true},
 		{name: "nesting within the limit", body: nested(8), minSeq: 1, wait: def},
+		{name: "digest asked", body: []byte(`{"digest":true}`), wait: def},
+		{name: "digest false", body: []byte(`{"digest":false}`), wait: def, noDigest: true},
+		{name: "msgpack, digest false", body: msgpackOf(t, "digest", false), wait: def, msgpack: true, noDigest: true},
 
 		// Integers in every spelling.
 		{name: "min_seq 0", body: []byte(`{"min_seq":0}`), wait: def},
@@ -171,7 +176,7 @@ func TestParseRequest(t *testing.T) {
 				return
 			}
 			require.NoError(t, err)
-			require.Equal(t, contextRequest{minSeq: tt.minSeq, wait: tt.wait, msgpack: tt.msgpack, format: render.Neutral}, req)
+			require.Equal(t, contextRequest{minSeq: tt.minSeq, wait: tt.wait, msgpack: tt.msgpack, format: render.Neutral, digest: !tt.noDigest}, req)
 		})
 	}
 }

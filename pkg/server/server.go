@@ -448,18 +448,22 @@ func (s *Service) track() bool {
 func (s *Service) reply(r micro.Request, v Viewer, session string, req contextRequest, paced bool) {
 	var empty bool
 	var out []byte
-	var buf *[]byte       // the msgpack reply's buffer, from replyBuffers
+	var buf *[]byte       // the reply's buffer, from replyBuffers
 	var made *cachedReply // a rendered reply made here, kept with the session
 	var err error
 	verr := v.View(s.ctx, session, func(p *projection.Session) {
 		if req.digest && !req.rendered() && req.edits == nil && p != nil {
-			out, err = s.digestedNeutral(session, p, req) // no copy of the messages
+			buf = replyBuffers.Get().(*[]byte)
+			out, err = s.digestedNeutral(*buf, session, p, req)
 			return
 		}
 		if req.digest {
 			defer func() {
-				if err == nil {
-					out, err = s.digested(out, session, p, req, made)
+				if err == nil && buf == nil {
+					buf = replyBuffers.Get().(*[]byte)
+					out, err = s.digested(*buf, out, session, p, req, made)
+				} else if err == nil {
+					out, err = s.digested(nil, out, session, p, req, made) // out is in buf
 				}
 			}()
 		}
@@ -495,7 +499,8 @@ func (s *Service) reply(r micro.Request, v Viewer, session string, req contextRe
 			buf = replyBuffers.Get().(*[]byte)
 			out, err = appendReplyMsgpack((*buf)[:0], session, p)
 		default:
-			out = replyJSON(session, p)
+			buf = replyBuffers.Get().(*[]byte)
+			out = appendReplyJSON((*buf)[:0], session, p)
 		}
 	})
 	if verr != nil {
@@ -600,10 +605,10 @@ func (d detached) Error(code, description string, data []byte, opts ...micro.Res
 	return d.nc.PublishMsg(m)
 }
 
-// replyBuffers hold msgpack reply buffers between requests: a reply is as
-// large as its context, and a new buffer for every request would cost
-// more than the copy into it (allocating it zeroes it, and collecting it
-// later costs again). A JSON reply needs none: the session keeps it.
+// replyBuffers hold reply buffers between requests: a reply is as large
+// as its context, and a new buffer for every request would cost more
+// than the copy into it (allocating it zeroes it, and collecting it later
+// costs again).
 var replyBuffers = sync.Pool{New: func() any { return new([]byte) }}
 
 func (s *Service) handleRejected(r micro.Request) {

@@ -63,11 +63,14 @@ export interface ContextOptions<F extends Format | undefined = Format | undefine
    * the next against it: the service sends the messages that changed, and
    * the client returns the whole reply, put back together and checked
    * against its digest (docs/PROTOCOL.md, "Delta replies"). false turns
-   * this off for the request: the reply is asked for whole, as protocol
-   * 3.3 sends it. Default true.
+   * this off for the request: the reply is asked for whole. Default true.
    */
   delta?: boolean;
-  /** Ask the reply to carry its digest (implied by delta, and by haveDigest). */
+  /**
+   * false asks for the reply without its digest, as protocol 3.4 sent it
+   * (only with delta false, and without haveSeq/haveDigest). A reply
+   * carries its digest otherwise.
+   */
   digest?: boolean;
   /**
    * The seq and digest of a reply held: the reply may then be a delta
@@ -146,9 +149,12 @@ export function requestBody(opts: ContextOptions, timeoutMs: number): Uint8Array
     if (typeof opts.haveDigest !== "string" || !/^[0-9a-f]{64}$/.test(opts.haveDigest)) {
       throw new BadRequestError(`haveDigest must be a digest of 64 lowercase hex digits, got ${JSON.stringify(opts.haveDigest)}`);
     }
+    if (opts.digest === false) {
+      throw new BadRequestError("digest false with haveSeq and haveDigest: a delta reply carries its digest");
+    }
     body += `,"have_seq":${seq},"have_digest":"${opts.haveDigest}"`;
-  } else if (opts.digest) {
-    body += `,"digest":true`;
+  } else if (opts.digest === false) {
+    body += `,"digest":false`;
   }
   return te.encode(body + "}");
 }
@@ -225,7 +231,7 @@ export class Ctxd {
 
   /**
    * contextBytes returns the session's context reply (JSON), whole: what
-   * `ctxd context --digest` prints, without its newline. It asks for it
+   * `ctxd context` prints, without its newline. It asks for it
    * against the reply it holds for the session and format, and keeps the
    * new one (delta, in ContextOptions); with delta false it returns what
    * `ctxd context` prints; with haveSeq and haveDigest, the raw reply.
@@ -237,14 +243,14 @@ export class Ctxd {
     checkSession(session);
     const key = `${session}\u0000${opts.format ?? "neutral"}`;
     const h = this.held.get(key);
-    const ask = h ? { ...opts, haveSeq: h.seq, haveDigest: h.digest } : { ...opts, digest: true };
+    const ask = h ? { ...opts, digest: undefined, haveSeq: h.seq, haveDigest: h.digest } : { ...opts, digest: undefined };
     let next: Held;
     try {
       next = h ? apply(h, await this.exchange(session, ask)) : hold(await this.exchange(session, ask));
     } catch (err) {
       if (!h || !(err instanceof ReplyError)) throw err;
       // A delta that does not add up: asked again, whole.
-      next = hold(await this.exchange(session, { ...opts, digest: true }));
+      next = hold(await this.exchange(session, { ...opts, digest: undefined }));
     }
     const cur = this.held.get(key);
     if (next.digest !== "" && (!cur || BigInt(cur.seq) <= BigInt(next.seq))) this.held.set(key, next);

@@ -132,7 +132,7 @@ describe("ctxd serve", () => {
       assert.equal(reply.budget, undefined, format);
 
       const bytes = await ctxd.contextBytes("fmt1", { minSeq: last.seq, format });
-      const printed = await ctxdCommand(["context", "fmt1", "--format", format, "--digest", "--nats", srv.url]);
+      const printed = await ctxdCommand(["context", "fmt1", "--format", format, "--nats", srv.url]);
       assert.equal(Buffer.compare(Buffer.concat([bytes, Buffer.from("\n")]), printed), 0, format);
       assert.deepEqual(reply, JSON.parse(td.decode(bytes)), format);
     }
@@ -147,7 +147,7 @@ describe("ctxd serve", () => {
       assert.ok(JSON.stringify(withEdits.messages).includes(`[tool result cleared: ${c.tool} ${c.id}, ${c.tokens} tokens]`), c.id);
     }
     const editedBytes = await ctxd.contextBytes("fmt1", { minSeq: last.seq, format: "anthropic", edits });
-    const editedPrinted = await ctxdCommand(["context", "fmt1", "--format", "anthropic", "--edits", JSON.stringify(edits), "--digest", "--nats", srv.url]);
+    const editedPrinted = await ctxdCommand(["context", "fmt1", "--format", "anthropic", "--edits", JSON.stringify(edits), "--nats", srv.url]);
     assert.equal(Buffer.compare(Buffer.concat([editedBytes, Buffer.from("\n")]), editedPrinted), 0, "edited");
     await assert.rejects(
       ctxd.context("fmt1", { minSeq: last.seq, edits: [{ drop: 3 }] }),
@@ -165,7 +165,7 @@ describe("ctxd serve", () => {
     for (let i = 0; i < 12; i++) last = await ctxd.publish("big1", bigRecord(i, 300_000));
     const bytes = await ctxd.contextBytes("big1", { minSeq: last.seq });
     assert.ok(bytes.length > 3 * MAX_PAYLOAD, `${bytes.length} bytes`);
-    const printed = await ctxdCommand(["context", "big1", "--digest", "--nats", srv.url]);
+    const printed = await ctxdCommand(["context", "big1", "--nats", srv.url]);
     assert.equal(Buffer.compare(Buffer.concat([bytes, Buffer.from("\n")]), printed), 0);
     const reply = await ctxd.context("big1", { minSeq: last.seq });
     assert.equal(reply.messages.length, 12);
@@ -190,7 +190,7 @@ describe("ctxd serve", () => {
     const chunks = Math.ceil(bytes.length / MAX_PAYLOAD);
     // Every chunk past the first was asked for, and nothing else.
     assert.ok(fetches.length >= chunks - 1 && fetches.length <= chunks, `${fetches.length} fetches of ${chunks} chunks`);
-    const printed = await ctxdCommand(["context", "big2", "--digest", "--nats", srv.url]);
+    const printed = await ctxdCommand(["context", "big2", "--nats", srv.url]);
     assert.equal(Buffer.compare(Buffer.concat([bytes, Buffer.from("\n")]), printed), 0);
   });
 
@@ -208,7 +208,7 @@ describe("ctxd serve", () => {
         last = await ctxd.publish(session, { role: "toolResult", toolCallId: `d${i}`, toolName: "bash", content: `file${i}` });
         assert.ok(call.seq < last.seq);
         const bytes = await ctxd.contextBytes(session, { minSeq: last.seq, format });
-        const args = ["context", session, "--digest", "--nats", srv.url];
+        const args = ["context", session, "--nats", srv.url];
         if (format) args.push("--format", format);
         const printed = await ctxdCommand(args);
         assert.equal(Buffer.compare(Buffer.concat([bytes, Buffer.from("\n")]), printed), 0, `${session} turn ${i}`);
@@ -222,11 +222,17 @@ describe("ctxd serve", () => {
         held = JSON.parse(td.decode(bytes));
         assert.match(held.digest, /^[0-9a-f]{64}$/);
       }
-      // Off: the reply of protocol 3.3, as ctxd context prints it.
+      // Off: the whole reply, with its digest, as ctxd context prints it.
       const whole = await ctxd.contextBytes(session, { format, delta: false });
       const args = ["context", session, "--nats", srv.url];
       if (format) args.push("--format", format);
       assert.equal(Buffer.compare(Buffer.concat([whole, Buffer.from("\n")]), await ctxdCommand(args)), 0);
+      assert.equal(JSON.parse(td.decode(whole)).digest, held.digest);
+      // Without its digest: the reply of protocol 3.4, as ctxd context --digest=false prints it.
+      const plain = await ctxd.contextBytes(session, { format, delta: false, digest: false });
+      assert.equal(Buffer.compare(Buffer.concat([plain, Buffer.from("\n")]), await ctxdCommand([...args, "--digest=false"])), 0);
+      const { digest: _digest, ...rest } = JSON.parse(td.decode(whole));
+      assert.deepEqual(JSON.parse(td.decode(plain)), rest);
       // A digest the service does not know: the whole reply.
       const tampered = JSON.parse(td.decode(await ctxd.contextBytes(session, { format, haveSeq: held.seq, haveDigest: "0".repeat(64) })));
       assert.equal(tampered.delta, undefined);
@@ -234,6 +240,7 @@ describe("ctxd serve", () => {
     }
     for (const [opts, says] of [
       [{ haveSeq: 1 }, "haveSeq and haveDigest go together"],
+      [{ haveSeq: 1, haveDigest: "0".repeat(64), digest: false }, "digest false with haveSeq and haveDigest"],
       [{ haveDigest: "0".repeat(64) }, "haveSeq and haveDigest go together"],
       [{ haveSeq: -1, haveDigest: "0".repeat(64) }, "haveSeq must be"],
       [{ haveSeq: 1, haveDigest: "ABC" }, "haveDigest must be a digest of 64 lowercase hex digits"],
@@ -478,7 +485,7 @@ describe("ctxd serve --partitions 4", () => {
     assert.deepEqual(reply.messages, [{ role: "user", content: "routed" }]);
     seen.stop();
     assert.deepEqual([...seen], [`ctxd.p.${partition("routed1", 4)}.routed1`]);
-    const printed = await ctxdCommand(["context", "routed1", "--partitions", "4", "--digest", "--nats", srv.url]);
+    const printed = await ctxdCommand(["context", "routed1", "--partitions", "4", "--nats", srv.url]);
     assert.equal(Buffer.compare(Buffer.concat([await ctxd.contextBytes("routed1"), Buffer.from("\n")]), printed), 0);
   });
 
