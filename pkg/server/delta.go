@@ -384,9 +384,17 @@ func sortSearch(n int, f func(int) bool) int {
 // withDigest appends to dst the reply made of head (up to the array's
 // items: in msgpack, before the array's header), the array's items and
 // tail, with its digest and, when keep > 0, as a delta: its array
-// holding the items from keep on. The parts are not written: they may
+// holding the items from keep on. With has, the parts are of a reply
+// that ends with its digest already (digestIn): the map's size in head
+// counts it, and tail ends with it. The parts are not written: they may
 // be shared.
-func withDigest(dst, head, items, tail []byte, x *digestIndex, keep int, msgpack bool) ([]byte, error) {
+func withDigest(dst, head, items, tail []byte, x *digestIndex, keep int, msgpack, has bool) ([]byte, error) {
+	if has {
+		var ok bool
+		if tail, ok = trimDigest(tail, x.digest, msgpack); !ok {
+			return nil, fmt.Errorf("%w: a reply that does not end with its digest", errNoDigest)
+		}
+	}
 	from := 0
 	if keep > 0 {
 		from = x.ends.at(keep - 1)
@@ -402,6 +410,9 @@ func withDigest(dst, head, items, tail []byte, x *digestIndex, keep int, msgpack
 		add := byte(1)
 		if keep > 0 {
 			add = 2
+		}
+		if has {
+			add--
 		}
 		dst = append(dst, head[0]+add)
 		dst = append(dst, head[1:]...)
@@ -435,27 +446,73 @@ func withDigest(dst, head, items, tail []byte, x *digestIndex, keep int, msgpack
 	return append(dst, '}'), nil
 }
 
+// trimDigest returns the tail of a reply that ends with the member
+// digest, whose value is digest, without that member: in JSON, up to the
+// closing brace, kept.
+func trimDigest(tail []byte, digest string, msgpack bool) ([]byte, bool) {
+	var member []byte
+	if msgpack {
+		member = record.AppendMsgpackString(record.AppendMsgpackString(nil, "digest"), digest)
+	} else {
+		member = append(append([]byte(`,"digest":"`), digest...), `"}`...)
+	}
+	if !bytes.HasSuffix(tail, member) {
+		return nil, false
+	}
+	tail = tail[:len(tail)-len(member)]
+	if !msgpack {
+		tail = tail[:len(tail):len(tail)] // the closing brace follows: withDigest writes its own
+		return append(tail, '}'), true
+	}
+	return tail, true
+}
+
+// indexOf indexes out, a whole reply for p rendered with st (nil when
+// there is none), whose array Locate finds.
+func (s *Service) indexOf(out []byte, session string, p *projection.Session, req contextRequest, st *render.State) (*digestIndex, protocol.Located, error) {
+	loc, err := protocol.Locate(out)
+	if err != nil {
+		return nil, loc, fmt.Errorf("%w: %w", errNoDigest, err)
+	}
+	x, err := s.indexReply(arrayOf{items: out[loc.ItemsAt:], count: loc.Count, other: loc.Other}, session, p, req, st)
+	return x, loc, err
+}
+
+// renderedDigest is the digest of a whole reply in a provider format,
+// made with st (renderCache.digest).
+func (s *Service) renderedDigest(out []byte, session string, p *projection.Session, req contextRequest, st *render.State) (string, error) {
+	x, _, err := s.indexOf(out, session, p, req, st)
+	if err != nil {
+		return "", err
+	}
+	return x.digest, nil
+}
+
 // digested appends to dst out, the reply for p, with its digest, and as
-// a delta when the request's base allows one.
-func (s *Service) digested(dst, out []byte, session string, p *projection.Session, req contextRequest, made *cachedReply) ([]byte, error) {
+// a delta when the request's base allows one; own reports that the
+// result is in dst or a buffer of its own. With has, out ends with its
+// digest already (digestIn): a whole reply is out itself (own false:
+// it may be the reply kept, which is never written).
+func (s *Service) digested(dst, out []byte, session string, p *projection.Session, req contextRequest, made *cachedReply, has bool) (reply []byte, own bool, err error) {
 	var st *render.State
 	if made != nil {
 		st = made.state
 	}
-	loc, err := protocol.Locate(out)
+	x, loc, err := s.indexOf(out, session, p, req, st)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", errNoDigest, err)
+		return nil, false, err
 	}
-	x, err := s.indexReply(arrayOf{items: out[loc.ItemsAt:], count: loc.Count, other: loc.Other}, session, p, req, st)
-	if err != nil {
-		return nil, err
+	keep := s.keepFor(x, req)
+	if has && keep == 0 {
+		return out, false, nil
 	}
 	head := out[:loc.ItemsAt]
 	if req.msgpack {
 		head = out[:loc.ArrayAt]
 	}
 	end := loc.ItemsAt + x.items
-	return withDigest(dst, head, out[loc.ItemsAt:end], out[end:], x, s.keepFor(x, req), req.msgpack)
+	reply, err = withDigest(dst, head, out[loc.ItemsAt:end], out[end:], x, keep, req.msgpack, has)
+	return reply, err == nil, err
 }
 
 // keepFor is the delta's keep for the request: 0 for a whole reply.
@@ -487,7 +544,7 @@ func (s *Service) digestedNeutral(dst []byte, session string, p *projection.Sess
 	}
 	keep := s.keepFor(x, req)
 	if !req.msgpack {
-		return withDigest(dst, appendReplyJSONHead(nil, session, p.Seq()), body[:x.items], appendReplyJSONTail(nil, p.Dropped()), x, keep, false)
+		return withDigest(dst, appendReplyJSONHead(nil, session, p.Seq()), body[:x.items], appendReplyJSONTail(nil, p.Dropped()), x, keep, false, false)
 	}
 	var buf [256]byte
 	head := record.AppendMsgpackMapLen(buf[:0], 4)
@@ -500,5 +557,5 @@ func (s *Service) digestedNeutral(dst []byte, session string, p *projection.Sess
 	if tail, err = record.AppendMsgpack(tail, p.Dropped().Map()); err != nil {
 		return nil, fmt.Errorf("%w: %w", errNotMsgpack, err)
 	}
-	return withDigest(dst, head, body[:x.items], tail, x, keep, true)
+	return withDigest(dst, head, body[:x.items], tail, x, keep, true, false)
 }

@@ -36,6 +36,10 @@ const keptPerSession = 2
 type renderCache struct {
 	max int // the largest entry kept; 0 keeps none
 	mu  sync.Mutex
+	// digest returns the digest of reply, a whole reply in a provider
+	// format rendered with st, indexing its array (Service.indexReply);
+	// nil: replies are made without.
+	digest func(reply []byte, session string, p *projection.Session, req contextRequest, st *render.State) (string, error)
 }
 
 type cachedReply struct {
@@ -71,10 +75,20 @@ type replyKey struct {
 	msgpack   bool
 	budget    uint64
 	hasBudget bool
+	// digest: a reply in a provider format that ends with its digest
+	// (digestIn).
+	digest bool
 }
 
 func keyOf(req contextRequest) replyKey {
-	return replyKey{string(req.format), req.msgpack, req.budget, req.hasBudget}
+	return replyKey{string(req.format), req.msgpack, req.budget, req.hasBudget, digestIn(req)}
+}
+
+// digestIn reports whether a rendered reply for req, of a known session,
+// is made with its digest (appendJSON, appendMsgpack): one in a provider
+// format, unedited, whose request does not say "digest": false.
+func digestIn(req contextRequest) bool {
+	return req.digest && req.format != render.Neutral && req.edits == nil
 }
 
 // kept returns the replies the projection keeps, the latest first.

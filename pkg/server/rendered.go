@@ -86,6 +86,7 @@ func (c *renderCache) appendJSON(dst []byte, session string, p *projection.Sessi
 	prev, buf, done := c.state(p, req, overIf(dst, len(h)))
 	defer done()
 	dst = c.start(dst, buf, prev)
+	at := len(dst)
 	dst = append(dst, h...)
 	// The sequences of the messages the state before held are its own:
 	// only the new ones are read, not the session's every message.
@@ -109,7 +110,22 @@ func (c *renderCache) appendJSON(dst []byte, session string, p *projection.Sessi
 		dst, _ = record.AppendJSON(dst, render.CheckBudget(msgs, st.Seqs(), u, req.budget).Map())
 	}
 	dst = append(dst, '}')
+	if digestIn(req) && c.digest != nil {
+		d, err := c.digest(dst[at:], session, p, req, st)
+		if err != nil {
+			return dst, nil, err
+		}
+		dst = appendJSONDigest(dst, d)
+	}
 	return dst, c.keep(p, req, dst, st), nil
+}
+
+// appendJSONDigest ends a whole JSON reply, up to its closing brace, with
+// its digest.
+func appendJSONDigest(dst []byte, digest string) []byte {
+	dst = append(dst[:len(dst)-1], `,"digest":"`...)
+	dst = append(dst, digest...)
+	return append(dst, `"}`...)
 }
 
 // overIf is the head length to pass to state when the caller leaves the
@@ -189,6 +205,15 @@ func (c *renderCache) appendMsgpack(dst []byte, session string, p *projection.Se
 	if req.hasBudget {
 		dst = record.AppendMsgpackString(dst, "budget")
 		dst, _ = record.AppendMsgpack(dst, render.CheckBudget(msgs, st.Seqs(), u, req.budget).Map())
+	}
+	if digestIn(req) && c.digest != nil {
+		d, err := c.digest(dst[at:], session, p, req, st)
+		if err != nil {
+			return dst, nil, err
+		}
+		dst[at] = record.AppendMsgpackMapLen(nil, n+1)[0]
+		dst = record.AppendMsgpackString(dst, "digest")
+		dst = record.AppendMsgpackString(dst, d)
 	}
 	return dst, c.keep(p, req, dst, st), nil
 }

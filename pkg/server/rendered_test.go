@@ -324,3 +324,35 @@ func TestService_RenderedGrowth(t *testing.T) {
 		}
 	}
 }
+
+// Requests for one provider format that differ in what else they ask
+// (a budget, the digest or not) share the rendering state of the
+// format, one rendering going on from another's at the same version:
+// each reply is a fresh rendering's, its digest that of its messages.
+func TestService_RenderedMixedRequests(t *testing.T) {
+	url := startNATS(t, 0)
+	for fi, f := range render.Formats[1:] {
+		t.Run(string(f), func(t *testing.T) {
+			live := &liveSession{p: projection.New(projection.Options{})}
+			startService(t, url, live.projections())
+			nc := connect(t, url)
+			g := sessiongen.New(rand.New(rand.NewPCG(uint64(fi+1), 7)), sessiongen.Rules{Convert: projection.Convert, IsValidCompaction: projection.IsValidCompaction})
+			for step := 1; step <= 80; step++ {
+				live.apply(uint64(step), g.Record())
+				for k, body := range []string{`{"format":"` + string(f) + `","budget_tokens":2000}`, `{"format":"` + string(f) + `"}`, `{"format":"` + string(f) + `","digest":false}`} {
+					got := okReply(t, request(t, nc, "ctxd.context.s"+string(rune('a'+fi)), []byte(body), nil))
+					req := contextRequest{format: f}
+					if k == 0 {
+						req.budget, req.hasBudget = 2000, true
+					}
+					fresh, err := appendRenderedJSON(nil, "s"+string(rune('a'+fi)), live.p, req, nil)
+					require.NoError(t, err)
+					if k < 2 {
+						got = withoutDigest(t, got)
+					}
+					require.Equal(t, string(fresh), string(got), "%s step %d body %s", f, step, body)
+				}
+			}
+		})
+	}
+}

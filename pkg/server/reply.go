@@ -127,10 +127,13 @@ func appendMsgpackUint(dst []byte, n uint64) []byte {
 	return v
 }
 
-// grow makes room for n more bytes in one allocation.
+// grow makes room for n more bytes in one allocation, with an eighth
+// more: a buffer from replyBuffers holds a session's reply, which grows a
+// little every turn, and a buffer of its exact size would be allocated
+// (and zeroed) anew each time.
 func grow(dst []byte, n int) []byte {
 	if cap(dst)-len(dst) >= n {
 		return dst
 	}
-	return append(make([]byte, 0, len(dst)+n), dst...)
+	return append(make([]byte, 0, len(dst)+n+n/8), dst...)
 }

@@ -199,6 +199,7 @@ func (s *Service) Open() error {
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.closing = false
 	s.rendered.max = s.RenderCacheBytes
+	s.rendered.digest = s.renderedDigest
 	s.digests.max = s.DigestBytes
 	s.chunks.max, s.chunks.one = max(s.ChunkHoldBytes, s.MaxReplyBytes), s.MaxReplyBytes
 	if err := s.openLarge(); err != nil {
@@ -458,12 +459,23 @@ func (s *Service) reply(r micro.Request, v Viewer, session string, req contextRe
 			return
 		}
 		if req.digest {
+			// A reply in a provider format is made with its digest
+			// (digestIn): a whole one is sent as it is kept.
+			has := digestIn(req) && p != nil
 			defer func() {
-				if err == nil && buf == nil {
-					buf = replyBuffers.Get().(*[]byte)
-					out, err = s.digested(*buf, out, session, p, req, made)
-				} else if err == nil {
-					out, err = s.digested(nil, out, session, p, req, made) // out is in buf
+				if err != nil {
+					return
+				}
+				if buf != nil { // out is in it
+					out, _, err = s.digested(nil, out, session, p, req, made, has)
+					return
+				}
+				buf = replyBuffers.Get().(*[]byte)
+				var own bool
+				if out, own, err = s.digested(*buf, out, session, p, req, made, has); !own {
+					// The reply as kept: never to be written.
+					replyBuffers.Put(buf)
+					buf = nil
 				}
 			}()
 		}
