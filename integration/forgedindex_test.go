@@ -230,7 +230,7 @@ func TestForgedIndex_Partitioned(t *testing.T) {
 	_, err = bus.EnsureStream(ctx, c.js, scfg)
 	require.NoError(t, err)
 	recs := forgedRecords(t, c) // on transcripts.victim
-	l, err := bus.Partition(ctx, c.js, "TRANSCRIPTS", 4)
+	l, err := bus.Partition(ctx, c.js.Conn(), "TRANSCRIPTS", 4)
 	require.NoError(t, err)
 	require.Equal(t, recs[len(recs)-1].Seq, l.After)
 	for i := range 3 {

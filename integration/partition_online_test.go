@@ -46,7 +46,7 @@ func TestPartition_WhileInstancesRun(t *testing.T) {
 	// Behind the command's back.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	_, err = bus.Partition(ctx, c.js, "TRANSCRIPTS", 4)
+	_, err = bus.Partition(ctx, c.js.Conn(), "TRANSCRIPTS", 4)
 	require.NoError(t, err)
 	for _, a := range []*app.App{ingest, reader} {
 		select {

@@ -94,15 +94,11 @@ func runPublish(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer nc.Close()
-	js, err := bus.JetStream(nc)
-	if err != nil {
-		return err
-	}
 	var msgID func(int) string
 	if *msgIDPrefix != "" {
 		msgID = func(i int) string { return fmt.Sprintf("%s-%d", *msgIDPrefix, i+1) }
 	}
-	last, err := bus.PublishAll(ctx, js, subj, payloads, msgID)
+	last, err := bus.PublishAll(ctx, nc, subj, payloads, msgID)
 	if err != nil {
 		return err
 	}

@@ -101,10 +101,6 @@ func runPartition(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer nc.Close()
-	js, err := bus.JetStream(nc)
-	if err != nil {
-		return err
-	}
 	running, err := client.Instances(ctx, nc, *pingWait)
 	if err != nil {
 		return err
@@ -133,7 +129,7 @@ func runPartition(ctx context.Context, e *env, args []string) error {
 			}
 		}()
 	}
-	done, err := bus.Partition(ctx, js, stream, *p)
+	done, err := bus.Partition(ctx, nc, stream, *p)
 	if err != nil {
 		if *data != "" {
 			err = withDataHint(err, *data)

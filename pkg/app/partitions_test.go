@@ -30,7 +30,7 @@ func TestInspectSource_Partitioned(t *testing.T) {
 	}
 	publish()
 	publish()
-	_, err = bus.Partition(ctx, js, def.Name, 16)
+	_, err = bus.Partition(ctx, js.Conn(), def.Name, 16)
 	require.NoError(t, err)
 	publish()
 	src := &inspectSource{StreamReader: StreamReader{NC: nc, Stream: def.Name}}

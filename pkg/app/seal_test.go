@@ -2,6 +2,8 @@ package app
 
 import (
 	"go/build"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -21,6 +23,20 @@ func TestSeal(t *testing.T) {
 	const js = "github.com/nats-io/nats.go/jetstream"
 	for _, dir := range []string{".", "../ownership", "../removals", "../server", "../store", "../../cmd/ctxd"} {
 		require.NotContains(t, imports(dir), js, "%s imports JetStream: reach it through package bus", dir)
+	}
+	// Nor through a handle bus hands out: the service and its commands
+	// call bus with the connection.
+	for _, dir := range []string{".", "../ownership", "../removals", "../server", "../store", "../inspect", "../rebuild", "../importer", "../../cmd/ctxd"} {
+		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		require.NoError(t, err)
+		for _, f := range files {
+			if strings.HasSuffix(f, "_test.go") {
+				continue
+			}
+			b, err := os.ReadFile(f)
+			require.NoError(t, err)
+			require.NotContains(t, string(b), "bus.JetStream(", "%s takes a JetStream handle from bus", f)
+		}
 	}
 	allowed := []string{"checkpoint", "subject"}
 	for _, imp := range imports("../bus") {

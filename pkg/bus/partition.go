@@ -197,9 +197,13 @@ func ReadPartition(ctx context.Context, nc *nats.Conn, stream string, k int, fro
 // metadata in two updates) is unfinished: CheckLayout says so, and
 // Partition run again finishes it, emptying first the snapshot and
 // checkpoint buckets, which a ctxd that read it wrong may have written.
-func Partition(ctx context.Context, js jetstream.JetStream, stream string, p int) (Partitioning, error) {
+func Partition(ctx context.Context, nc *nats.Conn, stream string, p int) (Partitioning, error) {
 	if p < 2 || p > streams.MaxPartitions {
 		return Partitioning{}, fmt.Errorf("partitions: %d; 2 to %d", p, streams.MaxPartitions)
+	}
+	js, err := JetStream(nc)
+	if err != nil {
+		return Partitioning{}, err
 	}
 	st, err := js.Stream(ctx, stream)
 	if err != nil {

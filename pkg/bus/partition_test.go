@@ -106,7 +106,7 @@ func TestPartition_Migrate(t *testing.T) {
 		}
 	}
 	publish(23)
-	l, err := bus.Partition(ctx, js, "TRANSCRIPTS", 16)
+	l, err := bus.Partition(ctx, js.Conn(), "TRANSCRIPTS", 16)
 	require.NoError(t, err)
 	require.Equal(t, uint64(23), l.After)
 	publish(17)
@@ -172,10 +172,10 @@ func TestPartition_Migrate(t *testing.T) {
 		require.Equal(t, seqs[len(seqs)-1], lastSeq, "the last")
 	}
 	// Again: nothing changes; another count is refused.
-	again, err := bus.Partition(ctx, js, "TRANSCRIPTS", 16)
+	again, err := bus.Partition(ctx, js.Conn(), "TRANSCRIPTS", 16)
 	require.NoError(t, err)
 	require.Equal(t, l, again)
-	_, err = bus.Partition(ctx, js, "TRANSCRIPTS", 8)
+	_, err = bus.Partition(ctx, js.Conn(), "TRANSCRIPTS", 8)
 	require.ErrorIs(t, err, bus.ErrIncompatible)
 }
 
@@ -284,7 +284,7 @@ func TestPartition_FinishesAnInterruptedOne(t *testing.T) {
 			_, err = bus.OpenStream(ctx, nc, "TRANSCRIPTS")
 			require.ErrorAs(t, err, &ue)
 			// Another number of partitions is refused, and says how to finish.
-			_, err = bus.Partition(ctx, js, "TRANSCRIPTS", 8)
+			_, err = bus.Partition(ctx, js.Conn(), "TRANSCRIPTS", 8)
 			require.ErrorIs(t, err, bus.ErrIncompatible)
 			require.ErrorAs(t, err, &ue)
 			// Buckets a ctxd may have written from a wrong read.
@@ -295,7 +295,7 @@ func TestPartition_FinishesAnInterruptedOne(t *testing.T) {
 				require.NoError(t, err)
 			}
 
-			l, err := bus.Partition(ctx, js, "TRANSCRIPTS", 4)
+			l, err := bus.Partition(ctx, js.Conn(), "TRANSCRIPTS", 4)
 			require.NoError(t, err)
 			require.True(t, l.Finished)
 			require.Equal(t, 4, l.P)
@@ -321,7 +321,7 @@ func TestPartition_FinishesAnInterruptedOne(t *testing.T) {
 				return nil
 			}))
 			require.Equal(t, []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, seqs)
-			again, err := bus.Partition(ctx, js, "TRANSCRIPTS", 4)
+			again, err := bus.Partition(ctx, js.Conn(), "TRANSCRIPTS", 4)
 			require.NoError(t, err)
 			require.Equal(t, bus.Partitioning{Layout: l.Layout}, again, "finished: nothing more to do")
 		})
@@ -364,7 +364,7 @@ func TestPartition_PublishersMeanwhile(t *testing.T) {
 				break
 			}
 		}
-		l, err := bus.Partition(ctx, js, "TRANSCRIPTS", 4)
+		l, err := bus.Partition(ctx, js.Conn(), "TRANSCRIPTS", 4)
 		require.NoError(t, err)
 		close(stop)
 		seqs := <-published

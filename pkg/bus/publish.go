@@ -36,8 +36,12 @@ func Publish(ctx context.Context, js jetstream.JetStream, subject string, data [
 // record is sent (the error wraps nats.ErrMaxPayload). Otherwise the
 // error names the first record not stored; records after it may be
 // stored or not.
-func PublishAll(ctx context.Context, js jetstream.JetStream, subject string, records [][]byte, msgID func(i int) string) (uint64, error) {
-	if limit := js.Conn().MaxPayload(); limit > 0 {
+func PublishAll(ctx context.Context, nc *nats.Conn, subject string, records [][]byte, msgID func(i int) string) (uint64, error) {
+	js, err := JetStream(nc)
+	if err != nil {
+		return 0, err
+	}
+	if limit := nc.MaxPayload(); limit > 0 {
 		for i, r := range records {
 			if int64(len(r)) > limit {
 				return 0, fmt.Errorf("record %d is %d bytes, more than the server's max_payload of %d (%w): nothing was published", i+1, len(r), limit, nats.ErrMaxPayload)

@@ -24,7 +24,7 @@ func TestPublishAll(t *testing.T) {
 	for i := range 1200 {
 		records = append(records, fmt.Appendf(nil, `{"role":"user","content":"%d"}`, i))
 	}
-	last, err := bus.PublishAll(ctx, js, "transcripts.s1", records, nil)
+	last, err := bus.PublishAll(ctx, js.Conn(), "transcripts.s1", records, nil)
 	require.NoError(t, err)
 	require.Equal(t, uint64(1200), last)
 	var got [][]byte
@@ -35,21 +35,21 @@ func TestPublishAll(t *testing.T) {
 	require.Equal(t, records, got)
 
 	id := func(i int) string { return fmt.Sprintf("run-%d", i) }
-	last, err = bus.PublishAll(ctx, js, "transcripts.s2", records[:3], id)
+	last, err = bus.PublishAll(ctx, js.Conn(), "transcripts.s2", records[:3], id)
 	require.NoError(t, err)
 	require.Equal(t, uint64(1203), last)
-	last, err = bus.PublishAll(ctx, js, "transcripts.s2", records[:3], id)
+	last, err = bus.PublishAll(ctx, js.Conn(), "transcripts.s2", records[:3], id)
 	require.NoError(t, err)
 	require.Equal(t, uint64(1203), last, "a re-run within the duplicate window stores nothing")
 
 	huge := bytes.Repeat([]byte("x"), int(js.Conn().MaxPayload())+1)
-	_, err = bus.PublishAll(ctx, js, "transcripts.s3", [][]byte{records[0], huge}, nil)
+	_, err = bus.PublishAll(ctx, js.Conn(), "transcripts.s3", [][]byte{records[0], huge}, nil)
 	require.ErrorIs(t, err, nats.ErrMaxPayload)
 	require.ErrorContains(t, err, "record 2 is ")
 	info, err := st.Info(ctx)
 	require.NoError(t, err)
 	require.Equal(t, uint64(1203), info.State.Msgs, "nothing was published")
 
-	_, err = bus.PublishAll(ctx, js, "elsewhere.s1", records[:2], nil)
+	_, err = bus.PublishAll(ctx, js.Conn(), "elsewhere.s1", records[:2], nil)
 	require.ErrorContains(t, err, "record 1 of 2 not stored")
 }
