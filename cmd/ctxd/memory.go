@@ -10,13 +10,11 @@ import (
 	"time"
 
 	"github.com/ctxd/ctxd/pkg/app"
-	"github.com/ctxd/ctxd/pkg/server"
 )
 
-// memoryBase is what ctxd holds beside its caches: the runtime and its
-// idle heap (about 20 MiB), the connections' buffers, records and
-// replies in flight, and the chains of digests up to their least bound
-// (server.DefaultDigestBytes).
+// memoryBase is what ctxd holds beside its caches and the chains of
+// digests: the runtime and its idle heap (about 20 MiB), the connections'
+// buffers, records and replies in flight.
 const memoryBase = 64 << 20
 
 // embeddedBase is what the embedded NATS server holds in the same heap
@@ -28,11 +26,11 @@ const embeddedBase = 192 << 20
 
 // memoryBound is the memory a ctxd serve process stays within: its
 // caches (--cache-bytes: the projections and the rendered replies kept
-// with them), the chains of digests past their least bound
-// (app.DigestBytes), memoryBase, and embeddedBase with the embedded
-// server.
+// with them), the chains of digests (app.DigestBytes: every reply
+// carries its digest, so they fill to their bound under any steady
+// load), memoryBase, and embeddedBase with the embedded server.
 func memoryBound(cacheBytes int64, embedded bool) int64 {
-	n := max(cacheBytes, 0) + app.DigestBytes(cacheBytes) - server.DefaultDigestBytes + memoryBase
+	n := max(cacheBytes, 0) + app.DigestBytes(cacheBytes) + memoryBase
 	if embedded {
 		n += embeddedBase
 	}
@@ -87,9 +85,7 @@ func chooseMemoryLimit(flagValue, env string, cacheBytes int64, embedded bool) (
 		if embedded {
 			from = "--cache-bytes + 64 MiB + 192 MiB for the embedded server"
 		}
-		if extra := app.DigestBytes(cacheBytes) - server.DefaultDigestBytes; extra > 0 {
-			from += fmt.Sprintf(" + %d MiB of digests' chains", extra>>20)
-		}
+		from += fmt.Sprintf(" + %d MiB of digests' chains", app.DigestBytes(cacheBytes)>>20)
 		return memoryLimit{bytes: memoryBound(cacheBytes, embedded), from: from}, nil
 	}
 	n, err := parseBytes(flagValue)
