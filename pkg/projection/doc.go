@@ -55,9 +55,8 @@
 //	seqs.go       MessageSeqs: the record of each message
 //	dropped.go    the Dropped report
 //	explain.go    Fate: what the rules made of a record
-//	snapshot.go   the snapshot format, AppendSnapshot
+//	snapshot.go   the snapshot format (values in record's binary form), AppendSnapshot
 //	restore.go    Restore: a session read back from a snapshot
-//	snapvalue.go  the encoding of a snapshot's record values
 //
 // The package does no I/O, reads no clock and knows nothing of NATS: it is
 // tested with the spec fixtures (golden_test.go), a rule-by-rule suite

@@ -48,84 +48,43 @@ func Restore(opt Options, data []byte) (*Session, error) {
 	return s, nil
 }
 
-// snapReader reads a snapshot's fields; each read checks the bytes left.
-type snapReader struct {
-	b   []byte
-	pos int
-}
-
-func (r *snapReader) left() int { return len(r.b) - r.pos }
-
-func (r *snapReader) uvarint(what string) (uint64, error) {
-	v, n := binary.Uvarint(r.b[r.pos:])
-	if n <= 0 {
-		if n == 0 {
-			return 0, fmt.Errorf("%s: truncated at byte %d", what, r.pos)
-		}
-		return 0, fmt.Errorf("%s: varint overflows 64 bits at byte %d", what, r.pos)
-	}
-	r.pos += n
-	return v, nil
-}
-
-// count reads a count of items taking at least min bytes each.
-func (r *snapReader) count(what string, min int) (int, error) {
-	v, err := r.uvarint(what)
-	if err != nil {
-		return 0, err
-	}
-	if v > uint64(r.left()/min) {
-		return 0, fmt.Errorf("%s: %d, more than the %d bytes left can hold", what, v, r.left())
-	}
-	return int(v), nil
-}
-
-func (r *snapReader) take(n int, what string) ([]byte, error) {
-	if n < 0 || n > r.left() {
-		return nil, fmt.Errorf("%s: %d bytes, %d left", what, n, r.left())
-	}
-	b := r.b[r.pos : r.pos+n]
-	r.pos += n
-	return b, nil
-}
-
 // trimmedResult is a result whose stored message lost its images.
 type trimmedResult struct{ entry, result int }
 
 func restore(opt Options, body []byte) (*Session, error) {
-	r := &snapReader{b: body}
+	r := record.NewBinaryReader(body)
 	s := New(opt)
 
-	n, err := r.count("browser tool count", 1)
+	n, err := r.Count("browser tool count", 1)
 	if err != nil {
 		return nil, err
 	}
 	names := make([]string, 0, n)
 	for range n {
-		l, err := r.count("browser tool name length", 1)
+		l, err := r.Count("browser tool name length", 1)
 		if err != nil {
 			return nil, err
 		}
-		b, _ := r.take(l, "browser tool name")
+		b, _ := r.Take(l, "browser tool name")
 		names = append(names, string(b))
 	}
 	if want := fingerprint(s.browser); !slices.Equal(names, want) {
 		return nil, fmt.Errorf("taken with browser tools %q, restoring with %q", names, want)
 	}
 
-	seq, err := r.uvarint("sequence")
+	seq, err := r.Uvarint("sequence")
 	if err != nil {
 		return nil, err
 	}
 	// An entry takes 7 bytes at least: sequence, form, length, trimmed.
-	n, err = r.count("entry count", 7)
+	n, err = r.Count("entry count", 7)
 	if err != nil {
 		return nil, err
 	}
 	var trimmed []trimmedResult
 	var prev uint64
 	for i := range n {
-		d, err := r.uvarint("entry sequence")
+		d, err := r.Uvarint("entry sequence")
 		if err != nil {
 			return nil, fmt.Errorf("entry %d: %w", i, err)
 		}
@@ -143,21 +102,21 @@ func restore(opt Options, body []byte) (*Session, error) {
 			return nil, fmt.Errorf("entry %d: sequence %d after the session's %d", i, es, seq)
 		}
 		prev = es
-		msg, results, err := r.message()
+		msg, results, err := readMessage(r)
 		if err != nil {
 			return nil, fmt.Errorf("entry %d (seq %d): %w", i, es, err)
 		}
-		k, err := r.count("trimmed result count", 2)
+		k, err := r.Count("trimmed result count", 2)
 		if err != nil {
 			return nil, fmt.Errorf("entry %d (seq %d): %w", i, es, err)
 		}
 		last := -1
 		for range k {
-			ri, err := r.uvarint("trimmed result index")
+			ri, err := r.Uvarint("trimmed result index")
 			if err != nil {
 				return nil, fmt.Errorf("entry %d (seq %d): %w", i, es, err)
 			}
-			images, err := r.uvarint("trimmed result image count")
+			images, err := r.Uvarint("trimmed result image count")
 			if err != nil {
 				return nil, fmt.Errorf("entry %d (seq %d): %w", i, es, err)
 			}
@@ -175,8 +134,8 @@ func restore(opt Options, body []byte) (*Session, error) {
 		}
 		s.appendWith(es, msg, results)
 	}
-	if r.left() != 0 {
-		return nil, fmt.Errorf("%d bytes after the last entry", r.left())
+	if r.Left() != 0 {
+		return nil, fmt.Errorf("%d bytes after the last entry", r.Left())
 	}
 	s.seq = seq
 	// A stored message lost its images only because the passes trim
@@ -191,17 +150,17 @@ func restore(opt Options, body []byte) (*Session, error) {
 	return s, nil
 }
 
-// message reads an entry's form and message, and lists its results.
-func (r *snapReader) message() (*record.Map, []result, error) {
-	form, err := r.take(1, "form")
+// readMessage reads an entry's form and message, and lists its results.
+func readMessage(r *record.BinaryReader) (*record.Map, []result, error) {
+	form, err := r.Take(1, "form")
 	if err != nil {
 		return nil, nil, err
 	}
-	lb, err := r.take(4, "message length")
+	lb, err := r.Take(4, "message length")
 	if err != nil {
 		return nil, nil, err
 	}
-	b, err := r.take(int(min(binary.BigEndian.Uint32(lb), math.MaxInt32)), "message")
+	b, err := r.Take(int(min(binary.BigEndian.Uint32(lb), math.MaxInt32)), "message")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -218,13 +177,13 @@ func (r *snapReader) message() (*record.Map, []result, error) {
 		}
 		msg = m
 	case formValue:
-		vr := valueReader{b: b, s: string(b)}
-		v, err := vr.value(0)
+		vr := record.NewBinaryReader(b)
+		v, err := vr.Value(snapshotMaxDepth)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, fmt.Errorf("message: %w", err)
 		}
-		if vr.pos != len(b) {
-			return nil, nil, fmt.Errorf("%d bytes after the message", len(b)-vr.pos)
+		if vr.Left() != 0 {
+			return nil, nil, fmt.Errorf("%d bytes after the message", vr.Left())
 		}
 		m, ok := v.(*record.Map)
 		if !ok || m == nil {

@@ -68,20 +68,6 @@ const (
 	snapshotMaxDepth = 4 * record.DefaultMaxDepth
 )
 
-// Tags of the value encoding.
-const (
-	tagNil = iota
-	tagFalse
-	tagTrue
-	tagString
-	tagInt
-	tagUint
-	tagFloat
-	tagNumber
-	tagArray
-	tagMap
-)
-
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // AppendSnapshot appends to buf an encoding of the session's whole state:
@@ -116,7 +102,7 @@ func (s *Session) AppendSnapshot(buf []byte) []byte {
 			buf = append(buf, formValue)
 			at := len(buf)
 			buf = append(buf, 0, 0, 0, 0)
-			buf = appendValue(buf, e.msg)
+			buf = record.AppendBinary(buf, e.msg)
 			n = len(buf) - at - 4
 			binary.BigEndian.PutUint32(buf[at:], uint32(n))
 		}

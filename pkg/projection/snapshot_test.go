@@ -342,7 +342,7 @@ func (b *snapBuilder) done() []byte {
 	return binary.BigEndian.AppendUint32(bytes.Clone(b.b), crc32.Checksum(b.b, castagnoli))
 }
 
-func valueBytes(v any) []byte { return appendValue(nil, v) }
+func valueBytes(v any) []byte { return record.AppendBinary(nil, v) }
 
 // TestRestore_Malformed checks that Restore refuses, with an error that
 // says what is wrong, every kind of bytes that is not a snapshot of this
@@ -813,3 +813,18 @@ func decoded(v any) any {
 	}
 	return v
 }
+
+// Tags of the binary form of values (record.AppendBinary), for the
+// snapshots the tests write by hand.
+const (
+	tagNil = iota
+	tagFalse
+	tagTrue
+	tagString
+	tagInt
+	tagUint
+	tagFloat
+	tagNumber
+	tagArray
+	tagMap
+)

@@ -39,7 +39,9 @@ their first position and take the last value.
 [AppendJSON] and [AppendMsgpack] encode values back, keeping key order.
 JSON keeps every number as it was read; msgpack carries every number that
 a 64-bit integer or a float64 holds exactly and rounds the others to the
-nearest float64.
+nearest float64. [AppendBinary] writes the compact typed form snapshots
+store values in, which carries every value exactly; a [BinaryReader]
+reads it back, with the uvarints, counts and byte strings around it.
 
 # Errors and limits
 

@@ -10,6 +10,7 @@ import (
 	"slices"
 
 	"github.com/ctxd/ctxd/pkg/projection"
+	"github.com/ctxd/ctxd/pkg/record"
 )
 
 // A snapshot is a session's projection at one of its records, stored
@@ -135,40 +136,6 @@ func encodeSnapshot(buf []byte, sn *snapshot, proj *projection.Session) []byte {
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
-// snapshotReader reads what encodeSnapshot wrote, failing on the first
-// thing that is not.
-type snapshotReader struct {
-	b   []byte
-	err error
-}
-
-func (r *snapshotReader) uvarint(what string) uint64 {
-	if r.err != nil {
-		return 0
-	}
-	v, k := binary.Uvarint(r.b)
-	if k <= 0 {
-		r.err = fmt.Errorf("%w: %s", ErrBadSnapshot, what)
-		return 0
-	}
-	r.b = r.b[k:]
-	return v
-}
-
-func (r *snapshotReader) bytes(what string) []byte {
-	n := r.uvarint(what + " length")
-	if r.err != nil {
-		return nil
-	}
-	if n > uint64(len(r.b)) {
-		r.err = fmt.Errorf("%w: %s: %d bytes, %d left", ErrBadSnapshot, what, n, len(r.b))
-		return nil
-	}
-	out := r.b[:n:n]
-	r.b = r.b[n:]
-	return out
-}
-
 // decodeSnapshot decodes a stored snapshot but for its projection.
 func decodeSnapshot(data []byte) (*snapshot, error) {
 	if len(data) < len(snapshotMagic)+1+4 || string(data[:len(snapshotMagic)]) != snapshotMagic {
@@ -181,33 +148,9 @@ func decodeSnapshot(data []byte) (*snapshot, error) {
 	if crc32.Checksum(body, crcTable) != sum {
 		return nil, fmt.Errorf("%w: checksum", ErrBadSnapshot)
 	}
-	r := &snapshotReader{b: body[len(snapshotMagic)+1:]}
-	sn := &snapshot{}
-	sn.config = string(r.bytes("config"))
-	sn.stream = string(r.bytes("stream"))
-	sn.removed = r.uvarint("removed")
-	sn.from = r.uvarint("from")
-	sn.seq = r.uvarint("seq")
-	sn.weight = int64(r.uvarint("weight"))
-	sn.size = int64(r.uvarint("size"))
-	idx := r.bytes("index")
-	nq := r.uvarint("quarantined count")
-	if r.err == nil && nq > uint64(len(r.b)) {
-		r.err = fmt.Errorf("%w: %d quarantined records in %d bytes", ErrBadSnapshot, nq, len(r.b))
-	}
-	for i := uint64(0); i < nq && r.err == nil; i++ {
-		q := r.uvarint("quarantined record")
-		if r.err == nil && (q < sn.from || q > sn.seq || len(sn.quarantined) > 0 && q <= sn.quarantined[len(sn.quarantined)-1]) {
-			r.err = fmt.Errorf("%w: quarantined record %d out of order or outside %d..%d", ErrBadSnapshot, q, sn.from, sn.seq)
-		}
-		sn.quarantined = append(sn.quarantined, q)
-	}
-	sn.proj = r.bytes("projection")
-	if r.err != nil {
-		return nil, r.err
-	}
-	if len(r.b) != 0 {
-		return nil, fmt.Errorf("%w: %d bytes after the projection", ErrBadSnapshot, len(r.b))
+	sn, idx, err := readSnapshot(record.NewBinaryReader(body[len(snapshotMagic)+1:]))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadSnapshot, err)
 	}
 	if sn.seq == 0 || sn.from > sn.seq || sn.weight < 0 || sn.size < 0 {
 		return nil, fmt.Errorf("%w: from %d, seq %d, weight %d, size %d", ErrBadSnapshot, sn.from, sn.seq, sn.weight, sn.size)
@@ -221,6 +164,64 @@ func decodeSnapshot(data []byte) (*snapshot, error) {
 	}
 	sn.seqs = seqs
 	return sn, nil
+}
+
+// readSnapshot reads the fields encodeSnapshot wrote after the magic
+// and version, failing on the first thing that is not one; idx is the
+// encoded index of the session's records.
+func readSnapshot(r *record.BinaryReader) (sn *snapshot, idx []byte, err error) {
+	sn = &snapshot{}
+	str := func(what string) (string, error) {
+		b, err := r.Bytes(what)
+		return string(b), err
+	}
+	if sn.config, err = str("config"); err != nil {
+		return nil, nil, err
+	}
+	if sn.stream, err = str("stream"); err != nil {
+		return nil, nil, err
+	}
+	for _, f := range []struct {
+		what string
+		to   *uint64
+	}{{"removed", &sn.removed}, {"from", &sn.from}, {"seq", &sn.seq}} {
+		if *f.to, err = r.Uvarint(f.what); err != nil {
+			return nil, nil, err
+		}
+	}
+	weight, err := r.Uvarint("weight")
+	if err != nil {
+		return nil, nil, err
+	}
+	size, err := r.Uvarint("size")
+	if err != nil {
+		return nil, nil, err
+	}
+	sn.weight, sn.size = int64(weight), int64(size)
+	if idx, err = r.Bytes("index"); err != nil {
+		return nil, nil, err
+	}
+	nq, err := r.Count("quarantined count", 1)
+	if err != nil {
+		return nil, nil, err
+	}
+	for range nq {
+		q, err := r.Uvarint("quarantined record")
+		if err != nil {
+			return nil, nil, err
+		}
+		if q < sn.from || q > sn.seq || len(sn.quarantined) > 0 && q <= sn.quarantined[len(sn.quarantined)-1] {
+			return nil, nil, fmt.Errorf("quarantined record %d out of order or outside %d..%d", q, sn.from, sn.seq)
+		}
+		sn.quarantined = append(sn.quarantined, q)
+	}
+	if sn.proj, err = r.Bytes("projection"); err != nil {
+		return nil, nil, err
+	}
+	if r.Left() != 0 {
+		return nil, nil, fmt.Errorf("%d bytes after the projection", r.Left())
+	}
+	return sn, idx, nil
 }
 
 // snapshotOf returns a loaded slot's snapshot, or nil when it has none to
