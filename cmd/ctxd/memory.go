@@ -64,9 +64,23 @@ type memoryLimit struct {
 	from  string
 }
 
+// limitRoom is the share of memoryBound the automatic limit leaves
+// below it: the limit is soft, and the runtime's memory runs a few MiB
+// past it at times (a 5-minute soak with a limit at the bound went 2 to
+// 4 MiB over it), so that a limit at the bound itself would not keep
+// the resident size within it.
+const limitRoom = 32
+
+// autoLimit is the memory limit of --memory-limit auto: memoryBound,
+// less a limitRoom-th of it.
+func autoLimit(cacheBytes int64, embedded bool) int64 {
+	b := memoryBound(cacheBytes, embedded)
+	return b - b/limitRoom
+}
+
 // chooseMemoryLimit decides the memory limit: GOMEMLIMIT wins (the
 // runtime read it already), then --memory-limit, whose "auto" is
-// memoryBound of the configuration and "off" is none. With a limit, the
+// autoLimit of the configuration and "off" is none. With a limit, the
 // garbage collector runs before the heap grows past it, instead of
 // letting garbage double the live heap first (GOGC=100), and the
 // runtime returns the memory above it to the system.
@@ -85,8 +99,8 @@ func chooseMemoryLimit(flagValue, env string, cacheBytes int64, embedded bool) (
 		if embedded {
 			from = "--cache-bytes + 64 MiB + 192 MiB for the embedded server"
 		}
-		from += fmt.Sprintf(" + %d MiB of digests' chains", app.DigestBytes(cacheBytes)>>20)
-		return memoryLimit{bytes: memoryBound(cacheBytes, embedded), from: from}, nil
+		from += fmt.Sprintf(" + %d MiB of digests' chains, less 1/%d of it", app.DigestBytes(cacheBytes)>>20, limitRoom)
+		return memoryLimit{bytes: autoLimit(cacheBytes, embedded), from: from}, nil
 	}
 	n, err := parseBytes(flagValue)
 	if err != nil {

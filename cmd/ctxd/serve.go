@@ -61,10 +61,10 @@ JetStream reply and ingest delivery comes to it. A user refused its inbox
 stops serve at start, naming it.
 
 Memory: the projections and the rendered replies kept with them take
---cache-bytes at most; the process sets the Go runtime's soft memory limit
-to that plus 64 MiB, plus 192 MiB for the embedded server when it runs
-one, plus the chains of the replies' digests (a 32nd of --cache-bytes,
-at least 16 MiB) (--memory-limit sets another, or off; GOMEMLIMIT in the environment
+--cache-bytes at most; the process stays within that plus 64 MiB, plus
+192 MiB for the embedded server when it runs one, plus the chains of the
+replies' digests (a 32nd of --cache-bytes, at least 16 MiB), and sets the
+Go runtime's soft memory limit a 32nd under that bound (--memory-limit sets another, or off; GOMEMLIMIT in the environment
 wins), and gives free memory back to the system after --idle-release of
 quiet. See docs/OPERATING.md, "Memory".
 
@@ -112,7 +112,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	level := fs.String("log-level", "info", "log `LEVEL`: debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "log `FORMAT`: text or json")
 	startTimeout := fs.Duration("start-timeout", 5*time.Minute, "how long the start may take at most: connecting, and waiting for JetStream, the stream and the buckets (retried while they are not available); past it, ctxd exits with an error (0: wait until interrupted)")
-	memLimit := fs.String("memory-limit", "auto", "the Go runtime's soft memory `LIMIT`: auto is --cache-bytes + 64 MiB, + 192 MiB with the embedded server, + the digests' chains (a 32nd of it, at least 16 MiB; docs/OPERATING.md, \"Memory\"); BYTES such as 2GiB; off for none. GOMEMLIMIT in the environment wins")
+	memLimit := fs.String("memory-limit", "auto", "the Go runtime's soft memory `LIMIT`: auto is a 32nd under --cache-bytes + 64 MiB, + 192 MiB with the embedded server, + the digests' chains (a 32nd of it, at least 16 MiB; docs/OPERATING.md, \"Memory\"); BYTES such as 2GiB; off for none. GOMEMLIMIT in the environment wins")
 	idleRelease := fs.Duration("idle-release", 30*time.Second, "give the heap's free memory back to the system once the process has been quiet this long (allocated less than 4 MiB); 0: leave it to the runtime")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the process, from start to shutdown, to `FILE` (go tool pprof reads it)")
 	memprofile := fs.String("memprofile", "", "write a heap profile of the process, as it is when shutdown begins, to `FILE` (go tool pprof reads it)")
