@@ -126,7 +126,10 @@ type Request struct {
 	// name the reply the caller holds, and the reply may be a delta
 	// against it (docs/PROTOCOL.md, "Delta replies"). Context returns
 	// the reply as it comes: Keeper applies deltas.
-	NoDigest   bool
+	NoDigest bool
+	// askDigest writes "digest": true (Keeper), for a service before
+	// protocol 3.5, which adds the digest only when asked.
+	askDigest  bool
 	HaveSeq    uint64
 	HaveDigest string
 	// Partitions, the stream's number of partitions (Partitions), sends
@@ -276,7 +279,7 @@ func (req Request) wire(timeout time.Duration) protocol.Request {
 		w.BudgetTokens, w.HasBudget = req.BudgetTokens, true
 	}
 	w.Edits = req.Edits
-	w.NoDigest = req.NoDigest
+	w.NoDigest, w.AskDigest = req.NoDigest, req.askDigest && !req.NoDigest
 	if req.HaveDigest != "" {
 		w.HaveSeq, w.HaveDigest, w.HasHave = req.HaveSeq, req.HaveDigest, true
 	}

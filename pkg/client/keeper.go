@@ -46,7 +46,7 @@ func (k *Keeper) Context(ctx context.Context, nc *nats.Conn, session string, req
 	k.mu.Lock()
 	h, ok := k.held[key]
 	k.mu.Unlock()
-	req.NoDigest = false
+	req.NoDigest, req.askDigest = false, true
 	if ok {
 		req.HaveSeq, req.HaveDigest = h.Reply.Seq, h.Reply.Digest
 	}

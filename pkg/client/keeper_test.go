@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ctxd/ctxd/internal/natstest"
@@ -63,4 +64,48 @@ func TestKeeper_Context(t *testing.T) {
 			require.Greater(t, deltas, 25, session)
 		}
 	}
+}
+
+// A Keeper asks for the digest in so many words: a service before
+// protocol 3.5 adds it only when asked, and a reply without it is one
+// the Keeper cannot ask the next turn against.
+func TestKeeper_AsksForTheDigest(t *testing.T) {
+	url := natstest.Start(t)
+	nc := natstest.Connect(t, url)
+	bodies := make(chan []byte, 4)
+	sub, err := nc.Subscribe("ctxd.context.old", func(m *nats.Msg) {
+		bodies <- m.Data
+		// A service of 3.4: the reply carries its digest only when asked.
+		reply := `{"session":"old","seq":1,"messages":[],"dropped":{"unpaired_calls":[],"orphan_results":[],"images_omitted":0}}`
+		if r, err := protocol.ParseRequest(m.Data); err == nil && r.AskDigest {
+			reply = reply[:len(reply)-1] + `,"digest":"66687aadf862bd776c8fc18b8e9f8e20089714856ee233b3902a591d0d5f2925"}`
+		}
+		m.Respond([]byte(reply))
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { sub.Unsubscribe() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	var k Keeper
+	got, err := k.Context(ctx, nc, "old", Request{})
+	require.NoError(t, err)
+	r, err := protocol.ParseRequest(<-bodies)
+	require.NoError(t, err)
+	require.True(t, r.AskDigest, "the first request asks for the digest")
+	h, err := protocol.ReadReply(got)
+	require.NoError(t, err)
+	require.Len(t, h.Digest, protocol.DigestLen)
+	_, err = k.Context(ctx, nc, "old", Request{})
+	require.NoError(t, err)
+	r, err = protocol.ParseRequest(<-bodies)
+	require.NoError(t, err)
+	require.True(t, r.HasHave, "the next asks against the reply held")
+
+	// A plain request does not say: a service of 3.5 adds the digest.
+	_, err = Context(ctx, nc, "old", Request{})
+	require.NoError(t, err)
+	r, err = protocol.ParseRequest(<-bodies)
+	require.NoError(t, err)
+	require.False(t, r.AskDigest || r.NoDigest)
 }

@@ -55,6 +55,9 @@ type Request struct {
 	// (Delta replies, in delta.go), as a reply of protocol 3.4 to a
 	// request without digest. A reply carries its digest otherwise.
 	NoDigest bool
+	// AskDigest is "digest": true, written for a service before 3.5,
+	// which adds the digest only when asked. Not with NoDigest.
+	AskDigest bool
 	// HaveSeq and HaveDigest, when HasHave, are have_seq and have_digest:
 	// the seq and digest of the reply the client holds, against which
 	// the service may answer with a delta.
@@ -173,7 +176,7 @@ func (r *Request) parseDelta(get func(string) (any, bool)) error {
 		if !isBool {
 			return fmt.Errorf("%w: digest must be true or false, got %s", ErrBadRequest, record.Describe(v))
 		}
-		r.NoDigest = !b
+		r.NoDigest, r.AskDigest = !b, b
 	}
 	seq, hasSeq := get("have_seq")
 	d, hasDigest := get("have_digest")
@@ -239,6 +242,8 @@ func (r Request) AppendJSON(b []byte) []byte {
 	}
 	if r.NoDigest {
 		b = append(b, `,"digest":false`...)
+	} else if r.AskDigest {
+		b = append(b, `,"digest":true`...)
 	}
 	if r.HasHave {
 		b = append(b, `,"have_seq":`...)
@@ -270,6 +275,8 @@ func (r Request) AppendMsgpack(b []byte) []byte {
 	}
 	if r.NoDigest {
 		m.Set("digest", false)
+	} else if r.AskDigest {
+		m.Set("digest", true)
 	}
 	if r.HasHave {
 		m.Set("have_seq", r.HaveSeq)

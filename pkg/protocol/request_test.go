@@ -18,6 +18,7 @@ func TestRequest_RoundTrip(t *testing.T) {
 		{MinSeq: 7, WaitMS: 500, HasWait: true, TimeoutMS: 900, Format: "gemini", BudgetTokens: 9000, HasBudget: true},
 		{Format: `a "quoted" é name`, HasBudget: true},
 		{NoDigest: true},
+		{AskDigest: true},
 		{MinSeq: 3, HaveSeq: 9, HaveDigest: strings.Repeat("0a", 32), HasHave: true},
 	} {
 		for _, body := range [][]byte{r.AppendJSON(nil), r.AppendMsgpack(nil)} {

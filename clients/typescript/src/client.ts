@@ -69,7 +69,8 @@ export interface ContextOptions<F extends Format | undefined = Format | undefine
   /**
    * false asks for the reply without its digest, as protocol 3.4 sent it
    * (only with delta false, and without haveSeq/haveDigest). A reply
-   * carries its digest otherwise.
+   * carries its digest otherwise; true asks for it in so many words, as
+   * a service before 3.5 needs.
    */
   digest?: boolean;
   /**
@@ -155,6 +156,9 @@ export function requestBody(opts: ContextOptions, timeoutMs: number): Uint8Array
     body += `,"have_seq":${seq},"have_digest":"${opts.haveDigest}"`;
   } else if (opts.digest === false) {
     body += `,"digest":false`;
+  } else if (opts.digest === true) {
+    // A service before 3.5 adds the digest only when asked.
+    body += `,"digest":true`;
   }
   return te.encode(body + "}");
 }
@@ -243,14 +247,14 @@ export class Ctxd {
     checkSession(session);
     const key = `${session}\u0000${opts.format ?? "neutral"}`;
     const h = this.held.get(key);
-    const ask = h ? { ...opts, digest: undefined, haveSeq: h.seq, haveDigest: h.digest } : { ...opts, digest: undefined };
+    const ask = h ? { ...opts, digest: undefined, haveSeq: h.seq, haveDigest: h.digest } : { ...opts, digest: true };
     let next: Held;
     try {
       next = h ? apply(h, await this.exchange(session, ask)) : hold(await this.exchange(session, ask));
     } catch (err) {
       if (!h || !(err instanceof ReplyError)) throw err;
       // A delta that does not add up: asked again, whole.
-      next = hold(await this.exchange(session, { ...opts, digest: undefined }));
+      next = hold(await this.exchange(session, { ...opts, digest: true }));
     }
     const cur = this.held.get(key);
     if (next.digest !== "" && (!cur || BigInt(cur.seq) <= BigInt(next.seq))) this.held.set(key, next);

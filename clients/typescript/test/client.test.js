@@ -249,6 +249,21 @@ describe("ctxd serve", () => {
     }
   });
 
+  test("the client keeping replies asks for the digest in so many words, as a service before 3.5 needs", async () => {
+    // A listener beside the service sees each request's body.
+    const seen = [];
+    const sub = ctxd.nc.subscribe("ctxd.context.asks-digest", { callback: (_err, m) => seen.push(JSON.parse(td.decode(m.data))) });
+    await ctxd.nc.flush();
+    await ctxd.contextBytes("asks-digest");
+    await ctxd.contextBytes("asks-digest");
+    await ctxd.contextBytes("asks-digest", { delta: false });
+    sub.unsubscribe();
+    assert.equal(seen.length, 3);
+    assert.equal(seen[0].digest, true, "the first asks for the digest");
+    assert.equal(typeof seen[1].have_digest, "string", "the next asks against the reply held");
+    assert.equal(seen[2].digest, undefined, "a plain request does not say");
+  });
+
   test("a bad session id is refused before anything is sent, in the service's words", async () => {
     const seen = await spy(ctxd.nc, "ctxd.>");
     for (const id of ["a.b", "séance", "", "x".repeat(129), "a b"]) {
