@@ -63,14 +63,16 @@ func (r *Roles) Disconnected() {
 // StopIngest stops the unpartitioned stream's ingest, if one runs (the
 // record in hand is applied). owner is the store it fed, if any: its
 // checkpoints and snapshots are the caller's to write, then its pin to
-// give back (Unpin) and Lost.
+// give back (Unpin) and Lost. It is read once the ingest has stopped:
+// a pin gained while it stopped makes a store, which is the caller's
+// to close too.
 func (r *Roles) StopIngest() (owner *store.Store, err error) {
 	in := r.ingest.Swap(nil)
 	if in == nil {
 		return nil, nil
 	}
-	owner = r.Feeding()
-	return owner, in.Close()
+	err = in.Close()
+	return r.Feeding(), err
 }
 
 // Unpin gives up the unpartitioned stream's pin, when the server says
