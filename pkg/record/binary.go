@@ -153,13 +153,22 @@ func (r *BinaryReader) fail(format string, args ...any) error {
 
 func (r *BinaryReader) avail() int { return len(r.b) - r.pos - r.reserved }
 
-// length reads a count of items of min bytes at least each, in a value.
-func (r *BinaryReader) length(min int) (int, error) {
+// uvarintIn reads a uvarint in a value.
+func (r *BinaryReader) uvarintIn() (uint64, error) {
 	v, n := binary.Uvarint(r.b[r.pos : len(r.b)-r.reserved])
 	if n <= 0 {
 		return 0, r.fail("bad varint")
 	}
 	r.pos += n
+	return v, nil
+}
+
+// length reads a count of items of min bytes at least each, in a value.
+func (r *BinaryReader) length(min int) (int, error) {
+	v, err := r.uvarintIn()
+	if err != nil {
+		return 0, err
+	}
 	if v > uint64(r.avail()/min) {
 		return 0, r.fail("%d items of %d bytes at least, in %d bytes", v, min, r.avail())
 	}
@@ -206,12 +215,7 @@ func (r *BinaryReader) value(depth, maxDepth int) (any, error) {
 		r.pos += n
 		return v, nil
 	case binUint:
-		v, n := binary.Uvarint(r.b[r.pos : len(r.b)-r.reserved])
-		if n <= 0 {
-			return nil, r.fail("bad varint")
-		}
-		r.pos += n
-		return v, nil
+		return r.uvarintIn()
 	case binFloat:
 		if r.avail() < 8 {
 			return nil, r.fail("truncated float")
