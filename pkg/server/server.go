@@ -463,8 +463,8 @@ func (s *Service) reply(r micro.Request, v Viewer, session string, req contextRe
 			// (digestIn): a whole one is sent as it is kept.
 			has := digestIn(req) && p != nil
 			defer func() {
-				if err != nil {
-					return
+				if err != nil || has && req.have == nil {
+					return // a whole reply in a provider format is made with it
 				}
 				if buf != nil { // out is in it
 					out, _, err = s.digested(nil, out, session, p, req, made, has)
