@@ -30,6 +30,17 @@ type loading struct {
 	forgotten bool
 }
 
+// wait returns once the load has ended, or with ctx's error naming the
+// session whose load it waited for.
+func (ld *loading) wait(ctx context.Context, session string) error {
+	select {
+	case <-ld.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("store: load %s: %w", session, ctx.Err())
+	}
+}
+
 // noted is a record of a session being loaded, as the ingest met it.
 type noted struct {
 	seq    uint64

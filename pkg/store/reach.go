@@ -49,12 +49,10 @@ func (s *Store) catch(ctx context.Context, session string, last uint64) (read bo
 		}
 		if ld := sl.loading; ld != nil {
 			sl.mu.Unlock()
-			select {
-			case <-ld.done:
-				continue
-			case <-ctx.Done():
-				return false, fmt.Errorf("store: load %s: %w", session, ctx.Err())
+			if err := ld.wait(ctx, session); err != nil {
+				return false, err
 			}
+			continue
 		}
 		defer sl.mu.Unlock()
 		// A session that has seen a record past last, the session's

@@ -44,12 +44,10 @@ func (s *Store) view(ctx context.Context, session string, fn func(sl *slot, p *p
 		}
 		if ld := sl.loading; ld != nil {
 			sl.mu.Unlock()
-			select {
-			case <-ld.done:
-				continue
-			case <-ctx.Done():
-				return fmt.Errorf("store: load %s: %w", session, ctx.Err())
+			if err := ld.wait(ctx, session); err != nil {
+				return err
 			}
+			continue
 		}
 		if s.Loader == nil {
 			sl.mu.Unlock()
