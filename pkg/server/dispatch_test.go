@@ -223,6 +223,9 @@ func TestService_PacesAnswersOfNoRecords(t *testing.T) {
 	for i := range 3 {
 		delayed = append(delayed, sendAsync(t, nc, "ctxd.context.q"+strings.Repeat("x", i), nil))
 	}
+	// The lane has handed all three to the pace: its queue is empty, so
+	// what refuses the next is the pace, and the lane is free for cold.
+	require.Eventually(t, func() bool { return svc.delayed.Load() == 3 }, 10*time.Second, time.Millisecond)
 	refused := request(t, nc, "ctxd.context.u2", nil, nil)
 	require.Equal(t, CodeBusy, errorCode(refused), "past LoadQueue waiting for the pace")
 	for _, ch := range delayed {
