@@ -45,3 +45,24 @@ func TestSeal(t *testing.T) {
 		}
 	}
 }
+
+// No production file grows past 650 lines: past that a file does more
+// than one job, and its parts go to files of their own.
+func TestFileSizes(t *testing.T) {
+	const most = 650
+	for _, root := range []string{"../../pkg", "../../cmd", "../../streams"} {
+		err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return err
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			n := strings.Count(string(b), "\n")
+			require.LessOrEqual(t, n, most, "%s has %d lines: split it by job", path, n)
+			return nil
+		})
+		require.NoError(t, err)
+	}
+}
