@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -106,9 +107,20 @@ func startBare(t testing.TB, nc *nats.Conn, url, subject, queue string) *barePro
 	return &bareProcess{nc: nc, bodySubject: bodySubject}
 }
 
-// set makes the responder answer body from its next request on.
+// set makes the responder answer body from its next request on. Its
+// subscriptions may not have reached the benchmark's node yet: it asks
+// again while nobody answers. Once it is answered, the responder's
+// queue subscription, made before, has reached that node too.
 func (p *bareProcess) set(t testing.TB, body []byte) {
 	t.Helper()
-	_, err := p.nc.Request(p.bodySubject, body, 10*time.Second)
-	require.NoError(t, err, "setting the bare responder's body")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := p.nc.Request(p.bodySubject, body, 10*time.Second)
+		if errors.Is(err, nats.ErrNoResponders) && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		require.NoError(t, err, "setting the bare responder's body")
+		return
+	}
 }
