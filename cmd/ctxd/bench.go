@@ -21,7 +21,7 @@ table to standard output. See docs/PERFORMANCE.md.
 It starts an embedded NATS server in a temporary directory, on a free port,
 unless --nats names a server; that server must hold none of the streams the
 bench creates and deletes (TRANSCRIPTS, KV_CTXD_CHECKPOINTS, KV_CTXD_SNAPSHOTS, PERF_RAW,
-PERF_BARE), so never point it at a server a ctxd uses.
+PERF_BARE, PERF_ORDERED), so never point it at a server a ctxd uses.
 
 Without --quick the sizes are the full run's (several minutes, a few GB of
 disk in the temporary directory); --quick takes about a minute. The size

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"sync/atomic"
 	"syscall"
@@ -54,6 +55,12 @@ func (b *bench) ingest(ctx context.Context) ([]Row, error) {
 	if _, err := b.js.CreateStream(ctx, bare); err != nil {
 		return nil, fmt.Errorf("create stream %s: %w", bare.Name, err)
 	}
+	ordered := def
+	ordered.Name, ordered.Subjects = orderedStream, []string{orderedSubject + ">"}
+	ordered.Description = "ctxd bench: the ordered-consumer baseline of the ingest figure"
+	if _, err := b.js.CreateStream(ctx, ordered); err != nil {
+		return nil, fmt.Errorf("create stream %s: %w", ordered.Name, err)
+	}
 	// The consumers of the baselines read on their own connection, as
 	// ctxd does: the publisher's acknowledgements come on the run's.
 	cnc, err := nats.Connect(b.url, nats.Name("ctxd-bench-consumer"))
@@ -68,6 +75,10 @@ func (b *bench) ingest(ctx context.Context) ([]Row, error) {
 	bst, err := cjs.Stream(ctx, bare.Name)
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: %w", bare.Name, err)
+	}
+	ost, err := cjs.Stream(ctx, ordered.Name)
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", ordered.Name, err)
 	}
 	ccfg, err := streams.Ingest()
 	if err != nil {
@@ -173,7 +184,7 @@ func (b *bench) ingest(ctx context.Context) ([]Row, error) {
 			return nil
 		},
 		func() error { // an ordered consumer that does nothing
-			rate, err := b.orderedRound(ctx, bst, bus.PullBytes(cnc), N, records(bareSubject))
+			rate, err := b.orderedRound(ctx, ost, bus.PullBytes(cnc), N, records(orderedSubject))
 			if err != nil {
 				return err
 			}
@@ -184,7 +195,15 @@ func (b *bench) ingest(ctx context.Context) ([]Row, error) {
 	names := [...]string{"raw", "bare", "ctxd", "ordered"} // of the profiles
 	for round = range cfg.Rounds {
 		for k := range sides {
-			i := (k + round) % len(sides)
+			// Every other round runs the sides in reverse order, so that
+			// no side always follows the same one; and each starts with
+			// the garbage of the one before collected, so that none pays
+			// for another's.
+			i := k
+			if round%2 == 1 {
+				i = len(sides) - 1 - k
+			}
+			runtime.GC()
 			stop, err := b.profileSide(names[i], round)
 			if err != nil {
 				return nil, err
@@ -199,6 +218,12 @@ func (b *bench) ingest(ctx context.Context) ([]Row, error) {
 		}
 		b.logf("ingest: round %d: ctxd %.0f records/s, raw publish %.0f records/s, ordered consumer %.0f records/s (ctxd %.2fx), bare durable consumer %.0f records/s",
 			round+1, ctxdRates[round], rawRates[round], orderedRates[round], ctxdRates[round]/orderedRates[round], bareRates[round])
+	}
+	// The durable consumer saw the bare side's records and no others:
+	// a record of another side reaching it too would be delivered twice,
+	// and that side measured slower than it is.
+	if got, want := consumed.Load(), uint64(cfg.Rounds*N); got != want {
+		return nil, fmt.Errorf("ingest: the bare durable consumer saw %d records, want %d: another side published to its subjects", got, want)
 	}
 	b.logf("ingest: CPU time of the process per record (medians): ctxd %.1f µs, raw publish %.1f µs, ordered consumer %.1f µs, bare durable consumer %.1f µs",
 		median(cpu[2]), median(cpu[0]), median(cpu[3]), median(cpu[1]))

@@ -42,15 +42,20 @@ var Figures = []string{FigureIngest, FigureFetch, FigureClients, FigureTurn, Fig
 const (
 	rawStream   = "PERF_RAW" // published to, never consumed
 	rawSubject  = "perfraw."
-	bareStream  = "PERF_BARE" // consumed by a consumer that does nothing
+	bareStream  = "PERF_BARE" // consumed by a durable consumer that does nothing
 	bareSubject = "perfbare."
+	// Read by the ordered consumer of each round only: no other consumer
+	// reads what it is measured on.
+	orderedStream  = "PERF_ORDERED"
+	orderedSubject = "perfordered."
 )
 
 // Config chooses what a run measures, and how much.
 type Config struct {
 	// NATSURL runs against an existing server, which must hold none of
 	// the streams the run creates and deletes (TRANSCRIPTS, the checkpoint
-	// bucket, PERF_RAW, PERF_BARE). Empty starts an embedded server in Dir.
+	// bucket, PERF_RAW, PERF_BARE, PERF_ORDERED). Empty starts an
+	// embedded server in Dir.
 	NATSURL string
 	// Dir holds the embedded server's files; empty: a temporary directory.
 	Dir string
@@ -340,7 +345,7 @@ func (b *bench) open(ctx context.Context) error {
 }
 
 func (b *bench) streamNames() []string {
-	names := []string{rawStream, bareStream, "KV_" + streams.CheckpointsBucket, "KV_" + streams.SnapshotsBucket}
+	names := []string{rawStream, bareStream, orderedStream, "KV_" + streams.CheckpointsBucket, "KV_" + streams.SnapshotsBucket}
 	if t, err := streams.Transcripts(); err == nil {
 		names = append(names, t.Name)
 	}

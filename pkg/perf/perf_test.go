@@ -2,6 +2,7 @@ package perf
 
 import (
 	"bytes"
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -120,4 +121,22 @@ func TestMemoryRow(t *testing.T) {
 		require.Contains(t, b.String(), "| unmeasured |")
 		require.NotRegexp(t, `\| -\d`, b.String())
 	}
+}
+
+// Each baseline of the ingest figure is read by its own consumer only: a
+// record published for the ordered consumer reaching the bare durable
+// consumer too would make the server deliver it twice, and the ordered
+// side, the figure's baseline, slower than it is. The run checks the
+// durable consumer's count itself; this runs it small.
+func TestIngest_BaselinesApart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("an embedded server and a small ingest run; -short leaves it to the plain run")
+	}
+	cfg := Quick()
+	cfg.Figures = []string{FigureIngest}
+	cfg.Dir = t.TempDir()
+	cfg.IngestRecords, cfg.IngestSessions, cfg.Rounds = 500, 5, 2
+	rep, err := Run(context.Background(), cfg)
+	require.NoError(t, err)
+	require.NotEmpty(t, rep.Rows)
 }
