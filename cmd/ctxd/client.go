@@ -131,9 +131,9 @@ ctxd.context.SESSION, where any instance may take it, and the first answer
 wins; a request whose connection to the NATS server is lost is sent again
 once it is back, or fails naming the lost connection.
 The reply carries "digest", which names its messages (--digest=false
-leaves it out); with --have-seq N --have-digest D, the seq and digest of a reply held, the
-reply may be a delta, printed raw: "delta": {"keep": K} and only the
-messages from K on (docs/PROTOCOL.md, "Delta replies").`
+leaves it out); with --have-seq N --have-digest D, the seq and digest of
+a reply held, the reply may be a delta, printed raw: "delta": {"keep": K}
+and only the messages from K on (docs/PROTOCOL.md, "Delta replies").`
 
 // contextChunkTimeout is how long ctxd context waits for each chunk of a
 // large reply after the first.

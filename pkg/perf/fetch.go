@@ -595,7 +595,8 @@ func replySeq(reply []byte) (uint64, error) {
 // rebuildPerTurn builds a session's context reply the way a design that
 // stores records and rebuilds on every request does: read the session's
 // records from the stream up to to, run the batch passes, encode the
-// reply with its digest. It returns the reply and the sequence of the last record read.
+// reply with its digest. It returns the reply and the sequence of the
+// last record read.
 func rebuildPerTurn(ctx context.Context, nc *nats.Conn, stream, session string, to uint64) ([]byte, uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()

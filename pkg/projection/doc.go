@@ -16,8 +16,9 @@
 //   - Session is the incremental form the service keeps per session:
 //     Apply takes one record at a time, in stream order, and the messages,
 //     the Dropped report and the encoded messages (JSONBody, MsgpackBody)
-//     always equal what Build answers over the records applied so far. Apply costs time in proportion to the record, not to the
-//     history, and a reply that did not change is served from cache.
+//     always equal what Build answers over the records applied so far.
+//     Apply costs time in proportion to the record, not to the history,
+//     and a reply that did not change is served from cache.
 //
 // A Session holds what its context can still need, not every record it
 // was given: a settled message is kept as its JSON bytes (pack.go), from

@@ -28,8 +28,9 @@ type cache struct {
 
 	failed []failure // entries whose message did not encode, in order
 
-	// shared is set once bytes has been handed out, and cleared when a rebuild by Apply starts a new
-	// buffer: until then a rebuild never writes the bytes in place.
+	// shared is set once bytes has been handed out, and cleared when a
+	// rebuild by Apply starts a new buffer: until then a rebuild never
+	// writes the bytes in place.
 	shared bool
 }
 

@@ -11,8 +11,8 @@ import (
 // appendReplyJSON appends a context reply of protocol 3.4, the one asked
 // with "digest": false:
 // {"session":S,"seq":N,"messages":[...],"dropped":{...}}. The reply that
-// carries its digest, the one most requests get, is kept by the session
-// while its view is the same (digestedNeutral).
+// carries its digest, the one most requests get, is made by
+// digestedNeutral from the same encoded messages.
 func appendReplyJSON(dst []byte, session string, p *projection.Session) []byte {
 	if p == nil {
 		return appendReplyJSONTail(appendReplyJSONHead(dst, session, 0), projection.Dropped{})
