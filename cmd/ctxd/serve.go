@@ -66,7 +66,8 @@ Memory: the projections and the rendered replies kept with them take
 replies' digests (a 32nd of --cache-bytes, at least 16 MiB), and sets the
 Go runtime's soft memory limit a 32nd under that bound (--memory-limit
 sets another, or off; GOMEMLIMIT in the environment wins), and gives free
-memory back to the system after --idle-release of quiet. See docs/OPERATING.md, "Memory".
+memory back to the system after --idle-release of quiet. See
+docs/OPERATING.md, "Memory".
 
 Every flag can also be set in the environment: CTXD_ and the flag's name in
 upper case with '-' as '_' (CTXD_DATA, CTXD_SYNC, ...); --nats also reads
