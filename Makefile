@@ -32,43 +32,17 @@ slow:
 race:
 	$(GO) test -race -short ./pkg/store/... ./pkg/server/... ./pkg/bus/... ./pkg/rebuild/... ./pkg/app/... ./integration/...
 
-## fuzz: each fuzz target for FUZZTIME; a new input that widens coverage
-## is minimized for FUZZMINIMIZE at most (Go's default, 60s, leaves the
-## counts standing still while it works)
+## fuzz: each fuzz target (go test -list finds them) for FUZZTIME; a new
+## input that widens coverage is minimized for FUZZMINIMIZE at most (Go's
+## default, 60s, leaves the counts standing still while it works)
 fuzz:
-	$(GO) test ./cmd/ctxd -run '^$$' -fuzz '^FuzzCheckInboxPrefix$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE)
-	$(GO) test ./pkg/bus -run '^$$' -fuzz '^FuzzParseParts$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE)
-	$(GO) test ./pkg/bus -run '^$$' -fuzz '^FuzzStreamSeq$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE)
-	$(GO) test ./pkg/checkpoint -run '^$$' -fuzz '^FuzzCheckpoint_MarshalJSON$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE)
-	$(GO) test ./pkg/edits -run '^$$' -fuzz '^FuzzApply$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE)
-	$(GO) test ./pkg/edits -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE)
-	$(GO) test ./pkg/importer -run '^$$' -fuzz '^FuzzClaudeCode$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE)
-	$(GO) test ./pkg/importer -run '^$$' -fuzz '^FuzzCodex$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE)
-	$(GO) test ./pkg/importer -run '^$$' -fuzz '^FuzzDetect$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE)
-	$(GO) test ./pkg/importer -run '^$$' -fuzz '^FuzzGemini$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE)
-	$(GO) test ./pkg/importer -run '^$$' -fuzz '^FuzzOpenHands$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE)
-	$(GO) test ./pkg/importer -run '^$$' -fuzz '^FuzzPi$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE)
-	$(GO) test ./pkg/importer -run '^$$' -fuzz '^FuzzReadLines$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE)
-	$(GO) test ./pkg/importer -run '^$$' -fuzz '^FuzzValidJSON$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE)
-	$(GO) test ./pkg/ops -run '^$$' -fuzz '^FuzzHostServed$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE)
-	$(GO) test ./pkg/ops -run '^$$' -fuzz '^FuzzLocalPath$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE)
-	$(GO) test ./pkg/ownership -run '^$$' -fuzz '^FuzzDecodeHandback$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE)
-	$(GO) test ./pkg/perf -run '^$$' -fuzz '^FuzzReplyHead$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE)
-	$(GO) test ./pkg/projection -run '^$$' -fuzz '^FuzzBuild$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE)
-	$(GO) test ./pkg/projection -run '^$$' -fuzz '^FuzzRestore$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE)
-	$(GO) test ./pkg/projection -run '^$$' -fuzz '^FuzzSession_EquivalentToBuild$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE)
-	$(GO) test ./pkg/protocol -run '^$$' -fuzz '^FuzzApplyDelta$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE)
-	$(GO) test ./pkg/protocol -run '^$$' -fuzz '^FuzzParseRequest$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE)
-	$(GO) test ./pkg/protocol -run '^$$' -fuzz '^FuzzParseRequest_Edits$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE)
-	$(GO) test ./pkg/rebuild -run '^$$' -fuzz '^FuzzResets$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE)
-	$(GO) test ./pkg/record -run '^$$' -fuzz '^FuzzBinaryReader$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE)
-	$(GO) test ./pkg/record -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE)
-	$(GO) test ./pkg/record -run '^$$' -fuzz '^FuzzDecodeJSON$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE)
-	$(GO) test ./pkg/render -run '^$$' -fuzz '^FuzzRender$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE)
-	$(GO) test ./pkg/server -run '^$$' -fuzz '^FuzzParseRequest$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE)
-	$(GO) test ./pkg/store -run '^$$' -fuzz '^FuzzCheckpointJSON$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE)
-	$(GO) test ./pkg/store -run '^$$' -fuzz '^FuzzDecodeSnapshot$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE)
-	$(GO) test ./pkg/subject -run '^$$' -fuzz '^FuzzCheckSession$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE)
+	@set -e; for pkg in $$($(GO) list ./...); do \
+	  targets=$$($(GO) test $$pkg -list '^Fuzz') || exit 1; \
+	  for f in $$(echo "$$targets" | awk '/^Fuzz/'); do \
+	    echo "--- $$pkg $$f"; \
+	    $(GO) test $$pkg -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE); \
+	  done; \
+	done
 
 ## bench: the benchmarks of the core and of the service
 bench:
