@@ -299,3 +299,61 @@ func readOnce(t *testing.T, ctx context.Context, nc *nats.Conn, js jetstream.Jet
 	}
 	return l.check(t, what, want, got), nil
 }
+
+// A replay started while the cluster has lost its quorum (two of three
+// servers down, the meta and stream leaders with them) waits for it to
+// come back, as a rebuild right after a node fault must, instead of
+// failing after one request's timeout. The context has no deadline, as a
+// rebuild's has none by default.
+func TestReplay_WaitsForTheCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("two servers down for longer than a JetStream request's timeout (5 s)")
+	}
+	c := natstest.StartCluster(t, 3)
+	setup, err := jetstream.New(c.Connect(t))
+	require.NoError(t, err)
+	cfg := transcripts(t)
+	cfg.Replicas = 3
+	_, err = bus.EnsureStream(testContext(t), setup, cfg)
+	require.NoError(t, err)
+	c.WaitStreamLeader(t, cfg.Name)
+	const records = 50
+	for i := range records {
+		_, err := bus.Publish(testContext(t), setup, fmt.Sprintf("transcripts.s%d", i%4), []byte(`{"role":"user","content":"x"}`), "")
+		require.NoError(t, err)
+	}
+
+	nc, err := nats.Connect(c.Nodes[0].URL, nats.MaxReconnects(-1))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	c.Nodes[1].Stop()
+	c.Nodes[2].Stop()
+
+	type result struct {
+		n   int
+		err error
+	}
+	done := make(chan result, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() {
+		n, _, err := bus.Replay(ctx, js, cfg.Name, 1, func(bus.Msg) {})
+		done <- result{n, err}
+	}()
+	select {
+	case r := <-done:
+		t.Fatalf("replay ended while the cluster had no quorum: %d records, %v", r.n, r.err)
+	case <-time.After(7 * time.Second):
+	}
+	c.Nodes[1].Start(t)
+	c.Nodes[2].Start(t)
+	select {
+	case r := <-done:
+		require.NoError(t, r.err)
+		require.Equal(t, records, r.n)
+	case <-time.After(90 * time.Second):
+		t.Fatal("replay did not end within 90 s of the cluster's return")
+	}
+}

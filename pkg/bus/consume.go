@@ -345,8 +345,16 @@ func (in *Ingest) Close() error {
 // replica, which may be behind it: when the consumer has nothing more
 // before the end, the rest is read with ReadRange, which the replicas
 // must prove or the leader completes.
+//
+// A cluster that has lost its leaders (a node fault) is waited for: the
+// stream's information and the consumer are asked for again, for up to
+// a minute, within ctx.
 func Replay(ctx context.Context, js jetstream.JetStream, stream string, from uint64, h Handler) (n int, last uint64, err error) {
-	st, err := js.Stream(ctx, stream)
+	var st jetstream.Stream
+	err = retryAPI(ctx, func(ctx context.Context) (err error) {
+		st, err = js.Stream(ctx, stream)
+		return err
+	})
 	if err != nil {
 		return 0, 0, fmt.Errorf("stream %s: replay: %w", stream, err)
 	}
@@ -367,9 +375,13 @@ func Replay(ctx context.Context, js jetstream.JetStream, stream string, from uin
 		})
 		return n, last, err
 	}
-	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
-		DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:   from,
+	var cons jetstream.Consumer
+	err = retryAPI(ctx, func(ctx context.Context) (err error) {
+		cons, err = js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+			DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
+			OptStartSeq:   from,
+		})
+		return err
 	})
 	if err != nil {
 		return 0, 0, fmt.Errorf("stream %s: replay: %w", stream, err)

@@ -3,6 +3,8 @@ package bus
 import (
 	"context"
 	"errors"
+	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -34,4 +36,43 @@ func Transient(err error) bool {
 	}
 	return errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) ||
 		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)
+}
+
+// A JetStream API request that a cluster without a leader leaves
+// unanswered is tried again, each try bounded, for at most apiPatience:
+// elections after a node fault take seconds, a cluster that stays down
+// is an error.
+const (
+	apiTryTimeout = 5 * time.Second
+	apiRetryFirst = 250 * time.Millisecond
+	apiRetryMax   = 2 * time.Second
+)
+
+var apiPatience = time.Minute
+
+// retryAPI runs fn, each try bounded by apiTryTimeout, until it
+// succeeds, fails with an error that is not Transient, ctx is done, or
+// the tries have failed for apiPatience.
+func retryAPI(ctx context.Context, fn func(ctx context.Context) error) error {
+	start := time.Now()
+	wait := apiRetryFirst
+	for {
+		try, cancel := context.WithTimeout(ctx, apiTryTimeout)
+		err := fn(try)
+		cancel()
+		if err == nil || ctx.Err() != nil || !Transient(err) {
+			return err
+		}
+		if time.Since(start) >= apiPatience {
+			return fmt.Errorf("JetStream did not answer for %s: %w", time.Since(start).Round(time.Second), err)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		wait = min(2*wait, apiRetryMax)
+	}
 }

@@ -32,9 +32,9 @@ func OpenStream(ctx context.Context, nc *nats.Conn, name string) (*Stream, error
 	if err != nil {
 		return nil, err
 	}
-	st, err := js.Stream(ctx, name)
+	st, err := lookUp(ctx, js, name)
 	if err != nil {
-		return nil, fmt.Errorf("stream %s: %w", name, err)
+		return nil, err
 	}
 	l, err := LayoutOf(st.CachedInfo().Config)
 	if err != nil {
@@ -46,14 +46,28 @@ func OpenStream(ctx context.Context, nc *nats.Conn, name string) (*Stream, error
 	return &Stream{nc: nc, js: js, name: name, st: st}, nil
 }
 
+// lookUp asks for the stream's information, and asks again while a
+// cluster that lost its leaders does not answer (see retryAPI).
+func lookUp(ctx context.Context, js jetstream.JetStream, name string) (jetstream.Stream, error) {
+	var st jetstream.Stream
+	err := retryAPI(ctx, func(ctx context.Context) (err error) {
+		st, err = js.Stream(ctx, name)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", name, err)
+	}
+	return st, nil
+}
+
 // Name returns the stream's name.
 func (s *Stream) Name() string { return s.name }
 
 // LastSeq returns the stream's last sequence, as the server says now.
 func (s *Stream) LastSeq(ctx context.Context) (uint64, error) {
-	st, err := s.js.Stream(ctx, s.name)
+	st, err := lookUp(ctx, s.js, s.name)
 	if err != nil {
-		return 0, fmt.Errorf("stream %s: %w", s.name, err)
+		return 0, err
 	}
 	return st.CachedInfo().State.LastSeq, nil
 }
@@ -73,9 +87,9 @@ func (s *Stream) ReadSubject(ctx context.Context, subject string, from, to uint6
 // ReadSession reads a session's records wherever the stream stores them
 // (see Layout.ReadSubject).
 func (s *Stream) ReadSession(ctx context.Context, session string, from, to uint64, fn func(seq uint64, data []byte) error) error {
-	st, err := s.js.Stream(ctx, s.name)
+	st, err := lookUp(ctx, s.js, s.name)
 	if err != nil {
-		return fmt.Errorf("stream %s: %w", s.name, err)
+		return err
 	}
 	l, err := LayoutOf(st.CachedInfo().Config)
 	if err != nil {
@@ -87,9 +101,9 @@ func (s *Stream) ReadSession(ctx context.Context, session string, from, to uint6
 // OpenCheckpoints opens the checkpoint bucket on the stream's server (see
 // the function OpenCheckpoints), creating it when it is missing.
 func (s *Stream) OpenCheckpoints(ctx context.Context) (*Checkpoints, error) {
-	st, err := s.js.Stream(ctx, s.name)
+	st, err := lookUp(ctx, s.js, s.name)
 	if err != nil {
-		return nil, fmt.Errorf("stream %s: %w", s.name, err)
+		return nil, err
 	}
 	cps, err := OpenCheckpoints(ctx, s.js, 0)
 	if err != nil {
@@ -144,9 +158,9 @@ func (s *Stream) SessionLast(ctx context.Context, session string) (uint64, error
 
 // sessionFilters are the subjects a session's records are stored on.
 func (s *Stream) sessionFilters(ctx context.Context, session string) ([]string, error) {
-	st, err := s.js.Stream(ctx, s.name)
+	st, err := lookUp(ctx, s.js, s.name)
 	if err != nil {
-		return nil, fmt.Errorf("stream %s: %w", s.name, err)
+		return nil, err
 	}
 	l, err := LayoutOf(st.CachedInfo().Config)
 	if err != nil {
