@@ -24,10 +24,9 @@
 // Close (app.go), the retries of a JetStream that is starting (start.go),
 // the snapshots written at shutdown and when idle (snapshots.go), the readiness and metrics
 // (ops.go) and the inspector's source (inspect.go). The ingests are
-// ownership's: an unpartitioned stream's one (Roles.OpenIngest), and a
-// partitioned stream's, one a partition held, by its balancer
-// (Roles.OpenPartitions); they are still two paths, one consumer with
-// its follower and one a partition with its balancer.
+// ownership's, one path for every stream: one a partition held, pulled
+// by its balancer (Roles.OpenIngest), an unpartitioned stream being one
+// partition, its consumer the stream's own.
 //
 // Close owns the app's root context (life): every goroutine app and the
 // packages it starts run under it, and Close ends it once nothing uses
@@ -73,8 +72,8 @@ type App struct {
 	stream string
 	loader *streamLoader
 	roles  *ownership.Roles
-	// running is the roles while an unpartitioned stream's ingest runs,
-	// for the connection's handlers.
+	// running is the roles from the ingest's start until Close hands its
+	// partitions back, for the connection's handlers.
 	running atomic.Pointer[ownership.Roles]
 	svc     *server.Service
 	closed  chan struct{} // closed when the connection is
@@ -326,24 +325,17 @@ func (a *App) Open(ctx context.Context) (err error) {
 	}
 	a.roles.Start(last)
 	a.logInfo("stream open", "stream", want.Name, "last_seq", last, "records", msgs, "instance", a.Instance, "partitions", layout.P)
-	if layout.Partitioned() {
-		// Every partition's consumer is made if missing, and the
-		// instance pulls as ceil(P / live instances) allows.
-		if err := a.roles.OpenPartitions(ctx, last); err != nil {
-			return err
-		}
-		// The service exists before any partition is gained: it serves
-		// the partition endpoints of those gained before it opens once
-		// it does.
-		a.svc = server.New(a.nc, a.roles)
-		a.roles.Balance(a.svc)
-		return a.openService()
-	}
-
+	// Every partition's consumer (an unpartitioned stream's one) is made
+	// if missing, and the instance pulls as ceil(P / live instances)
+	// allows: from an unpartitioned stream's consumer, always.
 	if err := a.roles.OpenIngest(ctx, last); err != nil {
 		return err
 	}
 	a.running.Store(a.roles)
+	// The service exists before any partition is gained: it serves the
+	// partition endpoints of those gained before it opens once it does.
+	a.svc = server.New(a.nc, a.roles)
+	a.roles.Balance(a.svc)
 	return a.openService()
 }
 
@@ -471,15 +463,15 @@ func (a *App) Wait(ctx context.Context, seq uint64, timeout time.Duration) error
 }
 
 // Close stops everything Open started: the HTTP listener first (its
-// handlers read what follows), the partitions held (on a partitioned
-// stream: the other instances told, the pins handed back at once, the
-// pulls stopped), then in reverse order the service (requests in hand
-// are answered), the ingest (the record in hand is applied), the
-// checkpoints (every changed session's written in bulk, the partitions'
-// together, within ShutdownCheckpoints; one line says how many were
-// written and how many were not), the pin (given up at once, so another
-// instance ingests without waiting for the pinned TTL), the snapshots of
-// the sessions held (as the checkpoints), the connection, the server.
+// handlers read what follows), the partitions held (an unpartitioned
+// stream's one: the other instances told on a partitioned stream, the
+// pins given back at once, so that another instance ingests without
+// waiting for the pinned TTL, the pulls stopped), then in reverse order
+// the service (requests in hand are answered, from the follower or
+// through the stream), the checkpoints of the partitions handed back
+// (every changed session's written in bulk, within ShutdownCheckpoints;
+// one line says how many were written and how many were not), their
+// snapshots (as the checkpoints), the connection, the server.
 func (a *App) Close() error {
 	a.serving.Store(false)
 	var errs []error
@@ -496,15 +488,16 @@ func (a *App) Close() error {
 	}
 	a.idleSnaps.stop() // before the snapshots at shutdown
 	a.idleSnaps = nil
-	var partitions []*store.Store
-	var partitionsLabel snapshotLabel
-	if a.roles != nil && a.roles.Partitioned() {
+	var held []*store.Store
+	var heldLabel snapshotLabel
+	if a.running.Swap(nil) != nil {
 		// Their snapshots' removed count, read while the removals still
 		// concern their stores: handed back, they miss those after.
-		partitionsLabel = a.snapshotLabel()
-		// The partitions first, at once: other instances apply them while
-		// this one finishes the requests in hand, through the stream.
-		partitions = a.roles.HandBack()
+		heldLabel = a.snapshotLabel()
+		// The partitions held first (an unpartitioned stream's one), at
+		// once: other instances apply them while this one finishes the
+		// requests in hand, from its follower or through the stream.
+		held = a.roles.HandBack()
 	}
 	if a.svc != nil {
 		errs = append(errs, a.svc.Close())
@@ -514,23 +507,11 @@ func (a *App) Close() error {
 		// No request reads it any more, and none starts after.
 		a.roles.StopFollower()
 	}
-	if len(partitions) > 0 {
-		a.closeCheckpoints(partitions...)
-		a.closeSnapshots(partitionsLabel, partitions...)
-	}
-	if a.running.Swap(nil) != nil {
-		owner, err := a.roles.StopIngest()
-		errs = append(errs, err)
-		if owner != nil {
-			a.closeCheckpoints(owner)
-			ctx, cancel := context.WithTimeout(a.life, 2*time.Second)
-			a.roles.Unpin(ctx)
-			cancel()
-			// After the pin: another instance ingests meanwhile. The
-			// removals concern the store until the roles' Lost below.
-			a.closeSnapshots(a.snapshotLabel(), owner)
-			// Stops the checkpoint writer before the connection it writes on.
-			a.roles.Lost(ownership.ReasonShutdown, true)
+	if len(held) > 0 {
+		a.closeCheckpoints(held...)
+		a.closeSnapshots(heldLabel, held...)
+		for _, st := range held {
+			st.Close() // and their evicted sessions' snapshots, before the connection goes
 		}
 	}
 	// Nothing applies records or answers requests any more: the

@@ -11,7 +11,6 @@ import (
 
 	"github.com/ctxd/ctxd/pkg/bus"
 	"github.com/ctxd/ctxd/pkg/store"
-	"github.com/ctxd/ctxd/streams"
 )
 
 // With P partitions every instance runs a balancer. JetStream pins each
@@ -447,7 +446,7 @@ func (b *balancer) startRuns(ks []int) {
 			ctx, cancel := context.WithTimeout(b.r.cfg.Life, 10*time.Second)
 			defer cancel()
 			if b.cons.Deleted(ctx, k) {
-				b.r.fail(deletedPartition(k, b.stream))
+				b.r.fail(deletedPartition(b.r.layout, k))
 			}
 		})
 	}()
@@ -459,10 +458,10 @@ func (b *balancer) startRun(k int) error {
 	pin := bus.Pin{Gained: p.gained, Lost: func(_, reason string, refused bool) {
 		p.lost(reason, refused)
 		if reason == bus.ReasonConsumerDeleted {
-			b.r.fail(deletedPartition(k, b.stream))
+			b.r.fail(deletedPartition(b.r.layout, k))
 		}
 	}}
-	in, err := b.cons.Pull(k, b.r.handlePart(p), pin)
+	in, err := b.cons.Pull(k, b.r.handler(p), pin)
 	if err != nil {
 		return err
 	}
@@ -471,9 +470,14 @@ func (b *balancer) startRun(k int) error {
 }
 
 // deletedPartition is why an instance stops when partition k's consumer
-// was deleted.
-func deletedPartition(k int, stream string) error {
-	return fmt.Errorf("ingest consumer %s on stream %s was deleted: its partition's records are applied no more; start ctxd again to create it", streams.PartitionName(k), stream)
+// was deleted: nothing is delivered any more, to any instance. Stopping
+// loudly lets a supervisor start ctxd again, which creates it.
+func deletedPartition(l bus.Layout, k int) error {
+	what := "its partition's records are applied no more"
+	if !l.Partitioned() {
+		what = "no record is applied any more"
+	}
+	return fmt.Errorf("ingest consumer %s on stream %s was deleted: %s; start ctxd again to create it", ConsumerName(l, k), l.Stream, what)
 }
 
 // unpin gives partition k's pin back, when the server says this instance
@@ -534,6 +538,22 @@ func (b *balancer) unpinAll(us []unpinning) {
 	})
 }
 
+// disconnected gives up the pins of every partition pulled from, the
+// connection being down (Roles.Disconnected).
+func (b *balancer) disconnected() {
+	b.mu.Lock()
+	var runs []Run
+	for _, in := range b.runs {
+		if in != nil {
+			runs = append(runs, in)
+		}
+	}
+	b.mu.Unlock()
+	for _, in := range runs {
+		in.Lose("nats disconnected", false)
+	}
+}
+
 // close hands every partition held back at once and stops pulling. It
 // returns the partitions' ingest stores: their checkpoints are the
 // caller's to write, in one bulk with the others (the app's closeCheckpoints).
@@ -545,7 +565,9 @@ func (b *balancer) close() []*store.Store {
 	if len(held) > 0 {
 		// The notice first: the others pull from these partitions while
 		// they are unpinned, and JetStream pins one of their pulls.
-		b.logger.Info("partitions handed back: shutting down", "partitions", held)
+		if len(b.r.parts) > 1 {
+			b.logger.Info("partitions handed back: shutting down", "partitions", held)
+		}
 		b.announce(held)
 	}
 	pins := map[int]string{}

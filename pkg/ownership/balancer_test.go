@@ -64,7 +64,7 @@ func (c *fakeConsumers) Pull(k int, h bus.Handler, pin bus.Pin) (Run, error) {
 	c.mu.Unlock()
 	name := "pin-" + string(rune('a'+k))
 	pin.Gained(name, 1, false)
-	return &fakeRun{pin: name}, nil
+	return &fakeRun{pin: name, hooks: pin}, nil
 }
 
 func (c *fakeConsumers) Unpin(ctx context.Context, k int, pin string) error {
@@ -84,6 +84,7 @@ func (c *fakeConsumers) Deleted(context.Context, int) bool { return c.deleted }
 type fakeRun struct {
 	mu     sync.Mutex
 	pin    string
+	hooks  bus.Pin
 	closed bool
 }
 
@@ -94,6 +95,17 @@ func (r *fakeRun) Pinned() string {
 		return ""
 	}
 	return r.pin
+}
+
+// Lose gives the pin up as bus.Ingest does: the hook hears it.
+func (r *fakeRun) Lose(reason string, refused bool) {
+	r.mu.Lock()
+	pin := r.pin
+	r.pin = ""
+	r.mu.Unlock()
+	if pin != "" && r.hooks.Lost != nil {
+		r.hooks.Lost(pin, reason, refused)
+	}
 }
 
 func (r *fakeRun) Close() error {
@@ -204,6 +216,45 @@ func TestBalancer_Count(t *testing.T) {
 	// Nobody answering (this instance's service not open yet): 1.
 	b.counted(nil)
 	require.Equal(t, 1, b.count())
+}
+
+// An unpartitioned stream is the balancer's one partition: its consumer
+// is pulled from at once and held however many instances are counted
+// (ceil(1 / n) is 1); the connection lost gives the pin up, and the
+// partition, still held, is not pulled from twice; at close the pin is
+// given back and the ingest store returned.
+func TestBalancer_OnePartition(t *testing.T) {
+	cons := &fakeConsumers{}
+	peers := &fakePeers{live: map[string]string{"A": "me:1", "B": "h:2", "C": "h:3"}}
+	r, b := testRoles(t, 1, cons, peers)
+	r.follow.noMore() // a follower reads a stream: none here
+	b.round()
+	require.Equal(t, []int{0}, r.Owned())
+	require.NotNil(t, r.IngestStore())
+	for range 3 {
+		b.round()
+	}
+	require.Equal(t, []int{0}, r.Owned(), "never a surplus")
+	require.Zero(t, b.moved.Load())
+	require.Equal(t, int64(1), b.target.Load())
+
+	r.Disconnected()
+	require.Nil(t, r.IngestStore(), "not trusted while the connection is down")
+	require.Empty(t, r.Owned())
+	b.round()
+	cons.mu.Lock()
+	require.Equal(t, []int{0}, cons.pulls, "still held: pulled from once")
+	cons.mu.Unlock()
+
+	stores := r.HandBack()
+	require.Len(t, stores, 1)
+	for _, st := range stores {
+		st.Close()
+	}
+	cons.mu.Lock()
+	require.Equal(t, []int{0}, cons.unpins)
+	cons.mu.Unlock()
+	require.Empty(t, r.HandBack(), "once")
 }
 
 // A notice that names this instance, by its name or its service id,

@@ -138,25 +138,9 @@ func (r *Roles) fail(err error) {
 // the pin is held, nil otherwise.
 func (r *Roles) IngestStore() *store.Store { return r.part.ingestStore() }
 
-// Feeding returns the store the ingest of an unpartitioned stream
-// applies to, nil when none.
-func (r *Roles) Feeding() *store.Store { return r.part.feeding() }
-
-// HeldPin returns the pin of an unpartitioned stream's ingest store, ""
-// when none.
-func (r *Roles) HeldPin() string { return r.part.heldPin() }
-
-// Gained is the ingest's bus.Pin hook of an unpartitioned stream (see
-// part.gained).
-func (r *Roles) Gained(pin string, first uint64, resumed bool) { r.part.gained(pin, first, resumed) }
-
-// Lost stops trusting the ingest store of an unpartitioned stream;
-// refused lets it go (see part.lost).
-func (r *Roles) Lost(reason string, refused bool) { r.part.lost(reason, refused) }
-
-// Handle applies one stored record of an unpartitioned stream to its
+// handle applies one stored record of an unpartitioned stream to its
 // session in the ingest store: the ingest's bus.Handler.
-func (r *Roles) Handle(m bus.Msg) {
+func (r *Roles) handle(m bus.Msg) {
 	r.Removals.Cover(m.Seq)
 	// None when the pin was refused while the record was in hand.
 	applyRecord(r.part.feeding(), m)

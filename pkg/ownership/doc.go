@@ -1,19 +1,20 @@
 // Package ownership decides who applies what, and which store answers a
 // request: the roles of an instance on one stream.
 //
-// JetStream pins each ingest consumer (the stream's, or one per
-// partition) to one instance at a time; the pin is the ownership, and
-// nothing else is. Roles holds, per partition (a part; the whole stream
-// is one), the ingest store the pinned ingest feeds and the floor no
-// reply goes back past, and answers the service (server.Reacher): from
-// the ingest store while the pin is held, from the follower that reads
-// an unpartitioned stream along otherwise, or through the stream
-// (roles.go, follow.go). An unpartitioned stream has one ingest, of the
-// stream's consumer (ingest.go). On a partitioned stream a balancer decides
-// which partitions' consumers this instance pulls from: it counts the
-// live instances by $SRV.PING, hands the surplus back, and listens to
-// the handbacks of instances that stop (partitions.go, balancer.go,
-// peers.go).
+// JetStream pins each ingest consumer (one per partition; an
+// unpartitioned stream is one partition, its consumer the stream's own)
+// to one instance at a time; the pin is the ownership, and nothing else
+// is. Roles holds, per partition (a part), the ingest store the pinned
+// ingest feeds and the floor no reply goes back past, and answers the
+// service (server.Reacher): from the ingest store while the pin is held,
+// from the follower that reads an unpartitioned stream along otherwise,
+// or through the stream (roles.go, follow.go). Every stream's ingests
+// take one path (ingest.go): a balancer decides which partitions'
+// consumers this instance pulls from. With several partitions it counts
+// the live instances by $SRV.PING, hands the surplus back, and listens
+// to the handbacks of instances that stop (partitions.go, balancer.go,
+// peers.go); the one partition of an unpartitioned stream it pulls from
+// always, as a standby while another instance holds its pin.
 //
 // What it needs from outside is injected, each as a small interface or
 // a function in Config: the stream (*bus.Stream: its state, follower,

@@ -230,6 +230,17 @@ func (f *following) lost() {
 	f.want()
 }
 
+// noMore lets no follower start from now on; the one running, if any,
+// goes on until close.
+func (f *following) noMore() {
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	f.closed = true
+	f.mu.Unlock()
+}
+
 // close stops the follower for good, and waits for a start under way.
 func (f *following) close(p *part) {
 	if f == nil {

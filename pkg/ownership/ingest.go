@@ -2,88 +2,80 @@ package ownership
 
 import (
 	"context"
-	"fmt"
-	"time"
 
 	"github.com/ctxd/ctxd/pkg/bus"
 	"github.com/ctxd/ctxd/pkg/store"
-	"github.com/ctxd/ctxd/streams"
 )
 
-// OpenIngest starts the ingest of an unpartitioned stream whose last
-// sequence is last: its consumer is made if missing, to start after the
-// records the stream holds now. Every instance pulls; JetStream delivers
-// to the pinned one, which then makes its ingest store (Gained). A
-// partitioned stream's ingests are the balancer's (OpenPartitions).
+// OpenIngest makes the ingest of a stream whose last sequence is last:
+// every partition's consumer (an unpartitioned stream's one consumer, its
+// one partition) is made if missing, to start after last (every record up
+// to it is stored: loads read it), and the balancer that pulls from them.
+// Balance starts it.
 func (r *Roles) OpenIngest(ctx context.Context, last uint64) error {
-	ccfg, err := streams.Ingest()
-	if err != nil {
+	for _, p := range r.parts {
+		p.floor.Store(last)
+	}
+	cons := &StreamConsumers{Stream: r.cfg.Stream, Conn: r.cfg.Conn, Layout: r.layout, After: last,
+		Life: r.cfg.Life, Logger: r.cfg.Logger}
+	if err := cons.Open(ctx, r.cfg.Retry); err != nil {
 		return err
 	}
-	var cons *bus.Consumer
-	err = r.cfg.Retry(ctx, "consumer "+ccfg.Durable, func(ctx context.Context) error {
-		cons, err = r.cfg.Stream.OpenConsumer(ctx, ccfg, last)
-		return err
-	})
-	if err != nil {
-		return err
+	var peers Peers = alone{}
+	if r.layout.Partitioned() {
+		peers = &NATSPeers{Conn: r.cfg.Conn, Stream: r.layout.Stream, Partitions: len(r.parts), Logger: r.cfg.Logger}
 	}
-	nc, stream := r.cfg.Conn, r.layout.Stream
-	readRange := func(from, to uint64, fn func(bus.Msg) error) error {
-		ctx, cancel := context.WithTimeout(r.cfg.Life, 30*time.Second)
-		defer cancel()
-		return bus.ReadRange(ctx, nc, stream, from, to, fn)
-	}
-	pin := bus.WithPin(bus.Pin{Gained: r.Gained, Lost: func(_, reason string, refused bool) {
-		r.Lost(reason, refused)
-		if reason == bus.ReasonConsumerDeleted {
-			// Nothing is delivered any more, to any instance: stop loudly,
-			// so that a supervisor starts ctxd again, which creates it.
-			r.fail(fmt.Errorf("ingest consumer %s on stream %s was deleted: no record is applied any more; start ctxd again to create it", streams.IngestName, stream))
-		}
-	}})
-	in, err := cons.StartIngest(last, readRange, r.Handle, r.cfg.Logger, pin)
-	if err != nil {
-		return err
-	}
-	r.ingest.Store(in)
+	r.bal = newBalancer(r, cons, peers)
 	return nil
 }
 
-// Disconnected gives the unpartitioned stream's pin up while the
-// connection is down: until records of the pin come again (the ingest
-// then reads what the connection lost), or another pin's, the ingest
-// store is not trusted, and requests read the stream.
-func (r *Roles) Disconnected() {
-	if in := r.ingest.Load(); in != nil {
-		in.Lose("nats disconnected", false)
+// handler returns the handler of partition p's records: on an
+// unpartitioned stream, handle.
+func (r *Roles) handler(p *part) bus.Handler {
+	if !r.layout.Partitioned() {
+		return r.handle
 	}
+	return r.handlePart(p)
 }
 
-// StopIngest stops the unpartitioned stream's ingest, if one runs (the
-// record in hand is applied). owner is the store it fed, if any: its
-// checkpoints and snapshots are the caller's to write, then its pin to
-// give back (Unpin) and Lost. It is read once the ingest has stopped:
-// a pin gained while it stopped makes a store, which is the caller's
-// to close too.
-func (r *Roles) StopIngest() (owner *store.Store, err error) {
-	in := r.ingest.Swap(nil)
-	if in == nil {
-		return nil, nil
-	}
-	err = in.Close()
-	return r.Feeding(), err
-}
-
-// Unpin gives up the unpartitioned stream's pin, when the server says
-// this instance holds it, so that another instance ingests at once
-// instead of after the pinned TTL.
-func (r *Roles) Unpin(ctx context.Context) {
-	pin := r.HeldPin()
-	if pin == "" {
+// Balance starts the balancer OpenIngest made: the instance pulls from
+// the partitions as ceil(P / live instances) allows (from an
+// unpartitioned stream's consumer, always), and router, on a partitioned
+// stream, serves the endpoints of those it holds. The service exists
+// before any partition is gained: it serves the partition endpoints of
+// those gained before it opens once it does.
+func (r *Roles) Balance(router Router) {
+	if r.bal == nil {
 		return
 	}
-	if err := r.cfg.Stream.Unpin(ctx, streams.IngestName, streams.IngestGroup, pin); err != nil {
-		r.cfg.Logger.Warn("unpin the ingest consumer", "err", err)
+	if r.layout.Partitioned() {
+		r.router = router
+	}
+	r.bal.start()
+}
+
+// Partitioned reports whether the stream has several partitions.
+func (r *Roles) Partitioned() bool { return r.layout.Partitioned() }
+
+// HandBack hands every partition held back at once and stops pulling
+// (the other instances told, the pins given back); it returns the
+// partitions' ingest stores, whose checkpoints and snapshots are the
+// caller's to write. No follower starts after it: requests in hand are
+// answered by the one running, if any, or through the stream.
+func (r *Roles) HandBack() []*store.Store {
+	r.follow.noMore()
+	if r.bal == nil || !r.handedBack.CompareAndSwap(false, true) {
+		return nil
+	}
+	return r.bal.close()
+}
+
+// Disconnected gives the pins held up while the connection is down:
+// until records of a pin come again (its ingest then reads what the
+// connection lost), or another pin's, the partition's ingest store is
+// not trusted, and requests read the stream.
+func (r *Roles) Disconnected() {
+	if b := r.bal; b != nil {
+		b.disconnected()
 	}
 }

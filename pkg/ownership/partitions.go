@@ -72,55 +72,6 @@ func (r *part) drop() {
 	}
 }
 
-// OpenPartitions makes the partitions' balancer on a partitioned stream
-// whose last sequence is last: every partition's consumer is made if
-// missing, to start after last (every record up to it is stored: loads
-// read it). Balance starts it.
-func (r *Roles) OpenPartitions(ctx context.Context, last uint64) error {
-	if !r.layout.Partitioned() {
-		return nil
-	}
-	for _, p := range r.parts {
-		p.floor.Store(last)
-	}
-	cons := &StreamConsumers{Stream: r.cfg.Stream, Conn: r.cfg.Conn, Layout: r.layout, After: last,
-		Life: r.cfg.Life, Logger: r.cfg.Logger}
-	if err := cons.Open(ctx, r.cfg.Retry); err != nil {
-		return err
-	}
-	r.bal = newBalancer(r, cons, &NATSPeers{Conn: r.cfg.Conn, Stream: r.layout.Stream, Partitions: len(r.parts), Logger: r.cfg.Logger})
-	return nil
-}
-
-// Balance starts the balancer OpenPartitions made: the instance pulls
-// from the partitions as ceil(P / live instances) allows, and router
-// serves the endpoints of those it holds. The service exists before any
-// partition is gained: it serves the partition endpoints of those gained
-// before it opens once it does.
-func (r *Roles) Balance(router Router) {
-	if r.bal == nil {
-		return
-	}
-	r.router = router
-	r.bal.start()
-}
-
-// Partitioned reports whether a balancer runs the partitions' ingests.
-func (r *Roles) Partitioned() bool { return r.bal != nil }
-
-// HandBack hands every partition held back at once and stops pulling
-// (the other instances told, the pins given back); it returns the
-// partitions' ingest stores, whose checkpoints and snapshots are the
-// caller's to write. Unpartitioned, it does nothing.
-func (r *Roles) HandBack() []*store.Store {
-	if r.bal == nil {
-		return nil
-	}
-	stores := r.bal.close()
-	r.bal = nil
-	return stores
-}
-
 // PartitionLag says why the partitions this instance applies are not
 // ready: more records not yet applied, over all of them, than max. A
 // partition's watermark does not move with the other partitions'

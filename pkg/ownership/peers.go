@@ -33,6 +33,8 @@ type Run interface {
 	Pinned() string
 	// Close stops pulling; the record in hand is handled first.
 	Close() error
+	// Lose gives the pin up (see bus.Ingest.Lose).
+	Lose(reason string, refused bool)
 }
 
 // Peers is how the balancer counts the other instances on the stream
@@ -49,8 +51,9 @@ type Peers interface {
 	Listen(fn func(Handback)) (stop func(), err error)
 }
 
-// StreamConsumers are the partitions' consumers of a stream, over
-// package bus.
+// StreamConsumers are the ingest consumers of a stream, over package
+// bus: one a partition, or the stream's own (streams.IngestName) as the
+// one partition of an unpartitioned stream.
 type StreamConsumers struct {
 	Stream *bus.Stream
 	Conn   *nats.Conn
@@ -67,9 +70,12 @@ type StreamConsumers struct {
 // Open creates the partitions' consumers that are missing, each to
 // start after After, every request run by retry.
 func (c *StreamConsumers) Open(ctx context.Context, retry func(ctx context.Context, what string, fn func(ctx context.Context) error) error) error {
-	c.cons = make([]*bus.Consumer, c.Layout.P)
+	c.cons = make([]*bus.Consumer, max(1, c.Layout.P))
 	for k := range c.cons {
 		cfg, err := streams.PartitionIngest(k)
+		if !c.Layout.Partitioned() {
+			cfg, err = streams.Ingest()
+		}
 		if err != nil {
 			return err
 		}
@@ -85,16 +91,28 @@ func (c *StreamConsumers) Open(ctx context.Context, retry func(ctx context.Conte
 }
 
 // Pull pulls from the consumer Open found: a partition handed back waits
-// for no lookup. Its gap filler reads what a delivery skipped of the
-// partition's records only.
+// for no lookup. Its gap filler reads what a delivery skipped: of the
+// partition's records only; on an unpartitioned stream, whose records
+// follow on one from the next, every record skipped.
 func (c *StreamConsumers) Pull(k int, h bus.Handler, pin bus.Pin) (Run, error) {
 	nc, stream := c.Conn, c.Layout.Stream
+	logger := c.Logger
+	opts := []bus.IngestOption{bus.WithPin(pin)}
 	readRange := func(from, to uint64, fn func(bus.Msg) error) error {
 		ctx, cancel := context.WithTimeout(c.Life, 30*time.Second)
 		defer cancel()
-		return bus.ReadPartition(ctx, nc, stream, k, from, to, to+1, fn)
+		return bus.ReadRange(ctx, nc, stream, from, to, fn)
 	}
-	in, err := c.cons[k].StartIngest(c.After, readRange, h, c.Logger.With("partition", k), bus.WithPin(pin), bus.TrackDeliveries())
+	if c.Layout.Partitioned() {
+		logger = logger.With("partition", k)
+		opts = append(opts, bus.TrackDeliveries())
+		readRange = func(from, to uint64, fn func(bus.Msg) error) error {
+			ctx, cancel := context.WithTimeout(c.Life, 30*time.Second)
+			defer cancel()
+			return bus.ReadPartition(ctx, nc, stream, k, from, to, to+1, fn)
+		}
+	}
+	in, err := c.cons[k].StartIngest(c.After, readRange, h, logger, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -103,13 +121,31 @@ func (c *StreamConsumers) Pull(k int, h bus.Handler, pin bus.Pin) (Run, error) {
 
 // Unpin gives partition k's pin back (bus.Stream.Unpin).
 func (c *StreamConsumers) Unpin(ctx context.Context, k int, pin string) error {
-	return c.Stream.Unpin(ctx, streams.PartitionName(k), streams.IngestGroup, pin)
+	return c.Stream.Unpin(ctx, ConsumerName(c.Layout, k), streams.IngestGroup, pin)
 }
 
 // Deleted reports whether partition k's consumer was deleted.
 func (c *StreamConsumers) Deleted(ctx context.Context, k int) bool {
-	return c.Stream.ConsumerDeleted(ctx, streams.PartitionName(k))
+	return c.Stream.ConsumerDeleted(ctx, ConsumerName(c.Layout, k))
 }
+
+// ConsumerName is the name of partition k's ingest consumer: the
+// stream's own when it is unpartitioned.
+func ConsumerName(l bus.Layout, k int) string {
+	if !l.Partitioned() {
+		return streams.IngestName
+	}
+	return streams.PartitionName(k)
+}
+
+// alone are the peers of the one partition of an unpartitioned stream:
+// however many instances run, each holds at most the one, and pulls from
+// it while it does not, so there is nobody to count or tell.
+type alone struct{}
+
+func (alone) Live() map[string]string                        { return nil }
+func (alone) Announce(Handback) error                        { return nil }
+func (alone) Listen(func(Handback)) (stop func(), err error) { return func() {}, nil }
 
 // NATSPeers are the instances on a stream as NATS shows them: the ctxd
 // services that answer $SRV.PING with the stream's partitions, and the

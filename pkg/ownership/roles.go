@@ -65,9 +65,12 @@ type Roles struct {
 	// any record or request comes.
 	Removals Removals
 
-	*part           // partition 0: the whole stream when unpartitioned
-	parts []*part   // by partition; parts[0] is part
-	bal   *balancer // runs the partitions' ingests; nil when unpartitioned
+	*part         // partition 0: the whole stream when unpartitioned
+	parts []*part // by partition; parts[0] is part
+	// bal runs the partitions' ingests (an unpartitioned stream's, its
+	// one partition's); set by OpenIngest, before any record comes.
+	bal        *balancer
+	handedBack atomic.Bool // HandBack has run
 	// router serves each partition's endpoint while its ingest store is
 	// trusted; nil when unpartitioned.
 	router Router
@@ -76,9 +79,6 @@ type Roles struct {
 	follow *following
 	// probes counts the probes of the stream for a session's last record.
 	probes atomic.Uint64
-	// ingest is the unpartitioned stream's ingest (ingest.go); nil when
-	// none runs.
-	ingest atomic.Pointer[bus.Ingest]
 }
 
 // route serves partition k's endpoint, or stops.
@@ -164,7 +164,7 @@ func (r *part) gained(pin string, first uint64, resumed bool) {
 		return
 	}
 	st := r.r.cfg.NewStore()
-	if bal := r.r.bal; bal != nil {
+	if bal := r.r.bal; bal != nil && r.r.layout.Partitioned() {
 		// The partitions an instance holds share its cache: each
 		// partition's ingest store has its part of --cache-bytes and
 		// --cache-sessions, as the live instances were last counted.
