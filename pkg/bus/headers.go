@@ -26,9 +26,15 @@ var errHeadersDone = errors.New("headers read far enough")
 // headers, so the batches are sized to hold about headerBatchBytes of
 // messages (from their Nats-Msg-Size): a session of screenshots is read a
 // few records at a time, and fn, which may wait, paces the next batch.
+// The consumer's creation is asked again while a cluster that lost its
+// leaders does not answer (retryAPI).
 func readHeaders(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.OrderedConsumerConfig, fn func(m jetstream.Msg, meta *jetstream.MsgMetadata) error) error {
 	cfg.HeadersOnly = true
-	cons, err := js.OrderedConsumer(ctx, stream, cfg)
+	var cons jetstream.Consumer
+	err := retryAPI(ctx, func(ctx context.Context) (err error) {
+		cons, err = js.OrderedConsumer(ctx, stream, cfg)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("create consumer: %w", err)
 	}
