@@ -232,6 +232,63 @@ func TestService_DeltaRefused(t *testing.T) {
 	}
 }
 
+// A delta is by the bytes: a compaction that keeps the first message as
+// it was still gets one (keep 1), and so does a base got in another
+// format whose elements are the same bytes (a neutral reply of plain
+// text and the openai-chat one); put back together, each is the whole
+// reply.
+func TestService_DeltaIsByBytes(t *testing.T) {
+	url := startNATS(t, 0)
+	live := &liveSession{p: projection.New(projection.Options{})}
+	for i, r := range []string{
+		`{"role":"user","content":"one"}`,
+		`{"role":"assistant","content":"two"}`,
+		`{"role":"user","content":"three"}`,
+	} {
+		v, err := record.DecodeJSON([]byte(r))
+		require.NoError(t, err)
+		live.apply(uint64(i+1), v)
+	}
+	startService(t, url, live.projections())
+	nc := connect(t, url)
+	subj := "ctxd.context.s"
+	held := map[render.Format][]byte{}
+	for _, f := range []render.Format{render.Neutral, render.OpenAIChat} {
+		held[f] = okReply(t, request(t, nc, subj, deltaBody(t, f, false, "digest", true), nil))
+	}
+	nb, err := protocol.ReadReply(held[render.Neutral])
+	require.NoError(t, err)
+	ob, err := protocol.ReadReply(held[render.OpenAIChat])
+	require.NoError(t, err)
+	require.Equal(t, nb.Digest, ob.Digest, "the same elements, the same bytes")
+
+	v, err := record.DecodeJSON([]byte(`{"type":"compaction","at":"2025-01-01T00:00:00Z","baseSeq":3,"plannerVersion":1,` +
+		`"summaryModelRef":"m","summary":"s","qualityAudit":"passed","firstKeptIndex":0,"tokensBefore":10,"tokensAfter":5,` +
+		`"messages":[{"role":"user","content":"one"},{"role":"user","content":"summary of two and three"}]}`))
+	require.NoError(t, err)
+	live.apply(4, v)
+	for _, c := range []struct {
+		f    render.Format
+		base []byte
+	}{
+		{render.Neutral, held[render.Neutral]},
+		{render.OpenAIChat, held[render.OpenAIChat]},
+		{render.OpenAIChat, held[render.Neutral]},
+	} {
+		b, err := protocol.ReadReply(c.base)
+		require.NoError(t, err)
+		whole := okReply(t, request(t, nc, subj, deltaBody(t, c.f, false, "digest", true), nil))
+		d := okReply(t, request(t, nc, subj, deltaBody(t, c.f, false, "have_seq", b.Seq, "have_digest", b.Digest), nil))
+		dr, err := protocol.ReadReply(d)
+		require.NoError(t, err)
+		require.True(t, dr.HasDelta, "%s: %s", c.f, d)
+		require.Equal(t, uint64(1), dr.Keep, "%s: the first message kept", c.f)
+		got, err := protocol.ApplyDelta(c.base, d)
+		require.NoError(t, err)
+		require.Equal(t, string(whole), string(got), c.f)
+	}
+}
+
 // A reply, whole or a delta, larger than the max payload comes in chunks
 // like any; a delta of a large message too.
 func TestService_DeltaChunked(t *testing.T) {
