@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -48,6 +49,10 @@ type followedFile struct {
 	seen    bool        // converted once: its summary was written
 	retryAt time.Time   // its records failed; zero when they did not
 	failed  string      // the error last written, written once
+	// holding says records were held back when it was last converted,
+	// because the tool could still write them again: the follow publishes
+	// them as it stops, from the file as it is then.
+	holding bool
 }
 
 // run follows the files until ctx ends, and returns nil then: stopping
@@ -63,8 +68,9 @@ func (f *follower) run(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
+			f.flush()
 			fmt.Fprintln(f.e.stderr, "stopped following")
-			return nil
+			return f.out.Flush()
 		case <-t.C:
 		}
 	}
@@ -213,18 +219,75 @@ func (f *follower) read(name string) ([]byte, error) {
 	return data[:i+1], nil
 }
 
+// flush publishes, as the follow stops, the records it held back because
+// the tool could still write them again (Transcript.Unsettled): the last
+// version the file holds now. Each file's within the batch bound, or
+// followStopBound when there is none.
+func (f *follower) flush() {
+	names := slices.Sorted(maps.Keys(f.files))
+	for _, name := range names {
+		ff := f.files[name]
+		if !ff.holding {
+			continue
+		}
+		ff.holding = false
+		data, err := f.read(name)
+		var ts []*importer.Transcript
+		if err == nil {
+			ts, err = f.parser.ParseBytes(f.format, name, data)
+		}
+		if err != nil {
+			fmt.Fprintf(f.e.stderr, "ctxd import: %s: the records held back were not published as the follow stopped: %v\n", name, err)
+			continue
+		}
+		bound := f.batch
+		if bound <= 0 {
+			bound = followStopBound
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), bound)
+		for i, t := range ts {
+			if t.Unsettled == 0 {
+				continue
+			}
+			sess := f.sessionOf(i, t)
+			t.Unsettled = 0 // the last version: nothing more is read
+			res, err := f.pub.publish(ctx, t, sess, true)
+			if err != nil {
+				fmt.Fprintf(f.e.stderr, "ctxd import: %s: session %s: the records held back were not published as the follow stopped: %v\n", name, sess, err)
+				continue
+			}
+			if res.published > 0 {
+				fmt.Fprintf(f.e.stderr, "%s: %s, session %s: %d held back, published as the follow stopped, last sequence %d\n", name, t.Format, sess, res.published, res.last)
+				fmt.Fprintf(f.out, "%s %d\n", sess, res.last)
+			}
+		}
+		cancel()
+	}
+}
+
+// followStopBound bounds the publish of the records held back, as the
+// follow stops, when --timeout sets no bound.
+const followStopBound = 30 * time.Second
+
+// sessionOf is the session the i-th transcript of a file goes to.
+func (f *follower) sessionOf(i int, t *importer.Transcript) string {
+	if f.session == "" {
+		return t.Session
+	}
+	if i > 0 {
+		return importer.AgentSession(f.session, t.Agent)
+	}
+	return f.session
+}
+
 // publish publishes the sessions of a converted file, each within the
 // batch bound, and says what was new.
 func (f *follower) publish(ctx context.Context, ff *followedFile, name string, ts []*importer.Transcript) error {
 	var errs []error
+	ff.holding = false
 	for i, t := range ts {
-		sess := t.Session
-		if f.session != "" {
-			sess = f.session
-			if i > 0 {
-				sess = importer.AgentSession(f.session, t.Agent)
-			}
-		}
+		ff.holding = ff.holding || t.Unsettled > 0
+		sess := f.sessionOf(i, t)
 		bctx, cancel := ctx, context.CancelFunc(func() {})
 		if f.batch > 0 {
 			bctx, cancel = context.WithTimeout(ctx, f.batch)
@@ -241,8 +304,12 @@ func (f *follower) publish(ctx context.Context, ff *followedFile, name string, t
 		head := fmt.Sprintf("%s: %s, session %s", name, t.Format, sess)
 		switch {
 		case !ff.seen:
-			fmt.Fprintf(f.e.stderr, "%s: %d records, %d published, %d already in the stream, last sequence %d\n%s",
-				head, len(t.Records), res.published, res.present, res.last, t.Report.Summary("  "))
+			held := ""
+			if res.held > 0 {
+				held = fmt.Sprintf(", %d held back until the tool writes past them", res.held)
+			}
+			fmt.Fprintf(f.e.stderr, "%s: %d records, %d published, %d already in the stream%s, last sequence %d\n%s",
+				head, len(t.Records), res.published, res.present, held, res.last, t.Report.Summary("  "))
 		case res.published > 0 || res.rewound:
 			fmt.Fprintf(f.e.stderr, "%s: %d published, last sequence %d\n", head, res.published, res.last)
 		}

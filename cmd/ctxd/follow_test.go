@@ -69,6 +69,31 @@ func printedContext(t *testing.T, format, content string) []any {
 	return projection.Build(projection.Numbered(decodeLines(t, out)), projection.Options{}).Messages
 }
 
+// followedContext is the model context a follow gives of a file as it
+// stands: the one-shot import's records but those the tool may still
+// write again (Transcript.Unsettled), which the follow holds back.
+func followedContext(t *testing.T, format, content string) []any {
+	t.Helper()
+	if content == "" {
+		return []any{}
+	}
+	file := filepath.Join(t.TempDir(), "once.jsonl")
+	require.NoError(t, os.WriteFile(file, []byte(content), 0o644))
+	code, out, errOut := runCmd(t, "", "import", "--from", format, "--print", file)
+	require.Equal(t, 0, code, errOut)
+	if out == "" {
+		return []any{}
+	}
+	recs := decodeLines(t, out)
+	f, err := importer.ParseFormat(format)
+	require.NoError(t, err)
+	ts, err := importer.Parser{}.ParseBytes(f, file, []byte(content))
+	require.NoError(t, err)
+	require.Len(t, ts, 1)
+	recs = recs[:len(recs)-ts[0].Unsettled]
+	return projection.Build(projection.Numbered(recs), projection.Options{}).Messages
+}
+
 // waitContext polls until the session's context is want.
 func waitContext(t *testing.T, js jetstream.JetStream, f *following, session string, want []any) {
 	t.Helper()
@@ -123,10 +148,10 @@ func TestImportFollow_Grows(t *testing.T) {
 				if s < steps && len(chunk) > 10 {
 					// Half a line first: it waits for its end.
 					appendFile(t, file, chunk[:len(chunk)-5])
-					waitContext(t, js, f, c.session, printedContext(t, c.format, strings.Join(lines[:upTo-1], "")))
+					waitContext(t, js, f, c.session, followedContext(t, c.format, strings.Join(lines[:upTo-1], "")))
 					chunk = chunk[len(chunk)-5:]
 				}
-				want := printedContext(t, c.format, strings.Join(lines[:upTo], ""))
+				want := followedContext(t, c.format, strings.Join(lines[:upTo], ""))
 				start := time.Now()
 				appendFile(t, file, chunk)
 				written = upTo
@@ -144,6 +169,41 @@ func TestImportFollow_Grows(t *testing.T) {
 			require.Equal(t, contextOf(t, js, "once"), contextOf(t, js, c.session))
 		})
 	}
+}
+
+// Gemini CLI writes its last model message again whole as its calls,
+// results and tokens come: the follow holds it back until the tool writes
+// the next message, or the follow stops, so the session gets the version
+// with the calls. (Published at once, its first version, without the
+// calls, would have stayed, and the result would have answered nothing.)
+func TestImportFollow_GeminiMessageWrittenAgain(t *testing.T) {
+	url, js := importServer(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "session-w.jsonl")
+	meta := `{"sessionId":"gemini_again","projectHash":"abc","startTime":"2026-04-29T21:39:22.319Z","lastUpdated":"2026-04-29T21:39:22.319Z","kind":"main"}` + "\n"
+	user := `{"id":"u1","timestamp":"2026-04-29T21:39:33.155Z","type":"user","content":[{"text":"List the files."}]}` + "\n"
+	text := `{"id":"g1","timestamp":"2026-04-29T21:39:35.125Z","type":"gemini","content":"Let me list the files.","thoughts":[],"model":"gemini-3-flash-preview"}` + "\n"
+	calls := `{"id":"g1","timestamp":"2026-04-29T21:39:35.125Z","type":"gemini","content":"Let me list the files.","thoughts":[],"model":"gemini-3-flash-preview","toolCalls":[{"id":"c1","name":"run_shell_command","args":{"command":"ls"},"result":[{"functionResponse":{"id":"c1","name":"run_shell_command","response":{"output":"a.txt"}}}],"status":"success","timestamp":"2026-04-29T21:39:35.364Z"}]}` + "\n"
+	next := `{"id":"g2","timestamp":"2026-04-29T21:39:45.996Z","type":"gemini","content":"There is a.txt.","thoughts":[],"model":"gemini-3-flash-preview"}` + "\n"
+
+	require.NoError(t, os.WriteFile(file, []byte(meta+user+text), 0o644))
+	f := startFollow(t, "--nats", url, "--from", "gemini", dir)
+	waitContext(t, js, f, "gemini_again", printedContext(t, "gemini", meta+user))
+	require.Eventually(t, func() bool { return strings.Contains(f.errOut.String(), "1 held back") }, time.Minute, 20*time.Millisecond, f.errOut.String())
+
+	appendFile(t, file, calls+next)
+	// g1 with its call and result; g2, the last, held back.
+	waitContext(t, js, f, "gemini_again", printedContext(t, "gemini", meta+user+text+calls))
+	require.Len(t, contextOf(t, js, "gemini_again"), 3)
+
+	require.Equal(t, 0, f.stop(), f.errOut.String())
+	require.Contains(t, f.errOut.String(), "1 held back, published as the follow stopped")
+	ids, _ := stored(t, js, "gemini_again")
+	requireUnique(t, ids)
+	code, _, errOut := runCmd(t, "", "import", "--nats", url, "--from", "gemini", "--session", "once", file)
+	require.Equal(t, 0, code, errOut)
+	require.Equal(t, contextOf(t, js, "once"), contextOf(t, js, "gemini_again"))
+	require.Len(t, contextOf(t, js, "once"), 4)
 }
 
 // forkLine is a Claude Code user line, a copy of line with its own uuid,

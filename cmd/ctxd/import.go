@@ -63,8 +63,11 @@ sending anything twice; a file cut shorter or replaced is read again from
 its start; a new file is a new session. A tool that rewinds past records
 already published (it goes on from an earlier point) gets a compaction of
 the branch it goes on from, so the context follows the tool and the stream
-keeps every record. --timeout bounds each publish, not the run; Ctrl-C
-stops (exit 0). Not for --print, standard input or OpenHands.
+keeps every record. Gemini CLI's last model message, which the tool
+writes again as its calls and results come, is held back until the tool
+writes the next message, or the follow stops. --timeout bounds each
+publish, not the run; Ctrl-C stops (exit 0). Not for --print, standard
+input or OpenHands.
   ctxd import --follow --from claude-code ~/.claude/projects/-home-me-repo`
 
 func runImport(ctx context.Context, e *env, args []string) error {

@@ -56,6 +56,7 @@ type importResult struct {
 	abandoned int  // in the stream, imported from the format, not produced by the file
 	rewound   bool // a compaction of the file's branch was published before the rest
 	duplicate int  // sent, and dropped by the server as duplicates
+	held      int  // unsettled, held back by a following import
 	last      uint64
 }
 
@@ -69,11 +70,15 @@ func importMsgID(format importer.Format, session, id string) string {
 // publish stores a transcript's records that the session's stream does not
 // hold yet, in order.
 //
-// With rewind, records of the format the session holds after the ones of
-// the file, and that the file no longer produces (a branch the tool
-// abandoned), are followed by a compaction of the file's branch up to
-// them before the rest is appended.
-func (p *importPublisher) publish(ctx context.Context, t *importer.Transcript, session string, rewind bool) (importResult, error) {
+// A following import (following) does two things more. Records of the
+// format the session holds after the ones of the file, and that the file
+// no longer produces (a branch the tool abandoned), are followed by a
+// compaction of the file's branch up to them before the rest is appended.
+// And the transcript's unsettled records, which the tool may still write
+// again, are held back: published once the file goes on past them, so
+// that the session gets their last version.
+func (p *importPublisher) publish(ctx context.Context, t *importer.Transcript, session string, following bool) (importResult, error) {
+	rewind := following
 	var res importResult
 	subj, err := subject.Transcript(session)
 	if err != nil {
@@ -137,7 +142,12 @@ func (p *importPublisher) publish(ctx context.Context, t *importer.Transcript, s
 	}
 	done, abandoned := state.n, state.abandoned
 	res.present, res.abandoned, res.last = done, abandoned, lastSeq
-	todo := t.Records[done:]
+	end := len(t.Records)
+	if following {
+		end = max(done, end-t.Unsettled)
+	}
+	res.held = len(t.Records) - end
+	todo := t.Records[done:end]
 	if rewind && (abandoned > 0 || state.context < done) {
 		// The tool went on from an earlier point than the session's last
 		// records: a compaction of the branch it continues, up to the

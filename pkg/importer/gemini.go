@@ -2,6 +2,7 @@ package importer
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/ctxd/ctxd/pkg/record"
@@ -84,13 +85,31 @@ func parseGemini(name string, data []byte) ([]*Transcript, error) {
 	b := newBuilder(sid, SessionID(p.source))
 	b.t.Report = rep
 	p.rep = b.report()
+	// The history's last model message, unless a user message follows it
+	// (info, error and warning messages make no records): the tool writes
+	// it again as its calls, results and tokens come (Unsettled).
+	var open *gmsg
+	if len(segs) > 0 && segs[len(segs)-1].reset == nil {
+		for _, g := range slices.Backward(segs[len(segs)-1].list) {
+			if t := str(g.m, "type"); t == "user" || t == "gemini" {
+				if t == "gemini" {
+					open = g
+				}
+				break
+			}
+		}
+	}
 	covered := map[string]bool{}
 	for _, seg := range segs {
 		for _, g := range seg.list {
+			before := len(b.t.Records)
 			for _, r := range p.records(g) {
 				if !covered[r.ID] {
 					b.add(r.ID, r.Where, r.value)
 				}
+			}
+			if g == open {
+				b.t.Unsettled = len(b.t.Records) - before
 			}
 		}
 		if seg.reset == nil {

@@ -89,6 +89,12 @@ type Transcript struct {
 	Agent   string
 	Records []Record
 	Report  Report
+	// Unsettled is how many of the last Records the tool may still write
+	// again: those of Gemini CLI's last model message, which it writes
+	// again whole each time its calls, results or tokens change. A
+	// following import holds them back until the file goes on past them;
+	// an import of the file as it stands publishes them.
+	Unsettled int
 }
 
 // Record is one ctxd record and where it came from.

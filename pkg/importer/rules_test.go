@@ -771,3 +771,43 @@ func TestParse_WrongFormat(t *testing.T) {
 		require.NoError(t, checkError("session-01.jsonl", err))
 	}
 }
+
+// Gemini CLI writes its last model message again whole as its calls,
+// results and tokens come: its records are the transcript's unsettled
+// ones, until a user message follows it (an info line does not), or the
+// history is replaced.
+func TestGemini_Unsettled(t *testing.T) {
+	const meta = `{"sessionId":"u","projectHash":"h","startTime":"2026-01-01T00:00:00Z"}`
+	user := func(id string) string { return `{"id":"` + id + `","type":"user","content":"hi"}` }
+	model := func(id string) string {
+		return `{"id":"` + id + `","type":"gemini","content":"ok","toolCalls":[{"id":"c` + id + `","name":"ls","args":{},"status":"success","result":[{"functionResponse":{"id":"c` + id + `","name":"ls","response":{"output":"a"}}}]}]}`
+	}
+	info := `{"id":"i1","type":"info","content":"Logged in"}`
+	set := `{"$set":{"messages":[` + user("u1") + `,` + model("g1") + `]}}`
+	for _, c := range []struct {
+		name  string
+		lines []string
+		want  int
+	}{
+		{"a model message last: it and its result", []string{meta, user("u1"), model("g1")}, 2},
+		{"written again: its last version's", []string{meta, user("u1"), model("g1"), model("g1")}, 2},
+		{"a user message last", []string{meta, user("u1"), model("g1"), user("u2")}, 0},
+		{"an info line after the model message", []string{meta, user("u1"), model("g1"), info}, 2},
+		{"the history replaced last", []string{meta, user("u1"), model("g1"), set}, 0},
+		{"no message", []string{meta}, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ts, err := Parse(Gemini, "t.jsonl", strings.NewReader(strings.Join(c.lines, "\n")+"\n"))
+			if c.name == "no message" {
+				if err != nil {
+					return // nothing understood but metadata: no transcript
+				}
+			} else {
+				require.NoError(t, err)
+			}
+			require.Len(t, ts, 1)
+			require.Equal(t, c.want, ts[0].Unsettled)
+			require.LessOrEqual(t, ts[0].Unsettled, len(ts[0].Records))
+		})
+	}
+}
