@@ -205,8 +205,9 @@ func (c *connFlags) connectStream(e *env, fs *flag.FlagSet) (nc *nats.Conn, stre
 }
 
 // connect connects with the command's connection flags.
-func (c *connFlags) connect(e *env, fs *flag.FlagSet) (*nats.Conn, error) {
+func (c *connFlags) connect(e *env, fs *flag.FlagSet, extra ...nats.Option) (*nats.Conn, error) {
 	url, opts, err := c.resolve(e, fs)
+	opts = append(opts, extra...)
 	if err != nil {
 		return nil, usageError(e, fs.Name(), err)
 	}

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/ctxd/ctxd/pkg/importer"
 )
 
@@ -24,6 +26,26 @@ const followInterval = 300 * time.Millisecond
 // followRetry is how long a file whose records could not be published
 // waits before it is tried again, when it does not change meanwhile.
 const followRetry = 5 * time.Second
+
+// followConnOptions are the connection options of a follow, which runs
+// for as long as the tools do: it reconnects for as long as it takes
+// (nats.go gives up after 60 tries, 2 s apart, by default, and a follow
+// would then publish nothing more), and says when it is cut off and when
+// it is back. What the files add meanwhile is published once it is.
+func followConnOptions(e *env) []nats.Option {
+	return []nats.Option{
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(time.Second),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				fmt.Fprintf(e.stderr, "ctxd import: nats disconnected (%v): reconnecting; what the files add is published once it is back\n", err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			fmt.Fprintf(e.stderr, "ctxd import: nats reconnected to %s\n", nc.ConnectedUrlRedacted())
+		}),
+	}
+}
 
 // follower publishes the records of files as the tools write them: it
 // looks at each file (and at each file under a followed directory) every
@@ -62,6 +84,12 @@ func (f *follower) run(ctx context.Context) error {
 	t := time.NewTicker(f.interval)
 	defer t.Stop()
 	for {
+		if f.pub.nc.IsClosed() {
+			// Not reconnecting any more (closed by the server, or by an
+			// error nats.go does not retry): stop loudly rather than
+			// follow without publishing.
+			return fmt.Errorf("the NATS connection is closed (%v): nothing more would be published; what the files hold is published when the follow is started again", f.pub.nc.LastError())
+		}
 		f.scan(ctx)
 		if err := f.out.Flush(); err != nil {
 			return err

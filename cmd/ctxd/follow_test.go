@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -12,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -366,4 +369,29 @@ func TestFollower_MissingPathSaidOnce(t *testing.T) {
 		f.scan(context.Background())
 	}
 	require.Equal(t, 1, strings.Count(errOut.String(), "no such file"), errOut.String())
+}
+
+// A follow reconnects for as long as it takes (nats.go's default gives
+// up after about two minutes); one whose connection is closed for good
+// stops with an error instead of following on without publishing.
+func TestFollower_ConnectionClosed(t *testing.T) {
+	url, _ := importServer(t)
+	errOut := &syncBuf{}
+	e := &env{stdin: strings.NewReader(""), stdout: &syncBuf{}, stderr: errOut, getenv: func(string) string { return "" }}
+	nc, err := nats.Connect(url, followConnOptions(e)...)
+	require.NoError(t, err)
+	require.Equal(t, -1, nc.Opts.MaxReconnect, "reconnects without end")
+	f := &follower{e: e, pub: &importPublisher{nc: nc, e: e, ready: make(chan struct{})},
+		format: importer.Gemini, interval: 20 * time.Millisecond, paths: []string{t.TempDir()},
+		out: bufio.NewWriter(io.Discard), files: map[string]*followedFile{}}
+	done := make(chan error, 1)
+	go func() { done <- f.run(t.Context()) }()
+	time.Sleep(100 * time.Millisecond)
+	nc.Close()
+	select {
+	case err := <-done:
+		require.ErrorContains(t, err, "the NATS connection is closed")
+	case <-time.After(30 * time.Second):
+		t.Fatal("the follow went on with its connection closed")
+	}
 }

@@ -9,6 +9,8 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/ctxd/ctxd/pkg/importer"
 )
 
@@ -136,7 +138,11 @@ func runImport(ctx context.Context, e *env, args []string) error {
 	}
 	var pub *importPublisher
 	if !*printOnly {
-		nc, err := conn.connect(e, fs)
+		var extra []nats.Option
+		if *follow {
+			extra = followConnOptions(e)
+		}
+		nc, err := conn.connect(e, fs, extra...)
 		if err != nil {
 			return err
 		}
