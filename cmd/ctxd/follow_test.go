@@ -59,6 +59,12 @@ func contextOf(t *testing.T, js jetstream.JetStream, session string) []any {
 // printedContext is the model context of a file imported in one shot.
 func printedContext(t *testing.T, format, content string) []any {
 	t.Helper()
+	return projection.Build(projection.Numbered(printedRecords(t, format, content)), projection.Options{}).Messages
+}
+
+// printedRecords are the records `ctxd import --print` makes of content.
+func printedRecords(t *testing.T, format, content string) []any {
+	t.Helper()
 	if content == "" {
 		return []any{}
 	}
@@ -69,7 +75,7 @@ func printedContext(t *testing.T, format, content string) []any {
 	if out == "" {
 		return []any{} // only metadata so far
 	}
-	return projection.Build(projection.Numbered(decodeLines(t, out)), projection.Options{}).Messages
+	return decodeLines(t, out)
 }
 
 // followedContext is the model context a follow gives of a file as it
@@ -77,23 +83,15 @@ func printedContext(t *testing.T, format, content string) []any {
 // write again (Transcript.Unsettled), which the follow holds back.
 func followedContext(t *testing.T, format, content string) []any {
 	t.Helper()
-	if content == "" {
-		return []any{}
+	recs := printedRecords(t, format, content)
+	if len(recs) > 0 {
+		f, err := importer.ParseFormat(format)
+		require.NoError(t, err)
+		ts, err := importer.Parser{}.ParseBytes(f, "once.jsonl", []byte(content))
+		require.NoError(t, err)
+		require.Len(t, ts, 1)
+		recs = recs[:len(recs)-ts[0].Unsettled]
 	}
-	file := filepath.Join(t.TempDir(), "once.jsonl")
-	require.NoError(t, os.WriteFile(file, []byte(content), 0o644))
-	code, out, errOut := runCmd(t, "", "import", "--from", format, "--print", file)
-	require.Equal(t, 0, code, errOut)
-	if out == "" {
-		return []any{}
-	}
-	recs := decodeLines(t, out)
-	f, err := importer.ParseFormat(format)
-	require.NoError(t, err)
-	ts, err := importer.Parser{}.ParseBytes(f, file, []byte(content))
-	require.NoError(t, err)
-	require.Len(t, ts, 1)
-	recs = recs[:len(recs)-ts[0].Unsettled]
 	return projection.Build(projection.Numbered(recs), projection.Options{}).Messages
 }
 

@@ -42,6 +42,22 @@ func (l *liveSession) apply(seq uint64, v any) {
 	l.p.Apply(seq, v)
 }
 
+// threeMessages is a live session of three text messages, at seqs 1 to 3.
+func threeMessages(t *testing.T) *liveSession {
+	t.Helper()
+	live := &liveSession{p: projection.New(projection.Options{})}
+	for i, r := range []string{
+		`{"role":"user","content":"one"}`,
+		`{"role":"assistant","content":"two"}`,
+		`{"role":"user","content":"three"}`,
+	} {
+		v, err := record.DecodeJSON([]byte(r))
+		require.NoError(t, err)
+		live.apply(uint64(i+1), v)
+	}
+	return live
+}
+
 // deltaBody is a request body in the format and encoding, with the
 // fields given.
 func deltaBody(t testing.TB, f render.Format, asMsgpack bool, kv ...any) []byte {
@@ -156,16 +172,7 @@ func TestService_Delta(t *testing.T) {
 // one is a 400 naming the field.
 func TestService_DeltaRefused(t *testing.T) {
 	url := startNATS(t, 0)
-	live := &liveSession{p: projection.New(projection.Options{})}
-	for i, r := range []string{
-		`{"role":"user","content":"one"}`,
-		`{"role":"assistant","content":"two"}`,
-		`{"role":"user","content":"three"}`,
-	} {
-		v, err := record.DecodeJSON([]byte(r))
-		require.NoError(t, err)
-		live.apply(uint64(i+1), v)
-	}
+	live := threeMessages(t)
 	startService(t, url, live.projections())
 	nc := connect(t, url)
 	subj := "ctxd.context.s"
@@ -239,16 +246,7 @@ func TestService_DeltaRefused(t *testing.T) {
 // reply.
 func TestService_DeltaIsByBytes(t *testing.T) {
 	url := startNATS(t, 0)
-	live := &liveSession{p: projection.New(projection.Options{})}
-	for i, r := range []string{
-		`{"role":"user","content":"one"}`,
-		`{"role":"assistant","content":"two"}`,
-		`{"role":"user","content":"three"}`,
-	} {
-		v, err := record.DecodeJSON([]byte(r))
-		require.NoError(t, err)
-		live.apply(uint64(i+1), v)
-	}
+	live := threeMessages(t)
 	startService(t, url, live.projections())
 	nc := connect(t, url)
 	subj := "ctxd.context.s"
