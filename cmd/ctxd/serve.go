@@ -50,9 +50,10 @@ loopback addresses, its own address (any IP address on 0.0.0.0) and
 bearer token, so a web page that rebinds its name to 127.0.0.1 reads
 nothing. The probes answer anyone and tell only "ok" or why not.
 
-An embedded server that listens beyond loopback (--host 0.0.0.0) needs
+An embedded server that listens beyond loopback (--host 0.0.0.0, or a
+websocket, leafnodes or mqtt listener in --nats-config) needs
 authentication: --nats-config FILE with users or accounts (see
-deployments/nats/auth.conf). Its monitoring (http_port in that file) has
+deployments/nats/auth.conf), and no no_auth_user. Its monitoring (http_port in that file) has
 none, and lists every user and subscription: on loopback only.
 
 Where each user may subscribe only to an inbox prefix of its own (as in

@@ -147,6 +147,28 @@ func (s *Server) OpenContext(ctx context.Context) error {
 	if !loopback(opts.Host) && !hasAuth(opts) {
 		return fmt.Errorf("%w: the embedded server would accept anyone on %s:%d; give --nats-config FILE with users or accounts (see deployments/nats/auth.conf), or listen on 127.0.0.1", ErrExposed, opts.Host, opts.Port)
 	}
+	// The other listeners a configuration may open serve the same
+	// accounts: each is held to the same rule (a host left out is every
+	// interface).
+	for _, l := range []struct {
+		what, host string
+		port       int
+		own        bool   // credentials of its own, beside the server's
+		noAuthUser string // its own no_auth_user
+	}{
+		{"websocket", opts.Websocket.Host, opts.Websocket.Port, opts.Websocket.Username != "" || opts.Websocket.Token != "", opts.Websocket.NoAuthUser},
+		{"leafnodes", opts.LeafNode.Host, opts.LeafNode.Port, opts.LeafNode.Username != "" || opts.LeafNode.Nkey != "" || len(opts.LeafNode.Users) > 0, ""},
+		{"mqtt", opts.MQTT.Host, opts.MQTT.Port, opts.MQTT.Username != "" || opts.MQTT.Token != "", opts.MQTT.NoAuthUser},
+	} {
+		if l.port == 0 || loopback(l.host) || (l.noAuthUser == "" && (l.own || hasAuth(opts))) {
+			continue
+		}
+		host := l.host
+		if host == "" {
+			host = "every interface"
+		}
+		return fmt.Errorf("%w: the %s listener on %s port %d would accept anyone; give it, or the server, users or accounts (see deployments/nats/auth.conf), or listen on 127.0.0.1", ErrExposed, l.what, host, l.port)
+	}
 	if opts.HTTPPort != 0 || opts.HTTPSPort != 0 {
 		// NATS's monitoring has no authentication: users or not, it
 		// lists every connection, user, subscription and stream.
@@ -232,11 +254,13 @@ func loopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// hasAuth reports whether the options require clients to authenticate.
+// hasAuth reports whether the options require clients to authenticate:
+// users or accounts, and no no_auth_user that lets a client without
+// credentials in as one of them.
 func hasAuth(o *server.Options) bool {
-	return o.Username != "" || o.Authorization != "" || len(o.Users) > 0 || len(o.Nkeys) > 0 ||
+	return o.NoAuthUser == "" && (o.Username != "" || o.Authorization != "" || len(o.Users) > 0 || len(o.Nkeys) > 0 ||
 		len(o.TrustedOperators) > 0 || len(o.TrustedKeys) > 0 || o.AuthCallout != nil ||
-		(o.TLSVerify && o.TLSMap)
+		(o.TLSVerify && o.TLSMap))
 }
 
 // ClientURL returns the URL clients connect to, nats://HOST:PORT.

@@ -249,6 +249,44 @@ func TestServer_MonitoringExposed(t *testing.T) {
 	}
 }
 
+// The other listeners a configuration opens (websocket, leafnodes,
+// mqtt) serve the same accounts: beyond loopback, each needs the server's
+// users or credentials of its own, and a no_auth_user (the server's, or
+// the listener's) lets anyone in. The client listener stays on loopback
+// here: before this rule, each exposed case opened.
+func TestServer_OtherListenersExposed(t *testing.T) {
+	users := "authorization { users = [ { user: a, password: pw } ] }\n"
+	for conf, exposed := range map[string]bool{
+		"websocket { port: -1, no_tls: true }\n":                                  true,
+		"websocket { host: 0.0.0.0, port: -1, no_tls: true }\n":                   true,
+		"websocket { host: 127.0.0.1, port: -1, no_tls: true }\n":                 false,
+		"websocket { port: -1, no_tls: true }\n" + users:                          false,
+		"websocket { port: -1, no_tls: true, no_auth_user: a }\n" + users:         true,
+		"websocket { port: -1, no_tls: true, authorization { token: s3cret } }\n": false,
+		"leafnodes { port: -1 }\n":                                                true,
+		"leafnodes { host: localhost, port: -1 }\n":                               false,
+		"leafnodes { port: -1 }\n" + users:                                        false,
+		"leafnodes { port: -1, authorization { user: l, password: pw } }\n":       false,
+		"no_auth_user: a\nleafnodes { port: -1 }\n" + users:                       true,
+		"host: 0.0.0.0\nno_auth_user: a\n" + users:                                true,
+		"server_name: m\njetstream {}\nmqtt { port: -1 }\n":                       true,
+		"server_name: m\njetstream {}\nmqtt { host: 127.0.0.1, port: -1 }\n":      false,
+	} {
+		file := filepath.Join(t.TempDir(), "server.conf")
+		require.NoError(t, os.WriteFile(file, []byte(conf), 0o600))
+		s := New(t.TempDir())
+		s.Port = -1
+		s.ConfigFile = file
+		err := s.Open()
+		if exposed {
+			require.ErrorIs(t, err, ErrExposed, conf)
+			continue
+		}
+		require.NoError(t, err, conf)
+		s.Close()
+	}
+}
+
 // A stream update writes the stream's configuration file and then its
 // checksum; a process killed between the two leaves a store whose
 // stream the server skips at its next start. KeepStreamConfig keeps the
