@@ -216,7 +216,7 @@ func (c *connFlags) connect(e *env, fs *flag.FlagSet, extra ...nats.Option) (*na
 	}
 	nc, err := nats.Connect(url, append([]nats.Option{nats.Name("ctxd-cli"), nats.ErrorHandler(e.asyncError)}, opts...)...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", app.Redact(url), err)
+		return nil, fmt.Errorf("connect to %s: %w", app.Redact(url), app.RedactError(url, err))
 	}
 	// Told now rather than as a request's timeout.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -224,9 +224,9 @@ func (c *connFlags) connect(e *env, fs *flag.FlagSet, extra ...nats.Option) (*na
 	if err := client.CheckInbox(ctx, nc); err != nil {
 		nc.Close()
 		if errors.Is(err, client.ErrInboxRefused) {
-			return nil, fmt.Errorf("connect to %s: %w; --inbox-prefix sets it", app.Redact(url), err)
+			return nil, fmt.Errorf("connect to %s: %w; --inbox-prefix sets it", app.Redact(url), app.RedactError(url, err))
 		}
-		return nil, fmt.Errorf("connect to %s: %w", app.Redact(url), err)
+		return nil, fmt.Errorf("connect to %s: %w", app.Redact(url), app.RedactError(url, err))
 	}
 	return nc, nil
 }

@@ -203,14 +203,14 @@ func (a *App) Open(ctx context.Context) (err error) {
 		})}
 	a.nc, err = nats.Connect(url, append(opts, a.NATSOptions...)...)
 	if err != nil {
-		return fmt.Errorf("connect to %s: %w", Redact(url), err)
+		return fmt.Errorf("connect to %s: %w", Redact(url), RedactError(url, err))
 	}
 	a.url = url
 	// Every JetStream reply and ingest delivery comes to the
 	// connection's inboxes: a user refused them is told now, not by a
 	// timeout.
 	if err := client.CheckInbox(ctx, a.nc); err != nil {
-		return fmt.Errorf("connect to %s: %w", Redact(url), err)
+		return fmt.Errorf("connect to %s: %w", Redact(url), RedactError(url, err))
 	}
 	want, err := streams.Transcripts()
 	if err != nil {

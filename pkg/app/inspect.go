@@ -69,7 +69,7 @@ func (c *inspectConn) get(a *App) (*nats.Conn, error) {
 		nats.ReconnectWait(250 * time.Millisecond), nats.PingInterval(2 * time.Second), nats.MaxPingsOutstanding(2)}
 	nc, err := nats.Connect(a.url, append(opts, a.NATSOptions...)...)
 	if err != nil {
-		return nil, fmt.Errorf("inspector: connect to %s: %w", Redact(a.url), err)
+		return nil, fmt.Errorf("inspector: connect to %s: %w", Redact(a.url), RedactError(a.url, err))
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -111,20 +111,71 @@ func lagError(last, applied, max uint64) error {
 }
 
 // Redact returns a NATS URL list with any password or token replaced, for
-// logs and errors.
+// logs and errors: in every URL that carries credentials, with a scheme
+// or without (nats.go takes "user:pass@host:4222"), and whether it parses
+// or not (a password with a "/" in it does not).
 func Redact(urls string) string {
 	parts := strings.Split(urls, ",")
 	for i, p := range parts {
-		u, err := url.Parse(strings.TrimSpace(p))
-		if err != nil || u.User == nil {
-			continue
-		}
-		if _, has := u.User.Password(); has {
-			u.User = url.UserPassword(u.User.Username(), "xxxxx")
-		} else {
-			u.User = url.User("xxxxx") // a token
-		}
-		parts[i] = u.String()
+		parts[i] = redactURL(p)
 	}
 	return strings.Join(parts, ",")
 }
+
+// redactURL is Redact of one URL: what stands before its last "@", after
+// the scheme, is its credentials; a user's name is kept, a password or a
+// token replaced.
+func redactURL(p string) string {
+	at := strings.LastIndex(p, "@")
+	if at < 0 {
+		return p
+	}
+	start := 0
+	if i := strings.Index(p, "://"); i >= 0 && i < at {
+		start = i + len("://")
+	}
+	creds := p[start:at]
+	if creds == "" {
+		return p
+	}
+	if user, _, has := strings.Cut(creds, ":"); has {
+		return p[:start] + user + ":xxxxx" + p[at:]
+	}
+	return p[:start] + "xxxxx" + p[at:] // a token
+}
+
+// RedactError returns err with the credentials of the URLs in urls
+// replaced wherever its text shows them (nats.go's errors quote the URL
+// they could not parse); errors.Is and errors.As see err.
+func RedactError(urls string, err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	secret := false
+	for p := range strings.SplitSeq(urls, ",") {
+		p = strings.TrimSpace(p)
+		if r := redactURL(p); r != p {
+			msg = strings.ReplaceAll(msg, p, r)
+			secret = true
+		}
+	}
+	// Why a URL does not parse may quote a piece of it (`invalid port
+	// ":s3" after host`, of a password with a "/" in it).
+	var ue *url.Error
+	if secret && errors.As(err, &ue) && ue.Err != nil {
+		msg = strings.ReplaceAll(msg, ue.Err.Error(), "not a valid URL")
+	}
+	if msg == err.Error() {
+		return err
+	}
+	return &redactedError{msg: msg, err: err}
+}
+
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }

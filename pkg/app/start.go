@@ -71,5 +71,5 @@ func (a *App) retryStart(ctx context.Context, url, what string, fn func(ctx cont
 }
 
 func noJetStream(url string, err error) error {
-	return fmt.Errorf("%w on %s (for ctxd's account): start nats-server with -js, or add jetstream {} to its configuration (and to the account's): %w", ErrNoJetStream, Redact(url), err)
+	return fmt.Errorf("%w on %s (for ctxd's account): start nats-server with -js, or add jetstream {} to its configuration (and to the account's): %w", ErrNoJetStream, Redact(url), RedactError(url, err))
 }
