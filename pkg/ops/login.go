@@ -154,7 +154,7 @@ func (s *Server) loginForm(w http.ResponseWriter, r *http.Request, code int, why
 }
 
 // login exchanges the token, posted once from the login form, for a
-// session cookie: HttpOnly, SameSite=Strict, Secure over TLS.
+// session cookie: HttpOnly, SameSite=Strict, Secure over TLS (overTLS).
 func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	if !sameOrigin(r) {
 		http.Error(w, "forbidden: a login is posted from this listener's own page", http.StatusForbidden)
@@ -177,9 +177,18 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	}
 	http.SetCookie(w, &http.Cookie{
 		Name: CookieName, Value: s.logins.start(time.Now()), Path: "/",
-		MaxAge: int(LoginTTL / time.Second), HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode,
+		MaxAge: int(LoginTTL / time.Second), HttpOnly: true, Secure: overTLS(r), SameSite: http.SameSiteStrictMode,
 	})
 	http.Redirect(w, r, localPath(r.URL.Query().Get("next")), http.StatusSeeOther)
+}
+
+// overTLS reports whether the browser reached the listener over TLS: the
+// listener's own (none: it speaks plain HTTP), or that of a proxy in
+// front of it, which says so in X-Forwarded-Proto. A client that claims
+// it falsely gets a cookie its browser sends back over TLS only: its
+// own login fails, nobody else's.
+func overTLS(r *http.Request) bool {
+	return r.TLS != nil || strings.EqualFold(strings.TrimSpace(r.Header.Get("X-Forwarded-Proto")), "https")
 }
 
 // logout ends the request's login, on the server and in the browser.
@@ -191,7 +200,7 @@ func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
 	if c, err := r.Cookie(CookieName); err == nil {
 		s.logins.stop(c.Value)
 	}
-	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
+	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, Secure: overTLS(r), SameSite: http.SameSiteStrictMode})
 	http.Redirect(w, r, LoginPath, http.StatusSeeOther)
 }
 

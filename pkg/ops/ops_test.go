@@ -193,7 +193,14 @@ func TestServer_Login(t *testing.T) {
 	require.Equal(t, "/", c.Path)
 	require.NotContains(t, c.Value, "s3cret")
 	require.GreaterOrEqual(t, len(c.Value), 32)
+	require.False(t, c.Secure, "plain HTTP: a Secure cookie would never come back")
 	cookie := c.Name + "=" + c.Value
+
+	// Behind a proxy that terminates TLS, the cookie is Secure.
+	resp, _ = request(t, s, "POST", "/login", form("s3cret"), "Content-Type", ct, "Origin", origin, "X-Forwarded-Proto", "https")
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	require.Len(t, resp.Cookies(), 1)
+	require.True(t, resp.Cookies()[0].Secure, "over the proxy's TLS")
 
 	resp, body = request(t, s, "GET", "/ui/x", nil, "Cookie", cookie)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
