@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 )
 
@@ -151,6 +153,36 @@ func TestServerConfigs_Users(t *testing.T) {
 			require.Contains(t, may(c.operator, "", "rebuild", "--check"), "no differences")
 			require.Contains(t, may(c.operator, "", "context", "demo", "--partitions", "4"), `"session":"demo"`)
 			mayNot(c.operator, "KV_CTXD_CHECKPOINTS", "rebuild")
+
+			// ctxd's own ingest consumer: the operator can neither
+			// re-filter it nor delete it.
+			connect := func(user string) jetstream.JetStream {
+				nc, err := nats.Connect(url, nats.UserInfo(user, passwords[user]), nats.CustomInboxPrefix("_INBOX_"+user))
+				require.NoError(t, err)
+				t.Cleanup(nc.Close)
+				js, err := jetstream.New(nc)
+				require.NoError(t, err)
+				return js
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_, err = connect(c.ctxd).CreateOrUpdateConsumer(ctx, "TRANSCRIPTS", jetstream.ConsumerConfig{Durable: "ctxd", AckPolicy: jetstream.AckNonePolicy})
+			require.NoError(t, err)
+			op := connect(c.operator)
+			for what, try := range map[string]func(ctx context.Context) error{
+				"re-filter": func(ctx context.Context) error {
+					_, err := op.CreateOrUpdateConsumer(ctx, "TRANSCRIPTS", jetstream.ConsumerConfig{Durable: "ctxd", AckPolicy: jetstream.AckNonePolicy, FilterSubject: "transcripts.demo"})
+					return err
+				},
+				"delete": func(ctx context.Context) error { return op.DeleteConsumer(ctx, "TRANSCRIPTS", "ctxd") },
+			} {
+				tctx, tcancel := context.WithTimeout(ctx, 3*time.Second)
+				require.Error(t, try(tctx), "the operator may not %s ctxd's consumer", what)
+				tcancel()
+			}
+			info, err := connect(c.ctxd).Consumer(ctx, "TRANSCRIPTS", "ctxd")
+			require.NoError(t, err, "ctxd's consumer is still there")
+			require.Empty(t, info.CachedInfo().Config.FilterSubject, "and reads every subject")
 
 			// ctxd's user writes the checkpoints.
 			require.Contains(t, may(c.ctxd, "", "rebuild"), "wrote ")
