@@ -30,6 +30,11 @@ import (
 //     unpins the consumer (JetStream pins another waiting pull at once),
 //     and stops pulling.
 //
+// An unpartitioned stream is one partition: its target is 1 whatever the
+// count, so every instance pulls its consumer, as a standby while another
+// holds the pin, and none is ever a surplus; with nobody to count or
+// tell (alone), it sends no $SRV.PING and no handback.
+//
 // Only the surplus moves. Correctness never depends on this: a request
 // for a partition this instance does not hold is answered through the
 // stream (Roles.read), and an ingest store is trusted only while its pin
