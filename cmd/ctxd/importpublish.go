@@ -78,7 +78,6 @@ func importMsgID(format importer.Format, session, id string) string {
 // again, are held back: published once the file goes on past them, so
 // that the session gets their last version.
 func (p *importPublisher) publish(ctx context.Context, t *importer.Transcript, session string, following bool) (importResult, error) {
-	rewind := following
 	var res importResult
 	subj, err := subject.Transcript(session)
 	if err != nil {
@@ -148,7 +147,7 @@ func (p *importPublisher) publish(ctx context.Context, t *importer.Transcript, s
 	}
 	res.held = len(t.Records) - end
 	todo := t.Records[done:end]
-	if rewind && (abandoned > 0 || state.context < done) {
+	if following && (abandoned > 0 || state.context < done) {
 		// The tool went on from an earlier point than the session's last
 		// records: a compaction of the branch it continues, up to the
 		// fork, comes before the rest, so that the context follows the

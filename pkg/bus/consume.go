@@ -350,13 +350,9 @@ func (in *Ingest) Close() error {
 // stream's information and the consumer are asked for again, for up to
 // a minute, within ctx.
 func Replay(ctx context.Context, js jetstream.JetStream, stream string, from uint64, h Handler) (n int, last uint64, err error) {
-	var st jetstream.Stream
-	err = retryAPI(ctx, func(ctx context.Context) (err error) {
-		st, err = js.Stream(ctx, stream)
-		return err
-	})
+	st, err := lookUp(ctx, js, stream)
 	if err != nil {
-		return 0, 0, fmt.Errorf("stream %s: replay: %w", stream, err)
+		return 0, 0, fmt.Errorf("replay: %w", err)
 	}
 	end := st.CachedInfo().State.LastSeq
 	if from == 0 {

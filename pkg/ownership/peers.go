@@ -98,19 +98,17 @@ func (c *StreamConsumers) Pull(k int, h bus.Handler, pin bus.Pin) (Run, error) {
 	nc, stream := c.Conn, c.Layout.Stream
 	logger := c.Logger
 	opts := []bus.IngestOption{bus.WithPin(pin)}
-	readRange := func(from, to uint64, fn func(bus.Msg) error) error {
-		ctx, cancel := context.WithTimeout(c.Life, 30*time.Second)
-		defer cancel()
-		return bus.ReadRange(ctx, nc, stream, from, to, fn)
-	}
 	if c.Layout.Partitioned() {
 		logger = logger.With("partition", k)
 		opts = append(opts, bus.TrackDeliveries())
-		readRange = func(from, to uint64, fn func(bus.Msg) error) error {
-			ctx, cancel := context.WithTimeout(c.Life, 30*time.Second)
-			defer cancel()
+	}
+	readRange := func(from, to uint64, fn func(bus.Msg) error) error {
+		ctx, cancel := context.WithTimeout(c.Life, 30*time.Second)
+		defer cancel()
+		if c.Layout.Partitioned() {
 			return bus.ReadPartition(ctx, nc, stream, k, from, to, to+1, fn)
 		}
+		return bus.ReadRange(ctx, nc, stream, from, to, fn)
 	}
 	in, err := c.cons[k].StartIngest(c.After, readRange, h, logger, opts...)
 	if err != nil {
