@@ -195,11 +195,7 @@ func TestAppend_UnderTrafficCluster(t *testing.T) {
 	require.NoError(t, err)
 	other, err := jetstream.New(natstest.Connect(t, c.Nodes[1].URL))
 	require.NoError(t, err)
-	cfg := transcripts(t)
-	cfg.Replicas = 3
-	_, err = bus.EnsureStream(testContext(t), js, cfg)
-	require.NoError(t, err)
-	c.WaitStreamLeader(t, cfg.Name)
+	ensureR3Transcripts(t, c, js)
 	appendUnderTraffic(t, js, other, 3000)
 }
 

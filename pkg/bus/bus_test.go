@@ -32,6 +32,17 @@ func transcripts(t *testing.T) jetstream.StreamConfig {
 	return cfg
 }
 
+// ensureR3Transcripts creates the TRANSCRIPTS stream with three replicas
+// on cluster c, through js, and returns its leader's node once it has one.
+func ensureR3Transcripts(t *testing.T, c *natstest.Cluster, js jetstream.JetStream) *natstest.Node {
+	t.Helper()
+	cfg := transcripts(t)
+	cfg.Replicas = 3
+	_, err := bus.EnsureStream(testContext(t), js, cfg)
+	require.NoError(t, err)
+	return c.WaitStreamLeader(t, cfg.Name)
+}
+
 // ensureTranscripts creates the TRANSCRIPTS stream.
 func ensureTranscripts(t *testing.T, js jetstream.JetStream) jetstream.Stream {
 	t.Helper()

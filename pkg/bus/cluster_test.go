@@ -112,11 +112,7 @@ func TestDirectReads_ClusterUnderLoad(t *testing.T) {
 	c := natstest.StartCluster(t, 3)
 	setup, err := jetstream.New(c.Connect(t))
 	require.NoError(t, err)
-	cfg := transcripts(t)
-	cfg.Replicas = 3
-	_, err = bus.EnsureStream(testContext(t), setup, cfg)
-	require.NoError(t, err)
-	leader := c.WaitStreamLeader(t, cfg.Name)
+	leader := ensureR3Transcripts(t, c, setup)
 
 	const sessions = 16
 	subjectOf := func(i int) string { return fmt.Sprintf("transcripts.s%d", i) }
@@ -312,11 +308,7 @@ func TestReplay_WaitsForTheCluster(t *testing.T) {
 	c := natstest.StartCluster(t, 3)
 	setup, err := jetstream.New(c.Connect(t))
 	require.NoError(t, err)
-	cfg := transcripts(t)
-	cfg.Replicas = 3
-	_, err = bus.EnsureStream(testContext(t), setup, cfg)
-	require.NoError(t, err)
-	c.WaitStreamLeader(t, cfg.Name)
+	ensureR3Transcripts(t, c, setup)
 	const records = 50
 	for i := range records {
 		_, err := bus.Publish(testContext(t), setup, fmt.Sprintf("transcripts.s%d", i%4), []byte(`{"role":"user","content":"x"}`), "")
@@ -339,7 +331,7 @@ func TestReplay_WaitsForTheCluster(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	go func() {
-		n, _, err := bus.Replay(ctx, js, cfg.Name, 1, func(bus.Msg) {})
+		n, _, err := bus.Replay(ctx, js, "TRANSCRIPTS", 1, func(bus.Msg) {})
 		done <- result{n, err}
 	}()
 	select {

@@ -233,20 +233,30 @@ func TestServer_MonitoringExposed(t *testing.T) {
 		"http: localhost:-1\n":                false,
 		"host: 0.0.0.0\n":                     false, // no monitoring
 	} {
-		file := filepath.Join(t.TempDir(), "server.conf")
-		require.NoError(t, os.WriteFile(file, []byte(conf+users), 0o600))
-		s := New(t.TempDir())
-		s.Port = -1
-		s.ConfigFile = file
-		err := s.Open()
+		err := openWith(t, conf+users)
 		if exposed {
 			require.ErrorIs(t, err, ErrExposed, conf)
 			require.ErrorContains(t, err, "monitoring", conf)
 			continue
 		}
 		require.NoError(t, err, conf)
+	}
+}
+
+// openWith opens a server on a free port with the configuration conf,
+// and closes it at once when it opened: the error is Open's.
+func openWith(t *testing.T, conf string) error {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "server.conf")
+	require.NoError(t, os.WriteFile(file, []byte(conf), 0o600))
+	s := New(t.TempDir())
+	s.Port = -1
+	s.ConfigFile = file
+	err := s.Open()
+	if err == nil {
 		s.Close()
 	}
+	return err
 }
 
 // The other listeners a configuration opens (websocket, leafnodes,
@@ -256,34 +266,30 @@ func TestServer_MonitoringExposed(t *testing.T) {
 // here: before this rule, each exposed case opened.
 func TestServer_OtherListenersExposed(t *testing.T) {
 	users := "authorization { users = [ { user: a, password: pw } ] }\n"
-	for conf, exposed := range map[string]bool{
-		"websocket { port: -1, no_tls: true }\n":                                  true,
-		"websocket { host: 0.0.0.0, port: -1, no_tls: true }\n":                   true,
-		"websocket { host: 127.0.0.1, port: -1, no_tls: true }\n":                 false,
-		"websocket { port: -1, no_tls: true }\n" + users:                          false,
-		"websocket { port: -1, no_tls: true, no_auth_user: a }\n" + users:         true,
-		"websocket { port: -1, no_tls: true, authorization { token: s3cret } }\n": false,
-		"leafnodes { port: -1 }\n":                                                true,
-		"leafnodes { host: localhost, port: -1 }\n":                               false,
-		"leafnodes { port: -1 }\n" + users:                                        false,
-		"leafnodes { port: -1, authorization { user: l, password: pw } }\n":       false,
-		"no_auth_user: a\nleafnodes { port: -1 }\n" + users:                       true,
-		"host: 0.0.0.0\nno_auth_user: a\n" + users:                                true,
-		"server_name: m\njetstream {}\nmqtt { port: -1 }\n":                       true,
-		"server_name: m\njetstream {}\nmqtt { host: 127.0.0.1, port: -1 }\n":      false,
+	// The listener the refusal names; "" for a configuration that opens.
+	for conf, refused := range map[string]string{
+		"websocket { port: -1, no_tls: true }\n":                                  "websocket listener on every interface",
+		"websocket { host: 0.0.0.0, port: -1, no_tls: true }\n":                   "websocket listener on 0.0.0.0",
+		"websocket { host: 127.0.0.1, port: -1, no_tls: true }\n":                 "",
+		"websocket { port: -1, no_tls: true }\n" + users:                          "",
+		"websocket { port: -1, no_tls: true, no_auth_user: a }\n" + users:         "websocket listener",
+		"websocket { port: -1, no_tls: true, authorization { token: s3cret } }\n": "",
+		"leafnodes { port: -1 }\n":                                                "leafnodes listener",
+		"leafnodes { host: localhost, port: -1 }\n":                               "",
+		"leafnodes { port: -1 }\n" + users:                                        "",
+		"leafnodes { port: -1, authorization { user: l, password: pw } }\n":       "",
+		"no_auth_user: a\nleafnodes { port: -1 }\n" + users:                       "leafnodes listener",
+		"host: 0.0.0.0\nno_auth_user: a\n" + users:                                "would accept anyone on 0.0.0.0",
+		"server_name: m\njetstream {}\nmqtt { port: -1 }\n":                       "mqtt listener",
+		"server_name: m\njetstream {}\nmqtt { host: 127.0.0.1, port: -1 }\n":      "",
 	} {
-		file := filepath.Join(t.TempDir(), "server.conf")
-		require.NoError(t, os.WriteFile(file, []byte(conf), 0o600))
-		s := New(t.TempDir())
-		s.Port = -1
-		s.ConfigFile = file
-		err := s.Open()
-		if exposed {
+		err := openWith(t, conf)
+		if refused != "" {
 			require.ErrorIs(t, err, ErrExposed, conf)
+			require.ErrorContains(t, err, refused, conf)
 			continue
 		}
 		require.NoError(t, err, conf)
-		s.Close()
 	}
 }
 
