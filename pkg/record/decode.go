@@ -26,6 +26,12 @@ type Decoder struct {
 	// never change while the value is in use, and stays in memory as long
 	// as such a string does.
 	ShareInput bool
+	// Trusted says the JSON input is this package's own encoding
+	// (AppendJSON): its strings are valid UTF-8 without control
+	// characters, so a string without escapes is only searched for its
+	// end, not checked byte by byte, as a packed message read back from a
+	// rendering is. Other input is decoded as without it.
+	Trusted bool
 }
 
 // ShareMinString is the shortest string a Decoder with ShareInput shares
@@ -66,26 +72,36 @@ func IsJSON(data []byte) bool {
 // with a byte that msgpack reads as a one-byte integer: followed by more
 // bytes, it can only be JSON.
 func (d Decoder) Decode(data []byte) (*Map, error) {
+	m, _, err := d.DecodeCanonical(data)
+	return m, err
+}
+
+// DecodeCanonical is Decode, and reports whether data is the record's
+// canonical JSON: the bytes AppendJSON writes for the map, byte for byte.
+// A record written by a JSON encoder without white space (JSON.stringify,
+// Go's encoding/json with its HTML escaping off, this package's) usually
+// is; the record's bytes can then stand for its encoding. msgpack input
+// never is.
+func (d Decoder) DecodeCanonical(data []byte) (m *Map, canonical bool, err error) {
 	if err := byteOrderMark(data); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	var v any
-	var err error
 	format := "msgpack"
 	if IsJSON(data) || len(data) > 1 && startsJSONValue(data[0]) {
 		format = "json"
-		v, err = d.DecodeJSON(data)
+		v, canonical, err = d.decodeJSON(data)
 	} else {
 		v, err = d.DecodeMsgpack(data)
 		if err != nil && len(data) > 1 && data[0] < 0x80 && !errors.Is(err, ErrTooLarge) {
 			// A msgpack positive integer followed by more bytes: never a
 			// record, most likely text sent as one.
-			return nil, &DecodeError{Format: FormatUnknown, Offset: 0, Err: ErrSyntax,
+			return nil, false, &DecodeError{Format: FormatUnknown, Offset: 0, Err: ErrSyntax,
 				Detail: fmt.Sprintf("not a JSON object or msgpack map (starts with %q)", textStart(data))}
 		}
 	}
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	m, ok := v.(*Map)
 	if !ok {
@@ -93,9 +109,9 @@ func (d Decoder) Decode(data []byte) (*Map, error) {
 		if format == "json" {
 			off = len(data) - len(bytes.TrimLeft(data, " \t\r\n"))
 		}
-		return nil, &DecodeError{Format: format, Offset: off, Err: ErrNotMap, Detail: "got " + TypeName(v)}
+		return nil, false, &DecodeError{Format: format, Offset: off, Err: ErrNotMap, Detail: "got " + TypeName(v)}
 	}
-	return m, nil
+	return m, canonical, nil
 }
 
 // byteOrderMark refuses input that starts with a Unicode byte order mark:

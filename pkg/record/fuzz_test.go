@@ -93,6 +93,21 @@ func FuzzDecode(f *testing.F) {
 		if js2, _ := record.MarshalJSON(m2); !bytes.Equal(js, js2) {
 			t.Fatalf("JSON encodes differently the second time\n%s\n%s", js, js2)
 		}
+		// Canonical input is exactly the encoding; the encoding is
+		// always canonical.
+		if _, canonical, err := (record.Decoder{}).DecodeCanonical(data); err != nil || canonical != bytes.Equal(data, js) {
+			t.Fatalf("DecodeCanonical %q: canonical %v, %v; its encoding %q", data, canonical, err, js)
+		}
+		if _, canonical, err := (record.Decoder{}).DecodeCanonical(js); err != nil || !canonical {
+			t.Fatalf("DecodeCanonical of the encoding %q: canonical %v, %v", js, canonical, err)
+		}
+		// The encoding decodes the same trusted, as a packed message is
+		// read back.
+		for _, d := range []record.Decoder{{Trusted: true}, {Trusted: true, ShareInput: true}} {
+			if m3, err := d.Decode(bytes.Clone(js)); err != nil || !record.Equal(m, m3) {
+				t.Fatalf("%+v: %s decodes as %s, %v", d, js, repr(m3), err)
+			}
+		}
 
 		mp, err := record.MarshalMsgpack(m)
 		if err != nil {

@@ -1,6 +1,7 @@
 package record
 
 import (
+	"bytes"
 	"fmt"
 	"strconv"
 	"sync"
@@ -13,30 +14,38 @@ import (
 // lone surrogate, which has no UTF-8 form, becomes U+FFFD as in
 // encoding/json.
 func (d Decoder) DecodeJSON(data []byte) (any, error) {
+	v, _, err := d.decodeJSON(data)
+	return v, err
+}
+
+// decodeJSON is DecodeJSON, and reports whether data is canonical: the
+// bytes AppendJSON writes for the value, byte for byte (no white space,
+// no repeated key, no escape that AppendJSONString would not write).
+func (d Decoder) decodeJSON(data []byte) (any, bool, error) {
 	maxBytes, maxDepth := d.limits()
 	if len(data) > maxBytes {
-		return nil, &DecodeError{Format: "json", Offset: maxBytes, Err: ErrTooLarge,
+		return nil, false, &DecodeError{Format: "json", Offset: maxBytes, Err: ErrTooLarge,
 			Detail: fmt.Sprintf("%d bytes, limit %d", len(data), maxBytes)}
 	}
 	if err := byteOrderMark(data); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	p := jsonParsers.Get().(*jsonParser)
 	defer p.release()
-	p.data, p.maxDepth, p.strs.share = data, maxDepth, d.ShareInput
+	p.data, p.maxDepth, p.strs.share, p.trusted, p.canonical = data, maxDepth, d.ShareInput, d.Trusted, true
 	p.skipSpace()
 	if p.pos == len(data) {
-		return nil, p.fail(ErrEmpty, "")
+		return nil, false, p.fail(ErrEmpty, "")
 	}
 	v, err := p.value(0)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	p.skipSpace()
 	if p.pos != len(data) {
-		return nil, p.fail(ErrSyntax, "unexpected "+p.describe()+" after the value")
+		return nil, false, p.fail(ErrSyntax, "unexpected "+p.describe()+" after the value")
 	}
-	return v, nil
+	return v, p.canonical, nil
 }
 
 // jsonParsers keeps parsers, and the scratch space they have grown, for
@@ -54,6 +63,11 @@ type jsonParser struct {
 	mapSlab    slab[Map] // where the maps, members and elements read go
 	memberSlab slab[Member]
 	elemSlab   slab[any]
+	boxes      boxes // the strings and integers read
+	trusted    bool  // see Decoder.Trusted
+	// canonical: nothing read so far differs from what AppendJSON
+	// writes for the values read.
+	canonical bool
 }
 
 // maxKept bounds the scratch space a pooled parser keeps, in elements.
@@ -102,6 +116,7 @@ func (p *jsonParser) skipSpace() {
 		switch p.data[p.pos] {
 		case ' ', '\t', '\n', '\r':
 			p.pos++
+			p.canonical = false
 		default:
 			return
 		}
@@ -118,7 +133,7 @@ func (p *jsonParser) value(depth int) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		return s, nil
+		return p.boxes.str(s, len(p.data)-p.pos), nil
 	case c == '{':
 		if depth >= p.maxDepth {
 			return nil, p.fail(ErrTooDeep, fmt.Sprintf("limit %d", p.maxDepth))
@@ -186,6 +201,7 @@ func (p *jsonParser) object(depth int) (any, error) {
 		// as most JSON readers do.
 		if i := keys.lookup(p.members[base:], key); i >= 0 {
 			p.members[base+i].Value = v
+			p.canonical = false
 		} else {
 			p.members = append(p.members, Member{Key: key, Value: v})
 		}
@@ -303,9 +319,9 @@ func (p *jsonParser) number() (any, error) {
 		}
 		switch {
 		case !neg && u <= 1<<63-1:
-			return int64(u), nil
+			return p.boxes.int(int64(u), len(data)-i), nil
 		case neg && u <= 1<<63:
-			return -int64(u), nil // -(1<<63) wraps to itself, as wanted
+			return p.boxes.int(-int64(u), len(data)-i), nil // -(1<<63) wraps to itself, as wanted
 		}
 	}
 	return Number(p.strs.string(data[start:i], len(data)-i)), nil
@@ -322,6 +338,14 @@ func skipDigits(data []byte, i int) int {
 func (p *jsonParser) str() (string, error) {
 	data := p.data
 	start := p.pos + 1
+	if p.trusted {
+		// Valid UTF-8 without control characters: a string without
+		// escapes ends at the first quote.
+		if q := bytes.IndexByte(data[start:], '"'); q >= 0 && bytes.IndexByte(data[start:start+q], '\\') < 0 {
+			p.pos = start + q + 1
+			return p.strs.input(data[start:start+q], len(data)-p.pos), nil
+		}
+	}
 	end, ascii := scanJSONString(data, start)
 	if end < len(data) && data[end] == '"' {
 		// No escapes: the common case.
@@ -382,7 +406,10 @@ func (p *jsonParser) escape(buf []byte) ([]byte, error) {
 	}
 	e := data[p.pos+1]
 	switch e {
-	case '"', '\\', '/':
+	case '/':
+		buf = append(buf, e)
+		p.canonical = false // AppendJSONString writes '/' as it is
+	case '"', '\\':
 		buf = append(buf, e)
 	case 'b':
 		buf = append(buf, '\b')
@@ -399,6 +426,9 @@ func (p *jsonParser) escape(buf []byte) ([]byte, error) {
 		r, err := p.hex4()
 		if err != nil {
 			return buf, err
+		}
+		if !canonicalEscape(r, data[p.pos-4:p.pos]) {
+			p.canonical = false
 		}
 		if utf16.IsSurrogate(r) {
 			if p.pos+1 < len(data) && data[p.pos] == '\\' && data[p.pos+1] == 'u' {
@@ -423,6 +453,17 @@ func (p *jsonParser) escape(buf []byte) ([]byte, error) {
 	}
 	p.pos += 2
 	return buf, nil
+}
+
+// canonicalEscape reports whether the \u escape of r with the hex digits
+// hex is the one AppendJSONString writes: only control characters without
+// a short escape are written as \u, in lower case.
+func canonicalEscape(r rune, hex []byte) bool {
+	switch r {
+	case '\b', '\f', '\n', '\r', '\t':
+		return false
+	}
+	return r < 0x20 && hex[0] == '0' && hex[1] == '0' && hex[2] == hexDigits[r>>4] && hex[3] == hexDigits[r&0xf]
 }
 
 // hex4 reads the four hex digits of a \u escape.
