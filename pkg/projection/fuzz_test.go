@@ -26,7 +26,8 @@ const maxFuzzRecords = 64
 type fuzzStep struct {
 	seq   uint64
 	value any
-	ok    bool // false: the record could not be decoded and is skipped
+	raw   []byte // the line, when it is the value's canonical JSON (ApplyJSON)
+	ok    bool   // false: the record could not be decoded and is skipped
 }
 
 // jsonLines decodes data as JSON lines: one record a line, blank lines
@@ -38,7 +39,11 @@ func jsonLines(data []byte) []fuzzStep {
 			continue
 		}
 		v, err := record.DecodeJSON(line)
-		steps = append(steps, fuzzStep{value: v, ok: err == nil})
+		step := fuzzStep{value: v, ok: err == nil}
+		if _, canonical, _ := (record.Decoder{}).DecodeCanonical(line); canonical {
+			step.raw = line
+		}
+		steps = append(steps, step)
 	}
 	return steps
 }
@@ -98,7 +103,7 @@ func FuzzSession_EquivalentToBuild(f *testing.F) {
 			if !st.ok {
 				require.True(t, e.s.Skip(st.seq))
 			} else {
-				require.True(t, e.s.Apply(st.seq, st.value))
+				require.True(t, e.s.ApplyJSON(st.seq, st.value, st.raw))
 				e.recs = append(e.recs, Record{Seq: st.seq, Value: st.value})
 				e.invalidate()
 			}

@@ -27,13 +27,13 @@ import (
 // The msgpack and list renderings of a packed entry are decoded from its
 // JSON bytes when they are next built.
 
-// unpackDecoder decodes what the JSON encoder wrote: no input limit, as the
-// bytes are ctxd's own.
-var unpackDecoder = record.Decoder{MaxBytes: math.MaxInt, MaxDepth: math.MaxInt32}
+// unpackDecoder decodes what the JSON encoder wrote: no input limit, and
+// no string checked byte by byte, as the bytes are ctxd's own.
+var unpackDecoder = record.Decoder{MaxBytes: math.MaxInt, MaxDepth: math.MaxInt32, Trusted: true}
 
 // shareDecoder is unpackDecoder sharing long strings with the JSON cache:
 // for a message held only until its images are let go of (trim).
-var shareDecoder = record.Decoder{MaxBytes: math.MaxInt, MaxDepth: math.MaxInt32, ShareInput: true}
+var shareDecoder = record.Decoder{MaxBytes: math.MaxInt, MaxDepth: math.MaxInt32, ShareInput: true, Trusted: true}
 
 // pack lets go of entry i's message and rendering when that loses
 // nothing. The JSON cache must hold the entry's current rendering.

@@ -139,7 +139,13 @@ func checkEquivalence(t *testing.T, seed uint64) {
 			}
 			e.maybeCheck(sparse)
 		}
-		if last := e.s.Seq(); !e.s.Apply(seq, v) || e.s.Seq() != seq {
+		// Half the records come as a consumer decodes them, with their
+		// canonical JSON (ApplyJSON), which the JSON rendering copies.
+		var raw []byte
+		if r.IntN(2) == 0 {
+			v, raw = canonicalOf(t, v)
+		}
+		if last := e.s.Seq(); !e.s.ApplyJSON(seq, v, raw) || e.s.Seq() != seq {
 			t.Fatalf("Apply(%d) after %d was ignored: Seq %d", seq, last, e.s.Seq())
 		}
 		e.recs = append(e.recs, Record{Seq: seq, Value: v})
@@ -188,6 +194,22 @@ func checkEquivalence(t *testing.T, seed uint64) {
 
 	// Neither Build nor Session changes the records.
 	require.Equal(t, before, encodeAll(t, values), "records were modified")
+}
+
+// canonicalOf returns a record as a consumer decodes it from its
+// canonical JSON, and that JSON; a value that is not a map with a JSON
+// form comes back as it is, without JSON.
+func canonicalOf(t *testing.T, v any) (any, []byte) {
+	js, err := record.MarshalJSON(v)
+	if err != nil {
+		return v, nil
+	}
+	m, canonical, err := record.Decoder{ShareInput: true}.DecodeCanonical(js)
+	if err != nil {
+		return v, nil // not a map
+	}
+	require.True(t, canonical, "the encoding %s is not canonical", js)
+	return m, js
 }
 
 // invalidate forgets what Build answered: a record was applied.

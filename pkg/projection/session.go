@@ -47,12 +47,26 @@ type Session struct {
 	held      any // see Keep
 	heldBytes int64
 
-	msgBytes int64 // the estimated size of the entries' messages held
+	// raws holds, for entries appended since the JSON rendering was last
+	// built, their records' own JSON when it is the message's encoding
+	// (ApplyJSON), in entry order; rawBytes is their length, counted in
+	// msgBytes while they are held.
+	raws     []rawJSON
+	rawBytes int64
+
+	msgBytes int64 // the estimated size of the entries' messages held, and raws
 	settled  int64 // msgBytes when Apply last settled the session (shed.go)
 	settling bool  // Apply is building the JSON rendering: nothing is handed out
 }
 
 type site struct{ entry, block int }
+
+// rawJSON is the JSON encoding of entry's message msg, byte for byte.
+type rawJSON struct {
+	entry int
+	msg   *record.Map
+	b     []byte
+}
 
 var noSite = site{-1, -1}
 
@@ -106,6 +120,7 @@ func New(opt Options) *Session {
 
 func (s *Session) reset() {
 	s.entries = nil
+	s.raws, s.rawBytes = nil, 0
 	s.msgBytes = 0
 	s.settled = 0
 	s.ids = map[string]int32{}
@@ -117,7 +132,7 @@ func (s *Session) reset() {
 	s.orphans = nil
 	s.version++
 	s.list.reset()
-	s.json.reset()
+	s.json.restart()
 	s.msgpack.reset()
 	s.dropped = nil
 }
@@ -132,6 +147,16 @@ func (s *Session) Len() int { return len(s.entries) }
 // the last one applied is ignored, so a redelivered or replayed record is
 // never applied twice; Apply reports whether it applied the record.
 func (s *Session) Apply(seq uint64, v any) bool {
+	return s.ApplyJSON(seq, v, nil)
+}
+
+// ApplyJSON is Apply for a record whose JSON encoding is raw:
+// record.AppendJSON writes raw for v, byte for byte (as
+// record.Decoder.DecodeCanonical reports). When the record passes through
+// as its message, the session keeps raw until its JSON rendering is next
+// built, and copies it there rather than encoding the message again: raw
+// must not change. A nil raw is Apply.
+func (s *Session) ApplyJSON(seq uint64, v any, raw []byte) bool {
 	if seq <= s.seq {
 		return false
 	}
@@ -147,9 +172,22 @@ func (s *Session) Apply(seq uint64, v any) bool {
 	}
 	if msg != nil {
 		s.append(seq, msg)
+		if raw != nil && any(msg) == v {
+			s.raws = append(s.raws, rawJSON{entry: len(s.entries) - 1, msg: msg, b: raw})
+			s.rawBytes += int64(len(raw))
+			s.msgBytes += int64(len(raw))
+		}
 		s.settle()
 	}
 	return true
+}
+
+// dropRaws lets go of the records' JSON once the JSON rendering is built.
+func (s *Session) dropRaws() {
+	clear(s.raws)
+	s.raws = s.raws[:0]
+	s.msgBytes -= s.rawBytes
+	s.rawBytes = 0
 }
 
 // Skip advances the session past a record that could not be decoded: the

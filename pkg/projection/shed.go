@@ -58,8 +58,10 @@ func (s *Session) settle() {
 	s.settling = false
 	s.settled = s.msgBytes
 	// The rendering's room to grow is memory the session is counted at:
-	// what append leaves (a quarter at most) is kept, more is given back.
-	if n := len(c.bytes); !c.shared && cap(c.bytes)-n > n/4+settleBytes {
+	// what append leaves (a quarter at most), or the room the rendering
+	// had before the session last started over (restart), is kept; more
+	// is given back.
+	if n := len(c.bytes); !c.shared && cap(c.bytes) > max(n+n/4+settleBytes, c.room) {
 		c.bytes = append(make([]byte, 0, n+n/8+settleBytes), c.bytes...)
 	}
 }

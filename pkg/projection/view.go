@@ -32,6 +32,10 @@ type cache struct {
 	// rebuild by Apply starts a new buffer: until then a rebuild never
 	// writes the bytes in place.
 	shared bool
+
+	// room is the capacity a rendering may keep since its session last
+	// started over (restart), whatever its size.
+	room int
 }
 
 // failure is a message an encoding has no form for.
@@ -41,6 +45,25 @@ type failure struct {
 }
 
 func (c *cache) reset() { *c = cache{} }
+
+// restart empties an encoded rendering whose session starts over (a
+// compaction replaced its messages). A session that compacts mostly
+// grows back to about the size it had: its new rendering may take the
+// room the old one had (its bytes and the slack settle keeps), reusing
+// the old buffer when nobody holds its bytes, rather than growing by
+// steps from nothing, each step a copy of all the bytes so far. The room
+// is counted as the session's memory while it is kept (see settle), and
+// set again at every restart.
+func (c *cache) restart() {
+	b, shared := c.bytes, c.shared
+	*c = cache{}
+	if len(b) > 0 {
+		c.room = len(b) + len(b)/4 + settleBytes
+	}
+	if !shared && b != nil {
+		c.bytes = b[:0]
+	}
+}
 
 func (c *cache) dirty(i int) {
 	if i < c.from {
@@ -209,7 +232,7 @@ func (s *Session) encoded(c *cache, enc encoder, sep byte) []byte {
 	case old != nil:
 		buf = old
 	default:
-		buf = make([]byte, 0, 1024)
+		buf = make([]byte, 0, max(1024, c.room))
 	}
 	count, failed := c.count, c.failed
 	if from < len(oldOffs) {
@@ -232,6 +255,21 @@ func (s *Session) encoded(c *cache, enc encoder, sep byte) []byte {
 	// oldOffs[i+1] before it writes offs[i].
 	offs := oldOffs[:from]
 	var settled []int
+	// rawOf returns the record's JSON of entry i when it is the encoding
+	// of out, its rendering (see ApplyJSON); i only grows.
+	r := 0
+	rawOf := func(i int, out *record.Map) []byte {
+		if c != &s.json {
+			return nil
+		}
+		for r < len(s.raws) && s.raws[r].entry < i {
+			r++
+		}
+		if r < len(s.raws) && s.raws[r].entry == i && s.raws[r].msg == out {
+			return s.raws[r].b
+		}
+		return nil
+	}
 	for i := from; i < len(s.entries); i++ {
 		e := &s.entries[i]
 		start := len(buf)
@@ -291,7 +329,11 @@ func (s *Session) encoded(c *cache, enc encoder, sep byte) []byte {
 				dst = append(dst, sep)
 			}
 			var err error
-			dst, err = enc(dst, out)
+			if raw := rawOf(i, out); raw != nil {
+				dst = append(dst, raw...)
+			} else {
+				dst, err = enc(dst, out)
+			}
 			switch {
 			case err != nil:
 				failed = append(failed, failure{entry: i, err: err})
@@ -323,10 +365,11 @@ func (s *Session) encoded(c *cache, enc encoder, sep byte) []byte {
 	c.shared = !s.settling || (c.shared && sameBuf)
 	if c == &s.json {
 		// Now that the JSON cache holds them, the entries it rendered
-		// may be let go of.
+		// may be let go of, and the records' JSON of those appended.
 		for _, i := range settled {
 			s.pack(i)
 		}
+		s.dropRaws()
 	}
 	return buf
 }

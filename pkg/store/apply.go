@@ -29,7 +29,13 @@ func (s *Store) Apply(session string, seq uint64, data []byte) {
 		s.stats.duplicates.Add(1)
 		return // a redelivery or a replay
 	}
-	v, err := s.Decoder.Decode(data)
+	v, canonical, err := s.Decoder.DecodeCanonical(data)
+	var raw []byte
+	if canonical && s.Decoder.ShareInput {
+		// The record's bytes are its message's JSON, and never change:
+		// the session copies them rather than encoding the message.
+		raw = data
+	}
 	sl := s.lockSlot(session)
 	if s.way.dropped(seq) {
 		// Deleted from the stream before it came (removed.go): looked
@@ -84,7 +90,7 @@ func (s *Store) Apply(session string, seq uint64, data []byte) {
 	var poison error
 	switch ld := sl.loading; {
 	case sl.proj != nil:
-		poison = s.applyLoaded(sl, seq, v, n, resets)
+		poison = s.applyLoaded(sl, seq, v, raw, n, resets)
 	case ld != nil && seq > ld.to:
 		// Past what the load reads: it applies this before it is done.
 		ld.pending = append(ld.pending, noted{seq: seq, v: v, n: n, resets: resets})
@@ -126,15 +132,17 @@ func (s *Store) seen(session string, seq uint64) bool {
 
 // applyLoaded applies a decoded record to a loaded session, or
 // quarantines it when it would take the session past its bound; it
-// returns the reason a record is quarantined. The slot is locked.
-func (s *Store) applyLoaded(sl *slot, seq uint64, v any, n int, resets bool) error {
+// returns the reason a record is quarantined. raw, unless nil, is the
+// record's canonical JSON (see projection.Session.ApplyJSON). The slot
+// is locked.
+func (s *Store) applyLoaded(sl *slot, seq uint64, v any, raw []byte, n int, resets bool) error {
 	w, err := s.limits().Weigh(sl.weight, n, resets)
 	if err != nil {
 		sl.proj.Skip(seq)
 		s.cache.touch(sl)
 		return err
 	}
-	if err := s.applyRecord(sl.proj, seq, v); err != nil {
+	if err := s.applyRecord(sl.proj, seq, v, raw); err != nil {
 		// The projection may be half-changed: drop it. The failure may
 		// come from what the projection held (an earlier entry rendered
 		// again) rather than from this record: the next load applies
@@ -161,7 +169,7 @@ func (s *Store) resets(v any, n int) bool { return s.limits().Resets(v, n) }
 // applyRecord applies a decoded record to a projection. A panic comes
 // back as an error wrapping errPanicked: the projection may then be
 // half-changed and must be dropped.
-func (s *Store) applyRecord(p *projection.Session, seq uint64, v any) (err error) {
+func (s *Store) applyRecord(p *projection.Session, seq uint64, v any, raw []byte) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("%w: %w: %v", ErrQuarantined, errPanicked, r)
@@ -171,7 +179,7 @@ func (s *Store) applyRecord(p *projection.Session, seq uint64, v any) (err error
 		s.applyHook(p, seq, v)
 		return nil
 	}
-	p.Apply(seq, v)
+	p.ApplyJSON(seq, v, raw)
 	return nil
 }
 

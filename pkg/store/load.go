@@ -569,7 +569,7 @@ func (b *build) add(seq uint64, skip bool, v any, n int, resets bool) error {
 		b.quarantine(quarantined{seq: seq}, n, err)
 		return nil
 	}
-	if err := s.applyRecord(b.proj, seq, v); err != nil {
+	if err := s.applyRecord(b.proj, seq, v, nil); err != nil {
 		b.quarantine(quarantined{seq: seq, panicked: true}, n, err)
 		return err
 	}
