@@ -150,7 +150,7 @@ func build(records []Record, opt Options, ex *explainer) Result {
 	res.Messages = make([]any, 0, len(items))
 	for i, it := range items {
 		trimmed := 0
-		out := rewrite(it.msg, calls[i], results[i],
+		out := rewrite(it.msg, roleKind(it.msg), calls[i], results[i],
 			func(c call) bool { return paired(c.id) },
 			func(r result) bool { return paired(r.id) },
 			func(r result) bool {

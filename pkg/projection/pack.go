@@ -36,10 +36,12 @@ var unpackDecoder = record.Decoder{MaxBytes: math.MaxInt, MaxDepth: math.MaxInt3
 var shareDecoder = record.Decoder{MaxBytes: math.MaxInt, MaxDepth: math.MaxInt32, ShareInput: true, Trusted: true}
 
 // pack lets go of entry i's message and rendering when that loses
-// nothing. The JSON cache must hold the entry's current rendering.
-func (s *Session) pack(i int) {
+// nothing. The JSON cache must hold the entry's current rendering;
+// fromJSON says the message was decoded from JSON, which carries it
+// exactly.
+func (s *Session) pack(i int, fromJSON bool) {
 	e := &s.entries[i]
-	if e.packed || e.stale || e.out == nil || !restorable(e) || !exactInJSON(e.msg) {
+	if e.packed || e.stale || e.out == nil || !restorable(e) || !fromJSON && !exactInJSON(e.msg) {
 		return
 	}
 	e.msg, e.out, e.packed = nil, nil, true
@@ -54,11 +56,11 @@ func restorable(e *entry) bool {
 	if e.out == e.msg {
 		return true
 	}
-	switch roleOf(e.msg) {
-	case "toolResult", "tool":
+	switch e.role {
+	case roleResult:
 		// Kept and rendered differently: only trimming does that.
 		return true
-	case "user":
+	case roleUser:
 		// Trimming replaces blocks; dropping an orphan result removes
 		// one, which the rendering cannot give back.
 		a, _ := e.msg.Get("content")

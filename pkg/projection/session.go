@@ -86,6 +86,7 @@ type entry struct {
 	calls   []call
 	results []result
 	out     *record.Map // the rendering; nil when the passes drop it or packed
+	role    role        // msg's
 	kept    bool        // the passes keep the message: out != nil, or packed
 	stale   bool        // out must be recomputed
 	packed  bool        // msg and out are let go; the JSON cache holds it
@@ -262,7 +263,7 @@ func (s *Session) append(seq uint64, m *record.Map) {
 func (s *Session) appendWith(seq uint64, m *record.Map, results []result) {
 	i := len(s.entries)
 	s.version++
-	s.entries = append(s.entries, entry{seq: seq, msg: m, calls: callsOf(m), results: results, stale: true, changed: s.version})
+	s.entries = append(s.entries, entry{seq: seq, msg: m, role: roleKind(m), calls: callsOf(m), results: results, stale: true, changed: s.version})
 	e := &s.entries[i]
 	e.size = sizeOf(m)
 	s.msgBytes += e.size
@@ -404,7 +405,7 @@ func (s *Session) render(i int) {
 		return
 	}
 	e.stale = false
-	e.out = rewrite(e.msg, e.calls, e.results,
+	e.out = rewrite(e.msg, e.role, e.calls, e.results,
 		func(c call) bool { return s.paired(c.id) },
 		func(r result) bool { return s.paired(r.id) },
 		func(r result) bool { return s.trimmed(i, r) })

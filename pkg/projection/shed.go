@@ -76,7 +76,7 @@ func (s *Session) shed(i int) {
 	}
 	actual := resultsOf(e.msg) // the images the message still holds
 	all := func(result) bool { return true }
-	out := rewrite(e.msg, e.calls, actual, func(call) bool { return true }, all,
+	out := rewrite(e.msg, e.role, e.calls, actual, func(call) bool { return true }, all,
 		func(r result) bool {
 			// A result after the latest is one of this entry's that
 			// Apply has not come to yet: it may be the next latest.

@@ -58,6 +58,30 @@ func roleOf(m *record.Map) string {
 	return r
 }
 
+// role is what the passes tell apart of a message's role. A session notes
+// it as a message is appended, while the message is still in the cache,
+// rather than reading it again when the message renders.
+type role uint8
+
+const (
+	roleOther     role = iota
+	roleAssistant      // "assistant"
+	roleResult         // "toolResult", "tool"
+	roleUser           // "user"
+)
+
+func roleKind(m *record.Map) role {
+	switch roleOf(m) {
+	case "assistant":
+		return roleAssistant
+	case "toolResult", "tool":
+		return roleResult
+	case "user":
+		return roleUser
+	}
+	return roleOther
+}
+
 // firstString returns the first string among the keys of m, "" when none.
 func firstString(m *record.Map, keys ...string) string {
 	for _, k := range keys {
@@ -230,12 +254,12 @@ func usable(content any, present bool) bool {
 // -1 for the message itself) stays; trim whether a kept result's images
 // are replaced. It returns nil when the message is dropped, and m itself
 // when nothing changes.
-func rewrite(m *record.Map, calls []call, results []result,
+func rewrite(m *record.Map, kind role, calls []call, results []result,
 	keepCall func(c call) bool, keepResult func(r result) bool, trim func(r result) bool) *record.Map {
-	switch roleOf(m) {
-	case "assistant":
+	switch kind {
+	case roleAssistant:
 		return rewriteAssistant(m, calls, keepCall)
-	case "toolResult", "tool":
+	case roleResult:
 		r := results[0]
 		if !keepResult(r) {
 			return nil
@@ -247,7 +271,7 @@ func rewrite(m *record.Map, calls []call, results []result,
 			return out
 		}
 		return m
-	case "user":
+	case roleUser:
 		if len(results) == 0 {
 			return m
 		}

@@ -254,7 +254,14 @@ func (s *Session) encoded(c *cache, enc encoder, sep byte) []byte {
 	// offs is rewritten in place: iteration i reads oldOffs[i] and
 	// oldOffs[i+1] before it writes offs[i].
 	offs := oldOffs[:from]
-	var settled []int
+	// settled lists the entries the JSON rendering encoded, and whether
+	// from their records' JSON (see ApplyJSON), which needs no check that
+	// JSON carries the message exactly.
+	type settledEntry struct {
+		i       int
+		fromRaw bool
+	}
+	var settled []settledEntry
 	// rawOf returns the record's JSON of entry i when it is the encoding
 	// of out, its rendering (see ApplyJSON); i only grows.
 	r := 0
@@ -329,7 +336,8 @@ func (s *Session) encoded(c *cache, enc encoder, sep byte) []byte {
 				dst = append(dst, sep)
 			}
 			var err error
-			if raw := rawOf(i, out); raw != nil {
+			raw := rawOf(i, out)
+			if raw != nil {
 				dst = append(dst, raw...)
 			} else {
 				dst, err = enc(dst, out)
@@ -352,7 +360,7 @@ func (s *Session) encoded(c *cache, enc encoder, sep byte) []byte {
 			if err == nil {
 				count++
 				if c == &s.json {
-					settled = append(settled, i)
+					settled = append(settled, settledEntry{i, raw != nil})
 				}
 			}
 		}
@@ -366,8 +374,8 @@ func (s *Session) encoded(c *cache, enc encoder, sep byte) []byte {
 	if c == &s.json {
 		// Now that the JSON cache holds them, the entries it rendered
 		// may be let go of, and the records' JSON of those appended.
-		for _, i := range settled {
-			s.pack(i)
+		for _, e := range settled {
+			s.pack(e.i, e.fromRaw)
 		}
 		s.dropRaws()
 	}
