@@ -334,6 +334,12 @@ func (s *Session) appendWith(seq uint64, m *record.Map, results []result) {
 			}
 		}
 	}
+	if len(s.entries[i].calls) == 0 {
+		// Rendered while the message is in the cache: without calls,
+		// nothing but a later screenshot's trimming renders it again.
+		// One with calls waits for their results.
+		s.render(i)
+	}
 }
 
 func (e *entry) resultAt(block int) result {
