@@ -382,8 +382,11 @@ func (a *App) newStore() *store.Store {
 	s := store.New()
 	s.Options = projection.Options{BrowserTools: a.BrowserTools}
 	// Records come from NATS messages, each its own copy that nothing
-	// writes again: screenshots are decoded without copying them.
-	s.Decoder = record.Decoder{MaxBytes: a.MaxRecordBytes, ShareInput: true}
+	// writes again: their strings, screenshots among them, are decoded
+	// without copying them. A record is held decoded until its session
+	// settles (a few records later), then as its JSON rendering; what a
+	// session keeps beyond that is copied (see projection/shed.go).
+	s.Decoder = record.Decoder{MaxBytes: a.MaxRecordBytes, ShareInput: true, ShareShort: true}
 	s.Loader = a.loader
 	s.MaxSessions, s.MaxBytes = a.CacheSessions, a.CacheBytes
 	s.MaxSessionBytes = a.MaxSessionBytes

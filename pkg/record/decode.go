@@ -26,6 +26,13 @@ type Decoder struct {
 	// never change while the value is in use, and stays in memory as long
 	// as such a string does.
 	ShareInput bool
+	// ShareShort, with ShareInput, shares short strings too: every string
+	// written without escapes points into the input, so that a record's
+	// strings cost no copy, and the input stays in memory as long as any
+	// of them does. It suits input that is one record in a buffer of its
+	// own, held about as long as the record (a consumer's messages), not
+	// a record within a larger buffer (a line of a file).
+	ShareShort bool
 	// Trusted says the JSON input is this package's own encoding
 	// (AppendJSON): its strings are valid UTF-8 without control
 	// characters, so a string without escapes is only searched for its

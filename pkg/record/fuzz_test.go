@@ -59,6 +59,10 @@ func FuzzDecode(f *testing.F) {
 		m, err := record.Decode(data)
 		// Sharing the input's memory changes nothing a caller can see.
 		shared, serr := record.Decoder{ShareInput: true}.Decode(bytes.Clone(data))
+		// So does sharing short strings.
+		if all, aerr := (record.Decoder{ShareInput: true, ShareShort: true}).Decode(bytes.Clone(data)); (err == nil) != (aerr == nil) || err == nil && !record.Equal(all, shared) {
+			t.Fatalf("ShareShort: %s, %v; without it %v", repr(all), aerr, err)
+		}
 		if (err == nil) != (serr == nil) || (err != nil && err.Error() != serr.Error()) {
 			t.Fatalf("ShareInput: error %v, without it %v", serr, err)
 		}

@@ -32,7 +32,8 @@ func (d Decoder) decodeJSON(data []byte) (any, bool, error) {
 	}
 	p := jsonParsers.Get().(*jsonParser)
 	defer p.release()
-	p.data, p.maxDepth, p.strs.share, p.trusted, p.canonical = data, maxDepth, d.ShareInput, d.Trusted, true
+	p.data, p.maxDepth, p.trusted, p.canonical = data, maxDepth, d.Trusted, true
+	p.strs.share, p.strs.all = d.ShareInput, d.ShareShort
 	p.skipSpace()
 	if p.pos == len(data) {
 		return nil, false, p.fail(ErrEmpty, "")

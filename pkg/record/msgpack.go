@@ -25,7 +25,7 @@ func (d Decoder) DecodeMsgpack(data []byte) (any, error) {
 		return nil, &DecodeError{Format: "msgpack", Err: ErrEmpty}
 	}
 	p := mpParser{data: data, maxDepth: maxDepth}
-	p.strs.share = d.ShareInput
+	p.strs.share, p.strs.all = d.ShareInput, d.ShareShort
 	v, err := p.value(0)
 	if err != nil {
 		return nil, err

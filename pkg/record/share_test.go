@@ -14,6 +14,7 @@ import (
 // TestDecoder_ShareInput: with ShareInput, a long string without escapes
 // points into the input, in JSON and msgpack; short strings and escaped
 // ones are copied, so the input's later changes reach only the shared.
+// With ShareShort too, short strings are shared as well.
 func TestDecoder_ShareInput(t *testing.T) {
 	long := strings.Repeat("A", record.ShareMinString)
 	short := strings.Repeat("b", record.ShareMinString-1)
@@ -42,6 +43,15 @@ func TestDecoder_ShareInput(t *testing.T) {
 			require.False(t, within(v, "short"), "a short string is copied")
 			if in.name == "json" {
 				require.False(t, within(v, "escaped"), "an escaped string is copied")
+			}
+
+			all, err := record.Decoder{ShareInput: true, ShareShort: true}.Decode(data)
+			require.NoError(t, err)
+			require.True(t, record.Equal(m, all))
+			require.True(t, within(all, "long"), "ShareShort: a long string is shared")
+			require.True(t, within(all, "short"), "ShareShort: a short string is shared")
+			if in.name == "json" {
+				require.False(t, within(all, "escaped"), "ShareShort: an escaped string is copied")
 			}
 
 			plain, err := record.Decoder{}.Decode(data)

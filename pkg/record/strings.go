@@ -21,13 +21,14 @@ const (
 type arena struct {
 	block []byte
 	share bool // input strings of ShareMinString bytes or more are not copied
+	all   bool // with share, no input string is copied (ShareShort)
 }
 
 // input returns b, a part of the decoder's input, as a string: shared with
-// the input when the arena may and the string is long, else copied as
-// string does.
+// the input when the arena may and the string is long (or any string, see
+// ShareShort), else copied as string does.
 func (a *arena) input(b []byte, left int) string {
-	if a.share && len(b) >= ShareMinString {
+	if a.share && len(b) > 0 && (a.all || len(b) >= ShareMinString) {
 		// The caller promised the input never changes (ShareInput).
 		return unsafe.String(&b[0], len(b))
 	}

@@ -100,7 +100,7 @@ func TestStore_BrowsingSessionSnapshotWritten(t *testing.T) {
 
 // BenchmarkStore_BrowsingMemory measures what a browsing session holds:
 // sessions of 50 screenshots of 75 KB each, applied as the service
-// applies them (each record its own buffer, decoded sharing its long
+// applies them (each record its own buffer, decoded sharing its
 // strings), then viewed as JSON. It reports, per session, the context's
 // bytes, the store's estimate (what --cache-bytes counts) and the heap
 // after a collection, before and after the view, and the size of the
@@ -112,7 +112,7 @@ func BenchmarkStore_BrowsingMemory(b *testing.B) {
 	recs := browsingSession(50, 75_000)
 	for range b.N {
 		s := New()
-		s.Decoder = record.Decoder{ShareInput: true}
+		s.Decoder = record.Decoder{ShareInput: true, ShareShort: true} // as the app's store
 		var before, ingested, viewed runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)

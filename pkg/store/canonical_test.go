@@ -35,7 +35,7 @@ func TestStore_ApplyCanonicalRecords(t *testing.T) {
 			values = g.Browsing(20 + r.IntN(40))
 		}
 		s := New()
-		s.Decoder = record.Decoder{ShareInput: true} // as the app's store
+		s.Decoder = record.Decoder{ShareInput: true, ShareShort: true} // as the app's store
 		s.Options = opt
 		var recs []projection.Record
 		var sent, kept [][]byte

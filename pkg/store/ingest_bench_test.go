@@ -27,7 +27,7 @@ func BenchmarkStore_ApplyIngest(b *testing.B) {
 		ids[i] = fmt.Sprintf("s%d", i)
 	}
 	s := New()
-	s.Decoder.ShareInput = true // as the app's store
+	s.Decoder.ShareInput, s.Decoder.ShareShort = true, true // as the app's store
 	b.SetBytes(int64(size / len(pool)))
 	b.ReportAllocs()
 	i := 0
