@@ -32,7 +32,7 @@ func (d Decoder) decodeJSON(data []byte) (any, bool, error) {
 	}
 	p := jsonParsers.Get().(*jsonParser)
 	defer p.release()
-	p.data, p.maxDepth, p.trusted, p.canonical = data, maxDepth, d.Trusted, true
+	p.data, p.maxDepth, p.trusted, p.canonical, p.backslash = data, maxDepth, d.Trusted, true, -1
 	p.strs.share, p.strs.all = d.ShareInput, d.ShareShort
 	p.skipSpace()
 	if p.pos == len(data) {
@@ -66,6 +66,7 @@ type jsonParser struct {
 	elemSlab   slab[any]
 	boxes      boxes // the strings and integers read
 	trusted    bool  // see Decoder.Trusted
+	backslash  int   // trusted: where the next backslash is, if at or after the string read
 	// canonical: nothing read so far differs from what AppendJSON
 	// writes for the values read.
 	canonical bool
@@ -341,10 +342,20 @@ func (p *jsonParser) str() (string, error) {
 	start := p.pos + 1
 	if p.trusted {
 		// Valid UTF-8 without control characters: a string without
-		// escapes ends at the first quote.
-		if q := bytes.IndexByte(data[start:], '"'); q >= 0 && bytes.IndexByte(data[start:start+q], '\\') < 0 {
-			p.pos = start + q + 1
-			return p.strs.input(data[start:start+q], len(data)-p.pos), nil
+		// escapes ends at the first quote. Where the next backslash is
+		// is kept from string to string, so that input without escapes
+		// (a screenshot's base64) is searched for them once.
+		if q := bytes.IndexByte(data[start:], '"'); q >= 0 {
+			if p.backslash < start {
+				p.backslash = len(data)
+				if k := bytes.IndexByte(data[start:], '\\'); k >= 0 {
+					p.backslash = start + k
+				}
+			}
+			if end := start + q; p.backslash > end {
+				p.pos = end + 1
+				return p.strs.input(data[start:end], len(data)-p.pos), nil
+			}
 		}
 	}
 	end, ascii := scanJSONString(data, start)
