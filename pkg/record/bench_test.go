@@ -84,6 +84,19 @@ func BenchmarkDecode(b *testing.B) {
 				reportRecords(b)
 			})
 		}
+		// As the service's store decodes a record: sharing its strings
+		// with the message, and telling whether it is canonical.
+		b.Run(in.name+"/json-store", func(b *testing.B) {
+			d := record.Decoder{ShareInput: true, ShareShort: true}
+			b.SetBytes(int64(len(in.json)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, canonical, err := d.DecodeCanonical(in.json); err != nil || !canonical {
+					b.Fatal(canonical, err)
+				}
+			}
+			reportRecords(b)
+		})
 	}
 }
 

@@ -54,19 +54,22 @@ func (d Decoder) decodeJSON(data []byte) (any, bool, error) {
 var jsonParsers = sync.Pool{New: func() any { return new(jsonParser) }}
 
 type jsonParser struct {
-	data       []byte
-	pos        int
-	maxDepth   int
-	strs       arena
-	buf        []byte    // a string being unescaped
-	elems      []any     // elements of the arrays being read, innermost last
-	members    []Member  // members of the maps being read, innermost last
-	mapSlab    slab[Map] // where the maps, members and elements read go
-	memberSlab slab[Member]
-	elemSlab   slab[any]
-	boxes      boxes // the strings and integers read
-	trusted    bool  // see Decoder.Trusted
-	backslash  int   // trusted: where the next backslash is, if at or after the string read
+	data     []byte
+	pos      int
+	maxDepth int
+	strs     arena
+	buf      []byte   // a string being unescaped
+	elems    []any    // elements of the arrays being read, innermost last
+	members  []Member // members of the maps being read, innermost last
+	// The most elements and members the scratch space held, which
+	// release clears.
+	elemsHigh, membersHigh int
+	mapSlab                slab[Map] // where the maps, members and elements read go
+	memberSlab             slab[Member]
+	elemSlab               slab[any]
+	boxes                  boxes // the strings and integers read
+	trusted                bool  // see Decoder.Trusted
+	backslash              int   // trusted: where the next backslash is, if at or after the string read
 	// canonical: nothing read so far differs from what AppendJSON
 	// writes for the values read.
 	canonical bool
@@ -76,8 +79,10 @@ type jsonParser struct {
 const maxKept = 1 << 16
 
 func (p *jsonParser) release() {
-	clear(p.elems)
-	clear(p.members)
+	// What the maps and arrays read left in the scratch space, so that
+	// a pooled parser holds no record.
+	clear(p.elems[:max(len(p.elems), p.elemsHigh)])
+	clear(p.members[:max(len(p.members), p.membersHigh)])
 	*p = jsonParser{buf: p.buf[:0], elems: p.elems[:0], members: p.members[:0]}
 	if cap(p.buf) > maxKept {
 		p.buf = nil
@@ -114,6 +119,14 @@ func (p *jsonParser) unexpected(want string) error {
 }
 
 func (p *jsonParser) skipSpace() {
+	// Most records have no white space between tokens.
+	if p.pos < len(p.data) && p.data[p.pos] > ' ' {
+		return
+	}
+	p.skipSpaces()
+}
+
+func (p *jsonParser) skipSpaces() {
 	for p.pos < len(p.data) {
 		switch p.data[p.pos] {
 		case ' ', '\t', '\n', '\r':
@@ -219,7 +232,7 @@ func (p *jsonParser) object(depth int) (any, error) {
 			left := len(p.data) - p.pos
 			members := p.memberSlab.take(len(p.members)-base, left/24)
 			copy(members, p.members[base:])
-			clear(p.members[base:])
+			p.membersHigh = max(p.membersHigh, len(p.members)) // cleared by release
 			p.members = p.members[:base]
 			m := &p.mapSlab.take(1, left/96)[0]
 			m.Members = members
@@ -256,7 +269,7 @@ func (p *jsonParser) array(depth int) (any, error) {
 			p.pos++
 			a := p.elemSlab.take(len(p.elems)-base, (len(p.data)-p.pos)/24)
 			copy(a, p.elems[base:])
-			clear(p.elems[base:])
+			p.elemsHigh = max(p.elemsHigh, len(p.elems)) // cleared by release
 			p.elems = p.elems[:base]
 			return a, nil
 		default:
