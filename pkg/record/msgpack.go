@@ -51,6 +51,7 @@ type mpParser struct {
 	mapSlab    slab[Map]
 	memberSlab slab[Member]
 	elemSlab   slab[any]
+	boxes      boxes // the strings and integers read
 }
 
 // avail returns the bytes left for the value being read.
@@ -108,7 +109,7 @@ func (p *mpParser) value(depth int) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		return s, nil
+		return p.boxes.str(s, len(p.data)-p.pos), nil
 	case c <= 0x7f: // positive fixint
 		return int64(c), nil
 	case c >= 0xe0: // negative fixint
@@ -161,7 +162,7 @@ func (p *mpParser) value(depth int) (any, error) {
 		if u > math.MaxInt64 {
 			return u, nil
 		}
-		return int64(u), nil
+		return p.boxes.int(int64(u), len(p.data)-p.pos), nil
 	case 0xd0, 0xd1, 0xd2, 0xd3: // int 8/16/32/64
 		size := 1 << (c - 0xd0)
 		u, err := p.uint(size)
@@ -169,7 +170,7 @@ func (p *mpParser) value(depth int) (any, error) {
 			return nil, err
 		}
 		shift := 64 - 8*size
-		return int64(u<<shift) >> shift, nil
+		return p.boxes.int(int64(u<<shift)>>shift, len(p.data)-p.pos), nil
 	case 0xd4, 0xd5, 0xd6, 0xd7, 0xd8: // fixext 1/2/4/8/16
 		return p.ext(1<<(c-0xd4), start)
 	case 0xd9, 0xda, 0xdb: // str 8/16/32
@@ -181,7 +182,7 @@ func (p *mpParser) value(depth int) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		return s, nil
+		return p.boxes.str(s, len(p.data)-p.pos), nil
 	case 0xdc, 0xdd: // array 16/32
 		n, err := p.length(2 << (c - 0xdc))
 		if err != nil {
