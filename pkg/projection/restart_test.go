@@ -2,6 +2,7 @@ package projection
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -82,4 +83,48 @@ func TestSession_RestartKeepsRoom(t *testing.T) {
 	}
 	require.Less(t, cap(s.json.bytes), 100_000, "room kept for a session that no longer needs it")
 	requireBuild(t, s.Session, s.values[len(s.values)-41:])
+}
+
+// TestSession_Fit: a session fitted after a load is settled whole, its
+// JSON rendering holds no room, and it goes on as any other; one whose
+// bytes were handed out is left as it is.
+func TestSession_Fit(t *testing.T) {
+	for seed := range uint64(100) {
+		r := rand.New(rand.NewPCG(seed, 3))
+		g := newGen(r)
+		opt := Options{BrowserTools: g.BrowserTools()}
+		s := New(opt)
+		values := g.Session(20 + r.IntN(60))
+		n := len(values) / 2
+		var recs []Record
+		for i, v := range values[:n] {
+			s.Apply(uint64(i+1), v)
+			recs = append(recs, Record{Seq: uint64(i + 1), Value: v})
+		}
+		s.Fit()
+		require.Equal(t, len(s.json.bytes), cap(s.json.bytes), "seed %d: room left", seed)
+		require.Equal(t, s.version, s.json.built, "seed %d: the JSON rendering is not up to date", seed)
+		require.Equal(t, s.msgBytes, s.settled, "seed %d", seed)
+		want := Build(recs, opt)
+		wantJSON, err := record.AppendJSON(nil, want.Messages)
+		require.NoError(t, err)
+		require.Equal(t, string(wantJSON), string(s.AppendJSON(nil)), "seed %d: after Fit", seed)
+
+		// Handed out: Fit leaves the bytes where they are.
+		body, _ := s.JSONBody()
+		held := string(body)
+		s.Fit()
+		got, _ := s.JSONBody()
+		require.Same(t, &body[:1][0], &got[:1][0], "seed %d: handed-out bytes moved", seed)
+
+		for i, v := range values[n:] {
+			s.Apply(uint64(n+i+1), v)
+			recs = append(recs, Record{Seq: uint64(n + i + 1), Value: v})
+		}
+		require.Equal(t, held, string(body), "seed %d: handed-out bytes written", seed)
+		want = Build(recs, opt)
+		wantJSON, err = record.AppendJSON(nil, want.Messages)
+		require.NoError(t, err)
+		require.Equal(t, string(wantJSON), string(s.AppendJSON(nil)), "seed %d: after more records", seed)
+	}
 }

@@ -66,6 +66,25 @@ func (s *Session) settle() {
 	}
 }
 
+// Fit settles the whole session and gives back the room its JSON
+// rendering keeps to grow in (see settle), when nobody holds its bytes:
+// for a session loaded whole, which may be read and never grow again. A
+// session that grows after pays one copy of its rendering more.
+func (s *Session) Fit() {
+	c := &s.json
+	if c.shared {
+		return
+	}
+	s.settling = true
+	s.encoded(c, appendMessageJSON, ',')
+	s.settling = false
+	s.settled = s.msgBytes
+	if n := len(c.bytes); !c.shared && cap(c.bytes) > n {
+		c.bytes = append(make([]byte, 0, n), c.bytes...)
+	}
+	c.room = 0
+}
+
 // shed replaces entry i's message by the message with the images of its
 // trimmed results omitted, when it still holds some; the entry must be
 // stale (touched), as its rendering is recomputed from the new message.

@@ -58,8 +58,8 @@ func TestStore_EvictsTheLeastRecentlyUsed(t *testing.T) {
 	require.Equal(t, uint64(4), s.Stats().Evictions)
 }
 
-// heldBy returns what a projection of the records holds, as the store
-// counts it.
+// heldBy returns what a projection of the records holds once loaded, as
+// the store counts it.
 func heldBy(t *testing.T, s *Store, recs ...[]byte) int64 {
 	t.Helper()
 	p := projection.New(s.Options)
@@ -68,6 +68,7 @@ func heldBy(t *testing.T, s *Store, recs ...[]byte) int64 {
 		require.NoError(t, err)
 		p.Apply(uint64(i+1), v)
 	}
+	p.Fit() // as a load does
 	return p.Size()
 }
 

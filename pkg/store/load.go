@@ -299,7 +299,10 @@ func (s *Store) load(ctx context.Context, sl *slot) error {
 			}
 			s.cache.snapLoads.Add(1)
 		}
-		sl.proj, sl.size, sl.weight = b.proj, b.size, b.weight
+		// Loaded whole: its rendering needs no room to grow until the
+		// ingest brings it more.
+		b.proj.Fit()
+		sl.proj, sl.size, sl.weight = b.proj, b.proj.Size(), b.weight
 		// After a removal, the read met every record of the session up
 		// to where it read, the stream's end or past it: one that comes
 		// later was removed (a record on its way, or of a restart's
