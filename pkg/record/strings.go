@@ -99,7 +99,20 @@ func scanJSONString(b []byte, i int) (int, bool) {
 		if e := bytes.IndexByte(b[i:end], '\\'); e >= 0 {
 			end = i + e
 		}
-		// Four words a step: a screenshot's base64 is scanned here.
+		// Four words a step: a screenshot's base64 is scanned here. While
+		// the bytes are ASCII, one test finds a control character or a
+		// byte that is not ASCII (a borrow out of a control character
+		// may mark its neighbour too, after it); from the first of
+		// either, the loop below tells them apart.
+		for ; i+32 <= end; i += 32 {
+			x0 := binary.LittleEndian.Uint64(b[i:])
+			x1 := binary.LittleEndian.Uint64(b[i+8:])
+			x2 := binary.LittleEndian.Uint64(b[i+16:])
+			x3 := binary.LittleEndian.Uint64(b[i+24:])
+			if ((x0-lsb*0x20)|x0|(x1-lsb*0x20)|x1|(x2-lsb*0x20)|x2|(x3-lsb*0x20)|x3)&msb != 0 {
+				break
+			}
+		}
 		for ; i+32 <= end; i += 32 {
 			x0 := binary.LittleEndian.Uint64(b[i:])
 			x1 := binary.LittleEndian.Uint64(b[i+8:])
