@@ -15,6 +15,9 @@ func IsValidCompaction(v any) bool {
 	if !ok {
 		return false
 	}
+	if !hasString(m, "type", "compaction") {
+		return false // most records: a quick look, not a switch on every member
+	}
 	var typ, at, ref, summary, audit, messages, firstKept, before, after, base, planner any
 	var handover, auditMap any
 	hasHandover, hasAudit := false, false
@@ -79,6 +82,16 @@ func IsValidCompaction(v any) bool {
 		return false
 	}
 	return true
+}
+
+// hasString reports whether some member of m is key with the string v.
+func hasString(m *record.Map, key, v string) bool {
+	for i := range m.Members {
+		if s, ok := m.Members[i].Value.(string); ok && s == v && m.Members[i].Key == key {
+			return true
+		}
+	}
+	return false
 }
 
 // classify applies pass 1 to one record. A valid compaction returns its
