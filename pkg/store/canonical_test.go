@@ -20,7 +20,9 @@ import (
 // come as canonical JSON, as JSON with white space or escapes the encoder
 // does not write, or as msgpack, each in a buffer of its own as the
 // ingest gets them, the store's view equals Build over the records after
-// every few records, and the buffers are never written.
+// every few records, and the buffers are never written. Now and then the
+// session is evicted, so that it loads again (and is fitted) before the
+// records after.
 func TestStore_ApplyCanonicalRecords(t *testing.T) {
 	sessions := 200
 	if testing.Short() {
@@ -34,7 +36,9 @@ func TestStore_ApplyCanonicalRecords(t *testing.T) {
 		if seed%3 == 0 {
 			values = g.Browsing(20 + r.IntN(40))
 		}
-		s := New()
+		l := newFakeLoader()
+		s := newStore(t)
+		s.Loader = l
 		s.Decoder = record.Decoder{ShareInput: true, ShareShort: true} // as the app's store
 		s.Options = opt
 		var recs []projection.Record
@@ -44,8 +48,11 @@ func TestStore_ApplyCanonicalRecords(t *testing.T) {
 			if !ok {
 				continue
 			}
-			seq := uint64(i + 1)
+			seq := l.publish("s", data)
 			s.Apply("s", seq, data)
+			if r.IntN(10) == 0 {
+				s.Evict("s")
+			}
 			sent, kept = append(sent, data), append(kept, bytes.Clone(data))
 			if m, err := record.Decode(data); err == nil {
 				recs = append(recs, projection.Record{Seq: seq, Value: m})
