@@ -79,7 +79,8 @@ func (s *Session) Fit() {
 	s.encoded(c, appendMessageJSON, ',')
 	s.settling = false
 	s.settled = s.msgBytes
-	if n := len(c.bytes); !c.shared && cap(c.bytes) > n {
+	// Built for Apply, the bytes are still not handed out.
+	if n := len(c.bytes); cap(c.bytes) > n {
 		c.bytes = append(make([]byte, 0, n), c.bytes...)
 	}
 	c.room = 0
