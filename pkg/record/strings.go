@@ -3,6 +3,7 @@ package record
 import (
 	"bytes"
 	"encoding/binary"
+	"math/bits"
 	"strings"
 	"unicode/utf8"
 	"unsafe"
@@ -68,6 +69,16 @@ func specialJSON(x uint64) bool {
 	return ((x-lsb*0x20)&^x|(q-lsb)&^q|(bs-lsb)&^bs)&msb != 0
 }
 
+// specialAt returns the index of the first byte of the eight in x (in
+// memory order) that specialJSON looks for, or 8 when none is. Each
+// borrow-based test may mark bytes after the first it finds, never one
+// before: the lowest mark of all three is that first byte.
+func specialAt(x uint64) int {
+	q := x ^ (lsb * '"')
+	bs := x ^ (lsb * '\\')
+	return bits.TrailingZeros64(((x-lsb*0x20)&^x|(q-lsb)&^q|(bs-lsb)&^bs)&msb) >> 3
+}
+
 // scanWindow is how far ahead long strings are searched at a time, a
 // multiple of eight. Searching no further than that keeps a string with
 // many escapes, or many strings, linear in time.
@@ -81,15 +92,18 @@ func scanJSONString(b []byte, i int) (int, bool) {
 	// Short strings, most of them, end within a few words.
 	for n := 0; n < 4 && i+8 <= len(b); n++ {
 		x := binary.LittleEndian.Uint64(b[i:])
-		if specialJSON(x) {
-			return scanTail(b, i, high)
+		if k := specialAt(x); k < 8 {
+			high |= x & (1<<(8*k) - 1) // the bytes before it
+			return i + k, high&msb == 0
 		}
 		high |= x
 		i += 8
 	}
-	// A long one: find the next quote or backslash with the vectorized
-	// IndexByte, a window at a time, and check the bytes before it for
-	// control characters only.
+	// A long one: skip what a vector scan finds plain, where there is
+	// one (a screenshot's base64 is all plain); then find the next quote
+	// or backslash with the vectorized IndexByte, a window at a time, and
+	// check the bytes before it for control characters only.
+	i += plainPrefix(b[i:])
 	for {
 		w := min(i+scanWindow, len(b))
 		end := w
