@@ -61,6 +61,7 @@ type jsonParser struct {
 	buf      []byte   // a string being unescaped
 	elems    []any    // elements of the arrays being read, innermost last
 	members  []Member // members of the maps being read, innermost last
+	keys     []span   // DecodeShape: keys of the objects being read, innermost last
 	// The most elements and members the scratch space held, which
 	// release clears.
 	elemsHigh, membersHigh int
@@ -73,6 +74,20 @@ type jsonParser struct {
 	// canonical: nothing read so far differs from what AppendJSON
 	// writes for the values read.
 	canonical bool
+	// sparse: DecodeShape builds a few of the values it reads, and sizes
+	// new blocks for a few more (see left).
+	sparse bool
+}
+
+// left returns the input bytes from i on, which bound the values still to
+// come and so size a new block for them; a shaped decode (sparse) builds
+// few of those, about one in eight.
+func (p *jsonParser) left(i int) int {
+	n := len(p.data) - i
+	if p.sparse {
+		n /= 8
+	}
+	return n
 }
 
 // maxKept bounds the scratch space a pooled parser keeps, in elements.
@@ -83,7 +98,7 @@ func (p *jsonParser) release() {
 	// a pooled parser holds no record.
 	clear(p.elems[:max(len(p.elems), p.elemsHigh)])
 	clear(p.members[:max(len(p.members), p.membersHigh)])
-	*p = jsonParser{buf: p.buf[:0], elems: p.elems[:0], members: p.members[:0]}
+	*p = jsonParser{buf: p.buf[:0], elems: p.elems[:0], members: p.members[:0], keys: p.keys[:0]}
 	if cap(p.buf) > maxKept {
 		p.buf = nil
 	}
@@ -92,6 +107,9 @@ func (p *jsonParser) release() {
 	}
 	if cap(p.members) > maxKept {
 		p.members = nil
+	}
+	if cap(p.keys) > maxKept {
+		p.keys = nil
 	}
 	jsonParsers.Put(p)
 }
@@ -148,7 +166,7 @@ func (p *jsonParser) value(depth int) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		return p.boxes.str(s, len(p.data)-p.pos), nil
+		return p.boxes.str(s, p.left(p.pos)), nil
 	case c == '{':
 		if depth >= p.maxDepth {
 			return nil, p.fail(ErrTooDeep, fmt.Sprintf("limit %d", p.maxDepth))
@@ -229,7 +247,7 @@ func (p *jsonParser) object(depth int) (any, error) {
 			p.pos++
 		case '}':
 			p.pos++
-			left := len(p.data) - p.pos
+			left := p.left(p.pos)
 			members := p.memberSlab.take(len(p.members)-base, left/24)
 			copy(members, p.members[base:])
 			p.membersHigh = max(p.membersHigh, len(p.members)) // cleared by release
@@ -267,7 +285,7 @@ func (p *jsonParser) array(depth int) (any, error) {
 			p.pos++
 		case ']':
 			p.pos++
-			a := p.elemSlab.take(len(p.elems)-base, (len(p.data)-p.pos)/24)
+			a := p.elemSlab.take(len(p.elems)-base, p.left(p.pos)/24)
 			copy(a, p.elems[base:])
 			p.elemsHigh = max(p.elemsHigh, len(p.elems)) // cleared by release
 			p.elems = p.elems[:base]
@@ -334,12 +352,12 @@ func (p *jsonParser) number() (any, error) {
 		}
 		switch {
 		case !neg && u <= 1<<63-1:
-			return p.boxes.int(int64(u), len(data)-i), nil
+			return p.boxes.int(int64(u), p.left(i)), nil
 		case neg && u <= 1<<63:
-			return p.boxes.int(-int64(u), len(data)-i), nil // -(1<<63) wraps to itself, as wanted
+			return p.boxes.int(-int64(u), p.left(i)), nil // -(1<<63) wraps to itself, as wanted
 		}
 	}
-	return Number(p.strs.string(data[start:i], len(data)-i)), nil
+	return Number(p.strs.string(data[start:i], p.left(i))), nil
 }
 
 func skipDigits(data []byte, i int) int {
@@ -367,7 +385,7 @@ func (p *jsonParser) str() (string, error) {
 			}
 			if end := start + q; p.backslash > end {
 				p.pos = end + 1
-				return p.strs.input(data[start:end], len(data)-p.pos), nil
+				return p.strs.input(data[start:end], p.left(p.pos)), nil
 			}
 		}
 	}
@@ -378,7 +396,7 @@ func (p *jsonParser) str() (string, error) {
 			return "", p.badUTF8(start)
 		}
 		p.pos = end + 1
-		return p.strs.input(data[start:end], len(data)-p.pos), nil
+		return p.strs.input(data[start:end], p.left(p.pos)), nil
 	}
 	buf := p.buf[:0]
 	for i := start; ; {
@@ -394,7 +412,7 @@ func (p *jsonParser) str() (string, error) {
 		case c == '"':
 			p.pos++
 			p.buf = buf
-			return p.strs.string(buf, len(data)-p.pos), nil
+			return p.strs.string(buf, p.left(p.pos)), nil
 		case c < 0x20:
 			return "", p.fail(ErrSyntax, fmt.Sprintf("control character 0x%02x in a string", c))
 		}

@@ -1,0 +1,391 @@
+package record
+
+import (
+	"bytes"
+	"errors"
+	"unicode/utf8"
+)
+
+// A Shape names the parts of a record that DecodeShape builds, so that a
+// reader who looks at a few members of a record need not build the rest.
+//
+// Of an object, the members named in Keys are built to their shapes, in
+// the order they were read; the others are read, checked and left out.
+// Of an array, every element is built to Elems, or stands as Skipped when
+// Elems is nil, so that the elements keep their positions. A string,
+// number or literal is built when Scalars is set, and stands as Skipped
+// otherwise. A Whole shape builds the value as Decode does, whatever it is.
+type Shape struct {
+	Keys    []ShapeKey
+	Elems   *Shape
+	Scalars bool
+	Whole   bool
+}
+
+// ShapeKey is one member a Shape builds. Its name must need no escape in
+// JSON: a key written with escapes never matches it.
+type ShapeKey struct {
+	Name  string
+	Shape *Shape
+}
+
+// Skipped stands for a value that DecodeShape read and checked but did
+// not build.
+type Skipped struct{}
+
+// WholeShape builds a value whole.
+var WholeShape = &Shape{Whole: true}
+
+// errShape ends a shaped decode: the input is not canonical JSON, or not
+// valid, and DecodeShape says no.
+var errShape = errors.New("record: not canonical JSON")
+
+// DecodeShape decodes a JSON object to sh: it returns the object with only
+// the parts sh names built (see Shape), and true, when data is valid
+// canonical JSON within the decoder's limits, as DecodeCanonical would
+// find it. Then Decode builds the whole record from data, the parts sh
+// names equal to those returned. Otherwise it returns false, as soon as
+// it finds out: the record may be invalid, or only written otherwise
+// (with white space, or msgpack), and DecodeCanonical tells which.
+//
+// It costs a fraction of a whole decode: a record is read once, and only
+// what sh names is built. The strings built share the input as the
+// decoder's ShareInput and ShareShort say.
+func (d Decoder) DecodeShape(data []byte, sh *Shape) (*Map, bool) {
+	maxBytes, maxDepth := d.limits()
+	if len(data) < 2 || len(data) > maxBytes || data[0] != '{' || maxDepth < 1 {
+		return nil, false
+	}
+	p := jsonParsers.Get().(*jsonParser)
+	defer p.release()
+	p.data, p.maxDepth, p.canonical, p.backslash, p.sparse = data, maxDepth, true, -1, true
+	p.strs.share, p.strs.all = d.ShareInput, d.ShareShort
+	v, err := p.shaped(0, sh)
+	if err != nil || p.pos != len(data) || !p.canonical {
+		return nil, false
+	}
+	return v.(*Map), true
+}
+
+// shaped reads the value at p.pos and builds it to sh, as value does at
+// depth.
+func (p *jsonParser) shaped(depth int, sh *Shape) (any, error) {
+	switch {
+	case sh == nil:
+		return Skipped{}, p.skip(depth)
+	case sh.Whole:
+		v, err := p.value(depth)
+		if err == nil && !p.canonical {
+			err = errShape
+		}
+		return v, err
+	}
+	if p.pos >= len(p.data) {
+		return nil, errShape
+	}
+	switch p.data[p.pos] {
+	case '{':
+		if depth >= p.maxDepth {
+			return nil, errShape
+		}
+		return p.shapedObject(depth+1, sh)
+	case '[':
+		if depth >= p.maxDepth {
+			return nil, errShape
+		}
+		return p.shapedArray(depth+1, sh)
+	}
+	if !sh.Scalars {
+		return Skipped{}, p.skip(depth)
+	}
+	v, err := p.value(depth)
+	if err == nil && !p.canonical {
+		err = errShape
+	}
+	return v, err
+}
+
+func (p *jsonParser) shapedObject(depth int, sh *Shape) (any, error) {
+	data := p.data
+	p.pos++ // '{'
+	base := len(p.members)
+	keysBase := len(p.keys) // an error leaves p.keys to release
+	if p.pos < len(data) && data[p.pos] == '}' {
+		p.pos++
+		return &Map{}, nil
+	}
+	for {
+		start, end, err := p.key(keysBase)
+		if err != nil {
+			return nil, err
+		}
+		var child *Shape
+		name := ""
+		for _, k := range sh.Keys {
+			if len(k.Name) == end-start && string(data[start:end]) == k.Name {
+				child, name = k.Shape, k.Name
+				break
+			}
+		}
+		if child == nil {
+			err = p.skip(depth)
+		} else {
+			var v any
+			v, err = p.shaped(depth, child)
+			p.members = append(p.members, Member{Key: name, Value: v})
+		}
+		if err != nil {
+			return nil, err
+		}
+		if p.pos >= len(data) {
+			return nil, errShape
+		}
+		switch data[p.pos] {
+		case ',':
+			p.pos++
+		case '}':
+			p.pos++
+			left := p.left(p.pos)
+			members := p.memberSlab.take(len(p.members)-base, left/24)
+			copy(members, p.members[base:])
+			p.membersHigh = max(p.membersHigh, len(p.members)) // cleared by release
+			p.members = p.members[:base]
+			p.keys = p.keys[:keysBase]
+			m := &p.mapSlab.take(1, left/96)[0]
+			m.Members = members
+			return m, nil
+		default:
+			return nil, errShape
+		}
+	}
+}
+
+func (p *jsonParser) shapedArray(depth int, sh *Shape) (any, error) {
+	data := p.data
+	p.pos++ // '['
+	if p.pos < len(data) && data[p.pos] == ']' {
+		p.pos++
+		return []any{}, nil
+	}
+	base := len(p.elems)
+	for {
+		v, err := p.shaped(depth, sh.Elems)
+		if err != nil {
+			return nil, err
+		}
+		p.elems = append(p.elems, v)
+		if p.pos >= len(data) {
+			return nil, errShape
+		}
+		switch data[p.pos] {
+		case ',':
+			p.pos++
+		case ']':
+			p.pos++
+			a := p.elemSlab.take(len(p.elems)-base, p.left(p.pos)/24)
+			copy(a, p.elems[base:])
+			p.elemsHigh = max(p.elemsHigh, len(p.elems)) // cleared by release
+			p.elems = p.elems[:base]
+			return a, nil
+		default:
+			return nil, errShape
+		}
+	}
+}
+
+// key reads a member's key and the colon after it, and returns where the
+// key's bytes are, escapes as written. A key written before in the same
+// object (since keysBase) ends the decode: canonical JSON has none. Two
+// keys that are the same string are the same bytes when both are
+// canonical, which every key read so far is.
+func (p *jsonParser) key(keysBase int) (start, end int, err error) {
+	data := p.data
+	if p.pos >= len(data) || data[p.pos] != '"' {
+		return 0, 0, errShape
+	}
+	if start, end, err = p.skipString(); err != nil {
+		return 0, 0, err
+	}
+	if p.pos >= len(data) || data[p.pos] != ':' {
+		return 0, 0, errShape
+	}
+	p.pos++
+	k := data[start:end]
+	for _, prev := range p.keys[keysBase:] {
+		if prev.end-prev.start == len(k) && bytes.Equal(data[prev.start:prev.end], k) {
+			return 0, 0, errShape
+		}
+	}
+	if len(p.keys)-keysBase >= maxShapeKeys {
+		// A map this wide is no message: the linear check above would
+		// cost its square.
+		return 0, 0, errShape
+	}
+	p.keys = append(p.keys, span{start, end})
+	return start, end, nil
+}
+
+// maxShapeKeys is the most members an object may have in a shaped
+// decode; a wider one is left to a whole decode.
+const maxShapeKeys = 64
+
+// span is where a key's bytes are in the input.
+type span struct{ start, end int }
+
+// skip reads the value at p.pos, checking it as value does at depth,
+// without building it.
+func (p *jsonParser) skip(depth int) error {
+	data := p.data
+	if p.pos >= len(data) {
+		return errShape
+	}
+	switch c := data[p.pos]; {
+	case c == '"':
+		_, _, err := p.skipString()
+		return err
+	case c == '{':
+		if depth >= p.maxDepth {
+			return errShape
+		}
+		p.pos++
+		if p.pos < len(data) && data[p.pos] == '}' {
+			p.pos++
+			return nil
+		}
+		keysBase := len(p.keys) // an error leaves p.keys to release
+		for {
+			if _, _, err := p.key(keysBase); err != nil {
+				return err
+			}
+			if err := p.skip(depth + 1); err != nil {
+				return err
+			}
+			if p.pos >= len(data) {
+				return errShape
+			}
+			switch data[p.pos] {
+			case ',':
+				p.pos++
+			case '}':
+				p.pos++
+				p.keys = p.keys[:keysBase]
+				return nil
+			default:
+				return errShape
+			}
+		}
+	case c == '[':
+		if depth >= p.maxDepth {
+			return errShape
+		}
+		p.pos++
+		if p.pos < len(data) && data[p.pos] == ']' {
+			p.pos++
+			return nil
+		}
+		for {
+			if err := p.skip(depth + 1); err != nil {
+				return err
+			}
+			if p.pos >= len(data) {
+				return errShape
+			}
+			switch data[p.pos] {
+			case ',':
+				p.pos++
+			case ']':
+				p.pos++
+				return nil
+			default:
+				return errShape
+			}
+		}
+	case c == '-' || (c >= '0' && c <= '9'):
+		end := numberEnd(data, p.pos)
+		if end < 0 {
+			return errShape
+		}
+		p.pos = end
+		return nil
+	case c == 't':
+		return p.skipLiteral("true")
+	case c == 'f':
+		return p.skipLiteral("false")
+	case c == 'n':
+		return p.skipLiteral("null")
+	}
+	return errShape
+}
+
+func (p *jsonParser) skipLiteral(word string) error {
+	if !bytes.HasPrefix(p.data[p.pos:], []byte(word)) {
+		return errShape
+	}
+	p.pos += len(word)
+	return nil
+}
+
+// skipString reads a string literal at p.pos, checking it as str does,
+// and returns where its bytes are, escapes as written. An escape that
+// AppendJSONString would not write ends the decode.
+func (p *jsonParser) skipString() (start, end int, err error) {
+	data := p.data
+	start = p.pos + 1
+	for i := start; ; {
+		e, ascii := scanJSONString(data, i)
+		if !ascii && !utf8.Valid(data[i:e]) {
+			return 0, 0, errShape
+		}
+		if e >= len(data) || data[e] < 0x20 {
+			return 0, 0, errShape
+		}
+		if data[e] == '"' {
+			p.pos = e + 1
+			return start, e, nil
+		}
+		p.pos = e // a backslash
+		buf, err := p.escape(p.buf[:0])
+		p.buf = buf
+		if err != nil || !p.canonical {
+			return 0, 0, errShape
+		}
+		i = p.pos
+	}
+}
+
+// numberEnd returns where the JSON number starting at data[i] ends, or -1
+// when none does: the grammar number reads.
+func numberEnd(data []byte, i int) int {
+	if data[i] == '-' {
+		i++
+	}
+	switch {
+	case i >= len(data):
+		return -1
+	case data[i] == '0':
+		i++
+	case data[i] >= '1' && data[i] <= '9':
+		i = skipDigits(data, i+1)
+	default:
+		return -1
+	}
+	if i < len(data) && data[i] == '.' {
+		d := skipDigits(data, i+1)
+		if d == i+1 {
+			return -1
+		}
+		i = d
+	}
+	if i < len(data) && (data[i] == 'e' || data[i] == 'E') {
+		i++
+		if i < len(data) && (data[i] == '+' || data[i] == '-') {
+			i++
+		}
+		d := skipDigits(data, i)
+		if d == i {
+			return -1
+		}
+		i = d
+	}
+	return i
+}
