@@ -26,7 +26,7 @@ const maxFuzzRecords = 64
 type fuzzStep struct {
 	seq   uint64
 	value any
-	raw   []byte // the line, when it is the value's canonical JSON (ApplyJSON)
+	raw   []byte // the line, when it is the value's canonical JSON (ApplyJSON, ApplyShaped)
 	ok    bool   // false: the record could not be decoded and is skipped
 }
 
@@ -103,7 +103,11 @@ func FuzzSession_EquivalentToBuild(f *testing.F) {
 			if !st.ok {
 				require.True(t, e.s.Skip(st.seq))
 			} else {
-				require.True(t, e.s.ApplyJSON(st.seq, st.value, st.raw))
+				if skel, ok := shapeDecoder.DecodeShape(st.raw, Shape); ok && st.seq%2 == 0 {
+					require.True(t, e.s.ApplyShaped(st.seq, skel, st.raw))
+				} else {
+					require.True(t, e.s.ApplyJSON(st.seq, st.value, st.raw))
+				}
 				e.recs = append(e.recs, Record{Seq: st.seq, Value: st.value})
 				e.invalidate()
 			}
@@ -171,3 +175,6 @@ func FuzzBuild(f *testing.F) {
 		require.Equal(t, string(before), string(encodeAll(t, values)), "records were modified")
 	})
 }
+
+// shapeDecoder decodes records to Shape as the store does.
+var shapeDecoder = record.Decoder{ShareInput: true, ShareShort: true}

@@ -41,6 +41,15 @@ var shareDecoder = record.Decoder{MaxBytes: math.MaxInt, MaxDepth: math.MaxInt32
 // exactly.
 func (s *Session) pack(i int, fromJSON bool) {
 	e := &s.entries[i]
+	if e.lazy {
+		// Rendered as its record's JSON, which the JSON cache now holds.
+		if !e.stale && e.kept {
+			e.lazy, e.packed = false, true
+			s.msgBytes -= e.size
+			e.size = 0
+		}
+		return
+	}
 	if e.packed || e.stale || e.out == nil || !restorable(e) || !fromJSON && !exactInJSON(e.msg) {
 		return
 	}
@@ -104,6 +113,7 @@ func exactInJSON(v any) bool {
 func (s *Session) unpack(i int) {
 	e := &s.entries[i]
 	if !e.packed {
+		// A lazy entry renders again from its skeleton (lazy.go).
 		return
 	}
 	e.msg, e.packed = s.decodeJSONEntry(i), false
@@ -145,5 +155,8 @@ func (s *Session) outOf(i int) *record.Map {
 		return s.decodeJSONEntry(i)
 	}
 	s.render(i)
+	if s.entries[i].lazy {
+		return s.lazyMessage(i) // rendered as itself
+	}
 	return s.entries[i].out
 }

@@ -139,13 +139,23 @@ func checkEquivalence(t *testing.T, seed uint64) {
 			}
 			e.maybeCheck(sparse)
 		}
-		// Half the records come as a consumer decodes them, with their
-		// canonical JSON (ApplyJSON), which the JSON rendering copies.
+		// A third of the records come as a consumer decodes them, with
+		// their canonical JSON (ApplyJSON), which the JSON rendering
+		// copies; a third as its JSON alone, decoded to Shape
+		// (ApplyShaped), which the session decodes only if it must.
 		var raw []byte
-		if r.IntN(2) == 0 {
+		way := r.IntN(3)
+		if way > 0 {
 			v, raw = canonicalOf(t, v)
 		}
-		if last := e.s.Seq(); !e.s.ApplyJSON(seq, v, raw) || e.s.Seq() != seq {
+		last := e.s.Seq()
+		var applied bool
+		if skel, ok := shapeDecoder.DecodeShape(raw, Shape); way == 2 && ok {
+			applied = e.s.ApplyShaped(seq, skel, raw)
+		} else {
+			applied = e.s.ApplyJSON(seq, v, raw)
+		}
+		if !applied || e.s.Seq() != seq {
 			t.Fatalf("Apply(%d) after %d was ignored: Seq %d", seq, last, e.s.Seq())
 		}
 		e.recs = append(e.recs, Record{Seq: seq, Value: v})

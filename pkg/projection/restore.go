@@ -132,7 +132,7 @@ func restore(opt Options, body []byte) (*Session, error) {
 			res.images = int(images)
 			trimmed = append(trimmed, trimmedResult{i, int(ri)})
 		}
-		s.appendWith(es, msg, results)
+		s.appendWith(es, msg, results, false)
 	}
 	if r.Left() != 0 {
 		return nil, fmt.Errorf("%d bytes after the last entry", r.Left())

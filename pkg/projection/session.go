@@ -49,8 +49,8 @@ type Session struct {
 
 	// raws holds, for entries appended since the JSON rendering was last
 	// built, their records' own JSON when it is the message's encoding
-	// (ApplyJSON), in entry order; rawBytes is their length, counted in
-	// msgBytes while they are held.
+	// (ApplyJSON, ApplyShaped), in entry order; rawBytes is their length,
+	// counted in msgBytes while they are held.
 	raws     []rawJSON
 	rawBytes int64
 
@@ -62,9 +62,12 @@ type Session struct {
 type site struct{ entry, block int }
 
 // rawJSON is the JSON encoding of entry's message msg, byte for byte.
+// A lazy entry has no msg yet, and the skeleton of its record instead
+// (see lazy.go).
 type rawJSON struct {
 	entry int
 	msg   *record.Map
+	skel  *record.Map
 	b     []byte
 }
 
@@ -90,8 +93,9 @@ type entry struct {
 	kept    bool        // the passes keep the message: out != nil, or packed
 	stale   bool        // out must be recomputed
 	packed  bool        // msg and out are let go; the JSON cache holds it
+	lazy    bool        // msg and out are not decoded yet; raws holds its JSON (lazy.go)
 	changed uint64      // the session version at which out last changed
-	size    int64       // the estimated size of msg; 0 when packed
+	size    int64       // the estimated size of msg (a lazy entry's skeleton); 0 when packed
 }
 
 type idState struct {
@@ -183,8 +187,12 @@ func (s *Session) ApplyJSON(seq uint64, v any, raw []byte) bool {
 	return true
 }
 
-// dropRaws lets go of the records' JSON once the JSON rendering is built.
+// dropRaws lets go of the records' JSON once the JSON rendering is built,
+// which packs every lazy entry; one that is not is materialized.
 func (s *Session) dropRaws() {
+	for _, r := range s.raws {
+		s.materialize(r.entry)
+	}
 	clear(s.raws)
 	s.raws = s.raws[:0]
 	s.msgBytes -= s.rawBytes
@@ -254,18 +262,22 @@ func (s *Session) touch(i int) {
 
 // append adds one pass-1 message: the incremental passes 2 and 3.
 func (s *Session) append(seq uint64, m *record.Map) {
-	s.appendWith(seq, m, resultsOf(m))
+	s.appendWith(seq, m, resultsOf(m), false)
 }
 
 // appendWith is append with the message's results given: Restore gives
 // a trimmed screenshot result the image count of the message it was
-// trimmed from.
-func (s *Session) appendWith(seq uint64, m *record.Map, results []result) {
+// trimmed from. When lazy, m is the skeleton of a lazy entry's record,
+// whose JSON raws holds (see lazy.go).
+func (s *Session) appendWith(seq uint64, m *record.Map, results []result, lazy bool) {
 	i := len(s.entries)
 	s.version++
 	s.entries = append(s.entries, entry{seq: seq, msg: m, role: roleKind(m), calls: callsOf(m), results: results, stale: true, changed: s.version})
 	e := &s.entries[i]
 	e.size = sizeOf(m)
+	if lazy {
+		e.msg, e.lazy = nil, true
+	}
 	s.msgBytes += e.size
 	s.dropped = nil
 
@@ -374,6 +386,7 @@ func (s *Session) addBrowserImages(at site, n int) {
 // them, since shed copies out what the entry keeps and the images go.
 func (s *Session) trim(i int) {
 	e := &s.entries[i]
+	s.materialize(i) // its images are let go of below
 	var shared *record.Map
 	if e.packed {
 		m, err := shareDecoder.Decode(s.jsonEntry(i))
@@ -407,7 +420,7 @@ func (s *Session) paired(id string) bool {
 // render brings entry i's rendering up to date.
 func (s *Session) render(i int) {
 	e := &s.entries[i]
-	if !e.stale {
+	if !e.stale || e.lazy && s.renderLazy(i) {
 		return
 	}
 	e.stale = false

@@ -92,8 +92,8 @@ func (s *Session) AppendSnapshot(buf []byte) []byte {
 		buf = binary.AppendUvarint(buf, e.seq-prev)
 		prev = e.seq
 		var n int
-		if e.packed {
-			b := s.jsonEntry(i)
+		if e.packed || e.lazy {
+			b := s.lazyOrPacked(i)
 			n = len(b)
 			buf = append(buf, formJSON)
 			buf = binary.BigEndian.AppendUint32(buf, uint32(n))
@@ -121,6 +121,14 @@ func (s *Session) AppendSnapshot(buf []byte) []byte {
 	return binary.BigEndian.AppendUint32(buf, crc32.Checksum(buf[start:], castagnoli))
 }
 
+// lazyOrPacked returns the JSON of entry i, lazy or packed: its rendering.
+func (s *Session) lazyOrPacked(i int) []byte {
+	if s.entries[i].lazy {
+		return s.raws[s.rawAt(i)].b
+	}
+	return s.jsonEntry(i)
+}
+
 // storedTrimmed lists the results of entry i whose images the stored
 // message has lost: a packed entry is stored as its rendering, and an
 // entry unpacked from it keeps the rendering as its message.
@@ -132,7 +140,7 @@ func (s *Session) storedTrimmed(i int) []int {
 		if r.images == 0 {
 			continue
 		}
-		if e.packed {
+		if e.packed || e.lazy {
 			if !s.trimmed(i, r) {
 				continue
 			}

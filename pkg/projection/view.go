@@ -104,10 +104,9 @@ func (s *Session) Messages() []any {
 	for i := from; i < len(s.entries); i++ {
 		c.offs = append(c.offs, len(msgs))
 		held := c.held[i]
-		packed := s.entries[i].packed
 		if out := s.outOf(i); out != nil {
 			msgs = append(msgs, out)
-			if packed {
+			if e := &s.entries[i]; e.packed || e.lazy {
 				held += sizeOf(out) // decoded for the list alone
 			}
 		}
@@ -322,7 +321,7 @@ func (s *Session) encoded(c *cache, enc encoder, sep byte) []byte {
 			} else if f, ok := failureOf(oldFailed, i); ok {
 				failed = append(failed, f)
 			}
-		} else if out := s.outOf(i); out != nil {
+		} else if raw, out := s.renderingOf(i, c == &s.json, rawOf); raw != nil || out != nil {
 			// A packed entry is unchanged since the JSON rendering, so
 			// only the other renderings come here for it.
 			aside := inPlace && i < len(oldOffs)
@@ -336,7 +335,6 @@ func (s *Session) encoded(c *cache, enc encoder, sep byte) []byte {
 				dst = append(dst, sep)
 			}
 			var err error
-			raw := rawOf(i, out)
 			if raw != nil {
 				dst = append(dst, raw...)
 			} else {
@@ -380,6 +378,25 @@ func (s *Session) encoded(c *cache, enc encoder, sep byte) []byte {
 		s.dropRaws()
 	}
 	return buf
+}
+
+// renderingOf returns entry i's rendering for encoded: the JSON that
+// stands for it (json says the JSON rendering is built, and rawOf finds
+// a record's JSON), or else the message to encode; both nil when the
+// passes drop it. A lazy entry rendered as itself gives its record's
+// JSON without being decoded.
+func (s *Session) renderingOf(i int, json bool, rawOf func(int, *record.Map) []byte) ([]byte, *record.Map) {
+	if json && s.entries[i].lazy {
+		s.render(i)
+		if s.entries[i].lazy {
+			return s.raws[s.rawAt(i)].b, nil
+		}
+	}
+	out := s.outOf(i)
+	if out == nil || !json {
+		return nil, out
+	}
+	return rawOf(i, out), out
 }
 
 func failureOf(failed []failure, entry int) (failure, bool) {

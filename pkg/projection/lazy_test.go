@@ -1,0 +1,108 @@
+package projection
+
+import (
+	"math/rand/v2"
+	"reflect"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ctxd/ctxd/pkg/record"
+)
+
+// TestShape_ReadsWhatThePassesRead holds a record's skeleton (Shape) to
+// the whole record in everything the passes read of a message: its rule,
+// role, calls, results, and what rewrite makes of it under every pairing
+// and trimming, for generated records of every shape.
+func TestShape_ReadsWhatThePassesRead(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 17))
+	g := newGen(r)
+	n := 0
+	for range 3000 {
+		v := g.Record()
+		js, err := record.MarshalJSON(v)
+		if err != nil {
+			continue
+		}
+		skel, ok := shapeDecoder.DecodeShape(js, Shape)
+		if !ok {
+			continue // not a map, or a map too wide
+		}
+		m, err := record.Decode(js)
+		require.NoError(t, err)
+		n++
+		kind, role, typ := keyFields(m)
+		skind, srole, styp := keyFields(skel)
+		require.Equal(t, ruleOf(kind, role, typ), ruleOf(skind, srole, styp), "%s", js)
+		if !PassesThrough(skel) {
+			continue
+		}
+		// What ApplyShaped holds as its JSON is a message pass 1 keeps as
+		// it is: never a compaction.
+		require.False(t, IsValidCompaction(m), "%s", js)
+		require.Equal(t, rulePassThrough, ruleOf(kind, role, typ), "%s", js)
+		c, _, reset := classify(m)
+		require.True(t, c == m && !reset, "%s", js)
+		require.Equal(t, roleKind(m), roleKind(skel), "%s", js)
+		calls, results := callsOf(m), resultsOf(m)
+		require.True(t, reflect.DeepEqual(calls, callsOf(skel)), "calls of %s", js)
+		require.True(t, reflect.DeepEqual(results, resultsOf(skel)), "results of %s", js)
+		// rewrite keeps the message as it is, drops it, or changes it,
+		// alike for both, under random pairings and trimmings.
+		for range 8 {
+			kept, trim := map[string]bool{}, map[int]bool{}
+			for _, c := range calls {
+				kept[c.id] = r.IntN(2) == 0
+			}
+			for _, res := range results {
+				kept[res.id] = r.IntN(2) == 0
+				trim[res.block] = r.IntN(2) == 0
+			}
+			rw := func(msg *record.Map) *record.Map {
+				return rewrite(msg, roleKind(msg), calls, results,
+					func(c call) bool { return kept[c.id] },
+					func(res result) bool { return kept[res.id] },
+					func(res result) bool { return trim[res.block] })
+			}
+			out, sout := rw(m), rw(skel)
+			require.Equal(t, out == nil, sout == nil, "dropped: %s", js)
+			require.Equal(t, out == m, sout == skel, "kept as it is: %s", js)
+		}
+	}
+	require.Greater(t, n, 1000, "records decoded to Shape")
+}
+
+// TestSession_LazyEntries shows that a session applied from records' JSON
+// decodes only the messages whose rendering is not the record: here, an
+// assistant message whose call is not answered when the session is read.
+func TestSession_LazyEntries(t *testing.T) {
+	recs := []string{
+		`{"role":"user","content":"look"}`,
+		`{"role":"assistant","content":[{"type":"toolCall","id":"c1","name":"read","arguments":{}}]}`,
+		`{"role":"toolResult","toolCallId":"c1","content":[{"type":"text","text":"ok"}]}`,
+		`{"role":"assistant","content":[{"type":"text","text":"and"},{"type":"toolCall","id":"c2","name":"read","arguments":{}}]}`,
+	}
+	s := New(Options{})
+	var want []Record
+	for i, js := range recs {
+		skel, ok := shapeDecoder.DecodeShape([]byte(js), Shape)
+		require.True(t, ok)
+		require.True(t, s.ApplyShaped(uint64(i+1), skel, []byte(js)))
+		v, err := record.Decode([]byte(js))
+		require.NoError(t, err)
+		want = append(want, Record{Seq: uint64(i + 1), Value: v})
+	}
+	for i := range s.entries {
+		require.True(t, s.entries[i].lazy, "entry %d before any read", i)
+	}
+	body, _ := s.JSONBody()
+	js, err := record.MarshalJSON(Build(want, Options{}).Messages)
+	require.NoError(t, err)
+	require.Equal(t, string(js), "["+string(body)+"]")
+	for i, e := range s.entries {
+		require.False(t, e.lazy, "entry %d after the JSON rendering", i)
+		require.Equal(t, i < 3, e.packed, "entry %d packed", i)
+	}
+	require.NotNil(t, s.entries[3].msg, "the unanswered call's message, decoded")
+	require.Empty(t, s.raws)
+}
