@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/ctxd/ctxd/pkg/projection"
+	"github.com/ctxd/ctxd/pkg/record"
 )
 
 // Apply decodes the record at stream sequence seq and applies it to its
@@ -29,13 +30,7 @@ func (s *Store) Apply(session string, seq uint64, data []byte) {
 		s.stats.duplicates.Add(1)
 		return // a redelivery or a replay
 	}
-	v, canonical, err := s.Decoder.DecodeCanonical(data)
-	var raw []byte
-	if canonical && s.Decoder.ShareInput {
-		// The record's bytes are its message's JSON, and never change:
-		// the session copies them rather than encoding the message.
-		raw = data
-	}
+	rec, err := s.decode(data)
 	sl := s.lockSlot(session)
 	if s.way.dropped(seq) {
 		// Deleted from the stream before it came (removed.go): looked
@@ -76,7 +71,7 @@ func (s *Store) Apply(session string, seq uint64, data []byte) {
 		return
 	}
 	n := len(data)
-	resets := s.resets(v, n)
+	resets := rec.skel == nil && s.resets(rec.v, n)
 	if resets {
 		sl.from = seq
 		sl.fromKnown = true
@@ -90,10 +85,10 @@ func (s *Store) Apply(session string, seq uint64, data []byte) {
 	var poison error
 	switch ld := sl.loading; {
 	case sl.proj != nil:
-		poison = s.applyLoaded(sl, seq, v, raw, n, resets)
+		poison = s.applyLoaded(sl, seq, rec, n, resets)
 	case ld != nil && seq > ld.to:
 		// Past what the load reads: it applies this before it is done.
-		ld.pending = append(ld.pending, noted{seq: seq, v: v, n: n, resets: resets})
+		ld.pending = append(ld.pending, noted{seq: seq, v: rec.whole(s.Decoder, data), n: n, resets: resets})
 		s.stats.records.Add(1)
 	default:
 		// Not loaded: a poison record is found when the session loads.
@@ -119,6 +114,52 @@ func (s *Store) Apply(session string, seq uint64, data []byte) {
 	s.forget(false)
 }
 
+// decoded is a record as Apply decodes it: whole (v), with its JSON
+// when that is canonical (raw); or, for a message that the passes keep
+// as it is, only what they read of it (skel, see projection.Shape) and
+// its JSON.
+type decoded struct {
+	v    any
+	skel *record.Map
+	raw  []byte
+}
+
+// decode decodes a record for Apply. With ShareInput, the record's bytes
+// never change, and may stand for its message: a message that passes
+// through as it is is decoded to projection.Shape alone, and held as its
+// JSON until its session needs it decoded; any other record written as
+// AppendJSON writes it is decoded whole and keeps its JSON, which its
+// session copies into its rendering rather than encoding it again.
+func (s *Store) decode(data []byte) (decoded, error) {
+	if s.Decoder.ShareInput {
+		if skel, ok := s.Decoder.DecodeShape(data, projection.Shape); ok && projection.PassesThrough(skel) {
+			return decoded{skel: skel, raw: data}, nil
+		}
+	}
+	v, canonical, err := s.Decoder.DecodeCanonical(data)
+	if err != nil {
+		return decoded{}, err
+	}
+	rec := decoded{v: v}
+	if canonical && s.Decoder.ShareInput {
+		rec.raw = data
+	}
+	return rec, nil
+}
+
+// whole returns the record decoded whole.
+func (r decoded) whole(d record.Decoder, data []byte) any {
+	if r.skel == nil {
+		return r.v
+	}
+	m, err := d.Decode(data)
+	if err != nil {
+		// DecodeShape found it canonical: it decodes.
+		panic(fmt.Sprintf("store: a record DecodeShape took does not decode: %v", err))
+	}
+	return m
+}
+
 // seen reports whether the session's slot has seen the record seq.
 func (s *Store) seen(session string, seq uint64) bool {
 	sl := s.dir.get(session)
@@ -135,14 +176,14 @@ func (s *Store) seen(session string, seq uint64) bool {
 // returns the reason a record is quarantined. raw, unless nil, is the
 // record's canonical JSON (see projection.Session.ApplyJSON). The slot
 // is locked.
-func (s *Store) applyLoaded(sl *slot, seq uint64, v any, raw []byte, n int, resets bool) error {
+func (s *Store) applyLoaded(sl *slot, seq uint64, rec decoded, n int, resets bool) error {
 	w, err := s.limits().Weigh(sl.weight, n, resets)
 	if err != nil {
 		sl.proj.Skip(seq)
 		s.cache.touch(sl)
 		return err
 	}
-	if err := s.applyRecord(sl.proj, seq, v, raw); err != nil {
+	if err := s.applyRecord(sl.proj, seq, rec); err != nil {
 		// The projection may be half-changed: drop it. The failure may
 		// come from what the projection held (an earlier entry rendered
 		// again) rather than from this record: the next load applies
@@ -169,17 +210,20 @@ func (s *Store) resets(v any, n int) bool { return s.limits().Resets(v, n) }
 // applyRecord applies a decoded record to a projection. A panic comes
 // back as an error wrapping errPanicked: the projection may then be
 // half-changed and must be dropped.
-func (s *Store) applyRecord(p *projection.Session, seq uint64, v any, raw []byte) (err error) {
+func (s *Store) applyRecord(p *projection.Session, seq uint64, rec decoded) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("%w: %w: %v", ErrQuarantined, errPanicked, r)
 		}
 	}()
-	if s.applyHook != nil {
-		s.applyHook(p, seq, v)
-		return nil
+	switch {
+	case s.applyHook != nil:
+		s.applyHook(p, seq, rec.whole(s.Decoder, rec.raw))
+	case rec.skel != nil:
+		p.ApplyShaped(seq, rec.skel, rec.raw)
+	default:
+		p.ApplyJSON(seq, rec.v, rec.raw)
 	}
-	p.ApplyJSON(seq, v, raw)
 	return nil
 }
 

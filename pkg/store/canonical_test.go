@@ -15,12 +15,14 @@ import (
 )
 
 // TestStore_ApplyCanonicalRecords: a record written as its canonical JSON
-// is copied into its session's JSON rendering rather than encoded again
-// (projection.Session.ApplyJSON). Over generated sessions whose records
+// is held as that JSON, decoded only as far as the passes read
+// (projection.Session.ApplyShaped), or copied into its session's JSON
+// rendering rather than encoded again (projection.Session.ApplyJSON). Over generated sessions whose records
 // come as canonical JSON, as JSON with white space or escapes the encoder
 // does not write, or as msgpack, each in a buffer of its own as the
 // ingest gets them, the store's view equals Build over the records after
-// every few records, and the buffers are never written. Now and then the
+// every few records, in JSON, msgpack and as messages, and the buffers
+// are never written. Now and then the
 // session is evicted, so that it loads again (and is fitted) before the
 // records after.
 func TestStore_ApplyCanonicalRecords(t *testing.T) {
@@ -60,10 +62,30 @@ func TestStore_ApplyCanonicalRecords(t *testing.T) {
 			if r.IntN(5) > 0 && i < len(values)-1 {
 				continue
 			}
-			want, err := record.AppendJSON(nil, projection.Build(recs, opt).Messages)
+			built := projection.Build(recs, opt).Messages
+			want, err := record.AppendJSON(nil, built)
 			require.NoError(t, err)
+			wantMsgpack, mpErr := record.AppendMsgpack(nil, built)
+			// Each rendering first now and then: a message held as its
+			// record's JSON is decoded for the msgpack and list renderings.
+			checks := []func(p *projection.Session){
+				func(p *projection.Session) {
+					require.Equal(t, string(want), string(p.AppendJSON(nil)), "seed %d, after seq %d", seed, seq)
+				},
+				func(p *projection.Session) {
+					if mpErr == nil {
+						require.Equal(t, wantMsgpack, p.AppendMsgpack(nil), "seed %d, after seq %d: msgpack", seed, seq)
+					}
+				},
+				func(p *projection.Session) {
+					require.True(t, record.Equal(built, p.Messages()), "seed %d, after seq %d: messages", seed, seq)
+				},
+			}
+			r.Shuffle(len(checks), func(i, j int) { checks[i], checks[j] = checks[j], checks[i] })
 			require.NoError(t, s.View(context.Background(), "s", func(p *projection.Session) {
-				require.Equal(t, string(want), string(p.AppendJSON(nil)), "seed %d, after seq %d", seed, seq)
+				for _, check := range checks {
+					check(p)
+				}
 			}))
 		}
 		for i := range sent {

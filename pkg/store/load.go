@@ -572,7 +572,7 @@ func (b *build) add(seq uint64, skip bool, v any, n int, resets bool) error {
 		b.quarantine(quarantined{seq: seq}, n, err)
 		return nil
 	}
-	if err := s.applyRecord(b.proj, seq, v, nil); err != nil {
+	if err := s.applyRecord(b.proj, seq, decoded{v: v}); err != nil {
 		b.quarantine(quarantined{seq: seq, panicked: true}, n, err)
 		return err
 	}

@@ -109,7 +109,7 @@ func (s *Store) caught(sl *slot, seq uint64, data []byte) {
 		sl.from, sl.fromKnown = seq, true
 		sl.quarantined = sl.quarantined[:0]
 	}
-	s.applyLoaded(sl, seq, v, nil, n, resets)
+	s.applyLoaded(sl, seq, decoded{v: v}, n, resets)
 }
 
 // ViewAtChecked calls fn with the session's projection once it holds
