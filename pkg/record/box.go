@@ -22,6 +22,7 @@ func typeWord(v any) unsafe.Pointer { return (*eface)(unsafe.Pointer(&v)).typ }
 var (
 	stringType = typeWord("")
 	int64Type  = typeWord(int64(0))
+	sliceType  = typeWord([]any(nil))
 )
 
 // boxed returns the interface of type typ whose value is at p.
@@ -33,8 +34,23 @@ func boxed(typ, p unsafe.Pointer) (v any) {
 
 // boxes keeps the slabs a decoder boxes scalars in.
 type boxes struct {
-	strs slab[string]
-	ints slab[int64]
+	strs   slab[string]
+	ints   slab[int64]
+	slices slab[[]any]
+}
+
+// slice returns a as an interface; see str. Only a ShapeReader boxes
+// slices: a whole record has too few arrays for a slab to save anything.
+func (b *boxes) slice(a []any, left int) any {
+	p := &b.slices.take(1, left/256)[0]
+	*p = a
+	return boxed(sliceType, unsafe.Pointer(p))
+}
+
+func (b *boxes) rewind() {
+	b.strs.rewind()
+	b.ints.rewind()
+	b.slices.rewind()
 }
 
 // str returns s as an interface; left is the input not yet read, which

@@ -77,6 +77,9 @@ type jsonParser struct {
 	// sparse: DecodeShape builds a few of the values it reads, and sizes
 	// new blocks for a few more (see left).
 	sparse bool
+	// transient: a ShapeReader's, whose blocks are handed out again at
+	// every decode, and so are as large as blocks get.
+	transient bool
 }
 
 // left returns the input bytes from i on, which bound the values still to
@@ -84,7 +87,10 @@ type jsonParser struct {
 // few of those, about one in eight.
 func (p *jsonParser) left(i int) int {
 	n := len(p.data) - i
-	if p.sparse {
+	switch {
+	case p.transient:
+		n = 1 << 20
+	case p.sparse:
 		n /= 8
 	}
 	return n

@@ -52,19 +52,60 @@ var errShape = errors.New("record: not canonical JSON")
 // what sh names is built. The strings built share the input as the
 // decoder's ShareInput and ShareShort say.
 func (d Decoder) DecodeShape(data []byte, sh *Shape) (*Map, bool) {
+	p := jsonParsers.Get().(*jsonParser)
+	defer p.release()
+	p.sparse = true
+	return d.decodeShape(p, data, sh)
+}
+
+func (d Decoder) decodeShape(p *jsonParser, data []byte, sh *Shape) (*Map, bool) {
 	maxBytes, maxDepth := d.limits()
 	if len(data) < 2 || len(data) > maxBytes || data[0] != '{' || maxDepth < 1 {
 		return nil, false
 	}
-	p := jsonParsers.Get().(*jsonParser)
-	defer p.release()
-	p.data, p.maxDepth, p.canonical, p.backslash, p.sparse = data, maxDepth, true, -1, true
+	p.data, p.pos, p.maxDepth, p.canonical, p.backslash = data, 0, maxDepth, true, -1
 	p.strs.share, p.strs.all = d.ShareInput, d.ShareShort
 	v, err := p.shaped(0, sh)
 	if err != nil || p.pos != len(data) || !p.canonical {
 		return nil, false
 	}
 	return v.(*Map), true
+}
+
+// A ShapeReader is DecodeShape for a reader that is done with each
+// record's skeleton before it reads the next: it builds every skeleton in
+// the same memory, and so allocates nothing once that is large enough.
+// What Decode returns, strings and all, is valid only until the next
+// Decode: the caller copies out anything it keeps. A ShapeReader is not
+// safe for concurrent use.
+type ShapeReader struct {
+	d  Decoder
+	sh *Shape
+	p  jsonParser
+}
+
+// ShapeReader returns a reader of records to sh with the decoder's limits
+// and sharing.
+func (d Decoder) ShapeReader(sh *Shape) *ShapeReader {
+	return &ShapeReader{d: d, sh: sh, p: jsonParser{transient: true}}
+}
+
+// Decode is DecodeShape of data, in the reader's memory.
+func (r *ShapeReader) Decode(data []byte) (*Map, bool) {
+	p := &r.p
+	// What the last record left: its skeleton is done with.
+	clear(p.elems[:max(len(p.elems), p.elemsHigh)])
+	clear(p.members[:max(len(p.members), p.membersHigh)])
+	p.elems, p.members, p.keys, p.buf = p.elems[:0], p.members[:0], p.keys[:0], p.buf[:0]
+	p.elemsHigh, p.membersHigh = 0, 0
+	p.mapSlab.rewind()
+	p.memberSlab.rewind()
+	p.elemSlab.rewind()
+	p.boxes.rewind()
+	p.strs.block = p.strs.block[:0]
+	m, ok := r.d.decodeShape(p, data, r.sh)
+	p.data = nil
+	return m, ok
 }
 
 // shaped reads the value at p.pos and builds it to sh, as value does at
@@ -186,6 +227,10 @@ func (p *jsonParser) shapedArray(depth int, sh *Shape) (any, error) {
 			copy(a, p.elems[base:])
 			p.elemsHigh = max(p.elemsHigh, len(p.elems)) // cleared by release
 			p.elems = p.elems[:base]
+			if p.transient {
+				// Boxed in the reader's memory too.
+				return p.boxes.slice(a, p.left(p.pos)), nil
+			}
 			return a, nil
 		default:
 			return nil, errShape

@@ -64,6 +64,14 @@ func through(v any, sh *record.Shape) any {
 func checkShape(t *testing.T, d record.Decoder, data []byte) {
 	t.Helper()
 	skel, ok := d.DecodeShape(data, testShape)
+	// A reader that decoded other records first says the same.
+	r := d.ShapeReader(testShape)
+	for _, other := range shapeOthers {
+		r.Decode([]byte(other))
+	}
+	if again, rok := r.Decode(data); rok != ok || ok && !same(again, skel) {
+		t.Fatalf("ShapeReader of %q: %v %s; DecodeShape: %v %s", data, rok, repr(again), ok, repr(skel))
+	}
 	m, canonical, err := d.DecodeCanonical(bytes.Clone(data))
 	if ok {
 		if err != nil || !canonical {
@@ -107,6 +115,40 @@ func same(a, b any) bool {
 		return true
 	}
 	return fmt.Sprintf("%T %v", a, a) == fmt.Sprintf("%T %v", b, b)
+}
+
+// shapeOthers are records a ShapeReader decodes before the one checked,
+// so that it builds that one in used memory.
+var shapeOthers = []string{
+	`{"role":"assistant","content":[{"type":"text","text":"a"},{"type":"toolCall","id":"x","content":[{"type":"image"},{"type":"image"}]}],"tool_calls":[{"function":{"name":"f"}}]}`,
+	`{"role":"user","content":"esc\n\"aped\u0001"}`,
+	`{"a":{"b":[1,2,3]},"role":"x"}`,
+}
+
+func TestShapeReader_ReusesItsMemory(t *testing.T) {
+	r := record.Decoder{ShareInput: true, ShareShort: true}.ShapeReader(testShape)
+	recs := [][]byte{
+		[]byte(`{"role":"assistant","content":[{"type":"text","text":"hi"},{"type":"toolCall","id":"c1","name":"read"}],"usage":{"input":12345}}`),
+		[]byte(`{"role":"toolResult","toolCallId":"c1","content":[{"type":"image","data":"AAAA"}],"n":-123456}`),
+	}
+	for _, rec := range recs {
+		_, ok := r.Decode(rec)
+		require.True(t, ok)
+	}
+	allocs := testing.AllocsPerRun(100, func() {
+		for _, rec := range recs {
+			if _, ok := r.Decode(rec); !ok {
+				t.Fatal("refused")
+			}
+		}
+	})
+	require.Zero(t, allocs, "allocations a record once the reader's memory is large enough")
+	// What it returns is the record's skeleton, whatever it built before.
+	m, ok := r.Decode(recs[0])
+	require.True(t, ok)
+	want, err := record.Decode(recs[0])
+	require.NoError(t, err)
+	require.True(t, same(through(want, testShape), m), "%s", repr(m))
 }
 
 // wideMap reports whether v holds a map of more members than DecodeShape

@@ -262,7 +262,8 @@ func plainASCIILong(s string) int {
 // slice is capped at its length: appending to it reallocates rather than
 // writing over its neighbour.
 type slab[T any] struct {
-	free []T
+	free  []T
+	block []T // the block free is the rest of, whole (see rewind)
 }
 
 // Elements per slab.
@@ -278,9 +279,17 @@ func (s *slab[T]) take(n, hint int) []T {
 		if n >= slabMax/4 {
 			return make([]T, n)
 		}
-		s.free = make([]T, min(max(n, hint, slabMin), slabMax))
+		s.block = make([]T, min(max(n, hint, slabMin), slabMax))
+		s.free = s.block
 	}
 	out := s.free[:n:n]
 	s.free = s.free[n:]
 	return out
+}
+
+// rewind hands the current block out again from its start, cleared: for
+// a parser whose values are dropped before it decodes again (ShapeReader).
+func (s *slab[T]) rewind() {
+	clear(s.block[:len(s.block)-len(s.free)])
+	s.free = s.block
 }
