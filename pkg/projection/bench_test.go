@@ -348,3 +348,42 @@ func BenchmarkBuild(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDecodeShape decodes the ingest figure's records (workload
+// Default, screenshots left out) as the store does: to projection.Shape
+// (shape), against a whole decode of the same bytes (whole), the baseline.
+func BenchmarkDecodeShape(b *testing.B) {
+	pool, err := workload.Encode(workload.New(11, workload.Default).Cycle(1000))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var recs [][]byte
+	size := 0
+	for _, r := range pool {
+		if len(r) < 4096 {
+			recs = append(recs, r)
+			size += len(r)
+		}
+	}
+	d := record.Decoder{ShareInput: true, ShareShort: true}
+	b.Run("whole", func(b *testing.B) {
+		b.SetBytes(int64(size / len(recs)))
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			if _, _, err := d.DecodeCanonical(recs[i%len(recs)]); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
+	b.Run("shape", func(b *testing.B) {
+		b.SetBytes(int64(size / len(recs)))
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			d.DecodeShape(recs[i%len(recs)], projection.Shape)
+			i++
+		}
+	})
+}

@@ -99,11 +99,12 @@ func FuzzSession_EquivalentToBuild(f *testing.F) {
 			opt: opt,
 			s:   New(opt),
 		}
+		shapes := shapeDecoder.ShapeReader(Shape)
 		for _, st := range steps {
 			if !st.ok {
 				require.True(t, e.s.Skip(st.seq))
 			} else {
-				if skel, ok := shapeDecoder.DecodeShape(st.raw, Shape); ok && st.seq%2 == 0 {
+				if skel, ok := shapes.Decode(st.raw); ok && st.seq%2 == 0 {
 					require.True(t, e.s.ApplyShaped(st.seq, skel, st.raw))
 				} else {
 					require.True(t, e.s.ApplyJSON(st.seq, st.value, st.raw))

@@ -16,20 +16,21 @@ import (
 // all Shape names, and the record is decoded to that alone.
 //
 // Such an entry is lazy: it holds no message, its record's JSON is held
-// in raws with the skeleton the record decoded to, and while it is lazy
-// its rendering is its message. Rendering it asks rewrite of the
-// skeleton: rewrite reads only what Shape names, so the skeleton tells
-// whether the message is kept as it is. When it is not (a call not yet
-// answered, a result dropped or trimmed), or when anything else needs the
-// message (a touch, a rendering other than JSON), the entry is
-// materialized: its message is decoded from the record's JSON and it is
-// an entry like any other. Settling into the JSON rendering copies a lazy
-// entry's JSON and packs it.
+// in raws, and while it is lazy its rendering is its message. The
+// skeleton the record decoded to is read while the record is applied,
+// for the entry's role, calls and results and whether it stands alone
+// (standsAlone), and let go of. Rendering a lazy entry asks keptAsIs,
+// from those alone, whether rewrite would keep the message as it is.
+// When it would not (a call not yet answered, a result dropped or
+// trimmed), or when anything else needs the message (a trim, a rendering
+// other than JSON), the entry is materialized: its message is decoded
+// from the record's JSON and it is an entry like any other. Settling
+// into the JSON rendering copies a lazy entry's JSON and packs it.
 
 // Shape is what the passes read of a record: pass 1's keyFields and
-// ruleOf, callsOf, resultsOf, and rewrite with usable. A function of the
-// passes that reads more of a message must add it here, or read it from
-// a materialized entry: TestShape_ReadsWhatThePassesRead holds the
+// ruleOf, callsOf, resultsOf, standsAlone, and rewrite. A function of
+// the passes that reads more of a message must add it here, or read it
+// from a materialized entry: TestShape_ReadsWhatThePassesRead holds the
 // skeleton to the whole record for every pass.
 var Shape = func() *record.Shape {
 	whole := func(names ...string) []record.ShapeKey {
@@ -58,10 +59,12 @@ func PassesThrough(skel *record.Map) bool {
 }
 
 // ApplyShaped is ApplyJSON for a record given by its JSON raw, which
-// record.Decoder.DecodeShape found canonical and decoded to Shape as
-// skel: a message holds raw, which must not change, rather than its
-// decoded form, until something needs that (see above). A record that
-// PassesThrough refuses is decoded whole and applied as ApplyJSON does.
+// record.Decoder.DecodeShape (or a ShapeReader) found canonical and
+// decoded to Shape as skel: a message holds raw, which must not change,
+// rather than its decoded form, until something needs that (see above).
+// skel is read only during the call, and nothing of it is kept. A record
+// that PassesThrough refuses is decoded whole and applied as ApplyJSON
+// does.
 func (s *Session) ApplyShaped(seq uint64, skel *record.Map, raw []byte) bool {
 	if !PassesThrough(skel) {
 		m, err := rawDecoder.Decode(raw)
@@ -75,7 +78,7 @@ func (s *Session) ApplyShaped(seq uint64, skel *record.Map, raw []byte) bool {
 	}
 	s.seq = seq
 	i := len(s.entries)
-	s.raws = append(s.raws, rawJSON{entry: i, skel: skel, b: raw})
+	s.raws = append(s.raws, rawJSON{entry: i, b: raw, alone: standsAlone(skel)})
 	s.rawBytes += int64(len(raw))
 	s.msgBytes += int64(len(raw))
 	s.appendWith(seq, skel, resultsOf(skel), true)
@@ -98,17 +101,15 @@ func (s *Session) rawAt(i int) int {
 	return r
 }
 
-// renderLazy renders lazy entry i from its skeleton when its message is
-// kept as it is, and reports whether it did; otherwise it materializes
+// renderLazy renders lazy entry i, without decoding it, when its message
+// is kept as it is, and reports whether it did; otherwise it materializes
 // the entry, which then renders as any other.
 func (s *Session) renderLazy(i int) bool {
 	e := &s.entries[i]
-	skel := s.raws[s.rawAt(i)].skel
-	out := rewrite(skel, e.role, e.calls, e.results,
+	if keptAsIs(e.role, e.calls, e.results, s.raws[s.rawAt(i)].alone,
 		func(c call) bool { return s.paired(c.id) },
 		func(r result) bool { return s.paired(r.id) },
-		func(r result) bool { return s.trimmed(i, r) })
-	if out == skel {
+		func(r result) bool { return s.trimmed(i, r) }) {
 		e.stale, e.kept = false, true
 		return true
 	}
@@ -129,8 +130,7 @@ func (s *Session) materialize(i int) {
 		// context.
 		panic(fmt.Sprintf("projection: message from seq %d does not decode: %v", e.seq, err))
 	}
-	s.raws[r].msg, s.raws[r].skel = m, nil
-	s.msgBytes -= e.size // the skeleton's
+	s.raws[r].msg = m
 	e.msg, e.lazy = m, false
 	e.size = sizeOf(m)
 	s.msgBytes += e.size

@@ -67,6 +67,11 @@ func TestShape_ReadsWhatThePassesRead(t *testing.T) {
 			out, sout := rw(m), rw(skel)
 			require.Equal(t, out == nil, sout == nil, "dropped: %s", js)
 			require.Equal(t, out == m, sout == skel, "kept as it is: %s", js)
+			// keptAsIs, from what an entry keeps, says what rewrite does.
+			require.Equal(t, out == m, keptAsIs(roleKind(m), calls, results, standsAlone(skel),
+				func(c call) bool { return kept[c.id] },
+				func(res result) bool { return kept[res.id] },
+				func(res result) bool { return trim[res.block] }), "keptAsIs: %s", js)
 		}
 	}
 	require.Greater(t, n, 1000, "records decoded to Shape")

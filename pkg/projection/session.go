@@ -62,13 +62,13 @@ type Session struct {
 type site struct{ entry, block int }
 
 // rawJSON is the JSON encoding of entry's message msg, byte for byte.
-// A lazy entry has no msg yet, and the skeleton of its record instead
-// (see lazy.go).
+// A lazy entry has no msg yet (see lazy.go); alone is standsAlone of its
+// message.
 type rawJSON struct {
 	entry int
 	msg   *record.Map
-	skel  *record.Map
 	b     []byte
+	alone bool
 }
 
 var noSite = site{-1, -1}
@@ -95,7 +95,7 @@ type entry struct {
 	packed  bool        // msg and out are let go; the JSON cache holds it
 	lazy    bool        // msg and out are not decoded yet; raws holds its JSON (lazy.go)
 	changed uint64      // the session version at which out last changed
-	size    int64       // the estimated size of msg (a lazy entry's skeleton); 0 when packed
+	size    int64       // the estimated size of msg; 0 when packed or lazy
 }
 
 type idState struct {
@@ -268,15 +268,17 @@ func (s *Session) append(seq uint64, m *record.Map) {
 // appendWith is append with the message's results given: Restore gives
 // a trimmed screenshot result the image count of the message it was
 // trimmed from. When lazy, m is the skeleton of a lazy entry's record,
-// whose JSON raws holds (see lazy.go).
+// whose JSON raws holds (see lazy.go), read only until appendWith
+// returns.
 func (s *Session) appendWith(seq uint64, m *record.Map, results []result, lazy bool) {
 	i := len(s.entries)
 	s.version++
 	s.entries = append(s.entries, entry{seq: seq, msg: m, role: roleKind(m), calls: callsOf(m), results: results, stale: true, changed: s.version})
 	e := &s.entries[i]
-	e.size = sizeOf(m)
 	if lazy {
-		e.msg, e.lazy = nil, true
+		e.msg, e.lazy = nil, true // m is read no more
+	} else {
+		e.size = sizeOf(m)
 	}
 	s.msgBytes += e.size
 	s.dropped = nil

@@ -317,6 +317,40 @@ func rewrite(m *record.Map, kind role, calls []call, results []result,
 	return m
 }
 
+// keptAsIs reports whether rewrite returns the message itself: when it
+// removes no call, drops no result and trims none, and an assistant
+// message stands alone (standsAlone). It needs only what a message's
+// entry keeps, and so decides for a message not decoded (lazy.go);
+// TestShape_ReadsWhatThePassesRead holds it to rewrite.
+func keptAsIs(kind role, calls []call, results []result, alone bool,
+	keepCall func(c call) bool, keepResult func(r result) bool, trim func(r result) bool) bool {
+	switch kind {
+	case roleAssistant:
+		for _, c := range calls {
+			if !c.provider && (c.id == "" || !keepCall(c)) {
+				return false
+			}
+		}
+		return alone
+	case roleResult, roleUser:
+		for _, r := range results {
+			if !keepResult(r) || r.images > 0 && trim(r) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// standsAlone reports whether an assistant message is kept when none of
+// its calls is removed: its content is usable, or it has tool_calls.
+func standsAlone(m *record.Map) bool {
+	content, hasContent := m.Get("content")
+	tc, _ := m.Get("tool_calls")
+	tcArr, _ := tc.([]any)
+	return usable(content, hasContent) || len(tcArr) > 0
+}
+
 func rewriteAssistant(m *record.Map, calls []call, keepCall func(c call) bool) *record.Map {
 	removeBlock := map[int]bool{}
 	removeEntry := map[int]bool{}

@@ -31,6 +31,7 @@ func (s *Store) Apply(session string, seq uint64, data []byte) {
 		return // a redelivery or a replay
 	}
 	rec, err := s.decode(data)
+	defer s.done(rec)
 	sl := s.lockSlot(session)
 	if s.way.dropped(seq) {
 		// Deleted from the stream before it came (removed.go): looked
@@ -117,11 +118,26 @@ func (s *Store) Apply(session string, seq uint64, data []byte) {
 // decoded is a record as Apply decodes it: whole (v), with its JSON
 // when that is canonical (raw); or, for a message that the passes keep
 // as it is, only what they read of it (skel, see projection.Shape) and
-// its JSON.
+// its JSON. skel is built in the memory of reader, and valid until the
+// reader goes back to the store (done).
 type decoded struct {
-	v    any
-	skel *record.Map
-	raw  []byte
+	v      any
+	skel   *record.Map
+	raw    []byte
+	reader *shapeReader
+}
+
+// shapeReader is a record.ShapeReader for the decoder it was made with.
+type shapeReader struct {
+	d record.Decoder
+	r *record.ShapeReader
+}
+
+// done gives the reader of a record back once it is applied.
+func (s *Store) done(rec decoded) {
+	if rec.reader != nil {
+		s.shapes.Put(rec.reader)
+	}
 }
 
 // decode decodes a record for Apply. With ShareInput, the record's bytes
@@ -132,9 +148,14 @@ type decoded struct {
 // session copies into its rendering rather than encoding it again.
 func (s *Store) decode(data []byte) (decoded, error) {
 	if s.Decoder.ShareInput {
-		if skel, ok := s.Decoder.DecodeShape(data, projection.Shape); ok && projection.PassesThrough(skel) {
-			return decoded{skel: skel, raw: data}, nil
+		rd, _ := s.shapes.Get().(*shapeReader)
+		if rd == nil || rd.d != s.Decoder {
+			rd = &shapeReader{d: s.Decoder, r: s.Decoder.ShapeReader(projection.Shape)}
 		}
+		if skel, ok := rd.r.Decode(data); ok && projection.PassesThrough(skel) {
+			return decoded{skel: skel, raw: data, reader: rd}, nil
+		}
+		s.shapes.Put(rd)
 	}
 	v, canonical, err := s.Decoder.DecodeCanonical(data)
 	if err != nil {

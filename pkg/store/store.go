@@ -207,6 +207,10 @@ type Store struct {
 	// applyHook, when set, applies records in place of
 	// projection.Session.Apply: tests make projections fail with it.
 	applyHook func(p *projection.Session, seq uint64, v any)
+
+	// shapes keeps the readers Apply decodes records to
+	// projection.Shape with (see decode).
+	shapes sync.Pool
 }
 
 // slot is one session: its projection when loaded, and always the two
