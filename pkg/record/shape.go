@@ -263,7 +263,7 @@ func (p *jsonParser) key(keysBase int) (start, end int, err error) {
 	}
 	if len(p.keys)-keysBase >= maxShapeKeys {
 		// A map this wide is no message: the linear check above would
-		// cost its square.
+		// cost its square, where a whole decode indexes the keys.
 		return 0, 0, errShape
 	}
 	p.keys = append(p.keys, span{start, end})
@@ -271,8 +271,10 @@ func (p *jsonParser) key(keysBase int) (start, end int, err error) {
 }
 
 // maxShapeKeys is the most members an object may have in a shaped
-// decode; a wider one is left to a whole decode.
-const maxShapeKeys = 64
+// decode; a wider one is left to a whole decode. At most 496 key
+// comparisons an object: a record of many wide maps costs a shaped
+// decode about what it costs a whole one.
+const maxShapeKeys = 32
 
 // span is where a key's bytes are in the input.
 type span struct{ start, end int }
