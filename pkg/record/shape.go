@@ -92,8 +92,17 @@ func (d Decoder) ShapeReader(sh *Shape) *ShapeReader {
 
 // Decode is DecodeShape of data, in the reader's memory.
 func (r *ShapeReader) Decode(data []byte) (*Map, bool) {
+	r.Clear()
+	m, ok := r.d.decodeShape(&r.p, data, r.sh)
+	r.p.data = nil
+	return m, ok
+}
+
+// Clear lets go of the last skeleton, so that the reader holds nothing of
+// the last record (a long string shared with its input holds the whole
+// input): what Decode returned is invalid from now on.
+func (r *ShapeReader) Clear() {
 	p := &r.p
-	// What the last record left: its skeleton is done with.
 	clear(p.elems[:max(len(p.elems), p.elemsHigh)])
 	clear(p.members[:max(len(p.members), p.membersHigh)])
 	p.elems, p.members, p.keys, p.buf = p.elems[:0], p.members[:0], p.keys[:0], p.buf[:0]
@@ -103,9 +112,6 @@ func (r *ShapeReader) Decode(data []byte) (*Map, bool) {
 	p.elemSlab.rewind()
 	p.boxes.rewind()
 	p.strs.block = p.strs.block[:0]
-	m, ok := r.d.decodeShape(p, data, r.sh)
-	p.data = nil
-	return m, ok
 }
 
 // shaped reads the value at p.pos and builds it to sh, as value does at

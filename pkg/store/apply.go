@@ -133,9 +133,11 @@ type shapeReader struct {
 	r *record.ShapeReader
 }
 
-// done gives the reader of a record back once it is applied.
+// done gives the reader of a record back once it is applied, holding
+// nothing of the record.
 func (s *Store) done(rec decoded) {
 	if rec.reader != nil {
+		rec.reader.r.Clear()
 		s.shapes.Put(rec.reader)
 	}
 }
@@ -155,6 +157,7 @@ func (s *Store) decode(data []byte) (decoded, error) {
 		if skel, ok := rd.r.Decode(data); ok && projection.PassesThrough(skel) {
 			return decoded{skel: skel, raw: data, reader: rd}, nil
 		}
+		rd.r.Clear()
 		s.shapes.Put(rd)
 	}
 	v, canonical, err := s.Decoder.DecodeCanonical(data)
