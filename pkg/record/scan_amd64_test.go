@@ -48,3 +48,12 @@ func TestPlainASCII32(t *testing.T) {
 		t.Fatalf("0x20 and 0x7f: %d, want 64", got)
 	}
 }
+
+// TestScanJSONString_WithoutAVX2 runs the reference test on the word
+// loops alone, as a CPU without AVX2 does.
+func TestScanJSONString_WithoutAVX2(t *testing.T) {
+	old := useAVX2
+	useAVX2 = false
+	defer func() { useAVX2 = old }()
+	TestScanJSONString_AgreesWithReference(t)
+}

@@ -36,6 +36,9 @@ type Skipped struct{}
 // WholeShape builds a value whole.
 var WholeShape = &Shape{Whole: true}
 
+// noShape stands for a nil Shape given for a whole record.
+var noShape Shape
+
 // errShape ends a shaped decode: the input is not canonical JSON, or not
 // valid, and DecodeShape says no.
 var errShape = errors.New("record: not canonical JSON")
@@ -59,6 +62,9 @@ func (d Decoder) DecodeShape(data []byte, sh *Shape) (*Map, bool) {
 }
 
 func (d Decoder) decodeShape(p *jsonParser, data []byte, sh *Shape) (*Map, bool) {
+	if sh == nil {
+		sh = &noShape // a record is a map: built as one, with no members
+	}
 	maxBytes, maxDepth := d.limits()
 	if len(data) < 2 || len(data) > maxBytes || data[0] != '{' || maxDepth < 1 {
 		return nil, false

@@ -251,6 +251,14 @@ func TestDecodeShape(t *testing.T) {
 	}
 }
 
+func TestDecodeShape_NilShape(t *testing.T) {
+	m, ok := record.Decoder{}.DecodeShape([]byte(`{"a":1}`), nil)
+	require.True(t, ok)
+	require.Equal(t, 0, m.Len(), "a nil shape builds the map alone")
+	_, ok = record.Decoder{}.DecodeShape([]byte(`{"a":01}`), nil)
+	require.False(t, ok)
+}
+
 func TestDecodeShape_Limits(t *testing.T) {
 	in := []byte(`{"a":[[{"b":1}]]}`)
 	_, ok := record.Decoder{MaxDepth: 4}.DecodeShape(in, testShape)
