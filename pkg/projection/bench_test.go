@@ -350,8 +350,9 @@ func BenchmarkBuild(b *testing.B) {
 }
 
 // BenchmarkDecodeShape decodes the ingest figure's records (workload
-// Default, screenshots left out) as the store does: to projection.Shape
-// (shape), against a whole decode of the same bytes (whole), the baseline.
+// Default, screenshots left out) to projection.Shape (shape; reader, as
+// the store does), against a whole decode of the same bytes (whole), the
+// baseline.
 func BenchmarkDecodeShape(b *testing.B) {
 	pool, err := workload.Encode(workload.New(11, workload.Default).Cycle(1000))
 	if err != nil {
@@ -383,6 +384,18 @@ func BenchmarkDecodeShape(b *testing.B) {
 		i := 0
 		for b.Loop() {
 			d.DecodeShape(recs[i%len(recs)], projection.Shape)
+			i++
+		}
+	})
+	// As the store does: one reader, each skeleton built where the last
+	// one was.
+	b.Run("reader", func(b *testing.B) {
+		r := d.ShapeReader(projection.Shape)
+		b.SetBytes(int64(size / len(recs)))
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			r.Decode(recs[i%len(recs)])
 			i++
 		}
 	})
