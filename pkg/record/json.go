@@ -253,18 +253,34 @@ func (p *jsonParser) object(depth int) (any, error) {
 			p.pos++
 		case '}':
 			p.pos++
-			left := p.left(p.pos)
-			members := p.memberSlab.take(len(p.members)-base, left/24)
-			copy(members, p.members[base:])
-			p.membersHigh = max(p.membersHigh, len(p.members)) // cleared by release
-			p.members = p.members[:base]
-			m := &p.mapSlab.take(1, left/96)[0]
-			m.Members = members
-			return m, nil
+			return p.mapOf(base), nil
 		default:
 			return nil, p.unexpected("',' or '}'")
 		}
 	}
+}
+
+// mapOf returns a map of the members read since base, taking them off
+// the scratch space.
+func (p *jsonParser) mapOf(base int) *Map {
+	left := p.left(p.pos)
+	members := p.memberSlab.take(len(p.members)-base, left/24)
+	copy(members, p.members[base:])
+	p.membersHigh = max(p.membersHigh, len(p.members)) // cleared by release
+	p.members = p.members[:base]
+	m := &p.mapSlab.take(1, left/96)[0]
+	m.Members = members
+	return m
+}
+
+// arrayOf returns the elements read since base, taking them off the
+// scratch space.
+func (p *jsonParser) arrayOf(base int) []any {
+	a := p.elemSlab.take(len(p.elems)-base, p.left(p.pos)/24)
+	copy(a, p.elems[base:])
+	p.elemsHigh = max(p.elemsHigh, len(p.elems)) // cleared by release
+	p.elems = p.elems[:base]
+	return a
 }
 
 func (p *jsonParser) array(depth int) (any, error) {
@@ -291,11 +307,7 @@ func (p *jsonParser) array(depth int) (any, error) {
 			p.pos++
 		case ']':
 			p.pos++
-			a := p.elemSlab.take(len(p.elems)-base, p.left(p.pos)/24)
-			copy(a, p.elems[base:])
-			p.elemsHigh = max(p.elemsHigh, len(p.elems)) // cleared by release
-			p.elems = p.elems[:base]
-			return a, nil
+			return p.arrayOf(base), nil
 		default:
 			return nil, p.unexpected("',' or ']'")
 		}

@@ -190,27 +190,30 @@ func (p *jsonParser) shapedObject(depth int, sh *Shape) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		if p.pos >= len(data) {
-			return nil, errShape
-		}
-		switch data[p.pos] {
-		case ',':
-			p.pos++
-		case '}':
-			p.pos++
-			left := p.left(p.pos)
-			members := p.memberSlab.take(len(p.members)-base, left/24)
-			copy(members, p.members[base:])
-			p.membersHigh = max(p.membersHigh, len(p.members)) // cleared by release
-			p.members = p.members[:base]
+		if end, err := p.next('}'); err != nil {
+			return nil, err
+		} else if end {
 			p.keys = p.keys[:keysBase]
-			m := &p.mapSlab.take(1, left/96)[0]
-			m.Members = members
-			return m, nil
-		default:
-			return nil, errShape
+			return p.mapOf(base), nil
 		}
 	}
+}
+
+// next reads what follows a member or an element: a comma, or close,
+// which ends the map or array (end).
+func (p *jsonParser) next(close byte) (end bool, err error) {
+	if p.pos >= len(p.data) {
+		return false, errShape
+	}
+	switch p.data[p.pos] {
+	case ',':
+		p.pos++
+		return false, nil
+	case close:
+		p.pos++
+		return true, nil
+	}
+	return false, errShape
 }
 
 func (p *jsonParser) shapedArray(depth int, sh *Shape) (any, error) {
@@ -227,25 +230,15 @@ func (p *jsonParser) shapedArray(depth int, sh *Shape) (any, error) {
 			return nil, err
 		}
 		p.elems = append(p.elems, v)
-		if p.pos >= len(data) {
-			return nil, errShape
-		}
-		switch data[p.pos] {
-		case ',':
-			p.pos++
-		case ']':
-			p.pos++
-			a := p.elemSlab.take(len(p.elems)-base, p.left(p.pos)/24)
-			copy(a, p.elems[base:])
-			p.elemsHigh = max(p.elemsHigh, len(p.elems)) // cleared by release
-			p.elems = p.elems[:base]
+		if end, err := p.next(']'); err != nil {
+			return nil, err
+		} else if end {
+			a := p.arrayOf(base)
 			if p.transient {
 				// Boxed in the reader's memory too.
 				return p.boxes.slice(a, p.left(p.pos)), nil
 			}
 			return a, nil
-		default:
-			return nil, errShape
 		}
 	}
 }
@@ -319,18 +312,9 @@ func (p *jsonParser) skip(depth int) error {
 			if err := p.skip(depth + 1); err != nil {
 				return err
 			}
-			if p.pos >= len(data) {
-				return errShape
-			}
-			switch data[p.pos] {
-			case ',':
-				p.pos++
-			case '}':
-				p.pos++
+			if end, err := p.next('}'); err != nil || end {
 				p.keys = p.keys[:keysBase]
-				return nil
-			default:
-				return errShape
+				return err
 			}
 		}
 	case c == '[':
@@ -346,17 +330,8 @@ func (p *jsonParser) skip(depth int) error {
 			if err := p.skip(depth + 1); err != nil {
 				return err
 			}
-			if p.pos >= len(data) {
-				return errShape
-			}
-			switch data[p.pos] {
-			case ',':
-				p.pos++
-			case ']':
-				p.pos++
-				return nil
-			default:
-				return errShape
+			if end, err := p.next(']'); err != nil || end {
+				return err
 			}
 		}
 	case c == '-' || (c >= '0' && c <= '9'):
