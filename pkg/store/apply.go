@@ -197,9 +197,9 @@ func (s *Store) seen(session string, seq uint64) bool {
 
 // applyLoaded applies a decoded record to a loaded session, or
 // quarantines it when it would take the session past its bound; it
-// returns the reason a record is quarantined. raw, unless nil, is the
-// record's canonical JSON (see projection.Session.ApplyJSON). The slot
-// is locked.
+// returns the reason a record is quarantined. rec is the record as
+// decode gave it: whole, or held as its JSON (see decoded). The slot is
+// locked.
 func (s *Store) applyLoaded(sl *slot, seq uint64, rec decoded, n int, resets bool) error {
 	w, err := s.limits().Weigh(sl.weight, n, resets)
 	if err != nil {
@@ -231,9 +231,10 @@ func (s *Store) limits() Limits {
 // resets is Limits.Resets with the store's limits.
 func (s *Store) resets(v any, n int) bool { return s.limits().Resets(v, n) }
 
-// applyRecord applies a decoded record to a projection. A panic comes
-// back as an error wrapping errPanicked: the projection may then be
-// half-changed and must be dropped.
+// applyRecord applies a decoded record to a projection: a message held
+// as its JSON by Session.ApplyShaped, any other by Session.ApplyJSON. A
+// panic comes back as an error wrapping errPanicked: the projection may
+// then be half-changed and must be dropped.
 func (s *Store) applyRecord(p *projection.Session, seq uint64, rec decoded) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
