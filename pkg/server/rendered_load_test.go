@@ -226,6 +226,11 @@ func renderedUnderLoad(t *testing.T, tc loadCase) {
 	}()
 
 	const clients = 8
+	// Clients asking for a min_seq not reached yet wait for the appender,
+	// which goes on once the others have had a few replies: at most
+	// clients-2 of them wait at a time, or all could, and the appender
+	// with them, until their wait_ms ran out.
+	var waiting atomic.Int32
 	for w := range clients {
 		wg.Add(1)
 		go func() {
@@ -260,8 +265,12 @@ func renderedUnderLoad(t *testing.T, tc loadCase) {
 				}
 				var minSeq uint64
 				if n := s.applied.Load(); r.IntN(4) == 0 && n < uint64(len(s.recs)) {
-					minSeq = n + 1
-					fields = append(fields, "min_seq", int64(minSeq), "wait_ms", int64(5000))
+					if waiting.Add(1) <= clients-2 {
+						minSeq = n + 1
+						fields = append(fields, "min_seq", int64(minSeq), "wait_ms", int64(5000))
+					} else {
+						waiting.Add(-1)
+					}
 				}
 				var body []byte
 				if key.msgpack {
@@ -275,6 +284,9 @@ func renderedUnderLoad(t *testing.T, tc loadCase) {
 				}
 				push := r.IntN(2) == 0
 				data, code, err := fetchReply(cnc, "ctxd.context."+s.id, body, push, &chunked)
+				if minSeq > 0 {
+					waiting.Add(-1)
+				}
 				if err != nil {
 					report(fmt.Errorf("%s %+v: %w", s.id, key, err))
 					return
