@@ -52,11 +52,7 @@ func (s *Session) settle() {
 	if s.msgBytes-s.settled < max(settleBytes, int64(len(s.json.bytes))/8) {
 		return
 	}
-	c := &s.json
-	s.settling = true
-	s.encoded(c, appendMessageJSON, ',')
-	s.settling = false
-	s.settled = s.msgBytes
+	c := s.settleAll()
 	// The rendering's room to grow is memory the session is counted at:
 	// what append leaves (a quarter at most), or the room the rendering
 	// had before the session last started over (restart), is kept; more
@@ -66,19 +62,26 @@ func (s *Session) settle() {
 	}
 }
 
+// settleAll builds the JSON rendering for Apply, which hands nothing
+// out, packing the entries it settles, and returns it.
+func (s *Session) settleAll() *cache {
+	c := &s.json
+	s.settling = true
+	s.encoded(c, appendMessageJSON, ',')
+	s.settling = false
+	s.settled = s.msgBytes
+	return c
+}
+
 // Fit settles the whole session and gives back the room its JSON
 // rendering keeps to grow in (see settle), when nobody holds its bytes:
 // for a session loaded whole, which may be read and never grow again. A
 // session that grows after pays one copy of its rendering more.
 func (s *Session) Fit() {
-	c := &s.json
-	if c.shared {
+	if s.json.shared {
 		return
 	}
-	s.settling = true
-	s.encoded(c, appendMessageJSON, ',')
-	s.settling = false
-	s.settled = s.msgBytes
+	c := s.settleAll()
 	// Built for Apply, the bytes are still not handed out.
 	if n := len(c.bytes); cap(c.bytes) > n {
 		c.bytes = append(make([]byte, 0, n), c.bytes...)
