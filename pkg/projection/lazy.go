@@ -67,11 +67,7 @@ func PassesThrough(skel *record.Map) bool {
 // does.
 func (s *Session) ApplyShaped(seq uint64, skel *record.Map, raw []byte) bool {
 	if !PassesThrough(skel) {
-		m, err := rawDecoder.Decode(raw)
-		if err != nil {
-			panic(fmt.Sprintf("projection: record from seq %d does not decode: %v", seq, err))
-		}
-		return s.ApplyJSON(seq, m, raw)
+		return s.ApplyJSON(seq, decodeRaw(raw, seq), raw)
 	}
 	if seq <= s.seq {
 		return false
@@ -90,6 +86,17 @@ func (s *Session) ApplyShaped(seq uint64, skel *record.Map, raw []byte) bool {
 // UTF-8 without control characters in its strings, within the limits it
 // was read with, held by the session as long as what it decodes to.
 var rawDecoder = record.Decoder{MaxBytes: math.MaxInt, MaxDepth: math.MaxInt32, ShareInput: true, ShareShort: true, Trusted: true}
+
+// decodeRaw decodes the JSON of the record at seq, which DecodeShape
+// checked. It cannot fail: if it did, going on would serve another
+// context.
+func decodeRaw(raw []byte, seq uint64) *record.Map {
+	m, err := rawDecoder.Decode(raw)
+	if err != nil {
+		panic(fmt.Sprintf("projection: record from seq %d does not decode: %v", seq, err))
+	}
+	return m
+}
 
 // rawAt returns the index in raws of entry i's record JSON, which a lazy
 // entry has.
@@ -124,12 +131,7 @@ func (s *Session) materialize(i int) {
 		return
 	}
 	r := s.rawAt(i)
-	m, err := rawDecoder.Decode(s.raws[r].b)
-	if err != nil {
-		// DecodeShape checked these bytes: going on would serve another
-		// context.
-		panic(fmt.Sprintf("projection: message from seq %d does not decode: %v", e.seq, err))
-	}
+	m := decodeRaw(s.raws[r].b, e.seq)
 	s.raws[r].msg = m
 	e.msg, e.lazy = m, false
 	e.size = sizeOf(m)
@@ -142,9 +144,5 @@ func (s *Session) materialize(i int) {
 // lazyMessage returns lazy entry i's message, decoded for the caller
 // alone: the entry stays lazy.
 func (s *Session) lazyMessage(i int) *record.Map {
-	m, err := rawDecoder.Decode(s.raws[s.rawAt(i)].b)
-	if err != nil {
-		panic(fmt.Sprintf("projection: message from seq %d does not decode: %v", s.entries[i].seq, err))
-	}
-	return m
+	return decodeRaw(s.raws[s.rawAt(i)].b, s.entries[i].seq)
 }
