@@ -100,10 +100,7 @@ func (p *jsonParser) left(i int) int {
 const maxKept = 1 << 16
 
 func (p *jsonParser) release() {
-	// What the maps and arrays read left in the scratch space, so that
-	// a pooled parser holds no record.
-	clear(p.elems[:max(len(p.elems), p.elemsHigh)])
-	clear(p.members[:max(len(p.members), p.membersHigh)])
+	p.clearScratch()
 	*p = jsonParser{buf: p.buf[:0], elems: p.elems[:0], members: p.members[:0], keys: p.keys[:0]}
 	if cap(p.buf) > maxKept {
 		p.buf = nil
@@ -118,6 +115,16 @@ func (p *jsonParser) release() {
 		p.keys = nil
 	}
 	jsonParsers.Put(p)
+}
+
+// clearScratch clears what the maps and arrays read left in the scratch
+// space, so that a parser kept for the next record holds none of this
+// one, and empties it.
+func (p *jsonParser) clearScratch() {
+	clear(p.elems[:max(len(p.elems), p.elemsHigh)])
+	clear(p.members[:max(len(p.members), p.membersHigh)])
+	p.elems, p.members, p.keys, p.buf = p.elems[:0], p.members[:0], p.keys[:0], p.buf[:0]
+	p.elemsHigh, p.membersHigh = 0, 0
 }
 
 func (p *jsonParser) fail(err error, detail string) error {

@@ -109,10 +109,7 @@ func (r *ShapeReader) Decode(data []byte) (*Map, bool) {
 // input): what Decode returned is invalid from now on.
 func (r *ShapeReader) Clear() {
 	p := &r.p
-	clear(p.elems[:max(len(p.elems), p.elemsHigh)])
-	clear(p.members[:max(len(p.members), p.membersHigh)])
-	p.elems, p.members, p.keys, p.buf = p.elems[:0], p.members[:0], p.keys[:0], p.buf[:0]
-	p.elemsHigh, p.membersHigh = 0, 0
+	p.clearScratch()
 	p.mapSlab.rewind()
 	p.memberSlab.rewind()
 	p.elemSlab.rewind()
