@@ -26,8 +26,8 @@ PERF_BARE, PERF_ORDERED), so never point it at a server a ctxd uses.
 Without --quick the sizes are the full run's (several minutes, a few GB of
 disk in the temporary directory); --quick takes about a minute. The size
 flags override either; their defaults below are the full run's. The quick
-run: --rounds 2 --ingest-records 20000 --fetch-samples 1000
---clients-time 1s --turn-samples 50 --rebuild-records 20000
+run: --rounds 2 --ingest-rounds 3 --ingest-records 20000
+--fetch-samples 1000 --clients-time 1s --turn-samples 50 --rebuild-records 20000
 --rebuild-sessions 100 --cold-records 20000 --cold-samples 500
 --memory-sessions 100.
 
@@ -53,7 +53,8 @@ func benchFlags(e *env, cfg *perf.Config) (*flag.FlagSet, benchOptions) {
 	fs.StringVar(&cfg.HeapProfile, "memprofile", "", "write a heap profile, taken while the memory figure's sessions are live, to this file")
 	fs.StringVar(&cfg.NATSURL, "nats", "", "run against this NATS server instead of an embedded one (see above)")
 	fs.StringVar(&cfg.Dir, "dir", "", "directory for the embedded server's files (default: a temporary directory, removed afterwards)")
-	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "rounds of each throughput comparison (ingest, clients, rebuild); the median is reported")
+	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "rounds of the clients and rebuild comparisons; the median is reported")
+	fs.IntVar(&cfg.IngestRounds, "ingest-rounds", cfg.IngestRounds, "rounds of the ingest figure, each side once a round; its ratio is the median of the rounds' ratios")
 	fs.IntVar(&cfg.ScreenshotBytes, "screenshot-bytes", cfg.ScreenshotBytes, "base64 size of a browser screenshot (0: none)")
 	fs.IntVar(&cfg.ScreenshotEvery, "screenshot-every", cfg.ScreenshotEvery, "messages (or records) between two browser screenshots")
 	fs.IntVar(&cfg.IngestRecords, "ingest-records", cfg.IngestRecords, "records published per ingest round")

@@ -17,7 +17,7 @@ import (
 func TestBench_Smoke(t *testing.T) {
 	profiles := t.TempDir()
 	code, out, errOut := runCmd(t, "", "bench", "--quick", "--dir", t.TempDir(),
-		"--rounds", "1", "--ingest-cpuprofiles", profiles,
+		"--rounds", "1", "--ingest-rounds", "1", "--ingest-cpuprofiles", profiles,
 		"--screenshot-bytes", "4096", "--screenshot-every", "10",
 		"--ingest-records", "300", "--ingest-sessions", "3",
 		"--fetch-messages", "20,40", "--fetch-samples", "10",

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -115,7 +116,7 @@ func (b *bench) ingest(ctx context.Context) ([]Row, error) {
 	}
 	S, N := cfg.IngestSessions, cfg.IngestRecords
 	b.logf("ingest: %d records per round over %d live sessions (%d bytes a record on average), %d rounds",
-		N, S, size/len(pool), cfg.Rounds)
+		N, S, size/len(pool), cfg.IngestRounds)
 
 	// Live sessions: each gets a first record, and a fetch loads it.
 	sessions := make([]string, S)
@@ -193,7 +194,7 @@ func (b *bench) ingest(ctx context.Context) ([]Row, error) {
 		},
 	}
 	names := [...]string{"raw", "bare", "ctxd", "ordered"} // of the profiles
-	for round = range cfg.Rounds {
+	for round = range cfg.IngestRounds {
 		for k := range sides {
 			// Every other round runs the sides in reverse order, so that
 			// no side always follows the same one; and each starts with
@@ -222,31 +223,56 @@ func (b *bench) ingest(ctx context.Context) ([]Row, error) {
 	// The durable consumer saw the bare side's records and no others:
 	// a record of another side reaching it too would be delivered twice,
 	// and that side measured slower than it is.
-	if got, want := consumed.Load(), uint64(cfg.Rounds*N); got != want {
+	if got, want := consumed.Load(), uint64(cfg.IngestRounds*N); got != want {
 		return nil, fmt.Errorf("ingest: the bare durable consumer saw %d records, want %d: another side published to its subjects", got, want)
 	}
 	b.logf("ingest: CPU time of the process per record (medians): ctxd %.1f µs, raw publish %.1f µs, ordered consumer %.1f µs, bare durable consumer %.1f µs",
 		median(cpu[2]), median(cpu[0]), median(cpu[3]), median(cpu[1]))
-	b.checkApplied("ingest", a, uint64(S+cfg.Rounds*N))
+	b.checkApplied("ingest", a, uint64(S+cfg.IngestRounds*N))
 	st := a.Store().Stats()
 	b.logf("ingest: store: %d sessions loaded, %d records applied, %d evictions, %d rejected", st.Loaded, st.Records, st.Evictions, st.Rejected)
+	vsOrdered, vsRaw, vsBare := ratios(ctxdRates, orderedRates), ratios(ctxdRates, rawRates), ratios(ctxdRates, bareRates)
+	b.logf("ingest: ctxd's ratio to the ordered consumer, round by round: %s (median %.2fx)", formatRatios(vsOrdered), median(vsOrdered))
 	return []Row{{
 		Figure:   fmt.Sprintf("ingest, %d sessions, vs ordered consumer (records/s)", S),
 		Kind:     Rate,
 		Ctxd:     median(ctxdRates),
 		Baseline: median(orderedRates),
+		Ratios:   vsOrdered,
 		Target:   Target{MinRatio: 0.8},
 	}, {
 		Figure:   "ingest vs raw publish (records/s)",
 		Kind:     Rate,
 		Ctxd:     median(ctxdRates),
 		Baseline: median(rawRates),
+		Ratios:   vsRaw,
 	}, {
 		Figure:   "ingest vs bare durable consumer (records/s)",
 		Kind:     Rate,
 		Ctxd:     median(ctxdRates),
 		Baseline: median(bareRates),
+		Ratios:   vsBare,
 	}}, nil
+}
+
+// ratios returns a[i]/b[i], round by round.
+func ratios(a, b []float64) []float64 {
+	out := make([]float64, min(len(a), len(b)))
+	for i := range out {
+		if b[i] > 0 {
+			out[i] = a[i] / b[i]
+		}
+	}
+	return out
+}
+
+// formatRatios writes ratios as "0.91x 1.02x ...".
+func formatRatios(r []float64) string {
+	parts := make([]string, len(r))
+	for i, x := range r {
+		parts[i] = fmt.Sprintf("%.2fx", x)
+	}
+	return strings.Join(parts, " ")
 }
 
 // ingestRound publishes n records to ctxd's stream, whose last sequence

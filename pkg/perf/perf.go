@@ -61,10 +61,14 @@ type Config struct {
 	Dir string
 	// Figures to measure; empty means all of Figures.
 	Figures []string
-	// Rounds is how many times each throughput pair (ingest, clients,
-	// rebuild) is measured, alternating ctxd and baseline; the median is
-	// reported.
+	// Rounds is how many times each throughput pair of the clients and
+	// rebuild figures is measured, alternating ctxd and baseline; the
+	// median is reported.
 	Rounds int
+	// IngestRounds is how many rounds the ingest figure runs, each side
+	// once a round in alternating order; its ratios are the medians of
+	// the rounds' ratios (Row.Ratios).
+	IngestRounds int
 
 	// Screenshots: base64 length of one, and messages between two, in the
 	// ingest, fetch, turn, cold and memory sessions.
@@ -130,6 +134,7 @@ type Config struct {
 func Full() Config {
 	return Config{
 		Rounds:             3,
+		IngestRounds:       5,
 		ScreenshotBytes:    200 << 10,
 		ScreenshotEvery:    100,
 		IngestRecords:      100_000,
@@ -155,6 +160,7 @@ func Full() Config {
 func Quick() Config {
 	c := Full()
 	c.Rounds = 2
+	c.IngestRounds = 3
 	c.IngestRecords = 20_000
 	c.FetchSamples = 1000
 	c.ClientsTime = time.Second
@@ -176,7 +182,7 @@ func (c Config) Check() error {
 		}
 	}
 	positive := map[string]int{
-		"rounds": c.Rounds, "ingest records": c.IngestRecords, "ingest sessions": c.IngestSessions,
+		"rounds": c.Rounds, "ingest rounds": c.IngestRounds, "ingest records": c.IngestRecords, "ingest sessions": c.IngestSessions,
 		"fetch samples": c.FetchSamples, "clients": c.Clients, "clients messages": c.ClientsMessages,
 		"turn samples": c.TurnSamples, "rebuild records": c.RebuildRecords, "rebuild sessions": c.RebuildSessions,
 		"cold records": c.ColdRecords, "cold session records": c.ColdSessionRecords, "cold samples": c.ColdSamples,

@@ -25,6 +25,10 @@ func TestRow_Met(t *testing.T) {
 		{"ratio below min", Row{Ctxd: 0.7, Baseline: 1, Target: Target{MinRatio: 0.8}}, false, true},
 		{"value within max", Row{Ctxd: 0.004, Baseline: 0.001, Target: Target{MaxValue: 0.005}}, true, true},
 		{"value past max", Row{Ctxd: 0.006, Baseline: 0.001, Target: Target{MaxValue: 0.005}}, false, true},
+		// Paired rounds: the median of the rounds' ratios, not the ratio
+		// of the medians (1.0 / 1.0 here).
+		{"paired ratios below min", Row{Ctxd: 1, Baseline: 1, Ratios: []float64{0.7, 0.9, 0.75}, Target: Target{MinRatio: 0.8}}, false, true},
+		{"paired ratios at min", Row{Ctxd: 0.5, Baseline: 1, Ratios: []float64{0.7, 0.8, 0.95}, Target: Target{MinRatio: 0.8}}, true, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			met, has := tt.row.Met()
@@ -85,6 +89,9 @@ func TestConfig_Check(t *testing.T) {
 	c = Quick()
 	c.MemorySessions = c.ColdRecords // more than the cold stream holds
 	require.Error(t, c.Check())
+	c = Full()
+	c.IngestRounds = 0
+	require.ErrorContains(t, c.Check(), "ingest rounds must be positive")
 }
 
 func TestReplySeq(t *testing.T) {
@@ -135,7 +142,7 @@ func TestIngest_BaselinesApart(t *testing.T) {
 	cfg := Quick()
 	cfg.Figures = []string{FigureIngest}
 	cfg.Dir = t.TempDir()
-	cfg.IngestRecords, cfg.IngestSessions, cfg.Rounds = 500, 5, 2
+	cfg.IngestRecords, cfg.IngestSessions, cfg.IngestRounds = 500, 5, 2
 	rep, err := Run(context.Background(), cfg)
 	require.NoError(t, err)
 	require.NotEmpty(t, rep.Rows)

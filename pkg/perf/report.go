@@ -31,6 +31,13 @@ type Row struct {
 	// Unmeasured, when set, says why Ctxd could not be measured: the row
 	// has no value and misses its target.
 	Unmeasured string
+	// Ratios, when set, are the ratios of paired rounds, each round's
+	// ctxd value against the baseline measured beside it: Ratio is their
+	// median rather than the ratio of the medians Ctxd and Baseline.
+	// Pairing reduces the effect of what changes between rounds on a
+	// shared machine (other processes' load), which moves both sides of
+	// a round alike.
+	Ratios []float64
 }
 
 // Target is what a row should meet; the zero Target is none.
@@ -43,8 +50,12 @@ type Target struct {
 	Note string
 }
 
-// Ratio is ctxd's value divided by the baseline's.
+// Ratio is ctxd's value divided by the baseline's: the median of Ratios
+// when the row has them.
 func (r Row) Ratio() float64 {
+	if len(r.Ratios) > 0 {
+		return median(r.Ratios)
+	}
 	if r.Baseline == 0 {
 		return 0
 	}
@@ -183,7 +194,7 @@ func (rep *Report) WriteTable(w io.Writer) error {
 	for _, w := range rep.Warnings {
 		fmt.Fprintf(bw, "\nWARNING: %s\n", w)
 	}
-	fmt.Fprintf(bw, "\nratio = ctxd / baseline.\n")
+	fmt.Fprintf(bw, "\nratio = ctxd / baseline; for the ingest rows, the median of the rounds' ratios, each round's ctxd against the baseline measured in the same round (the columns are the medians of the rounds).\n")
 	for _, b := range Baselines {
 		fmt.Fprintf(bw, "- %s\n", b)
 	}
