@@ -4,6 +4,7 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -120,9 +122,20 @@ func TestService_WaitersBounded(t *testing.T) {
 // fetchByID gets a context as a client of protocol 2 does: the first
 // chunk answers the request, and the others are fetched from the subject
 // it names.
+//
+// A 503 (the service is busy: retry later) is retried, as such a client
+// does, for up to 30 s.
 func fetchByID(t *testing.T, c *client, session string, minSeq uint64) *reply {
 	t.Helper()
-	msg := c.request("ctxd.context."+session, []byte(fmt.Sprintf(`{"min_seq":%d}`, minSeq)), nil)
+	var msg *nats.Msg
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		msg = c.request("ctxd.context."+session, []byte(fmt.Sprintf(`{"min_seq":%d}`, minSeq)), nil)
+		if msg.Header.Get(micro.ErrorCodeHeader) != "503" || time.Now().After(deadline) {
+			break
+		}
+		t.Logf("fetch by id: %s; retrying", msg.Header.Get(micro.ErrorHeader))
+		time.Sleep(50 * time.Millisecond)
+	}
 	require.Empty(t, msg.Header.Get(micro.ErrorCodeHeader), msg.Header.Get(micro.ErrorHeader))
 	n, err := strconv.Atoi(msg.Header.Get("Ctxd-Chunks"))
 	require.NoError(t, err)
@@ -139,7 +152,11 @@ func fetchByID(t *testing.T, c *client, session string, minSeq uint64) *reply {
 
 // A context larger than the max payload reaches pkg/client whole, its
 // chunks pushed; a client that knows only protocol 2 fetches them; and
-// replies nobody reads do not keep either from getting it.
+// replies nobody reads do not keep either from getting it. While the
+// flood is answered the service may refuse a request as busy (503, retry
+// later: the session's lock was held by another answer, and the load
+// lane's queue was full); a client that retries, as a 503 asks, gets the
+// same context.
 func TestService_ChunkedRepliesUnderFlood(t *testing.T) {
 	a := startApp(t, t.TempDir(), func(cfg *app.Config) { cfg.MaxPayload = 64 << 10 })
 	c := newClient(t, a.URL())
@@ -150,9 +167,17 @@ func TestService_ChunkedRepliesUnderFlood(t *testing.T) {
 	pushed := func() *reply {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		data, err := ctxdclient.Context(ctx, c.nc, "big", ctxdclient.Request{MinSeq: last})
-		require.NoError(t, err)
-		return decodeReply(t, data)
+		for {
+			data, err := ctxdclient.Context(ctx, c.nc, "big", ctxdclient.Request{MinSeq: last})
+			var busy *ctxdclient.Error
+			if errors.As(err, &busy) && busy.Code == "503" && ctx.Err() == nil {
+				t.Logf("pushed: %v; retrying", err)
+				time.Sleep(50 * time.Millisecond)
+				continue
+			}
+			require.NoError(t, err)
+			return decodeReply(t, data)
+		}
 	}
 	want := pushed()
 	require.Len(t, want.Messages, 6)
