@@ -133,9 +133,11 @@ func TestBrowser_Login(t *testing.T) {
 
 	b.call("Page.navigate", map[string]any{"url": base + "/ui/sessions/demo-1"}, nil)
 	b.waitFor(`location.pathname === "/login" && document.readyState === "complete"`)
-	b.eval(`document.querySelector("input[name=token]").value = "wrong"; document.querySelector("form").submit(); true`)
+	// Each submit waits for the evaluation to return: the navigation it
+	// starts would otherwise cut the evaluation off.
+	b.eval(`document.querySelector("input[name=token]").value = "wrong"; setTimeout(() => document.querySelector("form").submit(), 0); true`)
 	b.waitFor(`document.readyState === "complete" && document.body.textContent.includes("wrong token")`)
-	b.eval(`document.querySelector("input[name=token]").value = "s3cret"; document.querySelector("form").submit(); true`)
+	b.eval(`document.querySelector("input[name=token]").value = "s3cret"; setTimeout(() => document.querySelector("form").submit(), 0); true`)
 	b.waitFor(`location.pathname === "/ui/sessions/demo-1" && document.getElementById("session") !== null`)
 	require.Equal(t, "", b.eval(`document.cookie`), "the session cookie is HttpOnly")
 	b.waitFor(`document.getElementById("live-status").textContent.startsWith("following")`)
@@ -143,7 +145,7 @@ func TestBrowser_Login(t *testing.T) {
 	b.waitFor(fmt.Sprintf(`document.getElementById("seq-%d") !== null`, seq))
 	require.Equal(t, fmt.Sprintf("following, seq %d", seq), b.eval(`document.getElementById("live-status").textContent`))
 
-	b.eval(`document.querySelector("form.logout button").click(); true`)
+	b.eval(`setTimeout(() => document.querySelector("form.logout button").click(), 0); true`)
 	b.waitFor(`location.pathname === "/login" && document.readyState === "complete"`)
 	b.call("Page.navigate", map[string]any{"url": base + "/ui/"}, nil)
 	b.waitFor(`location.pathname === "/login" && document.readyState === "complete"`)

@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -104,6 +106,14 @@ func (b *browser) read(r *os.File) {
 // result into out.
 func (b *browser) call(method string, params any, out any) {
 	b.t.Helper()
+	if err := b.try(method, params, out); err != nil {
+		b.t.Fatalf("%s: %v", method, err)
+	}
+}
+
+// try is call, returning the browser's error rather than failing on it.
+func (b *browser) try(method string, params any, out any) error {
+	b.t.Helper()
 	b.mu.Lock()
 	b.next++
 	id := b.next
@@ -124,7 +134,7 @@ func (b *browser) call(method string, params any, out any) {
 	select {
 	case r := <-ch:
 		if r.Error != nil {
-			b.t.Fatalf("%s: %s", method, r.Error.Message)
+			return errors.New(r.Error.Message)
 		}
 		if out != nil {
 			require.NoError(b.t, json.Unmarshal(r.Result, out), method)
@@ -134,10 +144,22 @@ func (b *browser) call(method string, params any, out any) {
 			b.t.Fatalf("%s: no reply from the browser in 60s", method)
 		}
 	}
+	return nil
 }
 
 // eval returns the value of a JavaScript expression in the page.
 func (b *browser) eval(expr string) any {
+	b.t.Helper()
+	v, err := b.evalTry(expr)
+	if err != nil {
+		b.t.Fatalf("Runtime.evaluate: %v", err)
+	}
+	return v
+}
+
+// evalTry is eval, returning the browser's error: the page may navigate
+// while the expression is evaluated.
+func (b *browser) evalTry(expr string) (any, error) {
 	b.t.Helper()
 	var r struct {
 		Result struct {
@@ -145,9 +167,19 @@ func (b *browser) eval(expr string) any {
 		} `json:"result"`
 		ExceptionDetails any `json:"exceptionDetails"`
 	}
-	b.call("Runtime.evaluate", map[string]any{"expression": expr, "returnByValue": true}, &r)
+	if err := b.try("Runtime.evaluate", map[string]any{"expression": expr, "returnByValue": true}, &r); err != nil {
+		return nil, err
+	}
 	require.Nil(b.t, r.ExceptionDetails, expr)
-	return r.Result.Value
+	return r.Result.Value, nil
+}
+
+// navigating reports whether a browser error says the page navigated
+// (or its document was replaced) while a command was evaluated in it.
+func navigating(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "navigated or closed") || strings.Contains(msg, "context was destroyed") ||
+		strings.Contains(msg, "Cannot find context")
 }
 
 // open navigates to url and waits until the page has loaded.
@@ -157,12 +189,20 @@ func (b *browser) open(url string) {
 	b.waitFor(`document.readyState === "complete" && location.href === ` + jsString(url))
 }
 
-// waitFor polls a JavaScript condition until it holds.
+// waitFor polls a JavaScript condition until it holds; a poll that the
+// page's navigation cut off is polled again.
 func (b *browser) waitFor(cond string) {
 	b.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for b.eval(cond) != true {
+	for {
+		v, err := b.evalTry(cond)
+		if err != nil && !navigating(err) {
+			b.t.Fatalf("Runtime.evaluate: %v", err)
+		}
+		if err == nil && v == true {
+			return
+		}
 		select {
 		case <-ctx.Done():
 			b.t.Fatalf("waited 30s for %s", cond)
