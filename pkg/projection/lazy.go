@@ -76,6 +76,7 @@ func (s *Session) ApplyShaped(seq uint64, skel *record.Map, raw []byte) bool {
 	i := len(s.entries)
 	s.raws = append(s.raws, rawJSON{entry: i, b: raw, alone: standsAlone(skel)})
 	s.rawBytes += int64(len(raw))
+	s.lazyBytes += int64(len(raw))
 	s.msgBytes += int64(len(raw))
 	s.appendWith(seq, skel, resultsOf(skel), true)
 	s.settle()
@@ -133,6 +134,7 @@ func (s *Session) materialize(i int) {
 	r := s.rawAt(i)
 	m := decodeRaw(s.raws[r].b, e.seq)
 	s.raws[r].msg = m
+	s.lazyBytes -= int64(len(s.raws[r].b))
 	e.msg, e.lazy = m, false
 	e.size = sizeOf(m)
 	s.msgBytes += e.size

@@ -1,8 +1,11 @@
 package projection
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -110,4 +113,49 @@ func TestSession_LazyEntries(t *testing.T) {
 	}
 	require.NotNil(t, s.entries[3].msg, "the unanswered call's message, decoded")
 	require.Empty(t, s.raws)
+}
+
+// TestSession_LazyEntriesSettleInFewSteps: a session of messages held as
+// their JSON, never read, settles them when they hold as much as the
+// rendering, which then grows once by what they hold, not by append's
+// steps of a quarter, each a fresh buffer: the session allocates about
+// twice its rendering for it, where steps of a quarter took five times.
+func TestSession_LazyEntriesSettleInFewSteps(t *testing.T) {
+	const n = 4000
+	text := strings.Repeat("word ", 100)
+	jss := make([][]byte, n)
+	skels := make([]*record.Map, n)
+	values := make([]any, n)
+	for i := range n {
+		role := "user"
+		if i%2 == 1 {
+			role = "assistant"
+		}
+		jss[i] = fmt.Appendf(nil, `{"role":%q,"content":"%s%d"}`, role, text, i)
+		var ok bool
+		skels[i], ok = shapeDecoder.DecodeShape(jss[i], Shape)
+		require.True(t, ok)
+		v, err := record.Decode(jss[i])
+		require.NoError(t, err)
+		values[i] = v
+	}
+	s := New(Options{})
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for i := range n {
+		require.True(t, s.ApplyShaped(uint64(i+1), skels[i], jss[i]))
+		if s.lazyBytes >= max(int64(settleBytes), int64(len(s.json.bytes))) {
+			t.Fatalf("after record %d: its lazy entries hold as much as the rendering, unsettled", i+1)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	rendering := len(s.json.bytes) + int(s.lazyBytes)
+	require.Greater(t, rendering, 2_000_000)
+	// The entries and the list of records' JSON take about as much as
+	// the rendering here (2.4 MB), settling never more than the
+	// rendering: 4.5 MB. append's steps, in one settle, took 7.5 MB;
+	// settling every eighth of the rendering 12 MB.
+	allocated := int(after.TotalAlloc - before.TotalAlloc)
+	require.Less(t, allocated, 5*rendering/2, "bytes allocated for a rendering of %d", rendering)
+	requireBuild(t, s, values)
 }

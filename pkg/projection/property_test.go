@@ -55,6 +55,27 @@ func TestSession_EquivalentToBuild(t *testing.T) {
 	}
 }
 
+// TestSession_EquivalentToBuild_SettlingOften is the same check with
+// sessions settling (shed.go) every 64 bytes instead of every 16 KiB, so
+// that short generated sessions go through every way Apply builds the
+// JSON rendering: after decoded messages, and after lazy ones, grown in
+// one step.
+func TestSession_EquivalentToBuild_SettlingOften(t *testing.T) {
+	defer func(n int) { settleBytes = n }(settleBytes)
+	settleBytes = 64
+	n := *equivN / 10
+	if testing.Short() && !flagSet("equiv.n") {
+		n = equivShortN
+	}
+	for i := range n {
+		checkEquivalence(t, *equivBase+uint64(i))
+		if t.Failed() {
+			t.Logf("settling every %d bytes", settleBytes)
+			return
+		}
+	}
+}
+
 func flagSet(name string) bool {
 	set := false
 	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })

@@ -53,6 +53,8 @@ type Session struct {
 	// counted in msgBytes while they are held.
 	raws     []rawJSON
 	rawBytes int64
+	// lazyBytes is the part of rawBytes that lazy entries' JSON holds.
+	lazyBytes int64
 
 	msgBytes int64 // the estimated size of the entries' messages held, and raws
 	settled  int64 // msgBytes when Apply last settled the session (shed.go)
@@ -125,7 +127,7 @@ func New(opt Options) *Session {
 
 func (s *Session) reset() {
 	s.entries = nil
-	s.raws, s.rawBytes = nil, 0
+	s.raws, s.rawBytes, s.lazyBytes = nil, 0, 0
 	s.msgBytes = 0
 	s.settled = 0
 	s.ids = map[string]int32{}
@@ -196,7 +198,7 @@ func (s *Session) dropRaws() {
 	clear(s.raws)
 	s.raws = s.raws[:0]
 	s.msgBytes -= s.rawBytes
-	s.rawBytes = 0
+	s.rawBytes, s.lazyBytes = 0, 0
 }
 
 // Skip advances the session past a record that could not be decoded: the

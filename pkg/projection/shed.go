@@ -39,18 +39,35 @@ import (
 // messages decoded since it last did hold settleBytes, or an eighth of
 // the rendering if more, and the entries that settled are packed (see
 // pack.go). A session is then held at about its context plus its
-// indexes whether it has been read or not, and the JSON rendering is
-// ready for its first request. Building it in steps of an eighth of its
-// size keeps the copying of a rebuild's prefix (a screenshot trimmed
-// behind the tail) to a few bytes per byte applied.
-const settleBytes = 16 << 10
+// indexes whether it has been read or not. Building it in steps of an
+// eighth of its size keeps the copying of a rebuild's prefix (a
+// screenshot trimmed behind the tail) to a few bytes per byte applied.
+//
+// A lazy entry (lazy.go) is held as its record's JSON, which takes what
+// its bytes in the rendering would: settling it saves nothing, and
+// copying it into a rendering that grows an eighth at a time would copy
+// every byte about four times more, at the cost of a fresh block of
+// memory each time. So lazy entries settle when their JSON is as long
+// as the rendering (or settleBytes), and the rendering then grows in one
+// step by what they hold: it doubles at most once per such settle, and
+// every byte applied is copied about once more.
+//
+// A variable only so that tests can settle small sessions often.
+var settleBytes = 16 << 10
 
 // settle builds the JSON rendering, packing the entries it settles, when
-// the messages decoded since it was last built hold enough; see above.
+// the messages decoded since it was last built hold enough, or its lazy
+// entries do; see above.
 func (s *Session) settle() {
-	s.settled = min(s.settled, s.msgBytes) // a read packed them meanwhile
-	if s.msgBytes-s.settled < max(settleBytes, int64(len(s.json.bytes))/8) {
+	decoded := s.msgBytes - s.lazyBytes
+	s.settled = min(s.settled, decoded) // a read packed them meanwhile
+	n := int64(len(s.json.bytes))
+	lazy := s.lazyBytes >= max(int64(settleBytes), n)
+	if !lazy && decoded-s.settled < max(int64(settleBytes), n/8) {
 		return
+	}
+	if lazy {
+		s.json.reserve = int(s.rawBytes) + len(s.raws) // their bytes and separators
 	}
 	c := s.settleAll()
 	// The rendering's room to grow is memory the session is counted at:
@@ -69,7 +86,7 @@ func (s *Session) settleAll() *cache {
 	s.settling = true
 	s.encoded(c, appendMessageJSON, ',')
 	s.settling = false
-	s.settled = s.msgBytes
+	s.settled = s.msgBytes - s.lazyBytes
 	return c
 }
 
@@ -202,8 +219,12 @@ func (s *Session) Size() int64 {
 		// text-only sessions measures them.
 		perEntry = 200
 		perID    = 150
+		// A record's JSON held for its entry (raws): the slice's
+		// header and entry's index, and the buffer's rounding to its
+		// size class, beyond its length.
+		perRaw = 64
 	)
-	n := s.msgBytes + int64(cap(s.json.bytes)+cap(s.msgpack.bytes))
+	n := s.msgBytes + int64(cap(s.json.bytes)+cap(s.msgpack.bytes)) + perRaw*int64(len(s.raws))
 	if h := s.list.held; len(h) > 0 {
 		n += h[len(h)-1]
 	}

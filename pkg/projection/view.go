@@ -36,6 +36,10 @@ type cache struct {
 	// room is the capacity a rendering may keep since its session last
 	// started over (restart), whatever its size.
 	room int
+
+	// reserve is the length the next build appends at least, which it
+	// makes room for in one step (see settle); 0 leaves growing to append.
+	reserve int
 }
 
 // failure is a message an encoding has no form for.
@@ -188,6 +192,7 @@ type encoder func(dst []byte, m *record.Map) ([]byte, error)
 // prefix instead.
 func (s *Session) encoded(c *cache, enc encoder, sep byte) []byte {
 	if c.built == s.version && c.bytes != nil {
+		c.reserve = 0
 		c.shared = c.shared || !s.settling
 		return c.bytes
 	}
@@ -233,6 +238,15 @@ func (s *Session) encoded(c *cache, enc encoder, sep byte) []byte {
 	default:
 		buf = make([]byte, 0, max(1024, c.room))
 	}
+	if need := len(old) + c.reserve; c.reserve > 0 && cap(buf) < need {
+		// Grown once, rather than by append's steps of a quarter, each a
+		// copy of the bytes so far: old's bytes stay where they are, to
+		// be read.
+		nb := make([]byte, len(buf), need+need/16)
+		copy(nb, buf)
+		buf, inPlace = nb, false
+	}
+	c.reserve = 0
 	count, failed := c.count, c.failed
 	if from < len(oldOffs) {
 		failed = nil
