@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ctxd/ctxd/internal/workload"
 	"github.com/ctxd/ctxd/pkg/record"
 )
 
@@ -157,5 +158,57 @@ func TestSession_LazyEntriesSettleInFewSteps(t *testing.T) {
 	// settling every eighth of the rendering 12 MB.
 	allocated := int(after.TotalAlloc - before.TotalAlloc)
 	require.Less(t, allocated, 5*rendering/2, "bytes allocated for a rendering of %d", rendering)
+	requireBuild(t, s, values)
+}
+
+// TestSession_LazySettleWithTrimGrowsOnce: a settle that copies in lazy
+// entries' JSON and rebuilds a screenshot trimmed behind them makes room
+// for the JSON where the rebuilt entries end, not where they ended
+// before the trim: the rendering is not built larger than it ends, to be
+// copied again into a smaller buffer by the settle's rule on room. The
+// records are ctxd bench's ingest records (a 200 KiB screenshot every 100
+// messages) as the store applies them; the session never reads.
+func TestSession_LazySettleWithTrimGrowsOnce(t *testing.T) {
+	pool, err := workload.Encode(workload.New(11, workload.Default).Cycle(1000)[:800])
+	require.NoError(t, err)
+	type applied struct {
+		skel *record.Map // ApplyShaped, or
+		v    any         // ApplyJSON
+		raw  []byte
+	}
+	recs := make([]applied, len(pool))
+	values := make([]any, len(pool))
+	for i, js := range pool {
+		if values[i], err = record.Decode(js); err != nil {
+			t.Fatal(err)
+		}
+		if skel, ok := shapeDecoder.DecodeShape(js, Shape); ok && PassesThrough(skel) {
+			recs[i] = applied{skel: skel, raw: js}
+			continue
+		}
+		v, canonical, err := shapeDecoder.DecodeCanonical(js)
+		require.NoError(t, err)
+		recs[i] = applied{v: v}
+		if canonical {
+			recs[i].raw = js
+		}
+	}
+	s := New(Options{})
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for i, r := range recs {
+		if r.skel != nil {
+			s.ApplyShaped(uint64(i+1), r.skel, r.raw)
+		} else {
+			s.ApplyJSON(uint64(i+1), r.v, r.raw)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	// 2.6 MB, 3.2 times the rendering (entries, ids, trimmed messages);
+	// making room for the JSON where the rendering ended before the trim
+	// took 3.2 MB, two copies of the rendering more.
+	rendering := len(s.json.bytes) + int(s.lazyBytes)
+	allocated := int(after.TotalAlloc - before.TotalAlloc)
+	require.Less(t, allocated, 7*rendering/2, "bytes allocated for a rendering of %d", rendering)
 	requireBuild(t, s, values)
 }

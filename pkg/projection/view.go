@@ -37,8 +37,10 @@ type cache struct {
 	// started over (restart), whatever its size.
 	room int
 
-	// reserve is the length the next build appends at least, which it
-	// makes room for in one step (see settle); 0 leaves growing to append.
+	// reserve is the length of the records' JSON (raws, with their
+	// separators) the next build copies in, which it makes room for in
+	// one step when it must grow (see settle); 0 leaves growing to
+	// append.
 	reserve int
 }
 
@@ -238,14 +240,9 @@ func (s *Session) encoded(c *cache, enc encoder, sep byte) []byte {
 	default:
 		buf = make([]byte, 0, max(1024, c.room))
 	}
-	if need := len(old) + c.reserve; c.reserve > 0 && cap(buf) < need {
-		// Grown once, rather than by append's steps of a quarter, each a
-		// copy of the bytes so far: old's bytes stay where they are, to
-		// be read.
-		nb := make([]byte, len(buf), need+need/16)
-		copy(nb, buf)
-		buf, inPlace = nb, false
-	}
+	// rawLeft is what the records' JSON still to be copied in takes,
+	// when the build reserves room for it (see cache.reserve).
+	rawLeft := c.reserve
 	c.reserve = 0
 	count, failed := c.count, c.failed
 	if from < len(oldOffs) {
@@ -350,6 +347,18 @@ func (s *Session) encoded(c *cache, enc encoder, sep byte) []byte {
 			}
 			var err error
 			if raw != nil {
+				if rawLeft > 0 && !aside && cap(dst)-len(dst) < len(raw) {
+					// Grown once for all of it, rather than by append's
+					// steps of a quarter, each a copy of the bytes so
+					// far. Grown here, past the entries rebuilt before
+					// the new ones, which a trimmed screenshot may have
+					// shrunk; the old bytes are all read (raws are only
+					// the new entries').
+					nb := make([]byte, len(dst), len(dst)+rawLeft+rawLeft/16)
+					copy(nb, dst)
+					dst, inPlace = nb, false
+				}
+				rawLeft -= len(raw) + 1
 				dst = append(dst, raw...)
 			} else {
 				dst, err = enc(dst, out)
