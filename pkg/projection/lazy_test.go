@@ -159,6 +159,10 @@ func TestSession_LazyEntriesSettleInFewSteps(t *testing.T) {
 	allocated := int(after.TotalAlloc - before.TotalAlloc)
 	require.Less(t, allocated, 5*rendering/2, "bytes allocated for a rendering of %d", rendering)
 	requireBuild(t, s, values)
+	// Rendered, the session holds no list of thousands of records' JSON
+	// either, which Size would not count.
+	require.Empty(t, s.raws)
+	require.LessOrEqual(t, cap(s.raws), 256)
 }
 
 // TestSession_LazySettleWithTrimGrowsOnce: a settle that copies in lazy

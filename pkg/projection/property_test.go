@@ -182,6 +182,9 @@ func checkEquivalence(t *testing.T, seed uint64) {
 		if !applied || e.s.Seq() != seq {
 			t.Fatalf("Apply(%d) after %d was ignored: Seq %d", seq, last, e.s.Seq())
 		}
+		if msg := rawsWrongly(e.s); msg != "" {
+			t.Fatalf("after seq %d: %s", seq, msg)
+		}
 		e.recs = append(e.recs, Record{Seq: seq, Value: v})
 		e.invalidate()
 		e.maybeCheck(sparse)
@@ -306,6 +309,34 @@ func (e *equivalence) checkAll() {
 	if msg := heldWrongly(e.s); msg != "" {
 		e.t.Fatal(msg)
 	}
+}
+
+// rawsWrongly says how a session's records' JSON (raws) disagrees with
+// what it counts of them: every lazy entry has its JSON, rawBytes is
+// their length, and lazyBytes the length of the lazy entries' alone,
+// which decides when they settle (shed.go).
+func rawsWrongly(s *Session) string {
+	var all, lazy int64
+	held := map[int]bool{}
+	for k, r := range s.raws {
+		if k > 0 && r.entry <= s.raws[k-1].entry {
+			return fmt.Sprintf("raws out of entry order at %d", k)
+		}
+		held[r.entry] = true
+		all += int64(len(r.b))
+		if s.entries[r.entry].lazy {
+			lazy += int64(len(r.b))
+		}
+	}
+	for i := range s.entries {
+		if s.entries[i].lazy && !held[i] {
+			return fmt.Sprintf("lazy entry %d has no JSON", i)
+		}
+	}
+	if all != s.rawBytes || lazy != s.lazyBytes {
+		return fmt.Sprintf("records' JSON counted at %d bytes, %d of them lazy; hold %d, %d lazy", s.rawBytes, s.lazyBytes, all, lazy)
+	}
+	return ""
 }
 
 // heldWrongly says what a session holds that it should not: an image of

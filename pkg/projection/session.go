@@ -197,6 +197,12 @@ func (s *Session) dropRaws() {
 	}
 	clear(s.raws)
 	s.raws = s.raws[:0]
+	if cap(s.raws) > 256 {
+		// Lazy entries settle once they are as long as the rendering
+		// (shed.go): thousands of them, whose list Size no longer
+		// counts once they are gone.
+		s.raws = nil
+	}
 	s.msgBytes -= s.rawBytes
 	s.rawBytes, s.lazyBytes = 0, 0
 }
