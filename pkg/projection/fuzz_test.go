@@ -87,11 +87,17 @@ func fuzzSession(seed uint64, data []byte) ([]fuzzStep, Options) {
 // FuzzSession_EquivalentToBuild checks, for any session, that Session
 // equals Build after every record. The input is a generator seed and
 // JSON lines (see fuzzSession): the seed brings realistic structure, the
-// lines the values nobody thought of.
+// lines the values nobody thought of. One seed in three settles the
+// session every 64 bytes (see TestSession_EquivalentToBuild_SettlingOften).
 func FuzzSession_EquivalentToBuild(f *testing.F) {
 	f.Add(uint64(0), []byte(`{"role":"user","content":"go"}`))
 	f.Add(uint64(7), []byte{})
+	f.Add(uint64(4), []byte(`{"role":"user","content":"go"}`))
 	f.Fuzz(func(t *testing.T, seed uint64, data []byte) {
+		if seed%3 == 1 {
+			defer func(n int) { settleBytes = n }(settleBytes)
+			settleBytes = 64
+		}
 		steps, opt := fuzzSession(seed, data)
 		e := &equivalence{
 			t:   t,
@@ -108,6 +114,9 @@ func FuzzSession_EquivalentToBuild(f *testing.F) {
 					require.True(t, e.s.ApplyShaped(st.seq, skel, st.raw))
 				} else {
 					require.True(t, e.s.ApplyJSON(st.seq, st.value, st.raw))
+				}
+				if msg := rawsWrongly(e.s); msg != "" {
+					t.Fatalf("after seq %d: %s", st.seq, msg)
 				}
 				e.recs = append(e.recs, Record{Seq: st.seq, Value: st.value})
 				e.invalidate()
