@@ -57,7 +57,7 @@ type Session struct {
 	lazyBytes int64
 
 	msgBytes int64 // the estimated size of the entries' messages held, and raws
-	settled  int64 // msgBytes when Apply last settled the session (shed.go)
+	settled  int64 // msgBytes less lazyBytes when Apply last settled the session (shed.go)
 	settling bool  // Apply is building the JSON rendering: nothing is handed out
 }
 
