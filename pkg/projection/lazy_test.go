@@ -216,3 +216,28 @@ func TestSession_LazySettleWithTrimGrowsOnce(t *testing.T) {
 	require.Less(t, allocated, 7*rendering/2, "bytes allocated for a rendering of %d", rendering)
 	requireBuild(t, s, values)
 }
+
+// TestSession_TinyLazyEntriesSettleByWhatTheyHold: what lazy entries
+// hold beyond their JSON (each its place in the list and its buffer's
+// rounding) settles them too once it reaches a quarter of the rendering,
+// so that a session of tiny records holds about its rendering unsettled
+// at most, however small they are, and not several times it.
+func TestSession_TinyLazyEntriesSettleByWhatTheyHold(t *testing.T) {
+	s := New(Options{})
+	var values []any
+	for i := range 20000 {
+		js := fmt.Appendf(nil, `{"role":"user","content":"%d"}`, i)
+		skel, ok := shapeDecoder.DecodeShape(js, Shape)
+		require.True(t, ok)
+		require.True(t, s.ApplyShaped(uint64(i+1), skel, js))
+		v, err := record.Decode(js)
+		require.NoError(t, err)
+		values = append(values, v)
+		n := int64(len(s.json.bytes))
+		if s.lazyBytes >= max(int64(settleBytes), n) || rawOverhead*int64(len(s.raws)) >= max(int64(settleBytes), n/4) {
+			t.Fatalf("after record %d: %d lazy entries hold %d bytes and %d more unsettled beside a rendering of %d",
+				i+1, len(s.raws), s.lazyBytes, rawOverhead*len(s.raws), n)
+		}
+	}
+	requireBuild(t, s, values)
+}

@@ -50,10 +50,18 @@ import (
 // memory each time. So lazy entries settle when their JSON is as long
 // as the rendering (or settleBytes), and the rendering then grows in one
 // step by what they hold: it doubles at most once per such settle, and
-// every byte applied is copied about once more.
+// every byte applied is copied about once more. What they hold beyond
+// their JSON (rawOverhead each) settles them too when it reaches a
+// quarter of the rendering: records of under 128 bytes or so, whose list
+// would otherwise take more than their bytes.
 //
 // A variable only so that tests can settle small sessions often.
 var settleBytes = 16 << 10
+
+// rawOverhead is what a record's JSON held for its entry (raws) takes
+// beyond its length: its place in the list, and its buffer's rounding to
+// a size class.
+const rawOverhead = 64
 
 // settle builds the JSON rendering, packing the entries it settles, when
 // the messages decoded since it was last built hold enough, or its lazy
@@ -62,7 +70,7 @@ func (s *Session) settle() {
 	decoded := s.msgBytes - s.lazyBytes
 	s.settled = min(s.settled, decoded) // a read packed them meanwhile
 	n := int64(len(s.json.bytes))
-	lazy := s.lazyBytes >= max(int64(settleBytes), n)
+	lazy := s.lazyBytes >= max(int64(settleBytes), n) || rawOverhead*int64(len(s.raws)) >= max(int64(settleBytes), n/4)
 	if !lazy && decoded-s.settled < max(int64(settleBytes), n/8) {
 		return
 	}
@@ -219,12 +227,8 @@ func (s *Session) Size() int64 {
 		// text-only sessions measures them.
 		perEntry = 200
 		perID    = 150
-		// A record's JSON held for its entry (raws): the slice's
-		// header and entry's index, and the buffer's rounding to its
-		// size class, beyond its length.
-		perRaw = 64
 	)
-	n := s.msgBytes + int64(cap(s.json.bytes)+cap(s.msgpack.bytes)) + perRaw*int64(len(s.raws))
+	n := s.msgBytes + int64(cap(s.json.bytes)+cap(s.msgpack.bytes)) + rawOverhead*int64(len(s.raws))
 	if h := s.list.held; len(h) > 0 {
 		n += h[len(h)-1]
 	}
