@@ -266,11 +266,11 @@ func ratios(a, b []float64) []float64 {
 	return out
 }
 
-// formatRatios writes ratios as "0.91x 1.02x ...".
+// formatRatios writes ratios as the report does, "0.91x 1.02x ...".
 func formatRatios(r []float64) string {
 	parts := make([]string, len(r))
 	for i, x := range r {
-		parts[i] = fmt.Sprintf("%.2fx", x)
+		parts[i] = formatRatio(x)
 	}
 	return strings.Join(parts, " ")
 }

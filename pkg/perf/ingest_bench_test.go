@@ -9,7 +9,7 @@ import (
 var (
 	ingestRecords  = flag.Int("ingest.records", 100_000, "BenchmarkIngest: records published per round")
 	ingestSessions = flag.Int("ingest.sessions", 500, "BenchmarkIngest: live sessions the records go to")
-	ingestRounds   = flag.Int("ingest.rounds", 3, "BenchmarkIngest: rounds; the medians are reported (of the rounds' ratios for the ratios). 3, as its figures in docs/PERFORMANCE.md were measured; ctxd bench runs 5")
+	ingestRounds   = flag.Int("ingest.rounds", 3, "BenchmarkIngest: rounds; the medians are reported (of the rounds' ratios for the ratios). 3, as its figures in docs/PERFORMANCE.md were measured; ctxd bench runs 5 (3 with --quick)")
 	ingestProfiles = flag.String("ingest.cpuprofiles", "", "BenchmarkIngest: `DIR` for a CPU profile of each side of each round (ctxd-1.prof, ordered-1.prof, ...)")
 )
 
