@@ -21,7 +21,7 @@ table to standard output. See docs/PERFORMANCE.md.
 It starts an embedded NATS server in a temporary directory, on a free port,
 unless --nats names a server; that server must hold none of the streams the
 bench creates and deletes (TRANSCRIPTS, KV_CTXD_CHECKPOINTS, KV_CTXD_SNAPSHOTS, PERF_RAW,
-PERF_BARE, PERF_ORDERED), so never point it at a server a ctxd uses.
+PERF_BARE, PERF_ORDERED, PERF_AGAIN), so never point it at a server a ctxd uses.
 
 Without --quick the sizes are the full run's (several minutes, a few GB of
 disk in the temporary directory); --quick takes about a minute. The size
@@ -49,7 +49,7 @@ func benchFlags(e *env, cfg *perf.Config) (*flag.FlagSet, benchOptions) {
 	o.quick = fs.Bool("quick", false, "the quick sizes: about a minute")
 	o.figures = fs.String("figures", "", "comma-separated figures to measure (default all): "+strings.Join(perf.Figures, ", "))
 	o.cpuprofile = fs.String("cpuprofile", "", "write a CPU profile of the run (ctxd, the embedded server and the clients) to this file")
-	fs.StringVar(&cfg.IngestProfiles, "ingest-cpuprofiles", "", "write a CPU profile of each side of each ingest round (ctxd-1.prof, ordered-1.prof, raw-1.prof, bare-1.prof, ...) to this directory; not with --cpuprofile")
+	fs.StringVar(&cfg.IngestProfiles, "ingest-cpuprofiles", "", "write a CPU profile of each side of each ingest round (ctxd-1.prof, ordered-1.prof, ordered-again-1.prof, raw-1.prof, bare-1.prof, ...) to this directory; not with --cpuprofile")
 	fs.StringVar(&cfg.HeapProfile, "memprofile", "", "write a heap profile, taken while the memory figure's sessions are live, to this file")
 	fs.StringVar(&cfg.NATSURL, "nats", "", "run against this NATS server instead of an embedded one (see above)")
 	fs.StringVar(&cfg.Dir, "dir", "", "directory for the embedded server's files (default: a temporary directory, removed afterwards)")

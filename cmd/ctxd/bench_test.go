@@ -37,11 +37,12 @@ func TestBench_Smoke(t *testing.T) {
 		require.Equal(t, 0, code, "stderr: %s", errOut)
 	}
 	require.NotRegexp(t, `\| -\d`, out, "no figure is negative")
-	for _, side := range []string{"ctxd", "ordered", "raw", "bare"} {
+	for _, side := range []string{"ctxd", "ordered", "raw", "bare", "ordered-again"} {
 		require.FileExists(t, filepath.Join(profiles, side+"-1.prof"))
 	}
 	for _, row := range []string{
 		"ingest, 3 sessions, vs ordered consumer (records/s)",
+		"ingest's resolution: the ordered consumer again, vs itself (A/A, records/s)",
 		"ingest vs raw publish (records/s)",
 		"ingest vs bare durable consumer (records/s)",
 		"fetch 20 msgs p50", "fetch 20 msgs p99", "fetch 20 msgs p999",
@@ -65,7 +66,7 @@ func TestBench_Smoke(t *testing.T) {
 			require.Contains(t, []string{"yes", "NO", "-"}, strings.TrimSpace(cells[5]), "row %q", line)
 		}
 	}
-	require.Equal(t, 17, rows, "rows:\n%s", out)
+	require.Equal(t, 18, rows, "rows:\n%s", out)
 	require.Empty(t, benchWarnings(out), "the bench warned:\n%s", out)
 	require.Contains(t, errOut, "bench done")
 }

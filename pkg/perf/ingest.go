@@ -32,7 +32,10 @@ const ingestPeriod = 1000
 // records seen, while they are published, by an ordered consumer that
 // does nothing (the cheapest way JetStream delivers every record once);
 // and with them consumed by a durable consumer like ctxd's whose handler
-// does nothing; in alternating rounds.
+// does nothing; in alternating rounds. The ordered consumer runs twice a
+// round, and the ratio of its two runs (A/A: nothing differs but the
+// moment) shows how far a round's ratio moves on this machine at these
+// sizes: what the figure can resolve.
 func (b *bench) ingest(ctx context.Context) ([]Row, error) {
 	cfg := b.cfg
 	a, err := b.startApp(ctx)
@@ -62,6 +65,12 @@ func (b *bench) ingest(ctx context.Context) ([]Row, error) {
 	if _, err := b.js.CreateStream(ctx, ordered); err != nil {
 		return nil, fmt.Errorf("create stream %s: %w", ordered.Name, err)
 	}
+	again := def
+	again.Name, again.Subjects = againStream, []string{againSubject + ">"}
+	again.Description = "ctxd bench: the ordered consumer's second run of each round, the ingest figure's A/A"
+	if _, err := b.js.CreateStream(ctx, again); err != nil {
+		return nil, fmt.Errorf("create stream %s: %w", again.Name, err)
+	}
 	// The consumers of the baselines read on their own connection, as
 	// ctxd does: the publisher's acknowledgements come on the run's.
 	cnc, err := nats.Connect(b.url, nats.Name("ctxd-bench-consumer"))
@@ -80,6 +89,10 @@ func (b *bench) ingest(ctx context.Context) ([]Row, error) {
 	ost, err := cjs.Stream(ctx, ordered.Name)
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: %w", ordered.Name, err)
+	}
+	ast, err := cjs.Stream(ctx, again.Name)
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", again.Name, err)
 	}
 	ccfg, err := streams.Ingest()
 	if err != nil {
@@ -148,10 +161,10 @@ func (b *bench) ingest(ctx context.Context) ([]Row, error) {
 			return prefix + sessions[i%S], pool[(1+round*perRound+i/S)%len(pool)]
 		}
 	}
-	var rawRates, bareRates, ctxdRates, orderedRates []float64
+	var rawRates, bareRates, ctxdRates, orderedRates, againRates []float64
 	// The process's CPU time per record, per side: the whole process,
 	// server included, so what each side costs the machine.
-	var cpu [4][]float64 // per side, in the order of sides
+	var cpu [5][]float64 // per side, in the order of sides
 	sides := []func() error{
 		func() error { // raw publish, nobody consuming
 			start := time.Now()
@@ -185,15 +198,23 @@ func (b *bench) ingest(ctx context.Context) ([]Row, error) {
 			return nil
 		},
 		func() error { // an ordered consumer that does nothing
-			rate, err := b.orderedRound(ctx, ost, bus.PullBytes(cnc), N, records(orderedSubject))
+			rate, err := b.orderedRound(ctx, "ordered consumer", ost, bus.PullBytes(cnc), N, records(orderedSubject))
 			if err != nil {
 				return err
 			}
 			orderedRates = append(orderedRates, rate)
 			return nil
 		},
+		func() error { // the ordered consumer again, on its own stream: the A/A
+			rate, err := b.orderedRound(ctx, "ordered consumer again", ast, bus.PullBytes(cnc), N, records(againSubject))
+			if err != nil {
+				return err
+			}
+			againRates = append(againRates, rate)
+			return nil
+		},
 	}
-	names := [...]string{"raw", "bare", "ctxd", "ordered"} // of the profiles
+	names := [...]string{"raw", "bare", "ctxd", "ordered", "ordered-again"} // of the profiles
 	for round = range cfg.IngestRounds {
 		for k := range sides {
 			// Every other round runs the sides in reverse order, so that
@@ -217,8 +238,8 @@ func (b *bench) ingest(ctx context.Context) ([]Row, error) {
 				return nil, err
 			}
 		}
-		b.logf("ingest: round %d: ctxd %.0f records/s, raw publish %.0f records/s, ordered consumer %.0f records/s (ctxd %.2fx), bare durable consumer %.0f records/s",
-			round+1, ctxdRates[round], rawRates[round], orderedRates[round], ctxdRates[round]/orderedRates[round], bareRates[round])
+		b.logf("ingest: round %d: ctxd %.0f records/s, raw publish %.0f records/s, ordered consumer %.0f records/s (ctxd %.2fx), bare durable consumer %.0f records/s, ordered consumer again %.0f records/s (A/A %.2fx)",
+			round+1, ctxdRates[round], rawRates[round], orderedRates[round], ctxdRates[round]/orderedRates[round], bareRates[round], againRates[round], againRates[round]/orderedRates[round])
 	}
 	// The durable consumer saw the bare side's records and no others:
 	// a record of another side reaching it too would be delivered twice,
@@ -226,13 +247,15 @@ func (b *bench) ingest(ctx context.Context) ([]Row, error) {
 	if got, want := consumed.Load(), uint64(cfg.IngestRounds*N); got != want {
 		return nil, fmt.Errorf("ingest: the bare durable consumer saw %d records, want %d: another side published to its subjects", got, want)
 	}
-	b.logf("ingest: CPU time of the process per record (medians): ctxd %.1f µs, raw publish %.1f µs, ordered consumer %.1f µs, bare durable consumer %.1f µs",
-		median(cpu[2]), median(cpu[0]), median(cpu[3]), median(cpu[1]))
+	b.logf("ingest: CPU time of the process per record (medians): ctxd %.1f µs, raw publish %.1f µs, ordered consumer %.1f µs, bare durable consumer %.1f µs, ordered consumer again %.1f µs",
+		median(cpu[2]), median(cpu[0]), median(cpu[3]), median(cpu[1]), median(cpu[4]))
 	b.checkApplied("ingest", a, uint64(S+cfg.IngestRounds*N))
 	st := a.Store().Stats()
 	b.logf("ingest: store: %d sessions loaded, %d records applied, %d evictions, %d rejected", st.Loaded, st.Records, st.Evictions, st.Rejected)
 	vsOrdered, vsRaw, vsBare := ratios(ctxdRates, orderedRates), ratios(ctxdRates, rawRates), ratios(ctxdRates, bareRates)
+	aa := ratios(againRates, orderedRates)
 	b.logf("ingest: ctxd's ratio to the ordered consumer, round by round: %s (median %.2fx)", formatRatios(vsOrdered), median(vsOrdered))
+	b.logf("ingest: the ordered consumer's second run to its first (A/A), round by round: %s (median %.2fx)", formatRatios(aa), median(aa))
 	return []Row{{
 		Figure:   fmt.Sprintf("ingest, %d sessions, vs ordered consumer (records/s)", S),
 		Kind:     Rate,
@@ -240,6 +263,12 @@ func (b *bench) ingest(ctx context.Context) ([]Row, error) {
 		Baseline: median(orderedRates),
 		Ratios:   vsOrdered,
 		Target:   Target{MinRatio: 0.8},
+	}, {
+		Figure:   "ingest's resolution: the ordered consumer again, vs itself (A/A, records/s)",
+		Kind:     Rate,
+		Ctxd:     median(againRates),
+		Baseline: median(orderedRates),
+		Ratios:   aa,
 	}, {
 		Figure:   "ingest vs raw publish (records/s)",
 		Kind:     Rate,
@@ -308,11 +337,11 @@ func (b *bench) ingestRound(ctx context.Context, a *app.App, n int, last uint64,
 	return float64(n) / end.Sub(start).Seconds(), nil
 }
 
-// orderedRound publishes n records to the bare stream while an ordered
-// consumer, started at the first of them, takes every one and does
-// nothing with it, and returns the records/s from the first publish
-// until it has seen the last.
-func (b *bench) orderedRound(ctx context.Context, st jetstream.Stream, pullBytes, n int, next func(int) (string, []byte)) (float64, error) {
+// orderedRound publishes n records to st while an ordered consumer,
+// started at the first of them, takes every one and does nothing with
+// it, and returns the records/s from the first publish until it has seen
+// the last; name is the side's, for the log.
+func (b *bench) orderedRound(ctx context.Context, name string, st jetstream.Stream, pullBytes, n int, next func(int) (string, []byte)) (float64, error) {
 	info, err := st.Info(ctx)
 	if err != nil {
 		return 0, err
@@ -355,8 +384,8 @@ func (b *bench) orderedRound(ctx context.Context, st jetstream.Stream, pullBytes
 		return 0, fmt.Errorf("ingest: the ordered consumer took %d of %d records in 10 minutes", seen.Load(), n)
 	}
 	took := time.Since(start)
-	b.logf("ingest: ordered consumer: published in %v, %d of %d seen by then, all seen after %v",
-		published.Round(time.Millisecond), seenThen, n, took.Round(time.Millisecond))
+	b.logf("ingest: %s: published in %v, %d of %d seen by then, all seen after %v",
+		name, published.Round(time.Millisecond), seenThen, n, took.Round(time.Millisecond))
 	return float64(n) / took.Seconds(), nil
 }
 

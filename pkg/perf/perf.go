@@ -48,13 +48,17 @@ const (
 	// reads what it is measured on.
 	orderedStream  = "PERF_ORDERED"
 	orderedSubject = "perfordered."
+	// The ordered consumer's second run of each round, the figure's A/A,
+	// on a stream of its own as every side has.
+	againStream  = "PERF_AGAIN"
+	againSubject = "perfagain."
 )
 
 // Config chooses what a run measures, and how much.
 type Config struct {
 	// NATSURL runs against an existing server, which must hold none of
 	// the streams the run creates and deletes (TRANSCRIPTS, the checkpoint
-	// bucket, PERF_RAW, PERF_BARE, PERF_ORDERED). Empty starts an
+	// bucket, PERF_RAW, PERF_BARE, PERF_ORDERED, PERF_AGAIN). Empty starts an
 	// embedded server in Dir.
 	NATSURL string
 	// Dir holds the embedded server's files; empty: a temporary directory.
@@ -351,7 +355,7 @@ func (b *bench) open(ctx context.Context) error {
 }
 
 func (b *bench) streamNames() []string {
-	names := []string{rawStream, bareStream, orderedStream, "KV_" + streams.CheckpointsBucket, "KV_" + streams.SnapshotsBucket}
+	names := []string{rawStream, bareStream, orderedStream, againStream, "KV_" + streams.CheckpointsBucket, "KV_" + streams.SnapshotsBucket}
 	if t, err := streams.Transcripts(); err == nil {
 		names = append(names, t.Name)
 	}
