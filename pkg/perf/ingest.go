@@ -381,7 +381,7 @@ func (b *bench) orderedRound(ctx context.Context, name string, st jetstream.Stre
 	select {
 	case <-reached:
 	case <-time.After(10 * time.Minute):
-		return 0, fmt.Errorf("ingest: the ordered consumer took %d of %d records in 10 minutes", seen.Load(), n)
+		return 0, fmt.Errorf("ingest: the %s took %d of %d records in 10 minutes", name, seen.Load(), n)
 	}
 	took := time.Since(start)
 	b.logf("ingest: %s: published in %v, %d of %d seen by then, all seen after %v",
