@@ -162,9 +162,6 @@ func (b *bench) ingest(ctx context.Context) ([]Row, error) {
 		}
 	}
 	var rawRates, bareRates, ctxdRates, orderedRates, againRates []float64
-	// The process's CPU time per record, per side: the whole process,
-	// server included, so what each side costs the machine.
-	var cpu [5][]float64 // per side, in the order of sides
 	sides := []func() error{
 		func() error { // raw publish, nobody consuming
 			start := time.Now()
@@ -214,7 +211,10 @@ func (b *bench) ingest(ctx context.Context) ([]Row, error) {
 			return nil
 		},
 	}
-	names := [...]string{"raw", "bare", "ctxd", "ordered", "ordered-again"} // of the profiles
+	names := []string{"raw", "bare", "ctxd", "ordered", "ordered-again"} // of the profiles, in the order of sides
+	// The process's CPU time per record, per side: the whole process,
+	// server included, so what each side costs the machine.
+	cpu := make([][]float64, len(sides))
 	for round = range cfg.IngestRounds {
 		for k := range sides {
 			// Every other round runs the sides in reverse order, so that
